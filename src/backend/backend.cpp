@@ -1,0 +1,54 @@
+#include "backend/backend.hpp"
+
+#include "backend/cpu/cpu_backend.hpp"
+#include "core/error.hpp"
+
+#if SINKLAB_HAVE_CUDA
+#include "backend/cuda/cuda_backend.hpp"
+#endif
+
+namespace sinklab {
+
+void Backend::no_kernel(const char* op) const {
+  SL_FAIL("no %s kernel on the %s backend in this build", op, name());
+}
+
+Backend& backend_for(Device device) {
+  if (device.is_cpu()) {
+    static CpuBackend cpu;
+    return cpu;
+  }
+#if SINKLAB_HAVE_CUDA
+  return cuda::backend(device.index);
+#else
+  SL_FAIL("tensor on %s, but this sinklab was built without CUDA (SINKLAB_CUDA=OFF)", device.name().c_str());
+#endif
+}
+
+Backend& backend_for(std::initializer_list<Tensor> tensors, const char* op) {
+  const Tensor* first = nullptr;
+  Device chosen = Device::cpu();
+  for (const Tensor& t : tensors) {
+    if (!t.defined()) continue;
+    if (!first) {
+      first = &t;
+      chosen = t.device;
+    } else if (!(t.device == chosen)) {
+      // Only a copy may span devices; it runs on the accelerator side.
+      SL_CHECK(std::string(op) == "copy", "%s: operands on %s and %s", op, chosen.name().c_str(),
+               t.device.name().c_str());
+      if (chosen.is_cpu()) chosen = t.device;
+    }
+  }
+  return backend_for(chosen);
+}
+
+bool cuda_available() {
+#if SINKLAB_HAVE_CUDA
+  return cuda::device_count() > 0;
+#else
+  return false;
+#endif
+}
+
+}  // namespace sinklab

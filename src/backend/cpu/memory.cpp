@@ -1,0 +1,168 @@
+// Memory-level CPU ops: allocation, fill, copy/convert, residual add, scaling, random fills.
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cpu/cpu_backend.hpp"
+#include "backend/cpu/cpu_common.hpp"
+#include "core/philox.hpp"
+
+namespace sinklab {
+
+using cpu::dispatch_float;
+using cpu::Rows;
+using cpu::rows_of;
+
+void* CpuBackend::allocate(size_t bytes) {
+  // 64-byte alignment: one cache line, one AVX-512 vector.
+  size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded ? rounded : 64);
+  SL_CHECK(p != nullptr, "out of host memory allocating %zu bytes", bytes);
+  return p;
+}
+
+void CpuBackend::deallocate(void* ptr) { std::free(ptr); }
+
+namespace {
+
+// Reads element of any storage dtype as double / writes double into any storage dtype.
+double load_as_double(const void* base, DType dt, int64_t i) {
+  switch (dt) {
+    case DType::f32: return static_cast<const float*>(base)[i];
+    case DType::f64: return static_cast<const double*>(base)[i];
+    case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
+    case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(base)[i]);
+    case DType::i32: return static_cast<const int32_t*>(base)[i];
+  }
+  return 0.0;
+}
+
+void store_from_double(void* base, DType dt, int64_t i, double v) {
+  switch (dt) {
+    case DType::f32: static_cast<float*>(base)[i] = float(v); break;
+    case DType::f64: static_cast<double*>(base)[i] = v; break;
+    case DType::bf16: static_cast<uint16_t*>(base)[i] = f32_to_bf16(float(v)); break;
+    case DType::f16: static_cast<uint16_t*>(base)[i] = f32_to_f16(float(v)); break;
+    case DType::i32: static_cast<int32_t*>(base)[i] = int32_t(v); break;
+  }
+}
+
+// Runs fn(row_index, element_offsets...) for every row of same-shaped tensors, in parallel.
+template <class Fn>
+void for_rows(const Rows& layout, Fn&& fn) {
+#pragma omp parallel for schedule(static) if (layout.rows * layout.cols > 16384)
+  for (int64_t r = 0; r < layout.rows; ++r) fn(r);
+}
+
+}  // namespace
+
+void CpuBackend::fill(Tensor out, double value) {
+  Rows ro = rows_of(out, "fill", "out");
+  for_rows(ro, [&](int64_t r) {
+    int64_t o = ro.offset(r);
+    for (int64_t c = 0; c < ro.cols; ++c) store_from_double(out.data, out.dtype, o + c, value);
+  });
+}
+
+void CpuBackend::copy(Tensor dst, Tensor src) {
+  cpu::check_same_shape(dst, src, "copy", "dst", "src");
+  Rows rd = rows_of(dst, "copy", "dst"), rs = rows_of(src, "copy", "src");
+  if (dst.dtype == src.dtype) {
+    size_t row_bytes = size_t(rd.cols) * dtype_size(dst.dtype);
+    for_rows(rd, [&](int64_t r) {
+      std::memcpy(static_cast<char*>(dst.data) + rd.offset(r) * dtype_size(dst.dtype),
+                  static_cast<const char*>(src.data) + rs.offset(r) * dtype_size(src.dtype), row_bytes);
+    });
+    return;
+  }
+  for_rows(rd, [&](int64_t r) {
+    int64_t od = rd.offset(r), os = rs.offset(r);
+    for (int64_t c = 0; c < rd.cols; ++c)
+      store_from_double(dst.data, dst.dtype, od + c, load_as_double(src.data, src.dtype, os + c));
+  });
+}
+
+void CpuBackend::add(Tensor out, Tensor a, Tensor b) {
+  cpu::check_same_shape(out, a, "add", "out", "a");
+  cpu::check_same_shape(out, b, "add", "out", "b");
+  SL_CHECK(a.dtype == out.dtype && b.dtype == out.dtype, "add: operands differ in dtype");
+  dispatch_float(out.dtype, "add", [&](auto zero) {
+    using T = decltype(zero);
+    Rows ro = rows_of(out, "add", "out"), ra = rows_of(a, "add", "a"), rb = rows_of(b, "add", "b");
+    for_rows(ro, [&](int64_t r) {
+      T* o = out.ptr<T>() + ro.offset(r);
+      const T* x = a.ptr<T>() + ra.offset(r);
+      const T* y = b.ptr<T>() + rb.offset(r);
+      for (int64_t c = 0; c < ro.cols; ++c) o[c] = x[c] + y[c];
+    });
+  });
+}
+
+void CpuBackend::accumulate(Tensor dst, Tensor src, double alpha) {
+  cpu::check_same_shape(dst, src, "accumulate", "dst", "src");
+  SL_CHECK(dst.dtype == src.dtype, "accumulate: operands differ in dtype");
+  dispatch_float(dst.dtype, "accumulate", [&](auto zero) {
+    using T = decltype(zero);
+    Rows rd = rows_of(dst, "accumulate", "dst"), rs = rows_of(src, "accumulate", "src");
+    const T a = T(alpha);
+    for_rows(rd, [&](int64_t r) {
+      T* d = dst.ptr<T>() + rd.offset(r);
+      const T* s = src.ptr<T>() + rs.offset(r);
+      for (int64_t c = 0; c < rd.cols; ++c) d[c] += a * s[c];
+    });
+  });
+}
+
+void CpuBackend::scale(Tensor x, double factor) {
+  dispatch_float(x.dtype, "scale", [&](auto zero) {
+    using T = decltype(zero);
+    Rows rx = rows_of(x, "scale", "x");
+    const T f = T(factor);
+    for_rows(rx, [&](int64_t r) {
+      T* p = x.ptr<T>() + rx.offset(r);
+      for (int64_t c = 0; c < rx.cols; ++c) p[c] *= f;
+    });
+  });
+}
+
+double CpuBackend::sum_squares(Tensor x) {
+  return dispatch_float(x.dtype, "sum_squares", [&](auto zero) {
+    using T = decltype(zero);
+    Rows rx = rows_of(x, "sum_squares", "x");
+    double total = 0.0;
+#pragma omp parallel for reduction(+ : total) schedule(static) if (rx.rows * rx.cols > 16384)
+    for (int64_t r = 0; r < rx.rows; ++r) {
+      const T* p = x.ptr<T>() + rx.offset(r);
+      double s = 0.0;
+      for (int64_t c = 0; c < rx.cols; ++c) s += double(p[c]) * double(p[c]);
+      total += s;
+    }
+    return total;
+  });
+}
+
+void CpuBackend::fill_normal(Tensor out, uint64_t seed, uint64_t stream, double mean, double std) {
+  Rows ro = rows_of(out, "fill_normal", "out");
+  for_rows(ro, [&](int64_t r) {
+    int64_t o = ro.offset(r);
+    for (int64_t c = 0; c < ro.cols; ++c) {
+      uint64_t index = uint64_t(r * ro.cols + c);
+      store_from_double(out.data, out.dtype, o + c, mean + std * double(philox_normal(seed, stream, index)));
+    }
+  });
+}
+
+void CpuBackend::fill_uniform(Tensor out, uint64_t seed, uint64_t stream, double low, double high) {
+  Rows ro = rows_of(out, "fill_uniform", "out");
+  for_rows(ro, [&](int64_t r) {
+    int64_t o = ro.offset(r);
+    for (int64_t c = 0; c < ro.cols; ++c) {
+      uint64_t index = uint64_t(r * ro.cols + c);
+      double u = double(philox_uniform(seed, stream, index));
+      store_from_double(out.data, out.dtype, o + c, low + (high - low) * u);
+    }
+  });
+}
+
+}  // namespace sinklab

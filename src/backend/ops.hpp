@@ -1,0 +1,144 @@
+// The op API. Model code (the trainable transformer and every HF family) is written once over these
+// functions; the device of the tensors picks the backend at run time (cpu/ or cuda/).
+//
+// Conventions
+// - Tensors are views (core/tensor.hpp). Shapes are given in the comment of each op; [*] means any
+//   leading dimensions flattened into rows. Views with strides are accepted where the comment says
+//   "strided"; otherwise the op requires contiguous rows.
+// - Arithmetic dtype: f32 everywhere; the CPU backend also runs every op in f64 (the finite-difference
+//   checks use it). Integer ids are i32.
+// - Gradients: activation gradients (d_in, d_q, ...) are written (=). Parameter gradients (d_weight,
+//   d_bias, d_table) are accumulated (+=), so gradient accumulation over micro-batches is free.
+// - Optional arguments are an undefined Tensor{} (e.g. no bias).
+// - An op that has no kernel on a tensor's device throws sinklab::Error naming the op and device.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "core/tensor.hpp"
+
+namespace sinklab::ops {
+
+// ---------------------------------------------------------------------------------------------------
+// Memory-level helpers
+void fill(Tensor out, double value);
+void copy(Tensor dst, Tensor src);            // same shape; any device pair; converts dtype (f32/f64/bf16/f16)
+void add(Tensor out, Tensor a, Tensor b);     // out = a + b (residual add; backward is the identity)
+void accumulate(Tensor dst, Tensor src, double alpha = 1.0);  // dst += alpha * src
+void scale(Tensor x, double factor);          // x *= factor
+double sum_squares(Tensor x);                 // sum of x^2, accumulated in double (grad norm pieces)
+
+// Random fill from the Philox stream (seed, stream): element i gets value i of the stream, so CPU and
+// CUDA fills are identical.
+void fill_normal(Tensor out, uint64_t seed, uint64_t stream, double mean, double std);
+void fill_uniform(Tensor out, uint64_t seed, uint64_t stream, double low, double high);
+
+// ---------------------------------------------------------------------------------------------------
+// Matmul. out[M,N] = in[M,K] . weight[N,K]^T (+ bias[N])  (nn.Linear layout: weight rows are outputs)
+void linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bias);
+// d_in[M,K] = d_out[M,N] . weight[N,K]          (written; skipped if d_in undefined)
+// d_weight[N,K] += d_out^T . in                  (skipped if undefined)
+// d_bias[N] += sum over rows of d_out            (skipped if undefined)
+void linear_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, Tensor d_out, Tensor in, Tensor weight);
+
+// General batched matmul: out[b] = alpha * op(a[b]) . op(b[b]) + beta * out[b], op = transpose when
+// asked. 2-D ([M,K] x [K,N]) or 3-D with a common batch dimension; innermost dims contiguous.
+void matmul(Tensor out, Tensor a, Tensor b, bool transpose_a, bool transpose_b, double alpha = 1.0,
+            double beta = 0.0);
+
+// ---------------------------------------------------------------------------------------------------
+// Embedding lookup. out[N,d] = table[ids[n], :]; ids i32 [N]. Out-of-range ids throw.
+void embedding_forward(Tensor out, Tensor ids, Tensor table);
+// d_table[V,d] += scatter of d_out rows onto their ids.
+void embedding_backward(Tensor d_table, Tensor d_out, Tensor ids);
+
+// ---------------------------------------------------------------------------------------------------
+// RMSNorm over the last dim: out = in * rstd * weight, rstd = 1/sqrt(mean(in^2) + eps).
+// in/out [*, d]; weight [d] or undefined (no scale); rstd [*] saved for backward.
+void rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor weight, double eps);
+void rmsnorm_backward(Tensor d_in, Tensor d_weight, Tensor d_out, Tensor in, Tensor weight, Tensor rstd);
+
+// LayerNorm over the last dim: out = (in - mean) * rstd * weight + bias. mean/rstd [*] saved.
+void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight, Tensor bias,
+                       double eps);
+void layernorm_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, Tensor d_out, Tensor in,
+                        Tensor weight, Tensor mean, Tensor rstd);
+
+// ---------------------------------------------------------------------------------------------------
+// Rotary position embedding, "rotate half" layout (HF Llama / GPT-NeoX): within the first rotary_dim
+// features of each head, feature i pairs with i + rotary_dim/2; the rest pass through (partial rotary).
+struct RopeConfig {
+  int rotary_dim = 0;      // even, <= head_dim
+  double base = 10000.0;   // rope_theta
+  // Llama-3.1 frequency scaling (HF rope_type "llama3"); disabled when llama3_factor <= 0.
+  double llama3_factor = 0.0;
+  double llama3_low_freq_factor = 1.0;
+  double llama3_high_freq_factor = 4.0;
+  double llama3_original_max_position = 8192.0;
+};
+// x, out [B,T,H,dh] (strided; out may alias x). positions i32 [T] or undefined (= 0..T-1).
+void rope_forward(Tensor out, Tensor x, Tensor positions, const RopeConfig& cfg);
+// The rotation is orthogonal: backward rotates d_out by the opposite angle.
+void rope_backward(Tensor d_x, Tensor d_out, Tensor positions, const RopeConfig& cfg);
+
+// ---------------------------------------------------------------------------------------------------
+// Elementwise activations and gated FFN products. Shapes [*], strided rows allowed.
+enum class Activation : uint8_t { relu, gelu_exact, gelu_tanh, silu };
+void activation_forward(Tensor out, Tensor in, Activation act);
+void activation_backward(Tensor d_in, Tensor d_out, Tensor in, Activation act);
+// out = act(gate) * up   (SwiGLU: silu, GeGLU: gelu, ReGLU: relu)
+void gated_forward(Tensor out, Tensor gate, Tensor up, Activation act);
+void gated_backward(Tensor d_gate, Tensor d_up, Tensor d_out, Tensor gate, Tensor up, Activation act);
+
+// ---------------------------------------------------------------------------------------------------
+// Softmax cross-entropy over a vocabulary, fused with its backward.
+// logits [N,V]; targets i32 [N]; rows whose target == ignore_index contribute no loss and no gradient.
+// losses [N] receives -log softmax(logits)[target] (0 for ignored rows).
+// d_logits [N,V] (may alias logits; skipped if undefined) = (softmax - onehot) * grad_scale, 0 on
+// ignored rows. grad_scale = 1/(number of counted rows) gives the gradient of the mean loss.
+void cross_entropy(Tensor losses, Tensor d_logits, Tensor logits, Tensor targets, int ignore_index,
+                   double grad_scale);
+
+// ---------------------------------------------------------------------------------------------------
+// AdamW (torch.optim.AdamW semantics, decoupled weight decay), one step t >= 1 for one tensor:
+//   param *= 1 - lr*weight_decay;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+//   param -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
+struct AdamWStep {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+  int64_t step = 1;
+};
+void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& s);
+
+// Global gradient norm sqrt(sum over tensors of sum g^2), then clipping as torch.nn.utils.clip_grad_norm_:
+// when norm > max_norm every gradient is scaled by max_norm / (norm + 1e-6). Returns the norm before
+// clipping. (Data-parallel training combines sum_squares across ranks itself.)
+double global_norm(std::span<const Tensor> grads);
+double clip_grad_norm(std::span<const Tensor> grads, double max_norm);
+
+// ---------------------------------------------------------------------------------------------------
+// The generic attention operation of DESIGN.md, for q [B,T,H,dh] and k, v [B,S,Hkv,dh] (strided
+// views; H a multiple of Hkv: grouped-query attention), out [B,T,H,dh]:
+//   s_ij = scale * <q_i, k_j>      over the keys j the mask lets query i see
+//   w_ij = sim(s_ij);  Z_i = norm(w_i.);  o_i = sum_j (w_ij / Z_i) v_j
+// The variant issue adds sim/norm/mask cases to these enums and to attention_math.hpp only.
+enum class AttnSim : uint8_t { exp };   // softmax numerator, computed with the running max
+enum class AttnNorm : uint8_t { sum };  // softmax denominator
+enum class AttnMask : uint8_t { causal };
+
+struct AttentionSpec {
+  double scale = 0.0;  // 0 means 1/sqrt(dh)
+  AttnSim sim = AttnSim::exp;
+  AttnNorm norm = AttnNorm::sum;
+  AttnMask mask = AttnMask::causal;
+};
+
+// stats [B,H,T] f32/f64: per-row statistics the backward needs to recompute the weights without
+// storing the T x T matrix (for softmax: the log of the normaliser, m + log(sum exp(s - m))).
+void attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec);
+void attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, Tensor k, Tensor v,
+                        Tensor out, Tensor stats, const AttentionSpec& spec);
+// The normalised attention matrix probs [B,H,T,S] (0 where masked) — what the sink probe measures.
+void attention_probs(Tensor probs, Tensor q, Tensor k, const AttentionSpec& spec);
+
+}  // namespace sinklab::ops
