@@ -162,9 +162,12 @@ def read_shard(path: str | Path, verify_checksum: bool = True) -> tuple[ShardHea
 
 
 def shard_info_lines(path: str | Path) -> list[str]:
-    """key=value lines, the same keys `sinklab-shard info` prints."""
+    """key=value lines in the format of `sinklab-shard info` (bos_id -1 for none, crc32 in hex)."""
     h, _ = read_shard(path)
-    return [f"{k}={v}" for k, v in asdict(h).items()]
+    d = asdict(h)
+    d["bos_id"] = -1 if h.bos_id == NO_BOS else h.bos_id
+    d["crc32"] = f"{h.crc32:08x}"
+    return [f"{k}={v}" for k, v in d.items()]
 
 
 # ----------------------------------------------------------------------------------------------

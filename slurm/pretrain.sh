@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Generic pre-training job: CONFIG=jobs/pretrain/<x>.ini sbatch slurm/pretrain.sh [--flag=value ...]
+# (the 60M default and every variant job file). Resources are overridable on the sbatch line.
+#SBATCH --job-name=sinklab-pretrain
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=8
+#SBATCH --gpus-per-node=8
+#SBATCH --cpus-per-task=8
+#SBATCH --time=24:00:00
+#SBATCH --signal=USR1@120
+#SBATCH --requeue
+#SBATCH --output=logs/%x-%j.out
+set -uo pipefail
+source "$(dirname "$0")/common.sh" 2>/dev/null || source "$SLURM_SUBMIT_DIR/slurm/common.sh"
+
+CONFIG=${CONFIG:-jobs/pretrain/60m_default.ini}
+OUT_DIR=${OUT_DIR:-results/$(basename "$CONFIG" .ini)}
+sinklab_srun "$SINKLAB_BIN/sinklab-pretrain" --config "$CONFIG" --out-dir "$OUT_DIR" --device "${DEVICE:-cuda}" --resume "$@"
+status=$?
+[ $status -eq 0 ] && sinklab_requeue_unless_done "$OUT_DIR"
+exit $status

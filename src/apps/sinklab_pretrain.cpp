@@ -1,0 +1,19 @@
+// sinklab-pretrain: pre-trains a LLaMA-style model on token shards, logging loss and the attention-sink
+// metric into HDF5 (see train/trainer.hpp). Run under mpirun/srun for data parallelism.
+//   sinklab-pretrain --config jobs/pretrain/60m_default.ini [--flag=value ...]
+#include "core/error.hpp"
+#include "dist/mpi.hpp"
+#include "train/train_config.hpp"
+#include "train/trainer.hpp"
+
+int main(int argc, char** argv) {
+  auto world = sinklab::dist::World::init(argc, argv);
+  return sinklab::run_main(
+      "sinklab-pretrain",
+      [&] {
+        sinklab::train::TrainConfig cfg;
+        if (!sinklab::train::parse_train_config(argc, argv, cfg, world.size())) return 0;
+        return sinklab::train::run_pretraining(cfg, world);
+      },
+      world.abort_hook());
+}

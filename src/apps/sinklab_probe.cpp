@@ -1,0 +1,156 @@
+// sinklab-probe: the attention-sink metrics of a saved sinklab checkpoint, written into HDF5 under
+// /models/<name>/<input>/<domain> (DESIGN.md schema): alpha[L,H,K], sink[eps], massive_ratio[L].
+//   sinklab-probe --checkpoint results/run/checkpoints --data data/mini/valid.bin --out results/probe.h5
+#include <boost/program_options.hpp>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "dist/mpi.hpp"
+#include "io/h5.hpp"
+#include "io/shard.hpp"
+#include "model/transformer.hpp"
+#include "probe/inputs.hpp"
+#include "probe/model_probe.hpp"
+#include "train/checkpoint.hpp"
+
+namespace po = boost::program_options;
+using namespace sinklab;
+
+namespace {
+
+struct ProbeOptions {
+  std::string checkpoint, data, out, name, domain, input, sink_eps;
+  int64_t sequences = 100, length = 64, stride = 0, batch = 16;
+  int max_k = 8;
+  uint64_t seed = 1234;
+};
+
+bool parse(int argc, char** argv, ProbeOptions& o) {
+  po::options_description desc("sinklab-probe options");
+  desc.add_options()
+      ("help", "print this help")
+      ("checkpoint", po::value(&o.checkpoint)->required(), "a step_<N> checkpoint directory, or a directory of them (newest is used)")
+      ("data", po::value(&o.data), "held-out token shard (natural inputs)")
+      ("input", po::value(&o.input)->default_value("natural"), "natural | random | repeat")
+      ("sequences", po::value(&o.sequences)->default_value(100), "number of sequences")
+      ("length", po::value(&o.length)->default_value(64), "tokens per sequence (T)")
+      ("stride", po::value(&o.stride)->default_value(0), "natural: distance between sequence starts (0 = the model's context)")
+      ("max-k", po::value(&o.max_k)->default_value(8), "positions k = 1..K whose alpha_k is stored")
+      ("sink-eps", po::value(&o.sink_eps)->default_value("0.2,0.3,0.4"), "thresholds, comma-separated")
+      ("batch", po::value(&o.batch)->default_value(16), "sequences per forward pass")
+      ("seed", po::value(&o.seed)->default_value(1234), "seed of random/repeat inputs")
+      ("out", po::value(&o.out)->required(), "HDF5 results file (created or extended)")
+      ("name", po::value(&o.name)->default_value(""), "model name in the file (default: checkpoint directory name)")
+      ("domain", po::value(&o.domain)->default_value("mixed"), "domain label of the inputs");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    if (vm.count("help")) {
+      std::cout << desc << "\n";
+      return false;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    SL_FAIL("%s (see --help)", e.what());
+  }
+  return true;
+}
+
+std::vector<double> parse_eps(const std::string& s) {
+  std::vector<double> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      out.push_back(std::stod(item));
+    } catch (const std::logic_error&) {
+      SL_FAIL("--sink-eps: '%s' is not a number", item.c_str());
+    }
+    SL_CHECK(out.back() > 0 && out.back() < 1, "--sink-eps values must lie in (0, 1)");
+  }
+  return out;
+}
+
+int run(const ProbeOptions& o) {
+  std::string path = o.checkpoint;
+  if (!std::filesystem::exists(path + "/" + train::kCheckpointManifest)) {
+    auto latest = train::latest_checkpoint(path);
+    if (!latest) latest = train::latest_checkpoint(path + "/checkpoints");
+    SL_CHECK(latest.has_value(), "--checkpoint: no complete checkpoint in %s", path.c_str());
+    path = *latest;
+  }
+  train::CheckpointInfo ckpt = train::open_checkpoint(path);
+  model::ModelConfig cfg = model::ModelConfig::from_hf_config_json(train::read_config_json(ckpt), path + "/config.json");
+  SL_CHECK(o.length >= 1 && o.length <= cfg.context, "--length must lie in [1, %d] (the model's context)", cfg.context);
+  SL_CHECK(o.max_k >= 1 && o.max_k <= o.length, "--max-k must lie in [1, --length]");
+  SL_CHECK(o.sequences >= 1 && o.batch >= 1, "--sequences and --batch must be positive");
+  model::Transformer model(cfg);
+  std::vector<io::NamedTensor> weights;
+  for (const auto& spec : model.specs()) weights.push_back({spec.name, model.param(spec.name)});
+  train::load_weights(ckpt, weights);
+
+  const probe::InputMode mode = probe::parse_input_mode(o.input);
+  Buffer buf = Buffer::for_tensor(DType::i32, {o.sequences, o.length});
+  Tensor inputs = buf.view(DType::i32, {o.sequences, o.length});
+  int64_t bos = 0;
+  if (mode == probe::InputMode::natural) {
+    SL_CHECK(!o.data.empty(), "--input natural needs --data SHARD");
+    io::Shard shard(o.data);
+    SL_CHECK(shard.header().vocab_size <= uint32_t(cfg.vocab_size), "%s: vocabulary %u exceeds the model's %d",
+             o.data.c_str(), shard.header().vocab_size, cfg.vocab_size);
+    probe::natural_inputs(inputs, shard, o.stride > 0 ? o.stride : cfg.context);
+  } else {
+    // Special tokens are excluded (paper Sec. 3.3): the shards' EOS/BOS when --data names one.
+    std::vector<uint32_t> specials;
+    if (!o.data.empty()) {
+      io::Shard shard(o.data, false);
+      specials.push_back(shard.header().eos_id);
+      if (shard.header().bos_id != io::kNoBos) specials.push_back(shard.header().bos_id);
+    }
+    if (mode == probe::InputMode::random) probe::random_inputs(inputs, uint32_t(cfg.vocab_size), specials, o.seed);
+    else probe::repeat_inputs(inputs, uint32_t(cfg.vocab_size), specials, o.seed);
+  }
+
+  const std::vector<double> eps = parse_eps(o.sink_eps);
+  probe::ModelProbe probe(cfg.n_layers, cfg.n_heads, o.length, o.max_k, eps);
+  for (int64_t first = 0; first < o.sequences; first += o.batch) {
+    const int64_t n = std::min(o.batch, o.sequences - first);
+    model.forward_observe(inputs.slice(0, first, n), probe);
+    log::info("probe: %lld/%lld sequences", (long long)(first + n), (long long)o.sequences);
+  }
+  probe::ProbeResult r = probe.result();
+
+  const std::string name = o.name.empty() ? std::filesystem::path(path).parent_path().parent_path().filename().string() + "_" +
+                                                std::filesystem::path(path).filename().string()
+                                          : o.name;
+  io::RootInfo info{SINKLAB_VERSION, "", io::now_utc_iso(), "sinklab-probe", ""};
+  io::ResultsFile out = io::ResultsFile::open_or_create(o.out, info);
+  const std::string g = "/models/" + name + "/" + o.input + "/" + o.domain;
+  out.create_group(g);
+  out.write_array(g + "/alpha", {cfg.n_layers, cfg.n_heads, o.max_k}, r.alpha_k.data());
+  out.write_array(g + "/sink", {int64_t(eps.size())}, r.sink.data());
+  out.write_array(g + "/sink_eps", {int64_t(eps.size())}, eps.data());
+  out.write_array(g + "/massive_ratio", {cfg.n_layers}, r.massive_ratio.data());
+  out.set_attr(g, "n_seq", o.sequences);
+  out.set_attr(g, "T", o.length);
+  out.set_attr(g, "bos", bos);
+  out.set_attr(g, "checkpoint", path);
+  out.commit();
+  std::string line;
+  for (size_t i = 0; i < eps.size(); ++i) line += strfmt("%sSink_1^%g = %.2f%%", i ? ", " : "", eps[i], r.sink[i]);
+  log::info("%s [%s/%s]: %s -> %s", name.c_str(), o.input.c_str(), o.domain.c_str(), line.c_str(), o.out.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return run_main("sinklab-probe", [&] {
+    ProbeOptions o;
+    if (!parse(argc, argv, o)) return 0;
+    return run(o);
+  });
+}

@@ -1,0 +1,377 @@
+// The generic attention operation on the CPU (ops.hpp; math in backend/attention_math.hpp).
+//
+// Layout: q [B,T,H,dh], k/v [B,S,Hkv,dh], out [B,T,H,dh] are strided views (last dim contiguous): the
+// rows of one head, t = 0..T-1, form a row-major matrix with leading dimension stride[1], which BLAS
+// reads in place (a head slice of a fused [B*T, (H+2Hkv)*dh] QKV buffer costs no copy).
+//
+// Forward, one (b, h) per OpenMP task, query blocks of kBlock rows:
+//   S_blk = scale * Q_blk K[kb:ke]^T       (gemm; [kb,ke) = union of the block rows' visible keys)
+//   per row: shift m (running max), w~ = sim(s; m) where visible else 0, Z~ = norm(w~),
+//            stat = m + log Z~, P = w~ / Z~     (the generic pieces of attention_math.hpp)
+//   O_blk = P V[kb:ke]                     (gemm)
+// Backward, one (b, kv head) per task so that dk/dv of a group are written by one thread only (race
+// free without atomics); within it every query head of the group and every query block:
+//   S_blk = scale Q_blk K^T, P = prob(S, stat) (recomputed: no T x T storage between the passes),
+//   dP = dO_blk V^T, D_i = dO_i . o_i, dS = dscore(S, P, stat, dP, D),
+//   dV += P^T dO_blk, dQ_blk = scale dS K, dK += scale dS^T Q_blk     (gemms)
+// Whole visible key ranges per query block (rather than key blocks with online rescaling) keep the
+// loops simple; the scratch is 2 x kBlock x S values per thread.
+//
+// The per-element work runs in the storage type (f32 weights go through the vectorised attn_exp) with
+// row reductions (max, normaliser, D) accumulated in double.
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "backend/attention_math.hpp"
+#include "backend/cpu/cpu_backend.hpp"
+#include "backend/cpu/cpu_common.hpp"
+
+namespace sinklab {
+
+using cpu::dispatch_float;
+
+namespace {
+
+constexpr int64_t kBlock = 64;  // query rows per block
+
+// C[M,N] = alpha * op(A) . op(B) + beta * C, row-major, in float or double.
+template <class T>
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
+          int64_t ldb, T beta, T* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  const CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, opa, opb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C,
+                int(ldc));
+  } else {
+    cblas_dgemm(CblasRowMajor, opa, opb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C,
+                int(ldc));
+  }
+}
+
+// A [B, L, heads, dh] strided view: head (b, h) is the row-major matrix at(b, 0, h) with rows of dh
+// elements and leading dimension ld.
+template <class T>
+struct Heads {
+  T* base = nullptr;
+  int64_t sb = 0, sl = 0, sh = 0, ld = 1;
+  T* at(int64_t b, int64_t l, int64_t h) const { return base + b * sb + l * sl + h * sh; }
+};
+
+template <class T>
+Heads<T> heads_of(const Tensor& t, const char* op, const char* arg) {
+  Heads<T> v;
+  if (!t.defined()) return v;
+  SL_CHECK(t.stride[3] == 1 || t.shape[3] == 1, "%s: the last dimension of %s must be contiguous (stride %lld)",
+           op, arg, (long long)t.stride[3]);
+  for (int d = 0; d < 3; ++d)
+    SL_CHECK(t.stride[d] >= 0, "%s: %s has a negative stride", op, arg);
+  SL_CHECK(t.shape[1] <= 1 || t.stride[1] >= t.shape[3],
+           "%s: rows of %s overlap (stride %lld over positions < head dim %lld)", op, arg, (long long)t.stride[1],
+           (long long)t.shape[3]);
+  v.base = t.ptr<T>();
+  v.sb = t.stride[0];
+  v.sl = t.stride[1];
+  v.sh = t.stride[2];
+  v.ld = std::max<int64_t>(t.shape[1] <= 1 ? t.shape[3] : t.stride[1], 1);
+  return v;
+}
+
+// A [B, H, T] (stats) or [B, H, T, S] (probs) view: element / row (b, h, i).
+template <class T>
+struct RowStat {
+  T* base = nullptr;
+  int64_t sb = 0, sh = 0, st = 0;
+  T* at(int64_t b, int64_t h, int64_t i) const { return base + b * sb + h * sh + i * st; }
+};
+
+struct Dims {
+  int64_t B = 0, T = 0, S = 0, H = 0, Hkv = 0, dh = 0;
+};
+
+void check_4d(const Tensor& t, const char* op, const char* arg) {
+  SL_CHECK(t.defined(), "%s: %s is required", op, arg);
+  SL_CHECK(t.ndim == 4, "%s: %s must be [B,L,heads,dh], got %s", op, arg, t.shape_str().c_str());
+}
+
+// Validates q/k (and v when defined) and the spec; returns the problem dimensions.
+Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionSpec& spec) {
+  check_4d(q, op, "q");
+  check_4d(k, op, "k");
+  Dims d{q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3]};
+  SL_CHECK(k.shape[0] == d.B && k.shape[3] == d.dh, "%s: k %s does not match q %s (same B and head dim)", op,
+           k.shape_str().c_str(), q.shape_str().c_str());
+  SL_CHECK(d.Hkv > 0 && d.H % d.Hkv == 0, "%s: query heads (%lld) must be a multiple of key/value heads (%lld)",
+           op, (long long)d.H, (long long)d.Hkv);
+  if (v.defined()) {
+    check_4d(v, op, "v");
+    cpu::check_same_shape(v, k, op, "v", "k");
+    SL_CHECK(v.dtype == q.dtype, "%s: v is %s but q is %s", op, dtype_name(v.dtype), dtype_name(q.dtype));
+  }
+  SL_CHECK(k.dtype == q.dtype, "%s: k is %s but q is %s", op, dtype_name(k.dtype), dtype_name(q.dtype));
+  switch (spec.mask) {
+    case ops::AttnMask::causal:
+      SL_CHECK(d.S == d.T, "%s: the causal mask needs as many keys as queries (S=%lld, T=%lld)", op,
+               (long long)d.S, (long long)d.T);
+      break;
+  }
+  SL_CHECK(spec.scale >= 0.0 && std::isfinite(spec.scale), "%s: scale must be finite and >= 0 (0 = 1/sqrt(dh))",
+           op);
+  return d;
+}
+
+void check_like(const Tensor& t, const Tensor& ref, const char* op, const char* arg, const char* ref_name) {
+  if (!t.defined()) return;
+  check_4d(t, op, arg);
+  cpu::check_same_shape(t, ref, op, arg, ref_name);
+  SL_CHECK(t.dtype == ref.dtype, "%s: %s is %s but %s is %s", op, arg, dtype_name(t.dtype), ref_name,
+           dtype_name(ref.dtype));
+}
+
+void check_stats(const Tensor& stats, const Dims& d, const Tensor& q, const char* op) {
+  check_shape(stats, {d.B, d.H, d.T}, op, "stats");
+  SL_CHECK(stats.dtype == q.dtype, "%s: stats is %s but q is %s", op, dtype_name(stats.dtype), dtype_name(q.dtype));
+}
+
+double scale_of(const ops::AttentionSpec& spec, int64_t dh) {
+  return spec.scale > 0.0 ? spec.scale : 1.0 / std::sqrt(double(dh));
+}
+
+// The key range [kb, ke) visible to any of the query rows [i0, i1).
+void block_keys(ops::AttnMask mask, int64_t i0, int64_t i1, int64_t S, int64_t* kb, int64_t* ke) {
+  *kb = S;
+  *ke = 0;
+  for (int64_t i = i0; i < i1; ++i) {
+    *kb = std::min(*kb, math::attn_key_begin(mask, i, S));
+    *ke = std::max(*ke, math::attn_key_end(mask, i, S));
+  }
+  if (*ke < *kb) *ke = *kb;
+}
+
+// Turns one row of scores s[0..n) (keys kb..kb+n-1, query i) into probabilities in place (0 where
+// masked) and returns the row statistic log Z.
+template <class T>
+T normalise_row(const ops::AttentionSpec& spec, T* s, int64_t n, int64_t i, int64_t kb, int64_t S) {
+  const int64_t jb = std::max<int64_t>(math::attn_key_begin(spec.mask, i, S) - kb, 0);
+  const int64_t je = std::clamp<int64_t>(math::attn_key_end(spec.mask, i, S) - kb, jb, n);
+  T m = T(0);
+  if (math::attn_uses_max(spec.sim, spec.norm)) {
+    m = -std::numeric_limits<T>::infinity();
+    for (int64_t j = jb; j < je; ++j)
+      if (math::attn_visible(spec.mask, i, kb + j)) m = std::max(m, s[j]);
+    if (!(m > -std::numeric_limits<T>::infinity())) m = T(0);  // no visible key
+  }
+  double acc = 0.0;
+  for (int64_t j = 0; j < jb; ++j) s[j] = T(0);
+#pragma omp simd reduction(+ : acc)
+  for (int64_t j = jb; j < je; ++j) {
+    const bool vis = math::attn_visible(spec.mask, i, kb + j);
+    const T w = vis ? math::attn_sim(spec.sim, s[j], m) : T(0);
+    s[j] = w;
+    acc += vis ? double(math::attn_norm_term(spec.norm, w)) : 0.0;
+  }
+  for (int64_t j = je; j < n; ++j) s[j] = T(0);
+  const double z = math::attn_norm_finish(spec.norm, acc);
+  const T inv = T(math::attn_inv_norm(z));
+#pragma omp simd
+  for (int64_t j = jb; j < je; ++j) s[j] *= inv;
+  return T(math::attn_stat(double(m), z));
+}
+
+// Per-thread scratch for the score blocks.
+template <class T>
+struct Scratch {
+  std::vector<T> s, dp;
+  explicit Scratch(int64_t S, bool backward) : s(size_t(kBlock * std::max<int64_t>(S, 1))) {
+    if (backward) dp.resize(s.size());
+  }
+};
+
+template <class T>
+void forward_impl(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const ops::AttentionSpec& spec,
+                  const Dims& d) {
+  const char* op = "attention_forward";
+  const Heads<T> Q = heads_of<T>(q, op, "q"), K = heads_of<T>(k, op, "k"), V = heads_of<T>(v, op, "v"),
+                 O = heads_of<T>(out, op, "out");
+  RowStat<T> L{stats.defined() ? stats.ptr<T>() : nullptr, stats.stride[0], stats.stride[1], stats.stride[2]};
+  const T scale = T(scale_of(spec, d.dh));
+  const int64_t group = d.H / d.Hkv;
+#pragma omp parallel if (d.B * d.H * d.T * d.S * d.dh > 32768)
+  {
+    Scratch<T> scratch(d.S, false);
+#pragma omp for collapse(2) schedule(dynamic)
+    for (int64_t b = 0; b < d.B; ++b)
+      for (int64_t h = 0; h < d.H; ++h) {
+        const int64_t g = h / group;
+        for (int64_t i0 = 0; i0 < d.T; i0 += kBlock) {
+          const int64_t rows = std::min(kBlock, d.T - i0);
+          int64_t kb, ke;
+          block_keys(spec.mask, i0, i0 + rows, d.S, &kb, &ke);
+          const int64_t n = ke - kb;
+          T* s = scratch.s.data();
+          gemm<T>(false, true, rows, n, d.dh, scale, Q.at(b, i0, h), Q.ld, K.at(b, kb, g), K.ld, T(0), s, n);
+          for (int64_t r = 0; r < rows; ++r) {
+            T stat = normalise_row<T>(spec, s + r * n, n, i0 + r, kb, d.S);
+            if (L.base) *L.at(b, h, i0 + r) = stat;
+          }
+          if (n > 0) {
+            gemm<T>(false, false, rows, d.dh, n, T(1), s, n, V.at(b, kb, g), V.ld, T(0), O.at(b, i0, h), O.ld);
+          } else {
+            for (int64_t r = 0; r < rows; ++r) std::fill_n(O.at(b, i0 + r, h), d.dh, T(0));
+          }
+        }
+      }
+  }
+}
+
+template <class T>
+void backward_impl(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, Tensor k, Tensor v, Tensor out,
+                   Tensor stats, const ops::AttentionSpec& spec, const Dims& d) {
+  const char* op = "attention_backward";
+  const Heads<T> Q = heads_of<T>(q, op, "q"), K = heads_of<T>(k, op, "k"), V = heads_of<T>(v, op, "v"),
+                 O = heads_of<T>(out, op, "out"), dO = heads_of<T>(d_out, op, "d_out"),
+                 dQ = heads_of<T>(d_q, op, "d_q"), dK = heads_of<T>(d_k, op, "d_k"), dV = heads_of<T>(d_v, op, "d_v");
+  const RowStat<T> L{stats.ptr<T>(), stats.stride[0], stats.stride[1], stats.stride[2]};
+  const T scale = T(scale_of(spec, d.dh));
+  const int64_t group = d.H / d.Hkv;
+#pragma omp parallel if (d.B * d.H * d.T * d.S * d.dh > 32768)
+  {
+    Scratch<T> scratch(d.S, true);
+#pragma omp for collapse(2) schedule(dynamic)
+    for (int64_t b = 0; b < d.B; ++b)
+      for (int64_t g = 0; g < d.Hkv; ++g) {
+        // This task owns dk/dv of (b, g): written as zero, then accumulated over the group's heads.
+        for (int64_t j = 0; j < d.S; ++j) {
+          if (dK.base) std::fill_n(dK.at(b, j, g), d.dh, T(0));
+          if (dV.base) std::fill_n(dV.at(b, j, g), d.dh, T(0));
+        }
+        for (int64_t h = g * group; h < (g + 1) * group; ++h)
+          for (int64_t i0 = 0; i0 < d.T; i0 += kBlock) {
+            const int64_t rows = std::min(kBlock, d.T - i0);
+            int64_t kb, ke;
+            block_keys(spec.mask, i0, i0 + rows, d.S, &kb, &ke);
+            const int64_t n = ke - kb;
+            if (n == 0) {
+              if (dQ.base)
+                for (int64_t r = 0; r < rows; ++r) std::fill_n(dQ.at(b, i0 + r, h), d.dh, T(0));
+              continue;
+            }
+            T* s = scratch.s.data();
+            T* dp = scratch.dp.data();
+            gemm<T>(false, true, rows, n, d.dh, scale, Q.at(b, i0, h), Q.ld, K.at(b, kb, g), K.ld, T(0), s, n);
+            gemm<T>(false, true, rows, n, d.dh, T(1), dO.at(b, i0, h), dO.ld, V.at(b, kb, g), V.ld, T(0), dp, n);
+            for (int64_t r = 0; r < rows; ++r) {
+              const int64_t i = i0 + r;
+              T* sr = s + r * n;
+              T* dpr = dp + r * n;
+              const T stat = *L.at(b, h, i);
+              const int64_t jb = std::max<int64_t>(math::attn_key_begin(spec.mask, i, d.S) - kb, 0);
+              const int64_t je = std::clamp<int64_t>(math::attn_key_end(spec.mask, i, d.S) - kb, jb, n);
+              const bool empty = !(stat > -std::numeric_limits<T>::infinity());
+              double D = 0.0;
+              const T* o = O.at(b, i, h);
+              const T* go = dO.at(b, i, h);
+#pragma omp simd reduction(+ : D)
+              for (int64_t c = 0; c < d.dh; ++c) D += double(o[c]) * double(go[c]);
+              for (int64_t j = 0; j < jb; ++j) sr[j] = dpr[j] = T(0);
+              for (int64_t j = je; j < n; ++j) sr[j] = dpr[j] = T(0);
+              if (empty) {
+                for (int64_t j = jb; j < je; ++j) sr[j] = dpr[j] = T(0);
+                continue;
+              }
+              const T Dt = T(D);
+#pragma omp simd
+              for (int64_t j = jb; j < je; ++j) {
+                const bool vis = math::attn_visible(spec.mask, i, kb + j);
+                const T p = vis ? math::attn_prob(spec.sim, sr[j], stat) : T(0);
+                const T ds = vis ? math::attn_dscore(spec.sim, spec.norm, sr[j], p, stat, dpr[j], Dt) : T(0);
+                sr[j] = p;
+                dpr[j] = ds;
+              }
+            }
+            if (dV.base) gemm<T>(true, false, n, d.dh, rows, T(1), s, n, dO.at(b, i0, h), dO.ld, T(1), dV.at(b, kb, g), dV.ld);
+            if (dQ.base) gemm<T>(false, false, rows, d.dh, n, scale, dp, n, K.at(b, kb, g), K.ld, T(0), dQ.at(b, i0, h), dQ.ld);
+            if (dK.base) gemm<T>(true, false, n, d.dh, rows, scale, dp, n, Q.at(b, i0, h), Q.ld, T(1), dK.at(b, kb, g), dK.ld);
+          }
+      }
+  }
+}
+
+template <class T>
+void probs_impl(Tensor probs, Tensor q, Tensor k, const ops::AttentionSpec& spec, const Dims& d) {
+  const char* op = "attention_probs";
+  const Heads<T> Q = heads_of<T>(q, op, "q"), K = heads_of<T>(k, op, "k");
+  SL_CHECK(probs.stride[3] == 1 || d.S == 1, "%s: the last dimension of probs must be contiguous", op);
+  const RowStat<T> P{probs.ptr<T>(), probs.stride[0], probs.stride[1], probs.stride[2]};
+  const T scale = T(scale_of(spec, d.dh));
+  const int64_t group = d.H / d.Hkv;
+#pragma omp parallel if (d.B * d.H * d.T * d.S * d.dh > 32768)
+  {
+    Scratch<T> scratch(d.S, false);
+#pragma omp for collapse(2) schedule(dynamic)
+    for (int64_t b = 0; b < d.B; ++b)
+      for (int64_t h = 0; h < d.H; ++h) {
+        const int64_t g = h / group;
+        for (int64_t i0 = 0; i0 < d.T; i0 += kBlock) {
+          const int64_t rows = std::min(kBlock, d.T - i0);
+          int64_t kb, ke;
+          block_keys(spec.mask, i0, i0 + rows, d.S, &kb, &ke);
+          const int64_t n = ke - kb;
+          T* s = scratch.s.data();
+          gemm<T>(false, true, rows, n, d.dh, scale, Q.at(b, i0, h), Q.ld, K.at(b, kb, g), K.ld, T(0), s, n);
+          for (int64_t r = 0; r < rows; ++r) {
+            normalise_row<T>(spec, s + r * n, n, i0 + r, kb, d.S);
+            T* row = P.at(b, h, i0 + r);
+            std::fill_n(row, kb, T(0));
+            std::copy_n(s + r * n, n, row + kb);
+            std::fill_n(row + ke, d.S - ke, T(0));
+          }
+        }
+      }
+  }
+}
+
+}  // namespace
+
+void CpuBackend::attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec) {
+  const char* op = "attention_forward";
+  SL_CHECK(v.defined(), "%s: v is required", op);
+  Dims d = check_qkv(op, q, k, v, spec);
+  check_like(out, q, op, "out", "q");
+  SL_CHECK(out.defined(), "%s: out is required", op);
+  if (stats.defined()) check_stats(stats, d, q, op);
+  dispatch_float(q.dtype, op, [&](auto zero) { forward_impl<decltype(zero)>(out, stats, q, k, v, spec, d); });
+}
+
+void CpuBackend::attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, Tensor k, Tensor v,
+                                    Tensor out, Tensor stats, const AttentionSpec& spec) {
+  const char* op = "attention_backward";
+  SL_CHECK(v.defined(), "%s: v is required", op);
+  Dims d = check_qkv(op, q, k, v, spec);
+  SL_CHECK(out.defined() && d_out.defined() && stats.defined(), "%s: out, d_out and stats are required", op);
+  check_like(out, q, op, "out", "q");
+  check_like(d_out, q, op, "d_out", "q");
+  check_like(d_q, q, op, "d_q", "q");
+  check_like(d_k, k, op, "d_k", "k");
+  check_like(d_v, v, op, "d_v", "v");
+  check_stats(stats, d, q, op);
+  dispatch_float(q.dtype, op, [&](auto zero) {
+    backward_impl<decltype(zero)>(d_q, d_k, d_v, d_out, q, k, v, out, stats, spec, d);
+  });
+}
+
+void CpuBackend::attention_probs(Tensor probs, Tensor q, Tensor k, const AttentionSpec& spec) {
+  const char* op = "attention_probs";
+  Dims d = check_qkv(op, q, k, Tensor{}, spec);
+  check_shape(probs, {d.B, d.H, d.T, d.S}, op, "probs");
+  SL_CHECK(probs.dtype == q.dtype, "%s: probs is %s but q is %s", op, dtype_name(probs.dtype), dtype_name(q.dtype));
+  dispatch_float(q.dtype, op, [&](auto zero) { probs_impl<decltype(zero)>(probs, q, k, spec, d); });
+}
+
+}  // namespace sinklab

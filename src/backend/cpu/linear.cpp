@@ -1,0 +1,198 @@
+// Matmul-family CPU ops over BLAS (cblas_sgemm / cblas_dgemm, row-major): linear forward/backward
+// (nn.Linear layout, weight [N,K]) and the general (batched) matmul.
+//
+// Every operand is read as a row-major matrix with a leading dimension: a [*, K] tensor whose leading
+// dimensions collapse into one row stride (a slice of a fused buffer, row stride > K, is fine).
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <initializer_list>
+#include <type_traits>
+
+#include "backend/cpu/cpu_backend.hpp"
+#include "backend/cpu/cpu_common.hpp"
+
+namespace sinklab {
+
+using cpu::dispatch_float;
+
+namespace {
+
+// A tensor [*, cols] seen as a row-major matrix: element (r, c) at ptr[r * ld + c].
+struct Mat {
+  void* ptr = nullptr;
+  int64_t rows = 0, cols = 0, ld = 1;
+};
+
+// Collapses the leading dimensions of t into rows; they must have one common row stride.
+Mat as_matrix(const Tensor& t, const char* op, const char* arg) {
+  SL_CHECK(t.ndim >= 1, "%s: %s must have at least one dimension", op, arg);
+  cpu::Rows r = cpu::rows_of(t, op, arg);
+  Mat m{t.data, r.rows, r.cols, r.cols};
+  // Row stride = stride of the innermost leading dim of size > 1; every outer one must be a multiple.
+  int64_t expect = -1;
+  for (int d = r.lead_ndim - 1; d >= 0; --d) {
+    if (r.lead_shape[d] == 1) continue;
+    if (expect < 0) {
+      m.ld = r.lead_stride[d];
+    } else {
+      SL_CHECK(r.lead_stride[d] == expect,
+               "%s: the leading dimensions of %s %s do not collapse into rows with one stride", op, arg,
+               t.shape_str().c_str());
+    }
+    expect = r.lead_stride[d] * r.lead_shape[d];
+  }
+  SL_CHECK(m.ld >= m.cols || m.rows <= 1, "%s: rows of %s overlap (row stride %lld < %lld columns)", op, arg,
+           (long long)m.ld, (long long)m.cols);
+  m.ld = std::max<int64_t>(m.ld, std::max<int64_t>(m.cols, 1));
+  return m;
+}
+
+void check_same_dtype(std::initializer_list<Tensor> ts, DType dt, const char* op) {
+  for (const Tensor& t : ts)
+    SL_CHECK(!t.defined() || t.dtype == dt, "%s: operands differ in dtype (%s vs %s)", op, dtype_name(t.dtype),
+             dtype_name(dt));
+}
+
+// C[M,N] = alpha * op(A) . op(B) + beta * C, row-major, in float or double.
+template <class T>
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
+          int64_t ldb, T beta, T* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  const CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, opa, opb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C,
+                int(ldc));
+  } else {
+    cblas_dgemm(CblasRowMajor, opa, opb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C,
+                int(ldc));
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------
+// out[M,N] = in[M,K] . weight[N,K]^T (+ bias[N])
+void CpuBackend::linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bias) {
+  const char* op = "linear_forward";
+  Mat x = as_matrix(in, op, "in"), w = as_matrix(weight, op, "weight"), y = as_matrix(out, op, "out");
+  SL_CHECK(weight.ndim == 2, "linear_forward: weight must be [N,K], got %s", weight.shape_str().c_str());
+  const int64_t M = x.rows, K = x.cols, N = w.rows;
+  SL_CHECK(w.cols == K, "linear_forward: in %s and weight %s disagree on K", in.shape_str().c_str(),
+           weight.shape_str().c_str());
+  SL_CHECK(y.rows == M && y.cols == N, "linear_forward: out %s, expected [%lld rows, %lld]",
+           out.shape_str().c_str(), (long long)M, (long long)N);
+  if (bias.defined()) check_shape(bias, {N}, op, "bias");
+  check_same_dtype({in, weight, bias}, out.dtype, op);
+  dispatch_float(out.dtype, op, [&](auto zero) {
+    using T = decltype(zero);
+    T* o = static_cast<T*>(y.ptr);
+    T beta = T(0);
+    if (bias.defined()) {  // out rows start as the bias, the gemm adds onto them (beta = 1)
+      const T* b = bias.ptr<T>();
+      const int64_t bs = bias.stride[0];
+#pragma omp parallel for schedule(static) if (M * N > 16384)
+      for (int64_t r = 0; r < M; ++r)
+        for (int64_t c = 0; c < N; ++c) o[r * y.ld + c] = b[c * bs];
+      beta = T(1);
+    }
+    gemm<T>(false, true, M, N, K, T(1), static_cast<const T*>(x.ptr), x.ld, static_cast<const T*>(w.ptr), w.ld,
+            beta, o, y.ld);
+  });
+}
+
+// d_in[M,K]      = d_out[M,N] . weight[N,K]     (written)
+// d_weight[N,K] += d_out[M,N]^T . in[M,K]        (accumulated)
+// d_bias[N]     += sum over rows of d_out        (accumulated)
+void CpuBackend::linear_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, Tensor d_out, Tensor in,
+                                 Tensor weight) {
+  const char* op = "linear_backward";
+  Mat dy = as_matrix(d_out, op, "d_out");
+  const int64_t M = dy.rows, N = dy.cols;
+  DType dt = d_out.dtype;
+  check_same_dtype({d_in, d_weight, d_bias, in, weight}, dt, op);
+  dispatch_float(dt, op, [&](auto zero) {
+    using T = decltype(zero);
+    const T* g = static_cast<const T*>(dy.ptr);
+    if (d_in.defined()) {
+      Mat w = as_matrix(weight, op, "weight"), dx = as_matrix(d_in, op, "d_in");
+      SL_CHECK(weight.ndim == 2 && w.rows == N, "linear_backward: weight %s does not match d_out %s",
+               weight.shape_str().c_str(), d_out.shape_str().c_str());
+      SL_CHECK(dx.rows == M && dx.cols == w.cols, "linear_backward: d_in %s, expected [%lld rows, %lld]",
+               d_in.shape_str().c_str(), (long long)M, (long long)w.cols);
+      gemm<T>(false, false, M, w.cols, N, T(1), g, dy.ld, static_cast<const T*>(w.ptr), w.ld, T(0),
+              static_cast<T*>(dx.ptr), dx.ld);
+    }
+    if (d_weight.defined()) {
+      Mat x = as_matrix(in, op, "in"), dw = as_matrix(d_weight, op, "d_weight");
+      SL_CHECK(x.rows == M, "linear_backward: in %s and d_out %s differ in rows", in.shape_str().c_str(),
+               d_out.shape_str().c_str());
+      SL_CHECK(d_weight.ndim == 2 && dw.rows == N && dw.cols == x.cols,
+               "linear_backward: d_weight %s, expected [%lld, %lld]", d_weight.shape_str().c_str(),
+               (long long)N, (long long)x.cols);
+      if (M > 0)
+        gemm<T>(true, false, N, x.cols, M, T(1), g, dy.ld, static_cast<const T*>(x.ptr), x.ld, T(1),
+                static_cast<T*>(dw.ptr), dw.ld);
+    }
+    if (d_bias.defined()) {
+      check_shape(d_bias, {N}, op, "d_bias");
+      T* db = d_bias.ptr<T>();
+      const int64_t bs = d_bias.stride[0];
+      // Column sums in double, 64 columns per task: each thread walks all rows for its columns.
+      constexpr int64_t kBlock = 64;
+      const int64_t blocks = (N + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (M * N > 16384)
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        const int64_t c0 = blk * kBlock, c1 = std::min(N, c0 + kBlock);
+        double acc[kBlock] = {};
+        for (int64_t r = 0; r < M; ++r) {
+          const T* row = g + r * dy.ld;
+          for (int64_t c = c0; c < c1; ++c) acc[c - c0] += double(row[c]);
+        }
+        for (int64_t c = c0; c < c1; ++c) db[c * bs] += T(acc[c - c0]);
+      }
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------------
+// out[b] = alpha * op(a[b]) . op(b[b]) + beta * out[b]
+//   2-D: a [M,K] ([K,M] if transpose_a), b [K,N] ([N,K] if transpose_b), out [M,N]
+//   3-D: the same with a common leading batch dimension (any batch stride, rows strided, last dim contiguous)
+void CpuBackend::matmul(Tensor out, Tensor a, Tensor b, bool transpose_a, bool transpose_b, double alpha,
+                        double beta) {
+  const char* op = "matmul";
+  SL_CHECK((out.ndim == 2 || out.ndim == 3) && a.ndim == out.ndim && b.ndim == out.ndim,
+           "matmul: operands must all be 2-D or all 3-D, got out %s, a %s, b %s", out.shape_str().c_str(),
+           a.shape_str().c_str(), b.shape_str().c_str());
+  check_same_dtype({a, b}, out.dtype, op);
+  const int o = out.ndim - 2;  // index of the row dimension
+  const int64_t batch = out.ndim == 3 ? out.shape[0] : 1;
+  if (out.ndim == 3)
+    SL_CHECK(a.shape[0] == batch && b.shape[0] == batch, "matmul: batch sizes differ: out %s, a %s, b %s",
+             out.shape_str().c_str(), a.shape_str().c_str(), b.shape_str().c_str());
+  const int64_t M = out.shape[o], N = out.shape[o + 1];
+  const int64_t K = transpose_a ? a.shape[o] : a.shape[o + 1];
+  const int64_t a_m = transpose_a ? a.shape[o + 1] : a.shape[o];
+  const int64_t b_k = transpose_b ? b.shape[o + 1] : b.shape[o];
+  const int64_t b_n = transpose_b ? b.shape[o] : b.shape[o + 1];
+  SL_CHECK(a_m == M && b_k == K && b_n == N, "matmul: shapes do not chain: out %s = a%s %s . b%s %s",
+           out.shape_str().c_str(), transpose_a ? "^T" : "", a.shape_str().c_str(), transpose_b ? "^T" : "",
+           b.shape_str().c_str());
+  for (const Tensor* t : {&out, &a, &b})
+    SL_CHECK(t->stride[o + 1] == 1 || t->shape[o + 1] == 1, "matmul: innermost dimension of %s must be contiguous",
+             t->shape_str().c_str());
+  auto ld = [&](const Tensor& t) { return std::max<int64_t>({t.stride[o], t.shape[o + 1], 1}); };
+  const int64_t lda = ld(a), ldb = ld(b), ldc = ld(out);
+  const int64_t sa = out.ndim == 3 ? a.stride[0] : 0, sb = out.ndim == 3 ? b.stride[0] : 0,
+                sc = out.ndim == 3 ? out.stride[0] : 0;
+  dispatch_float(out.dtype, op, [&](auto zero) {
+    using T = decltype(zero);
+    for (int64_t i = 0; i < batch; ++i)  // BLAS threads inside each product
+      gemm<T>(transpose_a, transpose_b, M, N, K, T(alpha), a.ptr<T>() + i * sa, lda, b.ptr<T>() + i * sb, ldb,
+              T(beta), out.ptr<T>() + i * sc, ldc);
+  });
+}
+
+}  // namespace sinklab

@@ -1,0 +1,95 @@
+// Rotary position embedding ("rotate half" layout, partial rotary, Llama-3.1 scaling), forward and
+// backward. Per-element math: rope_math.hpp.
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.hpp"
+#include "backend/cpu/cpu_common.hpp"
+#include "backend/rope_math.hpp"
+
+namespace sinklab {
+
+using cpu::dispatch_float;
+using cpu::Rows;
+using cpu::rows_of;
+
+namespace {
+
+// out = R(sign * angle) x for every head row. x, out [B,T,H,dh], any strides with a contiguous last dim;
+// out may be x itself (each pair is read completely before it is written). sign = +1 forward, -1
+// backward: the rotation is orthogonal, so its transpose (the backward) is the rotation by -angle.
+void rope_apply(Tensor out, Tensor x, Tensor positions, const ops::RopeConfig& cfg, double sign, const char* op) {
+  SL_CHECK(x.ndim == 4, "%s: expected [B,T,H,dh], got %s", op, x.shape_str().c_str());
+  cpu::check_same_shape(out, x, op, "out", "x");
+  SL_CHECK(out.dtype == x.dtype, "%s: operands differ in dtype", op);
+  const int64_t T = x.shape[1], H = x.shape[2], dh = x.shape[3];
+  SL_CHECK(cfg.rotary_dim > 0 && cfg.rotary_dim % 2 == 0 && cfg.rotary_dim <= dh,
+           "%s: rotary_dim %d must be even and in (0, head_dim %lld]", op, cfg.rotary_dim, (long long)dh);
+  SL_CHECK(cfg.base > 0.0, "%s: rope base %g must be positive", op, cfg.base);
+  if (cfg.llama3_factor > 0.0)
+    SL_CHECK(cfg.llama3_high_freq_factor > cfg.llama3_low_freq_factor && cfg.llama3_low_freq_factor > 0.0 &&
+                 cfg.llama3_original_max_position > 0.0,
+             "%s: llama3 scaling needs high_freq_factor (%g) > low_freq_factor (%g) > 0 and "
+             "original_max_position > 0",
+             op, cfg.llama3_high_freq_factor, cfg.llama3_low_freq_factor);
+  const int32_t* pos = nullptr;
+  if (positions.defined()) {
+    check_dtype(positions, DType::i32, op, "positions");
+    SL_CHECK(positions.is_contiguous() && positions.numel() == T, "%s: positions %s must be contiguous [T=%lld]", op,
+             positions.shape_str().c_str(), (long long)T);
+    pos = positions.ptr<int32_t>();
+  }
+  Rows rx = rows_of(x, op, "x"), ro = rows_of(out, op, "out");
+  const int half = cfg.rotary_dim / 2;
+
+  // cos/sin of every (position, pair) once, in double: T*half transcendentals instead of B*T*H*half.
+  std::vector<double> inv_freq(static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i) inv_freq[size_t(i)] = math::rope_inv_freq(i, cfg);
+  std::vector<double> cos_t(size_t(T * half)), sin_t(size_t(T * half));
+#pragma omp parallel for schedule(static) if (T * half > 16384)
+  for (int64_t t = 0; t < T; ++t) {
+    const double p = pos ? double(pos[t]) : double(t);
+    for (int i = 0; i < half; ++i) {
+      const double angle = p * inv_freq[size_t(i)];
+      cos_t[size_t(t * half + i)] = std::cos(angle);
+      sin_t[size_t(t * half + i)] = sign * std::sin(angle);
+    }
+  }
+
+  dispatch_float(x.dtype, op, [&](auto zero) {
+    using F = decltype(zero);
+#pragma omp parallel for schedule(static) if (rx.rows * rx.cols > 16384)
+    for (int64_t r = 0; r < rx.rows; ++r) {
+      const int64_t t = (r / H) % T;  // rows run over (b, t, h)
+      const F* xi = x.ptr<F>() + rx.offset(r);
+      F* o = out.ptr<F>() + ro.offset(r);
+      const double* c = cos_t.data() + t * half;
+      const double* s = sin_t.data() + t * half;
+      for (int i = 0; i < half; ++i) {
+        F a = xi[i], b = xi[i + half];
+        math::rope_rotate(a, b, F(c[i]), F(s[i]));
+        o[i] = a;
+        o[i + half] = b;
+      }
+      // Partial rotary: the features past rotary_dim pass through.
+      if (o != xi && cfg.rotary_dim < dh)
+        std::memmove(o + cfg.rotary_dim, xi + cfg.rotary_dim, size_t(dh - cfg.rotary_dim) * sizeof(F));
+    }
+  });
+}
+
+}  // namespace
+
+// out[B,T,H,dh] = rope(x) at positions (i32 [T], or 0..T-1 when undefined). Strided; out may alias x.
+void CpuBackend::rope_forward(Tensor out, Tensor x, Tensor positions, const RopeConfig& cfg) {
+  rope_apply(out, x, positions, cfg, +1.0, "rope_forward");
+}
+
+// d_x = R(-angle) d_out (the rotation is orthogonal). Strided; d_x may alias d_out.
+void CpuBackend::rope_backward(Tensor d_x, Tensor d_out, Tensor positions, const RopeConfig& cfg) {
+  rope_apply(d_x, d_out, positions, cfg, -1.0, "rope_backward");
+}
+
+}  // namespace sinklab

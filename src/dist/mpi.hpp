@@ -1,0 +1,77 @@
+// The MPI world of a sinklab job: start-up/shut-down, rank facts and the few host collectives the
+// binaries need. Single-process runs (no mpirun) work too: MPI singleton init gives rank 0 of 1.
+//
+//   int main(int argc, char** argv) {
+//     auto world = sinklab::dist::World::init(argc, argv);
+//     return sinklab::run_main("sinklab-x", [&] { ...; return 0; }, world.abort_hook());
+//   }
+//
+// Collectives are blocking and over MPI_COMM_WORLD; every rank must call them in the same order.
+// Errors from MPI are fatal (MPI's default handler), so these calls do not throw on MPI failure.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace sinklab::dist {
+
+class World {
+ public:
+  // MPI_Init_thread(MPI_THREAD_FUNNELED) (unless MPI is already initialised: then this World neither
+  // initialises nor finalises it), rank facts, and log::set_rank(rank, size).
+  static World init(int& argc, char**& argv);
+  // Finalises MPI when this World initialised it (after a barrier-free MPI_Finalize).
+  ~World();
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
+  World(World&& o) noexcept
+      : owns_mpi_(o.owns_mpi_), rank_(o.rank_), size_(o.size_), local_rank_(o.local_rank_), local_size_(o.local_size_) {
+    o.owns_mpi_ = false;
+  }
+  World& operator=(World&&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  bool is_root() const { return rank_ == 0; }
+  // Rank among the processes of this node (MPI_Comm_split_type SHARED; falls back to
+  // OMPI_COMM_WORLD_LOCAL_RANK / SLURM_LOCALID) and the number of them: the GPU index of this rank.
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  MPI_Comm comm() const { return MPI_COMM_WORLD; }
+
+  void barrier() const;
+
+  // In-place sums over all ranks (every rank gets the result). Buffers of any length (split into
+  // MPI-int-sized pieces).
+  void allreduce_sum(float* data, size_t n) const;
+  void allreduce_sum(double* data, size_t n) const;
+  void allreduce_sum(int64_t* data, size_t n) const;
+  double allreduce_sum(double value) const;
+  int64_t allreduce_sum(int64_t value) const;
+  double allreduce_max(double value) const;
+
+  // root's bytes/string replace everyone's (sizes need not be known in advance).
+  void broadcast(std::vector<uint8_t>& bytes, int root = 0) const;
+  void broadcast(std::string& text, int root = 0) const;
+
+  // Variable-length blobs from every rank, in rank order, on root (empty vector on other ranks).
+  std::vector<std::string> gather(const std::string& blob, int root = 0) const;
+
+  // Ends the whole job now (MPI_Abort) with exit status `code`.
+  [[noreturn]] void abort(int code) const;
+  // For sinklab::run_main: in a multi-rank job one rank's error aborts every rank (the error line is
+  // already printed); a single-process run just returns its status.
+  std::function<void(int)> abort_hook() const;
+
+ private:
+  World() = default;
+  bool owns_mpi_ = false;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+};
+
+}  // namespace sinklab::dist

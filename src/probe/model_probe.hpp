@@ -1,0 +1,40 @@
+// The sink probe of a sinklab model: a LayerObserver that, during Transformer::forward_observe, turns
+// each layer's rotated q and k into the attention matrix (ops::attention_probs with the model's own
+// attention spec) and accumulates the sink metric (sink_metrics.hpp) and the massive-activation ratio
+// ||h_1|| / mean_{t>=2} ||h_t|| of the layer's output hidden states.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "backend/memory.hpp"
+#include "model/transformer.hpp"
+#include "probe/sink_metrics.hpp"
+
+namespace sinklab::probe {
+
+struct ProbeResult {
+  std::vector<float> alpha;          // [L,H]: sample-mean alpha_1 of every head
+  std::vector<double> alpha_k;       // [L,H,K]: sample-mean alpha_k, k = 1..K
+  std::vector<double> sink;          // Sink_1^eps in percent, one per eps (reference-code averaging)
+  std::vector<float> massive_ratio;  // [L]: sample-mean ||h_1|| / mean_{t>=2} ||h_t|| of each block's output
+  int64_t samples = 0;
+};
+
+class ModelProbe : public model::LayerObserver {
+ public:
+  ModelProbe(int n_layers, int n_heads, int64_t seq_len, int max_k, std::vector<double> eps = default_sink_eps());
+  void on_layer(const model::LayerTaps& taps) override;
+  // Data-parallel probes: `allreduce_sum` is applied to every accumulated array in turn, after which
+  // each rank holds the global sums.
+  void reduce(const std::function<void(double*, size_t)>& allreduce_sum);
+  ProbeResult result() const;
+
+ private:
+  SinkAccumulator sink_;
+  std::vector<double> massive_sums_;  // [L] sums over samples, then the sample count
+  int64_t seq_len_;
+  Buffer probs_buffer_;
+};
+
+}  // namespace sinklab::probe

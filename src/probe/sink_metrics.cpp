@@ -1,0 +1,240 @@
+#include "probe/sink_metrics.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.hpp"
+
+namespace sinklab::probe {
+namespace {
+
+void check_float_cpu(const Tensor& t, const char* op, const char* arg) {
+  SL_CHECK(t.defined(), "%s: %s is undefined", op, arg);
+  SL_CHECK(t.device.is_cpu(), "%s: %s must be a CPU tensor (got %s)", op, arg, t.device.name().c_str());
+  SL_CHECK(t.dtype == DType::f32 || t.dtype == DType::f64, "%s: %s must be f32 or f64 (got %s)", op, arg,
+           dtype_name(t.dtype));
+}
+
+inline double load(const Tensor& t, int64_t off) {
+  return t.dtype == DType::f64 ? t.ptr<double>()[off] : double(t.ptr<float>()[off]);
+}
+inline void store(const Tensor& t, int64_t off, double v) {
+  if (t.dtype == DType::f64)
+    t.ptr<double>()[off] = v;
+  else
+    t.ptr<float>()[off] = float(v);
+}
+
+// Element offset of row r of t viewed as [rows, last] (row-major over the leading dims).
+int64_t row_offset(const Tensor& t, int64_t r) {
+  int64_t off = 0;
+  for (int d = t.ndim - 2; d >= 0; --d) {
+    off += (r % t.shape[d]) * t.stride[d];
+    r /= t.shape[d];
+  }
+  return off;
+}
+
+// alpha of one head from a [T,S] matrix at base offset `base` with strides (si, sj).
+void alpha_of(const Tensor& t, int64_t base, int64_t si, int64_t sj, int64_t T, int K, double* out) {
+  for (int p = 0; p < K; ++p) {
+    double s = 0.0;
+    for (int64_t i = p; i < T; ++i) s += load(t, base + i * si + p * sj);
+    out[p] = s / double(T - p);
+  }
+}
+
+double row_norm(const Tensor& x, int64_t r) {
+  double s = 0.0;
+  for (int64_t j = 0; j < x.shape[1]; ++j) {
+    double v = load(x, r * x.stride[0] + j * x.stride[1]);
+    s += v * v;
+  }
+  return std::sqrt(s);
+}
+
+}  // namespace
+
+void importance_scores(const Tensor& attn, int K, double* out) {
+  check_float_cpu(attn, "importance_scores", "attn");
+  SL_CHECK(attn.ndim == 2, "importance_scores: attn must be [T,S], got %s", attn.shape_str().c_str());
+  const int64_t T = attn.shape[0], S = attn.shape[1];
+  SL_CHECK(T >= 1 && S >= T, "importance_scores: attn %s needs S >= T >= 1", attn.shape_str().c_str());
+  SL_CHECK(K >= 1 && K <= T, "importance_scores: K = %d outside [1, T = %lld]", K, (long long)T);
+  alpha_of(attn, 0, attn.stride[0], attn.stride[1], T, K, out);
+}
+
+std::vector<double> importance_scores(const Tensor& attn, int K) {
+  std::vector<double> out(size_t(std::max(K, 0)));
+  importance_scores(attn, K, out.data());
+  return out;
+}
+
+double sink_from_alpha(const double* alpha, int64_t n_heads_total, int K, int p, double eps) {
+  SL_CHECK(n_heads_total > 0, "sink_from_alpha: no heads");
+  SL_CHECK(p >= 0 && p < K, "sink_from_alpha: position %d outside [0, %d)", p, K);
+  int64_t above = 0;
+  for (int64_t h = 0; h < n_heads_total; ++h) above += alpha[h * K + p] > eps ? 1 : 0;
+  return 100.0 * double(above) / double(n_heads_total);
+}
+
+void proxy_scores(Tensor out, const Tensor& w, bool absolute) {
+  check_float_cpu(w, "proxy_scores", "w");
+  check_float_cpu(out, "proxy_scores", "out");
+  SL_CHECK(w.ndim >= 2, "proxy_scores: w must be [..., T, S], got %s", w.shape_str().c_str());
+  SL_CHECK(out.ndim == w.ndim && std::equal(w.shape.begin(), w.shape.begin() + w.ndim, out.shape.begin()),
+           "proxy_scores: out %s does not match w %s", out.shape_str().c_str(), w.shape_str().c_str());
+  const int64_t S = w.shape[w.ndim - 1];
+  const int64_t rows = S > 0 ? w.numel() / S : 0;
+  const int64_t ws = w.stride[w.ndim - 1], os = out.stride[out.ndim - 1];
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t wo = row_offset(w, r), oo = row_offset(out, r);
+    double z = 0.0;
+    for (int64_t j = 0; j < S; ++j) {
+      double v = load(w, wo + j * ws);
+      z += absolute ? std::fabs(v) : v;
+    }
+    const double inv = 1.0 / (z + 1e-8);
+    for (int64_t j = 0; j < S; ++j) {
+      double v = load(w, wo + j * ws);
+      store(out, oo + j * os, (absolute ? std::fabs(v) : v) * inv);
+    }
+  }
+}
+
+// ---- SinkAccumulator ----------------------------------------------------------------------------
+
+SinkAccumulator::SinkAccumulator(int n_layers, int n_heads, int K, std::vector<double> eps)
+    : L_(n_layers), H_(n_heads), K_(K), eps_(std::move(eps)) {
+  SL_CHECK(L_ >= 1 && H_ >= 1 && K_ >= 1, "SinkAccumulator: need layers, heads, K >= 1 (got %d, %d, %d)", L_, H_, K_);
+  SL_CHECK(!eps_.empty(), "SinkAccumulator: empty threshold list");
+  state_.assign(size_t(L_) * H_ * K_ * (1 + eps_.size()) + size_t(L_), 0.0);
+}
+
+void SinkAccumulator::reset() { std::fill(state_.begin(), state_.end(), 0.0); }
+
+int SinkAccumulator::eps_index(double eps) const {
+  for (size_t e = 0; e < eps_.size(); ++e)
+    if (std::fabs(eps_[e] - eps) < 1e-12) return int(e);
+  return -1;
+}
+
+void SinkAccumulator::add_sample_alpha(int l, int h, const double* alpha) {
+  for (int p = 0; p < K_; ++p) {
+    state_[alpha_index(l, h, p)] += alpha[p];
+    for (size_t e = 0; e < eps_.size(); ++e)
+      if (alpha[p] > eps_[e]) state_[count_index(int(e), l, h, p)] += 1.0;
+  }
+}
+
+void SinkAccumulator::add(int layer, const Tensor& probs) {
+  check_float_cpu(probs, "SinkAccumulator::add", "probs");
+  SL_CHECK(layer >= 0 && layer < L_, "SinkAccumulator::add: layer %d outside [0, %d)", layer, L_);
+  SL_CHECK(probs.ndim == 4 && probs.shape[1] == H_,
+           "SinkAccumulator::add: probs must be [B,%d,T,S], got %s", H_, probs.shape_str().c_str());
+  const int64_t B = probs.shape[0], T = probs.shape[2], S = probs.shape[3];
+  SL_CHECK(S >= T && T >= K_, "SinkAccumulator::add: probs %s needs S >= T >= K = %d", probs.shape_str().c_str(), K_);
+  std::vector<double> alpha(static_cast<size_t>(K_));
+  for (int64_t b = 0; b < B; ++b) {
+    for (int h = 0; h < H_; ++h) {
+      alpha_of(probs, b * probs.stride[0] + h * probs.stride[1], probs.stride[2], probs.stride[3], T, K_, alpha.data());
+      add_sample_alpha(layer, h, alpha.data());
+    }
+  }
+  state_[samples_index(layer)] += double(B);
+}
+
+void SinkAccumulator::add_weights(int layer, const Tensor& weights, bool absolute) {
+  check_float_cpu(weights, "SinkAccumulator::add_weights", "weights");
+  SL_CHECK(weights.ndim == 4, "SinkAccumulator::add_weights: weights must be [B,H,T,S], got %s",
+           weights.shape_str().c_str());
+  std::vector<double> buf(size_t(weights.numel()));
+  Tensor p = Tensor::contiguous_view(buf.data(), DType::f64, weights.shape.data(), 4, Device::cpu());
+  proxy_scores(p, weights, absolute);
+  add(layer, p);
+}
+
+void SinkAccumulator::add_alpha(int layer, const Tensor& alpha) {
+  check_float_cpu(alpha, "SinkAccumulator::add_alpha", "alpha");
+  SL_CHECK(layer >= 0 && layer < L_, "SinkAccumulator::add_alpha: layer %d outside [0, %d)", layer, L_);
+  SL_CHECK(alpha.ndim == 3 && alpha.shape[1] == H_ && alpha.shape[2] == K_,
+           "SinkAccumulator::add_alpha: alpha must be [B,%d,%d], got %s", H_, K_, alpha.shape_str().c_str());
+  std::vector<double> a(static_cast<size_t>(K_));
+  for (int64_t b = 0; b < alpha.shape[0]; ++b) {
+    for (int h = 0; h < H_; ++h) {
+      for (int p = 0; p < K_; ++p) a[size_t(p)] = load(alpha, b * alpha.stride[0] + h * alpha.stride[1] + p * alpha.stride[2]);
+      add_sample_alpha(layer, h, a.data());
+    }
+  }
+  state_[samples_index(layer)] += double(alpha.shape[0]);
+}
+
+int64_t SinkAccumulator::samples() const {
+  const double n = state_[samples_index(0)];
+  for (int l = 1; l < L_; ++l)
+    SL_CHECK(state_[samples_index(l)] == n, "SinkAccumulator: layer %d has %.0f samples, layer 0 has %.0f", l,
+             state_[samples_index(l)], n);
+  return int64_t(n);
+}
+
+std::vector<double> SinkAccumulator::mean_alpha() const {
+  const int64_t n = samples();
+  SL_CHECK(n > 0, "SinkAccumulator: no samples");
+  std::vector<double> out(size_t(L_) * H_ * K_);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = state_[i] / double(n);
+  return out;
+}
+
+double SinkAccumulator::sink(int p, double eps, SinkAveraging avg) const {
+  SL_CHECK(p >= 0 && p < K_, "SinkAccumulator::sink: position %d outside [0, K = %d)", p, K_);
+  if (avg == SinkAveraging::mean_alpha) {
+    std::vector<double> a = mean_alpha();
+    return sink_from_alpha(a.data(), int64_t(L_) * H_, K_, p, eps);
+  }
+  const int e = eps_index(eps);
+  SL_CHECK(e >= 0, "SinkAccumulator::sink: threshold %g was not among those accumulated", eps);
+  const int64_t n = samples();
+  SL_CHECK(n > 0, "SinkAccumulator: no samples");
+  double above = 0.0;
+  for (int l = 0; l < L_; ++l)
+    for (int h = 0; h < H_; ++h) above += state_[count_index(e, l, h, p)];
+  return 100.0 * above / (double(n) * L_ * H_);
+}
+
+std::vector<double> SinkAccumulator::sinks(int p, SinkAveraging avg) const {
+  std::vector<double> out;
+  for (double e : eps_) out.push_back(sink(p, e, avg));
+  return out;
+}
+
+void SinkAccumulator::merge(const SinkAccumulator& o) {
+  SL_CHECK(o.L_ == L_ && o.H_ == H_ && o.K_ == K_ && o.eps_ == eps_, "SinkAccumulator::merge: shapes differ");
+  for (size_t i = 0; i < state_.size(); ++i) state_[i] += o.state_[i];
+}
+
+// ---- norms ------------------------------------------------------------------------------------------
+
+FirstVsRest first_vs_rest_norms(const Tensor& x) {
+  check_float_cpu(x, "first_vs_rest_norms", "x");
+  SL_CHECK(x.ndim == 2 && x.shape[0] >= 1, "first_vs_rest_norms: x must be [T,d] with T >= 1, got %s",
+           x.shape_str().c_str());
+  FirstVsRest r;
+  r.first = row_norm(x, 0);
+  const int64_t T = x.shape[0];
+  if (T > 1) {
+    double s = 0.0;
+    for (int64_t t = 1; t < T; ++t) s += row_norm(x, t);
+    r.rest = s / double(T - 1);
+  }
+  return r;
+}
+
+double massive_ratio(const Tensor& x) {
+  SL_CHECK(x.ndim == 2 && x.shape[0] >= 2, "massive_ratio: x must be [T,d] with T >= 2, got %s",
+           x.shape_str().c_str());
+  FirstVsRest r = first_vs_rest_norms(x);
+  SL_CHECK(r.rest > 0.0, "massive_ratio: rows 1..T-1 of x are all zero");
+  return r.first / r.rest;
+}
+
+}  // namespace sinklab::probe

@@ -1,0 +1,161 @@
+#include "train/data.hpp"
+
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "core/philox.hpp"
+
+namespace sinklab::train {
+
+BatchLayout make_batch_layout(int64_t global_batch_tokens, int64_t context, int64_t micro_rows, int64_t world) {
+  SL_CHECK(context > 0, "--context must be positive (got %lld)", (long long)context);
+  SL_CHECK(micro_rows > 0, "--micro-batch must be positive (got %lld)", (long long)micro_rows);
+  SL_CHECK(world > 0, "world size must be positive (got %lld)", (long long)world);
+  const int64_t per_micro = context * micro_rows * world;
+  SL_CHECK(global_batch_tokens > 0 && global_batch_tokens % per_micro == 0,
+           "--global-batch-tokens %lld is not a positive multiple of context x micro-batch rows x ranks "
+           "= %lld x %lld x %lld = %lld",
+           (long long)global_batch_tokens, (long long)context, (long long)micro_rows, (long long)world,
+           (long long)per_micro);
+  return BatchLayout{micro_rows, global_batch_tokens / per_micro, world};
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Permutation: balanced Feistel network over 2h bits (2^(2h) >= n), Philox round function, cycle walk.
+
+uint64_t permute_index(uint64_t i, uint64_t n, uint64_t seed, uint64_t epoch) {
+  SL_CHECK(i < n, "permute_index: position %llu outside [0, %llu)", (unsigned long long)i, (unsigned long long)n);
+  if (n <= 1) return 0;
+  int bits = 64 - __builtin_clzll(n - 1);  // bits needed for n-1
+  int h = (bits + 1) / 2;
+  if (h < 1) h = 1;
+  const uint64_t mask = h >= 32 ? 0xFFFFFFFFull : ((uint64_t(1) << h) - 1);
+  const uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
+  auto feistel = [&](uint64_t x) {
+    uint64_t left = (x >> h) & mask, right = x & mask;
+    for (uint32_t round = 0; round < 8; ++round) {
+      Philox4x32 ctr = {{uint32_t(right), round, uint32_t(epoch), uint32_t(epoch >> 32)}};
+      uint64_t f = philox4x32_10(ctr, k0, k1).v[0] & mask;
+      uint64_t next_right = left ^ f;
+      left = right;
+      right = next_right;
+    }
+    return (left << h) | right;
+  };
+  uint64_t x = feistel(i);
+  while (x >= n) x = feistel(x);  // cycle walking: stays a bijection on [0, n)
+  return x;
+}
+
+// ---------------------------------------------------------------------------------------------------
+
+ChunkSampler::ChunkSampler(const DataConfig& cfg) : cfg_(cfg) {
+  SL_CHECK(!cfg.shards.empty(), "no training shards given (--train-shards)");
+  SL_CHECK(cfg.context > 0, "--context must be positive (got %lld)", (long long)cfg.context);
+  for (const std::string& path : cfg.shards) {
+    auto shard = std::make_unique<io::Shard>(path, cfg.verify_checksum);
+    const io::ShardHeader& h = shard->header();
+    if (shards_.empty()) {
+      vocab_size_ = h.vocab_size;
+      eos_id_ = h.eos_id;
+      bos_id_ = h.bos_id;
+    } else {
+      SL_CHECK(h.vocab_size == vocab_size_ && h.eos_id == eos_id_ && h.bos_id == bos_id_,
+               "%s: vocab/eos/bos (%u/%u/%u) differ from %s (%u/%u/%u): shards of one run must come from "
+               "one tokenizer",
+               path.c_str(), h.vocab_size, h.eos_id, h.bos_id, cfg.shards[0].c_str(), vocab_size_, eos_id_,
+               bos_id_);
+    }
+    starts_.push_back(total_tokens_);
+    total_tokens_ += shard->size();
+    shards_.push_back(std::move(shard));
+  }
+  n_tokens_ = cfg.max_tokens > 0 ? std::min<uint64_t>(cfg.max_tokens, total_tokens_) : total_tokens_;
+  const uint64_t C = uint64_t(cfg.context);
+  n_chunks_ = n_tokens_ > 0 ? (n_tokens_ - 1) / C : 0;
+  SL_CHECK(n_chunks_ >= 1,
+           "%s%s: %llu tokens%s, fewer than one chunk of context+1 = %llu tokens", cfg.shards[0].c_str(),
+           cfg.shards.size() > 1 ? " (and the other shards)" : "", (unsigned long long)n_tokens_,
+           cfg.max_tokens > 0 ? " within --max-tokens" : "", (unsigned long long)(C + 1));
+}
+
+ChunkSampler::~ChunkSampler() = default;
+
+uint64_t ChunkSampler::chunk_of(uint64_t sample) const {
+  const uint64_t pos = sample % n_chunks_;
+  if (!cfg_.shuffle) return pos;
+  return permute_index(pos, n_chunks_, cfg_.seed, sample / n_chunks_);
+}
+
+uint64_t ChunkSampler::sample_index(const BatchLayout& layout, uint64_t step, int64_t micro, int64_t rank,
+                                    int64_t j) {
+  return step * uint64_t(layout.global_rows()) + uint64_t(rank * layout.rows_per_rank()) +
+         uint64_t(micro * layout.rows) + uint64_t(j);
+}
+
+std::vector<uint64_t> ChunkSampler::batch_chunks(const BatchLayout& layout, uint64_t step, int64_t micro,
+                                                 int64_t rank) const {
+  SL_CHECK(layout.rows > 0 && layout.accum > 0 && layout.world > 0, "batch layout %lld x %lld x %lld is empty",
+           (long long)layout.rows, (long long)layout.accum, (long long)layout.world);
+  SL_CHECK(micro >= 0 && micro < layout.accum, "micro-batch %lld outside [0, %lld)", (long long)micro,
+           (long long)layout.accum);
+  SL_CHECK(rank >= 0 && rank < layout.world, "rank %lld outside [0, %lld)", (long long)rank,
+           (long long)layout.world);
+  std::vector<uint64_t> out(size_t(layout.rows));
+  for (int64_t j = 0; j < layout.rows; ++j) out[size_t(j)] = chunk_of(sample_index(layout, step, micro, rank, j));
+  return out;
+}
+
+void ChunkSampler::read_chunk(uint64_t chunk, int32_t* out) const {
+  SL_CHECK(chunk < n_chunks_, "chunk %llu outside [0, %llu)", (unsigned long long)chunk,
+           (unsigned long long)n_chunks_);
+  const uint64_t C = uint64_t(cfg_.context);
+  uint64_t begin = chunk * C, remaining = C + 1;
+  // The shard holding `begin`: the last one whose start is <= begin.
+  size_t s = size_t(std::upper_bound(starts_.begin(), starts_.end(), begin) - starts_.begin()) - 1;
+  while (remaining > 0) {
+    const io::Shard& shard = *shards_[s];
+    const uint64_t local = begin - starts_[s];
+    const uint64_t n = std::min<uint64_t>(remaining, shard.size() - local);
+    shard.read(local, n, out);
+    out += n;
+    begin += n;
+    remaining -= n;
+    ++s;
+  }
+}
+
+std::vector<uint64_t> ChunkSampler::fill_batch(const BatchLayout& layout, uint64_t step, int64_t micro,
+                                               int64_t rank, Tensor inputs, Tensor targets) const {
+  const int64_t C = cfg_.context;
+  check_shape(inputs, {layout.rows, C}, "ChunkSampler::fill_batch", "inputs");
+  check_shape(targets, {layout.rows, C}, "ChunkSampler::fill_batch", "targets");
+  check_dtype(inputs, DType::i32, "ChunkSampler::fill_batch", "inputs");
+  check_dtype(targets, DType::i32, "ChunkSampler::fill_batch", "targets");
+  SL_CHECK(inputs.device.is_cpu() && targets.device.is_cpu() && inputs.is_contiguous() && targets.is_contiguous(),
+           "ChunkSampler::fill_batch: inputs and targets must be contiguous CPU tensors");
+  std::vector<uint64_t> chunks = batch_chunks(layout, step, micro, rank);
+  std::vector<int32_t> row(size_t(C + 1));
+  int32_t* in = inputs.ptr<int32_t>();
+  int32_t* tg = targets.ptr<int32_t>();
+  for (int64_t j = 0; j < layout.rows; ++j) {
+    read_chunk(chunks[size_t(j)], row.data());
+    std::copy(row.begin(), row.begin() + C, in + j * C);
+    std::copy(row.begin() + 1, row.end(), tg + j * C);
+  }
+  return chunks;
+}
+
+std::string ChunkSampler::fingerprint() const {
+  std::string s = strfmt("context=%lld seed=%llu max_tokens=%llu shuffle=%d n_tokens=%llu n_chunks=%llu shards=",
+                         (long long)cfg_.context, (unsigned long long)cfg_.seed,
+                         (unsigned long long)cfg_.max_tokens, cfg_.shuffle ? 1 : 0, (unsigned long long)n_tokens_,
+                         (unsigned long long)n_chunks_);
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    if (i) s += ",";
+    s += strfmt("%llu:%08x", (unsigned long long)shards_[i]->size(), shards_[i]->header().crc32);
+  }
+  return s;
+}
+
+}  // namespace sinklab::train

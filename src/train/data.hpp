@@ -1,0 +1,111 @@
+// The pre-training data loader: token shards viewed as one packed stream, cut into fixed-length
+// chunks (paper Figure 1, right), sampled deterministically.
+//
+// Packing. data_prep writes documents back to back, each ending with EOS (and starting with BOS when
+// the corpus uses one), so the concatenation of the shards (in the order given) IS the packed stream
+// of the paper: no document boundary is moved, dropped or padded here. Of the first N tokens of that
+// stream (N = every token, or the `max_tokens` budget: the paper's training-data-amount axis),
+// chunk c is tokens [c*C, c*C + C + 1): C+1 tokens whose first C are the inputs and last C the targets
+// (next-token prediction). Consecutive chunks share one boundary token (the last token of chunk c is
+// the first of chunk c+1), as nanoGPT/lit-gpt style packing does, so every token of the stream except
+// the very first is a target exactly once per epoch. n_chunks = floor((N - 1) / C); the tail that does
+// not fill a chunk is unused.
+//
+// Sampling. Sample index s (a running count over the whole run) belongs to epoch e = s / n_chunks and
+// reads chunk perm_e(s % n_chunks), where perm_e is a pseudo-random permutation of [0, n_chunks) keyed
+// by (seed, e): a Feistel network whose round function is Philox4x32-10, with cycle walking to the
+// exact domain. It is a pure function of (seed, epoch, position), needs no memory, and every epoch
+// visits each chunk exactly once in a new order (so a small token budget repeats the data reshuffled).
+//
+// Batches. An optimizer step consumes global_rows = world * accum * rows samples:
+//   sample(step, micro, rank, j) = step * global_rows + rank * (accum * rows) + micro * rows + j
+// i.e. rank r owns the contiguous block [r * rows_per_rank, (r+1) * rows_per_rank) of the step's global
+// batch (rows_per_rank = accum * rows) and walks it one micro-batch of `rows` rows at a time. Hence the
+// W ranks together read exactly the rows a single rank reads with the same global batch (accum * W
+// micro-batches, or W times the rows), in the same order. Since sampling is pure, the data state to
+// checkpoint is the optimizer step alone.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.hpp"
+#include "io/shard.hpp"
+
+namespace sinklab::train {
+
+// How an optimizer step's global batch is split: `rows` sequences per micro-batch per rank, `accum`
+// micro-batches per step (gradient accumulation), `world` data-parallel ranks.
+struct BatchLayout {
+  int64_t rows = 1;
+  int64_t accum = 1;
+  int64_t world = 1;
+  int64_t rows_per_rank() const { return rows * accum; }
+  int64_t global_rows() const { return rows * accum * world; }
+};
+
+// The layout that reaches a global batch of `global_batch_tokens` tokens (= global_rows * context)
+// with micro-batches of `micro_rows` rows on `world` ranks; accum is derived. Throws naming
+// --global-batch-tokens when the tokens are not a multiple of context * micro_rows * world.
+BatchLayout make_batch_layout(int64_t global_batch_tokens, int64_t context, int64_t micro_rows, int64_t world);
+
+struct DataConfig {
+  std::vector<std::string> shards;  // concatenated in this order
+  int64_t context = 0;              // C: tokens per input row
+  uint64_t seed = 0;                // keys the per-epoch permutations
+  uint64_t max_tokens = 0;          // use only the first max_tokens tokens of the stream; 0 = all
+  bool shuffle = true;              // false: chunks in stream order every epoch (evaluation)
+  bool verify_checksum = true;      // CRC-check every shard when opening it
+};
+
+class ChunkSampler {
+ public:
+  // Opens every shard (throws naming the file when one is missing/corrupt, when the shards disagree
+  // on vocab_size/eos/bos, or when the stream holds fewer than C+1 tokens).
+  explicit ChunkSampler(const DataConfig& cfg);
+  ~ChunkSampler();
+  ChunkSampler(const ChunkSampler&) = delete;
+  ChunkSampler& operator=(const ChunkSampler&) = delete;
+
+  const DataConfig& config() const { return cfg_; }
+  int64_t context() const { return cfg_.context; }
+  uint64_t total_tokens() const { return total_tokens_; }  // in all shards
+  uint64_t n_tokens() const { return n_tokens_; }          // used: min(total, max_tokens)
+  uint64_t n_chunks() const { return n_chunks_; }
+  uint32_t vocab_size() const { return vocab_size_; }
+  uint32_t eos_id() const { return eos_id_; }
+  uint32_t bos_id() const { return bos_id_; }  // io::kNoBos when the corpus has none
+
+  // Global sample s -> (epoch, chunk id).
+  uint64_t epoch_of(uint64_t sample) const { return sample / n_chunks_; }
+  uint64_t chunk_of(uint64_t sample) const;
+  // The global sample index of row j of micro-batch `micro` of step `step` on `rank` (layout above).
+  static uint64_t sample_index(const BatchLayout& layout, uint64_t step, int64_t micro, int64_t rank, int64_t j);
+  // The chunk ids of that micro-batch's rows (size layout.rows).
+  std::vector<uint64_t> batch_chunks(const BatchLayout& layout, uint64_t step, int64_t micro, int64_t rank) const;
+
+  // The C+1 tokens of chunk `chunk` into out (which has room for C+1 values).
+  void read_chunk(uint64_t chunk, int32_t* out) const;
+  // Fills inputs and targets (i32 [rows, C], contiguous CPU tensors) for that micro-batch. Returns the
+  // chunk ids read.
+  std::vector<uint64_t> fill_batch(const BatchLayout& layout, uint64_t step, int64_t micro, int64_t rank,
+                                   Tensor inputs, Tensor targets) const;
+
+  // One line that identifies the data a run saw (shards, sizes, C, seed, budget): stored in checkpoints
+  // so a resume with different data can be detected.
+  std::string fingerprint() const;
+
+ private:
+  DataConfig cfg_;
+  std::vector<std::unique_ptr<io::Shard>> shards_;
+  std::vector<uint64_t> starts_;  // first stream index of each shard (prefix sums)
+  uint64_t total_tokens_ = 0, n_tokens_ = 0, n_chunks_ = 0;
+  uint32_t vocab_size_ = 0, eos_id_ = 0, bos_id_ = io::kNoBos;
+};
+
+// A Philox-keyed pseudo-random permutation of [0, n): position i -> element. Exposed for tests.
+uint64_t permute_index(uint64_t i, uint64_t n, uint64_t seed, uint64_t epoch);
+
+}  // namespace sinklab::train

@@ -1,0 +1,154 @@
+#include "train/train_config.hpp"
+
+#include <boost/program_options.hpp>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "train/data.hpp"
+
+namespace sinklab::train {
+
+namespace po = boost::program_options;
+
+namespace {
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+std::vector<double> parse_doubles(const std::string& s, const char* flag) {
+  std::vector<double> out;
+  for (const std::string& item : split_list(s)) {
+    try {
+      size_t used = 0;
+      out.push_back(std::stod(item, &used));
+      SL_CHECK(used == item.size(), "--%s: '%s' is not a number", flag, item.c_str());
+    } catch (const std::logic_error&) {
+      SL_FAIL("--%s: '%s' is not a number", flag, item.c_str());
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size) {
+  std::string config_file, train_data, valid_data, sink_eps = "0.2,0.3,0.4";
+  model::ModelConfig& m = c.model;
+  po::options_description desc("sinklab-pretrain options (also valid as `name = value` lines in --config)");
+  desc.add_options()
+      ("help", "print this help")
+      ("config", po::value(&config_file), "ini file with any of these options; flags override it")
+      // model
+      ("vocab-size", po::value(&m.vocab_size)->required(), "vocabulary size (>= the shards' vocab)")
+      ("d-model", po::value(&m.d_model)->required(), "hidden dimension d")
+      ("n-layers", po::value(&m.n_layers)->required(), "transformer blocks L")
+      ("n-heads", po::value(&m.n_heads)->required(), "attention heads H")
+      ("n-kv-heads", po::value(&m.n_kv_heads)->default_value(0), "key/value heads (0 = n-heads)")
+      ("ffn-hidden", po::value(&m.ffn_hidden)->required(), "SwiGLU hidden width")
+      ("context", po::value(&m.context)->required(), "context length C (tokens per training row)")
+      ("rope-theta", po::value(&m.rope_theta)->default_value(10000.0), "rotary base")
+      ("norm-eps", po::value(&m.norm_eps)->default_value(1e-5), "RMSNorm epsilon")
+      // data
+      ("train-data", po::value(&train_data)->required(), "training shard(s), comma-separated")
+      ("valid-data", po::value(&valid_data)->required(), "validation shard(s), comma-separated")
+      ("max-train-tokens", po::value(&c.max_train_tokens)->default_value(0), "use only the first N training tokens (0 = all)")
+      // optimisation
+      ("steps", po::value(&c.steps)->required(), "optimizer steps")
+      ("global-batch-tokens", po::value(&c.global_batch_tokens)->required(), "tokens per optimizer step (all ranks)")
+      ("micro-batch-rows", po::value(&c.micro_batch_rows)->required(), "rows of C tokens per forward/backward per rank")
+      ("lr", po::value(&c.lr)->default_value(4e-4), "peak learning rate")
+      ("min-lr", po::value(&c.min_lr)->default_value(0.0), "final learning rate of the cosine schedule")
+      ("warmup-steps", po::value(&c.warmup_steps)->default_value(0), "linear warmup steps")
+      ("lr-schedule", po::value(&c.lr_schedule)->default_value("constant"), "constant | cosine (after warmup)")
+      ("beta1", po::value(&c.beta1)->default_value(0.9), "AdamW beta1")
+      ("beta2", po::value(&c.beta2)->default_value(0.95), "AdamW beta2")
+      ("adam-eps", po::value(&c.adam_eps)->default_value(1e-8), "AdamW epsilon")
+      ("weight-decay", po::value(&c.weight_decay)->default_value(0.1), "decoupled weight decay (matrices only)")
+      ("grad-clip", po::value(&c.grad_clip)->default_value(1.0), "global grad-norm clip (0 = off)")
+      ("zero1", po::value(&c.zero1)->default_value(false), "shard the optimizer state across ranks (ZeRO-1)")
+      ("seed", po::value(&c.seed)->default_value(1234), "seed of initialisation and data order")
+      // evaluation / probe
+      ("eval-every", po::value(&c.eval_every)->default_value(0), "steps between evaluations (0 = end only)")
+      ("eval-rows", po::value(&c.eval_rows)->default_value(16), "validation rows of C tokens per evaluation")
+      ("probe-sequences", po::value(&c.probe_sequences)->default_value(100), "held-out sequences for the sink probe")
+      ("probe-length", po::value(&c.probe_length)->default_value(64), "tokens per probe sequence (T)")
+      ("sink-eps", po::value(&sink_eps)->default_value("0.2,0.3,0.4"), "thresholds of Sink_1^eps, comma-separated")
+      // output
+      ("out-dir", po::value(&c.out_dir)->default_value("results/run"), "checkpoints and results.h5 go here")
+      ("run-name", po::value(&c.run_name)->default_value("run"), "name of the run in the HDF5 file")
+      ("log-every", po::value(&c.log_every)->default_value(10), "steps between progress lines")
+      ("checkpoint-every", po::value(&c.checkpoint_every)->default_value(0), "steps between checkpoints (0 = end only)")
+      ("keep-checkpoints", po::value(&c.keep_checkpoints)->default_value(2), "checkpoints kept on disk")
+      ("resume", po::value(&c.resume)->default_value(false)->implicit_value(true), "continue from the newest checkpoint in --out-dir")
+      ("device", po::value(&c.device)->default_value("cpu"), "cpu | cuda");
+
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    if (vm.count("help")) {
+      std::cout << desc << "\n";
+      return false;
+    }
+    if (vm.count("config")) {
+      const std::string file = vm["config"].as<std::string>();
+      std::ifstream in(file);
+      SL_CHECK(in.good(), "--config: cannot open %s", file.c_str());
+      try {
+        po::store(po::parse_config_file(in, desc), vm);
+      } catch (const po::error& e) {
+        SL_FAIL("%s: %s", file.c_str(), e.what());
+      }
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    SL_FAIL("%s (see --help)", e.what());
+  }
+
+  c.train_data = split_list(train_data);
+  c.valid_data = split_list(valid_data);
+  c.sink_eps = parse_doubles(sink_eps, "sink-eps");
+  m.validate();
+  SL_CHECK(!c.train_data.empty(), "--train-data names no shard");
+  SL_CHECK(!c.valid_data.empty(), "--valid-data names no shard");
+  SL_CHECK(c.steps > 0, "--steps must be positive");
+  SL_CHECK(c.lr_schedule == "constant" || c.lr_schedule == "cosine", "--lr-schedule must be constant or cosine, not '%s'",
+           c.lr_schedule.c_str());
+  make_batch_layout(c.global_batch_tokens, m.context, c.micro_batch_rows, world_size);  // throws naming the flags
+  SL_CHECK(c.lr > 0 && c.min_lr >= 0 && c.min_lr <= c.lr, "--lr must be positive and --min-lr in [0, lr]");
+  SL_CHECK(c.beta1 >= 0 && c.beta1 < 1 && c.beta2 >= 0 && c.beta2 < 1, "--beta1/--beta2 must lie in [0, 1)");
+  SL_CHECK(c.weight_decay >= 0, "--weight-decay must be >= 0");
+  SL_CHECK(c.probe_length >= 1 && c.probe_length <= m.context, "--probe-length must lie in [1, --context]");
+  SL_CHECK(c.probe_sequences >= 0, "--probe-sequences must be >= 0");
+  SL_CHECK(c.device == "cpu" || c.device == "cuda", "--device must be cpu or cuda, not '%s'", c.device.c_str());
+  for (double eps : c.sink_eps) SL_CHECK(eps > 0 && eps < 1, "--sink-eps values must lie in (0, 1)");
+
+  // The effective configuration, every option with its value, as ini text (sorted by name).
+  std::ostringstream ini;
+  for (const auto& kv : vm) {
+    if (kv.first == "config" || kv.first == "help") continue;
+    const auto& v = kv.second.value();
+    ini << kv.first << " = ";
+    if (auto p = boost::any_cast<std::string>(&v)) ini << *p;
+    else if (auto i = boost::any_cast<int>(&v)) ini << *i;
+    else if (auto l = boost::any_cast<int64_t>(&v)) ini << *l;
+    else if (auto u = boost::any_cast<uint64_t>(&v)) ini << *u;
+    else if (auto d = boost::any_cast<double>(&v)) ini << *d;
+    else if (auto b = boost::any_cast<bool>(&v)) ini << (*b ? "true" : "false");
+    ini << "\n";
+  }
+  c.config_text = ini.str();
+  std::ostringstream cmd;
+  for (int i = 0; i < argc; ++i) cmd << (i ? " " : "") << argv[i];
+  c.command_line = cmd.str();
+  return true;
+}
+
+}  // namespace sinklab::train

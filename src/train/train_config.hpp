@@ -1,0 +1,58 @@
+// TrainConfig: every setting of sinklab-pretrain, read from `--config jobs/pretrain/x.ini` and flags
+// (flags override the file; both use the same names). Unknown or malformed settings end the program
+// with one line naming the flag or file.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.hpp"
+
+namespace sinklab::train {
+
+struct TrainConfig {
+  model::ModelConfig model;
+
+  // Data: shards written by data_prep (comma-separated lists allowed).
+  std::vector<std::string> train_data, valid_data;
+  int64_t max_train_tokens = 0;  // 0 = all; else only the first N tokens (the paper's data-budget axis)
+
+  // Optimisation.
+  int64_t steps = 0;
+  int64_t global_batch_tokens = 0;  // tokens per optimizer step, over all ranks and micro-steps
+  int64_t micro_batch_rows = 0;     // rows per forward/backward on one rank
+  double lr = 4e-4, min_lr = 0.0;
+  int64_t warmup_steps = 0;
+  std::string lr_schedule = "constant";  // constant | cosine
+  double beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8, weight_decay = 0.1, grad_clip = 1.0;
+  bool zero1 = false;
+  uint64_t seed = 1234;
+
+  // Evaluation and the sink probe (paper Sec. 3.2 / 4).
+  int64_t eval_every = 0;       // 0 = only at the end
+  int64_t eval_rows = 16;       // validation rows of C tokens per evaluation
+  int64_t probe_sequences = 100;
+  int64_t probe_length = 64;
+  std::vector<double> sink_eps = {0.2, 0.3, 0.4};
+
+  // Output.
+  std::string out_dir = "results/run";
+  std::string run_name = "run";
+  int64_t log_every = 10;
+  int64_t checkpoint_every = 0;  // 0 = only at the end
+  int64_t keep_checkpoints = 2;
+  bool resume = false;
+  std::string device = "cpu";
+
+  std::string config_text;   // the effective configuration as ini text (stored in results)
+  std::string command_line;
+
+  // Derived: rows per optimizer step on all ranks, micro-steps per rank.
+  int64_t global_rows() const { return global_batch_tokens / model.context; }
+};
+
+// Parses argv (and the --config file). Returns false when --help was printed.
+bool parse_train_config(int argc, char** argv, TrainConfig& out, int world_size);
+
+}  // namespace sinklab::train

@@ -1,0 +1,339 @@
+#include "train/trainer.hpp"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/timer.hpp"
+#include "io/h5.hpp"
+#include "model/transformer.hpp"
+#include "probe/model_probe.hpp"
+#include "train/checkpoint.hpp"
+#include "train/data.hpp"
+#include "train/optimizer.hpp"
+#include "train/schedule.hpp"
+#include "train/signals.hpp"
+
+namespace sinklab::train {
+namespace {
+
+std::string hms(double seconds) {
+  long s = long(seconds + 0.5);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%02ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
+  return buf;
+}
+
+// One evaluation: validation loss and the sink probe of DESIGN.md (paper Sec. 3.2 / 4).
+struct Evaluation {
+  double valid_loss = 0;
+  probe::ProbeResult probe;
+};
+
+class Trainer {
+ public:
+  Trainer(const TrainConfig& cfg, dist::World& world);
+  int run();
+
+ private:
+  void resume_or_init();
+  double train_step(int64_t step, double* grad_norm);
+  Evaluation evaluate();
+  void log_eval(int64_t n_done, const Evaluation& e);
+  void save_checkpoint_at(int64_t n_done);
+  void allreduce(float* data, int64_t n);
+  void allgather_owned_params();
+
+  const TrainConfig& cfg_;
+  dist::World& world_;
+  const int rank_, world_size_;
+  Device device_;
+  model::Transformer model_;
+  BatchLayout layout_;
+  ChunkSampler train_data_, valid_data_;
+  std::unique_ptr<AdamW> optimizer_;
+  ScheduleConfig schedule_;
+  std::string ckpt_dir_, results_path_;
+  std::optional<io::ResultsFile> results_;  // rank 0 only
+  int64_t start_step_ = 0;
+  Buffer inputs_buf_, targets_buf_, probe_buf_;
+  Tensor inputs_, targets_, probe_inputs_;
+};
+
+Trainer::Trainer(const TrainConfig& cfg, dist::World& world)
+    : cfg_(cfg),
+      world_(world),
+      rank_(world.rank()),
+      world_size_(world.size()),
+      device_(cfg.device == "cuda" ? Device::cuda(world.local_rank()) : Device::cpu()),
+      model_(cfg.model, device_),
+      layout_(make_batch_layout(cfg.global_batch_tokens, cfg.model.context, cfg.micro_batch_rows, world.size())),
+      train_data_(DataConfig{cfg.train_data, cfg.model.context, cfg.seed, uint64_t(cfg.max_train_tokens), true, true}),
+      valid_data_(DataConfig{cfg.valid_data, cfg.model.context, cfg.seed, 0, false, true}) {
+  SL_CHECK(train_data_.vocab_size() <= uint32_t(cfg.model.vocab_size),
+           "--vocab-size %d is smaller than the vocabulary of the training shards (%u)", cfg.model.vocab_size,
+           train_data_.vocab_size());
+  SL_CHECK(valid_data_.vocab_size() == train_data_.vocab_size(),
+           "--valid-data has vocabulary %u but --train-data has %u", valid_data_.vocab_size(), train_data_.vocab_size());
+  const int64_t needed_valid = std::max(cfg.eval_rows, cfg.probe_sequences);
+  SL_CHECK(int64_t(valid_data_.n_chunks()) >= needed_valid,
+           "--valid-data holds %llu chunks of %d tokens, fewer than the %lld that --eval-rows/--probe-sequences need",
+           (unsigned long long)valid_data_.n_chunks(), cfg.model.context, (long long)needed_valid);
+
+  std::vector<ParamRef> refs;
+  for (const auto& spec : model_.specs())
+    refs.push_back({spec.name, model_.param(spec.name), model_.grad(spec.name), spec.offset, spec.decay ? 1 : 0});
+  FlatRange owned = cfg.zero1 ? zero1_partition(model_.flat_params().numel(), world_size_, rank_) : FlatRange{0, -1};
+  optimizer_ = std::make_unique<AdamW>(refs, AdamWConfig{cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay}, owned);
+  schedule_ = ScheduleConfig{parse_lr_schedule(cfg.lr_schedule), cfg.lr, cfg.min_lr, cfg.warmup_steps, cfg.steps};
+  validate(schedule_);
+
+  ckpt_dir_ = cfg.out_dir + "/checkpoints";
+  results_path_ = cfg.out_dir + "/results.h5";
+  const int64_t rows = cfg.micro_batch_rows, C = cfg.model.context;
+  inputs_buf_ = Buffer::for_tensor(DType::i32, {rows, C});
+  targets_buf_ = Buffer::for_tensor(DType::i32, {rows, C});
+  inputs_ = inputs_buf_.view(DType::i32, {rows, C});
+  targets_ = targets_buf_.view(DType::i32, {rows, C});
+  probe_buf_ = Buffer::for_tensor(DType::i32, {rows, cfg.probe_length});
+  probe_inputs_ = probe_buf_.view(DType::i32, {rows, cfg.probe_length});
+}
+
+// Sums a float buffer over ranks in place (gradients). The CUDA build reduces device buffers with NCCL.
+void Trainer::allreduce(float* data, int64_t n) {
+  if (world_size_ == 1) return;
+  SL_CHECK(device_.is_cpu(), "data-parallel training on --device cuda needs the NCCL path of the CUDA issue");
+  world_.allreduce_sum(data, size_t(n));
+}
+
+// ZeRO-1: each rank updated only its own range of the flat parameters. Every element is owned by exactly
+// one rank, so zeroing the rest and summing over ranks is an exact all-gather.
+void Trainer::allgather_owned_params() {
+  if (world_size_ == 1 || !cfg_.zero1) return;
+  Tensor flat = model_.flat_params();
+  const FlatRange owned = optimizer_->owned();
+  if (owned.begin > 0) ops::fill(flat.slice(0, 0, owned.begin), 0.0);
+  if (owned.end < flat.numel()) ops::fill(flat.slice(0, owned.end, flat.numel() - owned.end), 0.0);
+  allreduce(flat.ptr<float>(), flat.numel());
+}
+
+void Trainer::resume_or_init() {
+  std::optional<std::string> latest = cfg_.resume ? latest_checkpoint(ckpt_dir_) : std::nullopt;
+  if (!latest) {
+    if (cfg_.resume) log::info0("no checkpoint in %s: starting from step 0", ckpt_dir_.c_str());
+    model_.init_weights(cfg_.seed);
+    return;
+  }
+  CheckpointInfo info = open_checkpoint(*latest);
+  SL_CHECK(info.world == world_size_, "%s was written by %d ranks; resume it with the same number (got %d)",
+           latest->c_str(), info.world, world_size_);
+  std::vector<io::NamedTensor> weights;
+  for (const auto& spec : model_.specs()) weights.push_back({spec.name, model_.param(spec.name)});
+  load_weights(info, weights);
+  const std::string state_path = rank_state_path(info, rank_);
+  io::SafetensorsFile state(state_path);
+  auto fp = state.metadata().find("data_fingerprint");
+  SL_CHECK(fp != state.metadata().end() && fp->second == train_data_.fingerprint(),
+           "%s: the checkpoint was trained on different data (%s) than --train-data now (%s)", state_path.c_str(),
+           fp == state.metadata().end() ? "unknown" : fp->second.c_str(), train_data_.fingerprint().c_str());
+  optimizer_->load_state(state);
+  start_step_ = info.step;
+  SL_CHECK(optimizer_->step_count() == start_step_, "%s: optimizer step %lld differs from checkpoint step %lld",
+           state_path.c_str(), (long long)optimizer_->step_count(), (long long)start_step_);
+  model_.zero_grads();
+  log::info0("resumed from %s (step %lld)", latest->c_str(), (long long)start_step_);
+}
+
+// One optimizer step: accumulate gradients over this rank's micro-batches, all-reduce, clip, update.
+// Returns the mean loss over the global batch.
+double Trainer::train_step(int64_t step, double* grad_norm) {
+  const int64_t C = cfg_.model.context;
+  const double grad_scale = 1.0 / double(layout_.global_rows() * C);
+  model_.zero_grads();
+  double sums[2] = {0.0, 0.0};  // loss sum, counted targets
+  for (int64_t micro = 0; micro < layout_.accum; ++micro) {
+    train_data_.fill_batch(layout_, uint64_t(step), micro, rank_, inputs_, targets_);
+    int64_t counted = 0;
+    sums[0] += model_.forward_backward(inputs_, targets_, grad_scale, &counted);
+    sums[1] += double(counted);
+  }
+  allreduce(model_.flat_grads().ptr<float>(), model_.flat_grads().numel());
+  if (world_size_ > 1) world_.allreduce_sum(sums, 2);
+  Tensor grads[] = {model_.flat_grads()};
+  *grad_norm = ops::global_norm(grads);
+  double coef = clip_coefficient(*grad_norm, cfg_.grad_clip);
+  if (coef < 1.0) ops::scale(model_.flat_grads(), coef);
+  optimizer_->step(learning_rate(schedule_, step));
+  allgather_owned_params();
+  return sums[0] / sums[1];
+}
+
+// Validation loss on the first --eval-rows chunks of --valid-data and the sink probe on the first
+// --probe-sequences chunks cut to --probe-length tokens (held out, no BOS), both split across ranks.
+Evaluation Trainer::evaluate() {
+  const int64_t C = cfg_.model.context, rows = cfg_.micro_batch_rows;
+  Evaluation e;
+  std::vector<int32_t> chunk(size_t(C) + 1);
+  double loss_sums[2] = {0.0, 0.0};
+  for (int64_t first = rank_ * rows; first < cfg_.eval_rows; first += rows * world_size_) {
+    const int64_t n = std::min(rows, cfg_.eval_rows - first);
+    Tensor in = inputs_.slice(0, 0, n), tg = targets_.slice(0, 0, n);
+    for (int64_t r = 0; r < n; ++r) {
+      valid_data_.read_chunk(uint64_t(first + r), chunk.data());
+      std::copy(chunk.begin(), chunk.end() - 1, in.ptr<int32_t>() + r * C);
+      std::copy(chunk.begin() + 1, chunk.end(), tg.ptr<int32_t>() + r * C);
+    }
+    int64_t counted = 0;
+    loss_sums[0] += model_.forward_loss(in, tg, &counted);
+    loss_sums[1] += double(counted);
+  }
+  if (world_size_ > 1) world_.allreduce_sum(loss_sums, 2);
+  e.valid_loss = loss_sums[0] / loss_sums[1];
+
+  const int64_t T = cfg_.probe_length;
+  probe::ModelProbe probe(cfg_.model.n_layers, cfg_.model.n_heads, T, /*max_k=*/1, cfg_.sink_eps);
+  for (int64_t first = rank_ * rows; first < cfg_.probe_sequences; first += rows * world_size_) {
+    const int64_t n = std::min(rows, cfg_.probe_sequences - first);
+    for (int64_t r = 0; r < n; ++r) {
+      valid_data_.read_chunk(uint64_t(first + r), chunk.data());
+      std::copy(chunk.begin(), chunk.begin() + T, probe_inputs_.ptr<int32_t>() + r * T);
+    }
+    model_.forward_observe(probe_inputs_.slice(0, 0, n), probe);
+  }
+  if (world_size_ > 1) probe.reduce([&](double* data, size_t n) { world_.allreduce_sum(data, n); });
+  e.probe = probe.result();
+  return e;
+}
+
+void Trainer::log_eval(int64_t n_done, const Evaluation& e) {
+  const int L = cfg_.model.n_layers, H = cfg_.model.n_heads;
+  std::string sinks;
+  for (size_t i = 0; i < cfg_.sink_eps.size(); ++i)
+    sinks += strfmt("%sSink_1^%.1f %.2f%%", i ? ", " : "", cfg_.sink_eps[i], e.probe.sink[i]);
+  log::info0("eval step %lld | valid loss %.4f | %s | massive ratio (last layer) %.2f", (long long)n_done,
+             e.valid_loss, sinks.c_str(), e.probe.massive_ratio.back());
+  if (!results_) return;
+  const std::string g = "/runs/" + cfg_.run_name + "/eval";
+  std::vector<io::Cell> row = {io::Cell("step", n_done), io::Cell("valid_loss", e.valid_loss)};
+  for (size_t i = 0; i < cfg_.sink_eps.size(); ++i)
+    row.push_back(io::Cell(strfmt("sink_%g", cfg_.sink_eps[i]), e.probe.sink[i]));
+  results_->append_row(g, row);
+  results_->append_slab(g + "/alpha", {L, H}, e.probe.alpha.data());
+  results_->append_slab(g + "/massive_ratio", {L}, e.probe.massive_ratio.data());
+}
+
+void Trainer::save_checkpoint_at(int64_t n_done) {
+  // Results first: after a kill, results.h5 holds at least every row up to the newest checkpoint, and
+  // a resume truncates whatever lies beyond it.
+  if (results_) results_->commit();
+  std::string tmp;
+  if (rank_ == 0) tmp = begin_checkpoint(ckpt_dir_, n_done);
+  world_.barrier();
+  if (rank_ != 0) tmp = ckpt_dir_ + "/" + checkpoint_dir_name(n_done) + ".tmp";
+  RankState state;
+  std::vector<Buffer> host;
+  state.tensors = optimizer_->state_tensors(&host);
+  state.metadata = optimizer_->state_metadata();
+  state.metadata["data_fingerprint"] = train_data_.fingerprint();
+  write_rank_state(tmp, rank_, state);
+  if (rank_ == 0) {
+    std::vector<io::NamedTensor> weights;
+    for (const auto& spec : model_.specs()) weights.push_back({spec.name, model_.param(spec.name)});
+    write_model(tmp, weights, cfg_.model.hf_config_json(), {{"sinklab_step", std::to_string(n_done)}});
+  }
+  world_.barrier();
+  if (rank_ == 0) finish_checkpoint(ckpt_dir_, n_done, world_size_, int(cfg_.keep_checkpoints));
+  world_.barrier();
+}
+
+int Trainer::run() {
+  ::mkdir(cfg_.out_dir.c_str(), 0755);
+  install_stop_handlers();
+  resume_or_init();
+
+  const std::string train_group = "/runs/" + cfg_.run_name + "/train";
+  const std::string eval_group = "/runs/" + cfg_.run_name + "/eval";
+  if (rank_ == 0) {
+    io::RootInfo info{SINKLAB_VERSION, "", io::now_utc_iso(), cfg_.command_line, cfg_.config_text};
+    results_ = cfg_.resume ? io::ResultsFile::open_or_create(results_path_, info) : io::ResultsFile::create(results_path_, info);
+    // A resumed run drops whatever was logged after its checkpoint: one train row per completed step,
+    // eval rows for step counts <= the checkpoint's.
+    if (results_->exists(train_group)) results_->truncate_rows(train_group, start_step_);
+    if (results_->exists(eval_group)) {
+      std::vector<int64_t> steps = results_->read_column_int(eval_group + "/step");
+      int64_t keep = std::count_if(steps.begin(), steps.end(), [&](int64_t s) { return s <= start_step_; });
+      results_->truncate_rows(eval_group, keep);
+    }
+    results_->set_attr("/runs/" + cfg_.run_name, "config", cfg_.config_text);
+  }
+
+  const int64_t tokens_per_step = layout_.global_rows() * cfg_.model.context;
+  log::info0("sinklab-pretrain: %lld parameters, %d rank(s), %lld tokens/step (%lld rows x %d, %lld micro-step(s) "
+             "of %lld rows per rank), %llu training tokens",
+             (long long)model_.num_parameters(), world_size_, (long long)tokens_per_step,
+             (long long)layout_.global_rows(), cfg_.model.context, (long long)layout_.accum, (long long)layout_.rows,
+             (unsigned long long)train_data_.n_tokens());
+  if (start_step_ == 0 && (cfg_.eval_every > 0)) log_eval(0, evaluate());
+
+  Timer run_timer;
+  double train_seconds = 0.0;
+  int64_t steps_timed = 0;
+  bool stopped = false;
+  for (int64_t step = start_step_; step < cfg_.steps; ++step) {
+    Timer step_timer;
+    double grad_norm = 0.0;
+    double loss = train_step(step, &grad_norm);
+    const double seconds = step_timer.seconds();
+    train_seconds += seconds;
+    ++steps_timed;
+    const double lr = learning_rate(schedule_, step);
+    const double tokens_per_s = double(tokens_per_step) / seconds;
+    const int64_t n_done = step + 1;
+    if (results_)
+      results_->append_row(train_group, {io::Cell("step", step), io::Cell("tokens", n_done * tokens_per_step), io::Cell("loss", loss),
+                                         io::Cell("lr", lr), io::Cell("grad_norm", grad_norm),
+                                         io::Cell("tokens_per_s", tokens_per_s)});
+    if (step == start_step_ || n_done % cfg_.log_every == 0 || n_done == cfg_.steps) {
+      const double eta = train_seconds / double(steps_timed) * double(cfg_.steps - n_done);
+      log::info0("step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | elapsed %s | ETA %s",
+                 (long long)n_done, (long long)cfg_.steps, loss, lr, grad_norm, tokens_per_s,
+                 hms(run_timer.seconds()).c_str(), hms(eta).c_str());
+    }
+    SL_CHECK(std::isfinite(loss), "loss became %f at step %lld: stopping (lower --lr?)", loss, (long long)n_done);
+
+    double stop_flag = stop_requested() ? 1.0 : 0.0;  // every rank must agree to stop at the same step
+    if (world_size_ > 1) world_.allreduce_sum(&stop_flag, 1);
+    const bool last = n_done == cfg_.steps;
+    if ((cfg_.eval_every > 0 && n_done % cfg_.eval_every == 0) || last) log_eval(n_done, evaluate());
+    if ((cfg_.checkpoint_every > 0 && n_done % cfg_.checkpoint_every == 0) || last || stop_flag > 0)
+      save_checkpoint_at(n_done);
+    if (stop_flag > 0 && !last) {
+      log::info0("stop requested: checkpointed at step %lld, exiting for a later --resume", (long long)n_done);
+      stopped = true;
+      break;
+    }
+  }
+  if (results_) results_->commit();
+  if (rank_ == 0 && !stopped) {
+    std::ofstream(cfg_.out_dir + "/DONE") << cfg_.steps << "\n";
+    log::info0("done: %lld steps in %s; results in %s", (long long)cfg_.steps, hms(run_timer.seconds()).c_str(),
+               results_path_.c_str());
+  }
+  world_.barrier();
+  return 0;
+}
+
+}  // namespace
+
+int run_pretraining(const TrainConfig& cfg, dist::World& world) {
+  Trainer trainer(cfg, world);
+  return trainer.run();
+}
+
+}  // namespace sinklab::train

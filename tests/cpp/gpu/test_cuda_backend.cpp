@@ -1,0 +1,328 @@
+// CUDA backend against the CPU reference (label "gpu"): copies and dtype conversions in every
+// direction, Philox fills bit-identical to the CPU, the arithmetic and elementwise ops at f32 accuracy,
+// and the "no kernel" error of an op the CUDA backend does not implement yet. Every test skips when no
+// CUDA device is usable (CPU-only builds, machines without a GPU or with an old driver).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/memory.hpp"
+#include "backend/ops.hpp"
+#include "core/philox.hpp"
+#include "test_util.hpp"
+
+namespace sinklab {
+namespace {
+
+using test::Owned;
+using test::rel_error;
+
+// A tensor that owns device memory on cuda:0.
+struct Dev {
+  Buffer buffer;
+  Tensor t;
+  Dev(DType dt, const std::vector<int64_t>& dims) {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    buffer = Buffer(size_t(std::max<int64_t>(n, 1)) * size_t(dtype_size(dt)), Device::cuda(0));
+    t = Tensor::contiguous_view(buffer.data(), dt, dims.data(), int(dims.size()), Device::cuda(0));
+  }
+  operator Tensor() const { return t; }
+};
+
+std::vector<int64_t> dims_of(const Tensor& t) { return std::vector<int64_t>(t.shape.begin(), t.shape.begin() + t.ndim); }
+
+Dev to_device(const Tensor& host, DType dt) {
+  Dev d(dt, dims_of(host));
+  ops::copy(d.t, host);
+  return d;
+}
+
+Owned to_host(const Tensor& dev, DType dt) {
+  Owned o(dt, dims_of(dev));
+  ops::copy(o.t, dev);
+  return o;
+}
+
+// Bitwise equality of two contiguous host tensors.
+::testing::AssertionResult same_bits(const Tensor& a, const Tensor& b) {
+  if (a.dtype != b.dtype || a.numel() != b.numel() || !a.is_contiguous() || !b.is_contiguous())
+    return ::testing::AssertionFailure() << "not comparable: " << a.shape_str() << " " << dtype_name(a.dtype)
+                                         << " vs " << b.shape_str() << " " << dtype_name(b.dtype);
+  const size_t es = size_t(dtype_size(a.dtype));
+  const char* pa = static_cast<const char*>(a.data);
+  const char* pb = static_cast<const char*>(b.data);
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    if (std::memcmp(pa + size_t(i) * es, pb + size_t(i) * es, es) != 0)
+      return ::testing::AssertionFailure() << "element " << i << " differs: " << test::element(a, i) << " vs "
+                                           << test::element(b, i);
+  }
+  return ::testing::AssertionSuccess();
+}
+
+Owned random_host(DType dt, const std::vector<int64_t>& dims, uint64_t stream, double std = 1.0) {
+  Owned o(dt, dims);
+  test::randn(o.t, stream, std);
+  return o;
+}
+
+constexpr double kTol = 1e-6;  // rel_error against the CPU in f32
+
+TEST(CudaBackend, CopyRoundTripsAndConversions) {
+  if (!sinklab::cuda_available()) GTEST_SKIP() << "no usable CUDA device";
+  Owned x = random_host(DType::f32, {37, 53}, 1, 3.0);
+
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Owned ref_dt = Owned::copy_of(x.t, dt);            // the CPU's conversion
+    Owned ref_f32 = Owned::copy_of(ref_dt.t, DType::f32);
+    // H2D converting, D2H same dtype and converting.
+    Dev d = to_device(x.t, dt);
+    EXPECT_TRUE(same_bits(to_host(d.t, dt).t, ref_dt.t));
+    EXPECT_TRUE(same_bits(to_host(d.t, DType::f32).t, ref_f32.t));
+    // H2D same dtype.
+    Dev d2 = to_device(ref_dt.t, dt);
+    EXPECT_TRUE(same_bits(to_host(d2.t, dt).t, ref_dt.t));
+    // D2D converting f32 -> dt -> f32.
+    Dev dev_f32 = to_device(x.t, DType::f32);
+    Dev dev_dt(dt, {37, 53});
+    ops::copy(dev_dt.t, dev_f32.t);
+    Dev back(DType::f32, {37, 53});
+    ops::copy(back.t, dev_dt.t);
+    EXPECT_TRUE(same_bits(to_host(back.t, DType::f32).t, ref_f32.t));
+  }
+
+  // f64 on the host -> f32 on the device (exact round trip) and back to f64.
+  Owned x64 = Owned::copy_of(x.t, DType::f64);
+  Dev d32 = to_device(x64.t, DType::f32);
+  EXPECT_TRUE(same_bits(to_host(d32.t, DType::f32).t, x.t));
+  EXPECT_TRUE(same_bits(to_host(d32.t, DType::f64).t, x64.t));
+
+  // Strided rows: the right half of a [37, 106] device buffer, whose left half must stay untouched.
+  Dev wide(DType::f32, {37, 106});
+  ops::fill(wide.t, 0.0);
+  Tensor right = wide.t.slice(1, 53, 53);
+  ops::copy(right, x.t);                                   // H2D into a strided view
+  EXPECT_TRUE(same_bits(to_host(right, DType::f32).t, x.t));  // D2H from a strided view
+  Owned wide_host = to_host(wide.t, DType::f32);
+  for (int64_t r = 0; r < 37; ++r)
+    for (int64_t c = 0; c < 53; ++c) ASSERT_EQ(wide_host.data<float>()[r * 106 + c], 0.0f) << r << "," << c;
+  // D2H into a strided host view, converting to bf16.
+  Owned host_wide(DType::bf16, {37, 106});
+  Tensor host_left = host_wide.t.slice(1, 0, 53);
+  ops::copy(host_left, right);
+  Owned ref_bf16 = Owned::copy_of(x.t, DType::bf16);
+  EXPECT_TRUE(same_bits(Owned::copy_of(host_left, DType::bf16).t, ref_bf16.t));
+  // H2D from a strided host view, converting; D2D strided -> strided converting.
+  Dev from_strided(DType::f16, {37, 53});
+  ops::copy(from_strided.t, host_left);
+  EXPECT_TRUE(same_bits(to_host(from_strided.t, DType::f16).t,
+                        Owned::copy_of(ref_bf16.t, DType::f16).t));
+  Dev wide16(DType::f16, {37, 106});
+  ops::fill(wide16.t, 0.0);
+  ops::copy(wide16.t.slice(1, 0, 53), right);
+  EXPECT_TRUE(same_bits(to_host(wide16.t.slice(1, 0, 53), DType::f16).t, Owned::copy_of(x.t, DType::f16).t));
+}
+
+TEST(CudaBackend, FillAddAccumulateScaleSumSquares) {
+  if (!sinklab::cuda_available()) GTEST_SKIP() << "no usable CUDA device";
+  const std::vector<int64_t> shape = {29, 131};
+  Owned a = random_host(DType::f32, shape, 2), b = random_host(DType::f32, shape, 3);
+  Dev da = to_device(a.t, DType::f32), db = to_device(b.t, DType::f32);
+
+  // fill, into f32 and into a strided bf16 view.
+  Dev f(DType::f32, shape);
+  ops::fill(f.t, 1.25);
+  Owned ref_fill(DType::f32, shape);
+  ops::fill(ref_fill.t, 1.25);
+  EXPECT_TRUE(same_bits(to_host(f.t, DType::f32).t, ref_fill.t));
+  Dev fb(DType::bf16, {29, 262});
+  ops::fill(fb.t, 0.0);
+  ops::fill(fb.t.slice(1, 131, 131), -3.5);
+  Owned ref_fb(DType::bf16, {29, 262});
+  ops::fill(ref_fb.t.slice(1, 131, 131), -3.5);
+  EXPECT_TRUE(same_bits(to_host(fb.t, DType::bf16).t, ref_fb.t));
+
+  // add
+  Dev out(DType::f32, shape);
+  ops::add(out.t, da.t, db.t);
+  Owned ref(DType::f32, shape);
+  ops::add(ref.t, a.t, b.t);
+  EXPECT_LE(rel_error(to_host(out.t, DType::f32).t, ref.t), kTol);
+
+  // accumulate and scale (in place)
+  ops::accumulate(out.t, da.t, 0.37);
+  ops::accumulate(ref.t, a.t, 0.37);
+  EXPECT_LE(rel_error(to_host(out.t, DType::f32).t, ref.t), kTol);
+  ops::scale(out.t, -1.7);
+  ops::scale(ref.t, -1.7);
+  EXPECT_LE(rel_error(to_host(out.t, DType::f32).t, ref.t), kTol);
+
+  // sum_squares: small, large (many blocks), strided.
+  EXPECT_NEAR(ops::sum_squares(out.t), ops::sum_squares(ref.t), 1e-10 * ops::sum_squares(ref.t));
+  Owned big = random_host(DType::f32, {(1 << 20) + 3}, 4);
+  Dev dbig = to_device(big.t, DType::f32);
+  double want = ops::sum_squares(big.t);
+  EXPECT_NEAR(ops::sum_squares(dbig.t), want, 1e-10 * want);
+  Dev wide = to_device(random_host(DType::f32, {29, 262}, 5).t, DType::f32);
+  Tensor half = wide.t.slice(1, 100, 131);
+  Owned half_host = to_host(half, DType::f32);
+  want = ops::sum_squares(half_host.t);
+  EXPECT_NEAR(ops::sum_squares(half), want, 1e-10 * want);
+
+  // Device arithmetic is f32 only: a clear error otherwise.
+  Dev h(DType::bf16, shape);
+  try {
+    ops::add(h.t, h.t, h.t);
+    ADD_FAILURE() << "add on bf16 did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("add"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("f32"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaBackend, RandomFillsAreBitIdenticalToCpu) {
+  if (!sinklab::cuda_available()) GTEST_SKIP() << "no usable CUDA device";
+  const uint64_t seed = 42, stream = 3;
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Dev dn(dt, {129, 77}), du(dt, {129, 77});
+    Owned cn(dt, {129, 77}), cu(dt, {129, 77});
+    // std and high-low powers of two: fused and unfused multiply-adds round alike.
+    ops::fill_normal(dn.t, seed, stream, 0.5, 2.0);
+    ops::fill_normal(cn.t, seed, stream, 0.5, 2.0);
+    ops::fill_uniform(du.t, seed, stream + 1, -1.0, 3.0);
+    ops::fill_uniform(cu.t, seed, stream + 1, -1.0, 3.0);
+    EXPECT_TRUE(same_bits(to_host(dn.t, dt).t, cn.t));
+    EXPECT_TRUE(same_bits(to_host(du.t, dt).t, cu.t));
+  }
+  // Strided: element i of the view (logical order) is value i of the stream on both backends.
+  Dev dw(DType::f32, {16, 66});
+  Owned cw(DType::f32, {16, 66});
+  ops::fill(dw.t, 0.0);
+  ops::fill_normal(dw.t.slice(1, 33, 33), seed, 9, 0.0, 1.0);
+  ops::fill_normal(cw.t.slice(1, 33, 33), seed, 9, 0.0, 1.0);
+  EXPECT_TRUE(same_bits(to_host(dw.t, DType::f32).t, cw.t));
+  // A 3-D view with strided leading dims.
+  Dev d3(DType::f32, {4, 6, 40});
+  Owned c3(DType::f32, {4, 6, 40});
+  ops::fill(d3.t, 0.0);
+  ops::fill_uniform(d3.t.slice(1, 1, 4).slice(2, 8, 24), seed, 11, 0.0, 1.0);
+  ops::fill_uniform(c3.t.slice(1, 1, 4).slice(2, 8, 24), seed, 11, 0.0, 1.0);
+  EXPECT_TRUE(same_bits(to_host(d3.t, DType::f32).t, c3.t));
+}
+
+// The first words of sinklab's Philox stream convention (also fixed by test_core's
+// Philox.StreamFirstValuesAreFixed), computed by a device kernel: fill_uniform over [0,1) returns
+// (word >> 8 + 0.5) / 2^24 exactly.
+TEST(CudaBackend, PhiloxFirstWordsOnDevice) {
+  if (!sinklab::cuda_available()) GTEST_SKIP() << "no usable CUDA device";
+  const uint64_t seed = 0x243f6a8885a308d3ull, stream = 7;
+  const uint32_t expected[4] = {0x388b67beu, 0x79626effu, 0x190e4609u, 0xf42dbaeeu};
+  Dev d(DType::f32, {8});
+  ops::fill_uniform(d.t, seed, stream, 0.0, 1.0);
+  Owned h = to_host(d.t, DType::f32);
+  for (uint64_t i = 0; i < 8; ++i) {
+    float cpu = philox_uniform(seed, stream, i);
+    float gpu = h.data<float>()[i];
+    EXPECT_EQ(f32_bits(gpu), f32_bits(cpu)) << "value " << i;
+    if (i < 4) {
+      uint32_t top24 = uint32_t(double(gpu) * 16777216.0 - 0.5);
+      EXPECT_EQ(top24, expected[i] >> 8) << "word " << i;
+    }
+  }
+}
+
+TEST(CudaBackend, ActivationsMatchCpu) {
+  if (!sinklab::cuda_available()) GTEST_SKIP() << "no usable CUDA device";
+  const int64_t rows = 64, ff = 96;
+  // gate and up as the two halves of one fused [rows, 2*ff] projection: strided rows.
+  Owned fused = random_host(DType::f32, {rows, 2 * ff}, 20, 2.0);
+  Owned d_out = random_host(DType::f32, {rows, ff}, 21);
+  Dev dfused = to_device(fused.t, DType::f32);
+  Dev dd_out = to_device(d_out.t, DType::f32);
+  Tensor gate = fused.t.slice(1, 0, ff), up = fused.t.slice(1, ff, ff);
+  Tensor dgate = dfused.t.slice(1, 0, ff), dup = dfused.t.slice(1, ff, ff);
+
+  for (ops::Activation act : {ops::Activation::relu, ops::Activation::gelu_exact, ops::Activation::gelu_tanh,
+                              ops::Activation::silu}) {
+    SCOPED_TRACE(int(act));
+    Owned c_out(DType::f32, {rows, ff}), c_din(DType::f32, {rows, ff});
+    Dev g_out(DType::f32, {rows, ff}), g_din(DType::f32, {rows, ff});
+
+    ops::activation_forward(c_out.t, gate, act);
+    ops::activation_forward(g_out.t, dgate, act);
+    EXPECT_LE(rel_error(to_host(g_out.t, DType::f32).t, c_out.t), kTol) << "activation_forward";
+
+    ops::activation_backward(c_din.t, d_out.t, gate, act);
+    ops::activation_backward(g_din.t, dd_out.t, dgate, act);
+    EXPECT_LE(rel_error(to_host(g_din.t, DType::f32).t, c_din.t), kTol) << "activation_backward";
+
+    ops::gated_forward(c_out.t, gate, up, act);
+    ops::gated_forward(g_out.t, dgate, dup, act);
+    EXPECT_LE(rel_error(to_host(g_out.t, DType::f32).t, c_out.t), kTol) << "gated_forward";
+
+    // Gradients into the halves of a fused gradient buffer (strided outputs).
+    Owned c_dfused(DType::f32, {rows, 2 * ff});
+    Dev g_dfused(DType::f32, {rows, 2 * ff});
+    ops::gated_backward(c_dfused.t.slice(1, 0, ff), c_dfused.t.slice(1, ff, ff), d_out.t, gate, up, act);
+    ops::gated_backward(g_dfused.t.slice(1, 0, ff), g_dfused.t.slice(1, ff, ff), dd_out.t, dgate, dup, act);
+    Owned g_dfused_host = to_host(g_dfused.t, DType::f32);
+    EXPECT_LE(rel_error(g_dfused_host.t.slice(1, 0, ff), c_dfused.t.slice(1, 0, ff)), kTol) << "gated_backward d_gate";
+    EXPECT_LE(rel_error(g_dfused_host.t.slice(1, ff, ff), c_dfused.t.slice(1, ff, ff)), kTol) << "gated_backward d_up";
+  }
+}
+
+TEST(CudaBackend, AdamWMatchesCpu) {
+  if (!sinklab::cuda_available()) GTEST_SKIP() << "no usable CUDA device";
+  const std::vector<int64_t> shape = {33, 65};
+  Owned param = random_host(DType::f32, shape, 30);
+  Owned m(DType::f32, shape), v(DType::f32, shape);
+  Dev dparam = to_device(param.t, DType::f32), dm = to_device(m.t, DType::f32), dv = to_device(v.t, DType::f32);
+  ops::AdamWStep s;
+  s.lr = 3e-3;
+  s.beta1 = 0.9;
+  s.beta2 = 0.95;
+  s.eps = 1e-8;
+  s.weight_decay = 0.1;
+  for (int64_t step = 1; step <= 4; ++step) {
+    SCOPED_TRACE(step);
+    s.step = step;
+    Owned grad = random_host(DType::f32, shape, 40 + uint64_t(step), 0.5);
+    Dev dgrad = to_device(grad.t, DType::f32);
+    ops::adamw_update(param.t, grad.t, m.t, v.t, s);
+    ops::adamw_update(dparam.t, dgrad.t, dm.t, dv.t, s);
+    EXPECT_LE(rel_error(to_host(dparam.t, DType::f32).t, param.t), kTol) << "param";
+    EXPECT_LE(rel_error(to_host(dm.t, DType::f32).t, m.t), kTol) << "m";
+    EXPECT_LE(rel_error(to_host(dv.t, DType::f32).t, v.t), kTol) << "v";
+  }
+}
+
+TEST(CudaBackend, OpWithoutKernelThrowsNamingTheOp) {
+  if (!sinklab::cuda_available()) GTEST_SKIP() << "no usable CUDA device";
+  Dev in(DType::f32, {4, 8}), out(DType::f32, {4, 8}), rstd(DType::f32, {4}), weight(DType::f32, {8});
+  try {
+    ops::rmsnorm_forward(out.t, rstd.t, in.t, weight.t, 1e-5);
+    ADD_FAILURE() << "rmsnorm_forward on CUDA did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rmsnorm_forward"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cuda"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaBackend, MissingDeviceIsAClearError) {
+  if (!sinklab::cuda_available()) GTEST_SKIP() << "no usable CUDA device";
+  float dummy = 0.0f;
+  Tensor t(&dummy, DType::f32, {1}, Device::cuda(999));
+  try {
+    ops::fill(t, 1.0);
+    ADD_FAILURE() << "fill on cuda:999 did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cuda:999"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace sinklab

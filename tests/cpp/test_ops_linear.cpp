@@ -1,0 +1,205 @@
+// linear_forward / linear_backward / matmul on the CPU backend against PyTorch float64 goldens
+// (tests/python/goldens/gen_linear.py), in f32 and f64, plus finite differences and accumulation.
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "test_util.hpp"
+
+namespace sinklab {
+namespace {
+
+using test::Golden;
+using test::Owned;
+using test::rel_error;
+
+const DType kDtypes[] = {DType::f32, DType::f64};
+double tol(DType dt) { return dt == DType::f32 ? 1e-5 : 1e-10; }
+
+std::vector<int64_t> dims_of(const Tensor& t) { return {t.shape.begin(), t.shape.begin() + t.ndim}; }
+
+// A copy of `ref` scaled by k (expected value after k accumulations).
+Owned scaled(const Tensor& ref, double k) {
+  Owned o = Owned::copy_of(ref, DType::f64);
+  ops::scale(o.t, k);
+  return o;
+}
+
+std::vector<std::string> cases_with(const Golden& g, const std::string& prefix) {
+  std::vector<std::string> out;
+  for (const std::string& c : g.cases())
+    if (c.rfind(prefix, 0) == 0) out.push_back(c);
+  return out;
+}
+
+TEST(Linear, MatchesTorchForwardBackward) {
+  Golden g("linear.safetensors");
+  auto cases = cases_with(g, "lin_");
+  ASSERT_EQ(cases.size(), 5u);
+  for (const std::string& c : cases) {
+    for (DType dt : kDtypes) {
+      SCOPED_TRACE(c + " " + dtype_name(dt));
+      const bool has_bias = g.has(c + "/b");
+      Owned w = g.get(c + "/w", dt), dy = g.get(c + "/dy", dt);
+      const int64_t N = w.t.shape[0], K = w.t.shape[1];
+      Owned x_store;
+      Tensor x;
+      if (g.has(c + "/x_full")) {  // in = a column slice of a wider buffer (row stride > K)
+        x_store = g.get(c + "/x_full", dt);
+        x = x_store.t.slice(1, int64_t(g.param(c + "/offset")), K);
+        ASSERT_GT(x.stride[0], K);
+      } else {
+        x_store = g.get(c + "/x", dt);
+        x = x_store.t;
+      }
+      Owned b = has_bias ? g.get(c + "/b", dt) : Owned();
+      Tensor ref_y = g.raw(c + "/y");
+
+      Owned y(dt, dims_of(ref_y));
+      ops::fill(y, std::nan(""));  // forward must write every element
+      ops::linear_forward(y, x, w, b.t);
+      EXPECT_LE(rel_error(y, ref_y), tol(dt));
+
+      // Backward twice: d_in written (same value both times), d_weight/d_bias accumulated (2x).
+      Owned dx(dt, dims_of(x)), dw(dt, {N, K}), db(dt, {N});
+      ops::fill(dx, std::nan(""));
+      for (int rep = 1; rep <= 2; ++rep) {
+        ops::linear_backward(dx, dw, has_bias ? db.t : Tensor{}, dy, x, w);
+        EXPECT_LE(rel_error(dx, g.raw(c + "/dx")), tol(dt)) << "rep " << rep;
+        EXPECT_LE(rel_error(dw, scaled(g.raw(c + "/dw"), rep)), tol(dt)) << "rep " << rep;
+        if (has_bias) EXPECT_LE(rel_error(db, scaled(g.raw(c + "/db"), rep)), tol(dt)) << "rep " << rep;
+      }
+      // Each gradient alone (the others undefined = skipped).
+      Owned dx1(dt, dims_of(x)), dw1(dt, {N, K}), db1(dt, {N});
+      ops::linear_backward(dx1, Tensor{}, Tensor{}, dy, x, w);
+      EXPECT_LE(rel_error(dx1, g.raw(c + "/dx")), tol(dt));
+      ops::linear_backward(Tensor{}, dw1, Tensor{}, dy, x, w);
+      EXPECT_LE(rel_error(dw1, g.raw(c + "/dw")), tol(dt));
+      if (has_bias) {
+        ops::linear_backward(Tensor{}, Tensor{}, db1, dy, x, w);
+        EXPECT_LE(rel_error(db1, g.raw(c + "/db")), tol(dt));
+      }
+    }
+  }
+}
+
+// out and d_in written into column slices of wider buffers (a fused QKV output, for instance).
+TEST(Linear, StridedOutputAndInputGradient) {
+  Golden g("linear.safetensors");
+  const std::string c = "lin_m67";
+  for (DType dt : kDtypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    Owned x = g.get(c + "/x", dt), w = g.get(c + "/w", dt), b = g.get(c + "/b", dt), dy = g.get(c + "/dy", dt);
+    const int64_t M = x.t.shape[0], K = x.t.shape[1], N = w.t.shape[0];
+    Owned y_full(dt, {M, N + 9}), dx_full(dt, {M, K + 4});
+    ops::fill(y_full, -7.0);
+    ops::fill(dx_full, -7.0);
+    Tensor y = y_full.t.slice(1, 3, N), dx = dx_full.t.slice(1, 4, K);
+    ops::linear_forward(y, x, w, b);
+    EXPECT_LE(rel_error(y, g.raw(c + "/y")), tol(dt));
+    Owned dw(dt, {N, K});
+    ops::linear_backward(dx, dw, Tensor{}, dy, x, w);
+    EXPECT_LE(rel_error(dx, g.raw(c + "/dx")), tol(dt));
+    // Columns outside the slices are untouched.
+    for (int64_t r = 0; r < M; ++r) {
+      for (int64_t j = 0; j < 3; ++j) ASSERT_EQ(test::element(y_full, r * (N + 9) + j), -7.0);
+      for (int64_t j = 3 + N; j < N + 9; ++j) ASSERT_EQ(test::element(y_full, r * (N + 9) + j), -7.0);
+      for (int64_t j = 0; j < 4; ++j) ASSERT_EQ(test::element(dx_full, r * (K + 4) + j), -7.0);
+    }
+  }
+}
+
+// Larger, multi-threaded BLAS path against a naive double-precision loop.
+TEST(Linear, LargeRandomAgainstNaiveLoop) {
+  const int64_t M = 130, K = 300, N = 257;
+  Owned x(DType::f32, {M, K}), w(DType::f32, {N, K}), b(DType::f32, {N}), y(DType::f32, {M, N});
+  test::randn(x, 1);
+  test::randn(w, 2, 0.05);
+  test::randn(b, 3);
+  ops::linear_forward(y, x, w, b);
+  Owned ref(DType::f64, {M, N});
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = b.data<float>()[j];
+      for (int64_t k = 0; k < K; ++k) s += double(x.data<float>()[i * K + k]) * double(w.data<float>()[j * K + k]);
+      ref.data<double>()[i * N + j] = s;
+    }
+  EXPECT_LE(rel_error(y, ref), 1e-5);
+}
+
+TEST(Linear, FiniteDifferencesF64) {
+  const int64_t M = 5, K = 7, N = 4;
+  Owned x(DType::f64, {M, K}), w(DType::f64, {N, K}), b(DType::f64, {N}), r(DType::f64, {M, N});
+  test::randn(x, 11);
+  test::randn(w, 12);
+  test::randn(b, 13);
+  test::randn(r, 14);  // loss = sum(r * y): d_out = r
+  Owned y(DType::f64, {M, N}), dx(DType::f64, {M, K}), dw(DType::f64, {N, K}), db(DType::f64, {N});
+  auto loss = [&] {
+    ops::linear_forward(y, x, w, b);
+    return test::weighted_sum(y, r);
+  };
+  ops::linear_backward(dx, dw, db, r, x, w);
+  EXPECT_LT(test::finite_difference_error(x, dx, loss), 1e-6);
+  EXPECT_LT(test::finite_difference_error(w, dw, loss), 1e-6);
+  EXPECT_LT(test::finite_difference_error(b, db, loss), 1e-6);
+}
+
+TEST(Linear, RejectsBadShapesAndDtypes) {
+  Owned x(DType::f32, {4, 6}), w(DType::f32, {5, 6}), y(DType::f32, {4, 5}), y_bad(DType::f32, {4, 6});
+  Owned w_bad(DType::f32, {5, 7}), x64(DType::f64, {4, 6}), b_bad(DType::f32, {6});
+  EXPECT_THROW(ops::linear_forward(y_bad, x, w, Tensor{}), Error);
+  EXPECT_THROW(ops::linear_forward(y, x, w_bad, Tensor{}), Error);
+  EXPECT_THROW(ops::linear_forward(y, x64, w, Tensor{}), Error);
+  EXPECT_THROW(ops::linear_forward(y, x, w, b_bad), Error);
+  Owned dw_bad(DType::f32, {6, 5});
+  EXPECT_THROW(ops::linear_backward(Tensor{}, dw_bad, Tensor{}, y, x, w), Error);
+}
+
+TEST(Matmul, MatchesTorch2DAnd3D) {
+  Golden g("linear.safetensors");
+  auto cases = cases_with(g, "mm_");
+  ASSERT_EQ(cases.size(), 6u);
+  for (const std::string& c : cases) {
+    for (DType dt : kDtypes) {
+      SCOPED_TRACE(c + " " + dtype_name(dt));
+      Owned a = g.get(c + "/a", dt), b = g.get(c + "/b", dt), out = g.get(c + "/c0", dt);
+      ops::matmul(out, a, b, g.param(c + "/ta") != 0, g.param(c + "/tb") != 0, g.param(c + "/alpha"),
+                  g.param(c + "/beta"));
+      EXPECT_LE(rel_error(out, g.raw(c + "/out")), tol(dt));
+    }
+  }
+}
+
+// 3-D with a batch stride that is not M*K: a [B,M,K] view of an [M,B,K] buffer (heads of a fused
+// [T, H*dh] activation), and beta = 0 must ignore whatever out holds (NaN included).
+TEST(Matmul, BatchedStridedViews) {
+  Golden g("linear.safetensors");
+  const std::string c = "mm_b3_nt";
+  for (DType dt : kDtypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    Owned a = g.get(c + "/a", dt), b = g.get(c + "/b", dt);
+    const int64_t B = a.t.shape[0], M = a.t.shape[1], K = a.t.shape[2], N = b.t.shape[1];
+    Owned store(dt, {M, B, K});
+    Tensor a_view = store.t;  // [B, M, K] with strides (K, B*K, 1)
+    a_view.shape = {B, M, K, 0, 0};
+    a_view.stride = {K, B * K, 1, 0, 0};
+    ops::copy(a_view, a);
+    Owned out(dt, {B, M, N});
+    ops::fill(out, std::nan(""));
+    ops::matmul(out, a_view, b, false, true, g.param(c + "/alpha"), 0.0);
+    EXPECT_LE(rel_error(out, g.raw(c + "/out")), tol(dt));
+  }
+}
+
+TEST(Matmul, RejectsMismatchedShapes) {
+  Owned a(DType::f32, {3, 4}), b(DType::f32, {5, 6}), out(DType::f32, {3, 6});
+  EXPECT_THROW(ops::matmul(out, a, b, false, false), Error);
+  Owned a3(DType::f32, {2, 3, 4}), b3(DType::f32, {3, 4, 6}), out3(DType::f32, {2, 3, 6});
+  EXPECT_THROW(ops::matmul(out3, a3, b3, false, false), Error);
+  EXPECT_THROW(ops::matmul(out3, a, b3, false, false), Error);
+}
+
+}  // namespace
+}  // namespace sinklab

@@ -1,0 +1,336 @@
+// The pre-training data loader: chunk arithmetic over packed shards, deterministic sampling, rank
+// slices, epochs, token budgets.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <unistd.h>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "io/shard.hpp"
+#include "test_util.hpp"
+#include "train/data.hpp"
+
+namespace sinklab {
+namespace {
+
+namespace fs = std::filesystem;
+using train::BatchLayout;
+using train::ChunkSampler;
+using train::DataConfig;
+
+class TrainData : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("sinklab_test_data_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // Documents d (length len_d) with tokens 10*d+1.. and EOS = 0 after each; returns the stream.
+  static std::vector<uint32_t> packed(const std::vector<int>& lengths, uint32_t bos = io::kNoBos) {
+    std::vector<uint32_t> out;
+    for (size_t d = 0; d < lengths.size(); ++d) {
+      if (bos != io::kNoBos) out.push_back(bos);
+      for (int i = 0; i < lengths[d]; ++i) out.push_back(uint32_t(100 * (d + 1) + i));
+      out.push_back(0);
+    }
+    return out;
+  }
+  fs::path dir_;
+};
+
+// A stream 0..n-1 in one shard (vocab large enough).
+std::vector<uint32_t> iota_tokens(uint32_t n) {
+  std::vector<uint32_t> t(n);
+  for (uint32_t i = 0; i < n; ++i) t[i] = i;
+  return t;
+}
+
+TEST_F(TrainData, ChunkArithmeticSharesBoundaryToken) {
+  io::write_shard(path("a.bin"), iota_tokens(23), 1000, 1, 0);
+  DataConfig cfg;
+  cfg.shards = {path("a.bin")};
+  cfg.context = 5;
+  ChunkSampler s(cfg);
+  EXPECT_EQ(s.total_tokens(), 23u);
+  EXPECT_EQ(s.n_tokens(), 23u);
+  EXPECT_EQ(s.n_chunks(), 4u);  // floor((23 - 1) / 5)
+  std::vector<int32_t> chunk(6);
+  for (uint64_t c = 0; c < 4; ++c) {
+    s.read_chunk(c, chunk.data());
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(chunk[size_t(i)], int32_t(c * 5 + uint64_t(i))) << "chunk " << c;
+  }
+  // Chunk c ends with the token chunk c+1 starts with.
+  std::vector<int32_t> next(6);
+  s.read_chunk(1, chunk.data());
+  s.read_chunk(2, next.data());
+  EXPECT_EQ(chunk[5], next[0]);
+  EXPECT_THROW(s.read_chunk(4, chunk.data()), Error);
+  // Exactly (N-1) % C == 0: the last token is used.
+  io::write_shard(path("b.bin"), iota_tokens(21), 1000, 1, 0);
+  cfg.shards = {path("b.bin")};
+  ChunkSampler s2(cfg);
+  EXPECT_EQ(s2.n_chunks(), 4u);
+  s2.read_chunk(3, chunk.data());
+  EXPECT_EQ(chunk[5], 20);
+}
+
+TEST_F(TrainData, InputsAndTargetsAreShiftedByOne) {
+  io::write_shard(path("a.bin"), iota_tokens(41), 1000, 1, 0);
+  DataConfig cfg;
+  cfg.shards = {path("a.bin")};
+  cfg.context = 4;
+  cfg.seed = 7;
+  ChunkSampler s(cfg);
+  BatchLayout layout{3, 1, 1};
+  test::Owned in(DType::i32, std::vector<int64_t>{3, 4}), tg(DType::i32, std::vector<int64_t>{3, 4});
+  auto chunks = s.fill_batch(layout, 0, 0, 0, in, tg);
+  ASSERT_EQ(chunks.size(), 3u);
+  for (int j = 0; j < 3; ++j) {
+    for (int t = 0; t < 4; ++t) {
+      EXPECT_EQ(in.data<int32_t>()[j * 4 + t], int32_t(chunks[size_t(j)] * 4 + uint64_t(t)));
+      EXPECT_EQ(tg.data<int32_t>()[j * 4 + t], int32_t(chunks[size_t(j)] * 4 + uint64_t(t) + 1));
+    }
+  }
+}
+
+TEST_F(TrainData, ChunksSpanShardsAsOneStream) {
+  // Two shards, concatenated: 0..12 and 13..29. A chunk straddles the seam.
+  std::vector<uint32_t> all = iota_tokens(30);
+  io::write_shard(path("a.bin"), std::vector<uint32_t>(all.begin(), all.begin() + 13), 1000, 1, 0);
+  io::write_shard(path("b.bin"), std::vector<uint32_t>(all.begin() + 13, all.end()), 1000, 1, 0);
+  DataConfig cfg;
+  cfg.shards = {path("a.bin"), path("b.bin")};
+  cfg.context = 4;
+  ChunkSampler s(cfg);
+  EXPECT_EQ(s.n_tokens(), 30u);
+  EXPECT_EQ(s.n_chunks(), 7u);
+  std::vector<int32_t> chunk(5);
+  for (uint64_t c = 0; c < 7; ++c) {
+    s.read_chunk(c, chunk.data());
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(chunk[size_t(i)], int32_t(c * 4 + uint64_t(i)));
+  }
+  // Shards from different tokenizers are refused, naming the file.
+  io::write_shard(path("c.bin"), iota_tokens(10), 1000, 1, 3);
+  cfg.shards = {path("a.bin"), path("c.bin")};
+  try {
+    ChunkSampler bad(cfg);
+    FAIL() << "mismatched shards accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("c.bin"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(TrainData, EosAndBosBoundariesArePreserved) {
+  const uint32_t bos = 1;
+  std::vector<uint32_t> stream = packed({3, 7, 2, 9, 4, 5}, bos);
+  io::write_shard(path("a.bin"), stream, 1000, 6, 0, bos);
+  DataConfig cfg;
+  cfg.shards = {path("a.bin")};
+  cfg.context = 6;
+  cfg.seed = 3;
+  ChunkSampler s(cfg);
+  EXPECT_EQ(s.eos_id(), 0u);
+  EXPECT_EQ(s.bos_id(), bos);
+  // Stitching the chunks back (dropping the shared boundary token) gives the packed stream verbatim.
+  std::vector<int32_t> rebuilt, chunk(7);
+  for (uint64_t c = 0; c < s.n_chunks(); ++c) {
+    s.read_chunk(c, chunk.data());
+    rebuilt.insert(rebuilt.end(), chunk.begin() + (c == 0 ? 0 : 1), chunk.end());
+  }
+  ASSERT_LE(rebuilt.size(), stream.size());
+  EXPECT_EQ(rebuilt.size(), 1 + s.n_chunks() * 6);
+  for (size_t i = 0; i < rebuilt.size(); ++i) EXPECT_EQ(uint32_t(rebuilt[i]), stream[i]) << i;
+  size_t eos_in = std::count(rebuilt.begin(), rebuilt.end(), 0);
+  EXPECT_EQ(eos_in, size_t(std::count(stream.begin(), stream.begin() + long(rebuilt.size()), 0u)));
+}
+
+TEST_F(TrainData, PermutationVisitsEveryChunkOncePerEpoch) {
+  for (uint64_t n : {1ull, 2ull, 3ull, 5ull, 16ull, 17ull, 100ull, 1000ull, 4097ull}) {
+    for (uint64_t epoch : {0ull, 1ull, 9ull}) {
+      std::vector<char> seen(n, 0);
+      for (uint64_t i = 0; i < n; ++i) {
+        uint64_t p = train::permute_index(i, n, 42, epoch);
+        ASSERT_LT(p, n);
+        ASSERT_FALSE(seen[p]) << "n=" << n << " epoch=" << epoch << " repeats " << p;
+        seen[p] = 1;
+      }
+    }
+  }
+  // Not the identity, and different per epoch and per seed.
+  const uint64_t n = 1000;
+  int fixed = 0, same_epoch = 0, same_seed = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    fixed += train::permute_index(i, n, 42, 0) == i;
+    same_epoch += train::permute_index(i, n, 42, 0) == train::permute_index(i, n, 42, 1);
+    same_seed += train::permute_index(i, n, 42, 0) == train::permute_index(i, n, 43, 0);
+  }
+  EXPECT_LT(fixed, 20);
+  EXPECT_LT(same_epoch, 20);
+  EXPECT_LT(same_seed, 20);
+}
+
+TEST_F(TrainData, SamplingIsDeterministicAndResumable) {
+  io::write_shard(path("a.bin"), iota_tokens(2001), 5000, 1, 0);
+  DataConfig cfg;
+  cfg.shards = {path("a.bin")};
+  cfg.context = 8;
+  cfg.seed = 1234;
+  BatchLayout layout{4, 2, 1};
+  std::vector<std::vector<uint64_t>> run;
+  {
+    ChunkSampler s(cfg);
+    for (uint64_t step = 0; step < 40; ++step)
+      for (int64_t m = 0; m < layout.accum; ++m) run.push_back(s.batch_chunks(layout, step, m, 0));
+    // Same object, same answer twice.
+    EXPECT_EQ(s.batch_chunks(layout, 17, 1, 0), run[17 * 2 + 1]);
+  }
+  // A fresh sampler (a resumed job) started at step k reads the same batches, and the same tokens.
+  ChunkSampler resumed(cfg);
+  const uint64_t k = 23;
+  test::Owned in(DType::i32, std::vector<int64_t>{4, 8}), tg(DType::i32, std::vector<int64_t>{4, 8});
+  for (uint64_t step = k; step < 40; ++step)
+    for (int64_t m = 0; m < layout.accum; ++m) {
+      auto chunks = resumed.fill_batch(layout, step, m, 0, in, tg);
+      EXPECT_EQ(chunks, run[step * 2 + uint64_t(m)]);
+      std::vector<int32_t> chunk(9);
+      resumed.read_chunk(chunks[0], chunk.data());
+      EXPECT_EQ(in.data<int32_t>()[0], chunk[0]);
+    }
+  // A different seed gives a different order.
+  cfg.seed = 1235;
+  ChunkSampler other(cfg);
+  EXPECT_NE(other.batch_chunks(layout, 0, 0, 0), run[0]);
+  EXPECT_NE(other.fingerprint(), resumed.fingerprint());
+}
+
+TEST_F(TrainData, RankSlicesPartitionTheGlobalBatch) {
+  io::write_shard(path("a.bin"), iota_tokens(5001), 6000, 1, 0);
+  DataConfig cfg;
+  cfg.shards = {path("a.bin")};
+  cfg.context = 4;
+  cfg.seed = 99;
+  ChunkSampler s(cfg);
+  const int64_t W = 4, rows = 3, accum = 2;
+  BatchLayout multi{rows, accum, W};
+  BatchLayout single_accum{rows, accum * W, 1};  // one rank, more micro-batches
+  BatchLayout single_wide{rows * W, accum, 1};   // one rank, wider micro-batches
+  for (uint64_t step = 0; step < 5; ++step) {
+    std::vector<uint64_t> by_ranks, by_accum, by_wide;
+    for (int64_t r = 0; r < W; ++r)
+      for (int64_t m = 0; m < accum; ++m) {
+        auto c = s.batch_chunks(multi, step, m, r);
+        by_ranks.insert(by_ranks.end(), c.begin(), c.end());
+      }
+    for (int64_t m = 0; m < accum * W; ++m) {
+      auto c = s.batch_chunks(single_accum, step, m, 0);
+      by_accum.insert(by_accum.end(), c.begin(), c.end());
+    }
+    for (int64_t m = 0; m < accum; ++m) {
+      auto c = s.batch_chunks(single_wide, step, m, 0);
+      by_wide.insert(by_wide.end(), c.begin(), c.end());
+    }
+    EXPECT_EQ(by_ranks, by_accum) << "step " << step;  // same rows in the same order
+    std::vector<uint64_t> a = by_ranks, b = by_wide;
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    EXPECT_EQ(a, b) << "step " << step;  // same global batch
+    // Within one epoch (1250 chunks, 24 rows a step) no chunk repeats.
+    EXPECT_EQ(std::set<uint64_t>(a.begin(), a.end()).size(), a.size());
+  }
+  // Rank r's block starts at r * rows_per_rank of the step.
+  EXPECT_EQ(ChunkSampler::sample_index(multi, 2, 1, 3, 2), uint64_t(2 * 24 + 3 * 6 + 1 * 3 + 2));
+  EXPECT_THROW(s.batch_chunks(multi, 0, 0, W), Error);
+  EXPECT_THROW(s.batch_chunks(multi, 0, accum, 0), Error);
+}
+
+TEST_F(TrainData, EpochsReshuffle) {
+  io::write_shard(path("a.bin"), iota_tokens(61), 1000, 1, 0);  // 20 chunks of C = 3
+  DataConfig cfg;
+  cfg.shards = {path("a.bin")};
+  cfg.context = 3;
+  cfg.seed = 5;
+  ChunkSampler s(cfg);
+  ASSERT_EQ(s.n_chunks(), 20u);
+  BatchLayout layout{5, 1, 1};  // 4 steps per epoch
+  std::vector<std::vector<uint64_t>> epochs(3);
+  for (uint64_t step = 0; step < 12; ++step) {
+    auto c = s.batch_chunks(layout, step, 0, 0);
+    EXPECT_EQ(s.epoch_of(ChunkSampler::sample_index(layout, step, 0, 0, 0)), step / 4);
+    epochs[step / 4].insert(epochs[step / 4].end(), c.begin(), c.end());
+  }
+  for (auto& e : epochs) {
+    std::vector<uint64_t> sorted = e;
+    std::sort(sorted.begin(), sorted.end());
+    for (uint64_t i = 0; i < 20; ++i) EXPECT_EQ(sorted[i], i);  // every chunk once per epoch
+  }
+  EXPECT_NE(epochs[0], epochs[1]);
+  EXPECT_NE(epochs[1], epochs[2]);
+  // Without shuffling: stream order every epoch.
+  cfg.shuffle = false;
+  ChunkSampler seq(cfg);
+  EXPECT_EQ(seq.batch_chunks(layout, 5, 0, 0), (std::vector<uint64_t>{5, 6, 7, 8, 9}));
+}
+
+TEST_F(TrainData, MaxTokensBudgetIsRespected) {
+  io::write_shard(path("a.bin"), iota_tokens(1001), 2000, 1, 0);
+  DataConfig cfg;
+  cfg.shards = {path("a.bin")};
+  cfg.context = 10;
+  cfg.max_tokens = 101;
+  cfg.seed = 11;
+  ChunkSampler s(cfg);
+  EXPECT_EQ(s.total_tokens(), 1001u);
+  EXPECT_EQ(s.n_tokens(), 101u);
+  EXPECT_EQ(s.n_chunks(), 10u);
+  BatchLayout layout{4, 1, 1};
+  test::Owned in(DType::i32, std::vector<int64_t>{4, 10}), tg(DType::i32, std::vector<int64_t>{4, 10});
+  for (uint64_t step = 0; step < 30; ++step) {  // 12 epochs of the budget
+    s.fill_batch(layout, step, 0, 0, in, tg);
+    for (int i = 0; i < 40; ++i) {
+      EXPECT_LT(in.data<int32_t>()[i], 101);
+      EXPECT_LT(tg.data<int32_t>()[i], 101);  // token 100 is the last one a target may be
+    }
+  }
+  // A budget larger than the data is the data; a budget under one chunk is refused.
+  cfg.max_tokens = 5000;
+  EXPECT_EQ(ChunkSampler(cfg).n_tokens(), 1001u);
+  cfg.max_tokens = 10;
+  EXPECT_THROW(ChunkSampler bad(cfg), Error);
+}
+
+TEST_F(TrainData, BatchLayoutFromTokens) {
+  BatchLayout l = train::make_batch_layout(1 << 20, 2048, 8, 4);
+  EXPECT_EQ(l.rows, 8);
+  EXPECT_EQ(l.world, 4);
+  EXPECT_EQ(l.accum, 16);
+  EXPECT_EQ(l.global_rows() * 2048, 1 << 20);
+  try {
+    train::make_batch_layout(1000, 64, 2, 2);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--global-batch-tokens"), std::string::npos);
+  }
+}
+
+TEST_F(TrainData, MissingOrCorruptShardIsNamed) {
+  DataConfig cfg;
+  cfg.shards = {path("nope.bin")};
+  cfg.context = 4;
+  try {
+    ChunkSampler s(cfg);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nope.bin"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace sinklab

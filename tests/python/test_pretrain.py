@@ -1,0 +1,205 @@
+"""End-to-end tests of sinklab-pretrain and sinklab-probe on a small synthetic corpus: data parallelism
+(mpirun -np 2 == -np 1), ZeRO-1, kill -9 + --resume (bit-exact), SIGTERM, refusal of damaged inputs,
+and the HDF5 layout of DESIGN.md read back with h5py.
+
+The binaries come from $SINKLAB_BIN_DIR (tests/run_all.sh builds them first); the tests skip only when
+they are absent.
+"""
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from data_prep.shards import write_shard
+
+BIN = Path(os.environ.get("SINKLAB_BIN_DIR", Path(__file__).resolve().parents[2] / "build" / "bin"))
+PRETRAIN, PROBE = BIN / "sinklab-pretrain", BIN / "sinklab-probe"
+pytestmark = pytest.mark.skipif(not PRETRAIN.exists(), reason=f"{PRETRAIN} not built")
+
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1")
+VOCAB = 64
+
+
+def _documents(n_docs, seed):
+    """Learnable synthetic text: each document is an arithmetic progression mod (VOCAB-1), ids 1..63."""
+    rng = np.random.default_rng(seed)
+    docs = []
+    for _ in range(n_docs):
+        start, step, length = rng.integers(0, 63), rng.integers(1, 5), rng.integers(20, 60)
+        docs.append([int(1 + (start + step * i) % 63) for i in range(length)])
+    return docs
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("corpus")
+    write_shard(d / "train.bin", _documents(400, 1), vocab_size=VOCAB, eos_id=0)
+    write_shard(d / "valid.bin", _documents(60, 2), vocab_size=VOCAB, eos_id=0)
+    return d
+
+
+def _args(corpus, out, *extra):
+    return [f"--vocab-size={VOCAB}", "--d-model=32", "--n-layers=2", "--n-heads=2", "--ffn-hidden=64",
+            "--context=16", f"--train-data={corpus / 'train.bin'}", f"--valid-data={corpus / 'valid.bin'}",
+            "--steps=12", "--global-batch-tokens=128", "--micro-batch-rows=2", "--lr=3e-3", "--warmup-steps=2",
+            "--lr-schedule=cosine", "--min-lr=3e-4", "--eval-every=4", "--eval-rows=8", "--probe-sequences=8",
+            "--probe-length=12", "--checkpoint-every=4", "--log-every=4", f"--out-dir={out}", "--run-name=t",
+            *extra]
+
+
+def _run(cmd, np_=1, check=True, timeout=300):
+    if np_ > 1:
+        cmd = ["mpirun", "-np", str(np_), *cmd]
+    proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(map(str, cmd))} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def _losses(out):
+    with h5py.File(out / "results.h5", "r") as f:
+        return f["runs/t/train/loss"][:], f["runs/t/train/step"][:]
+
+
+def _pretrain(corpus, out, np_=1, *extra):
+    return _run([str(PRETRAIN), *_args(corpus, out, *extra)], np_)
+
+
+def test_loss_falls_and_progress_is_reported(corpus, tmp_path):
+    proc = _pretrain(corpus, tmp_path / "a", 1, "--steps=40")
+    losses, steps = _losses(tmp_path / "a")
+    assert list(steps) == list(range(40))
+    assert losses[-1] < 0.7 * losses[0], losses
+    assert "tok/s" in proc.stdout and "ETA" in proc.stdout and "Sink_1^0.3" in proc.stdout
+    assert (tmp_path / "a" / "DONE").exists()
+
+
+def test_two_ranks_match_one_rank(corpus, tmp_path):
+    _pretrain(corpus, tmp_path / "np1", 1)
+    _pretrain(corpus, tmp_path / "np2", 2)
+    l1, _ = _losses(tmp_path / "np1")
+    l2, _ = _losses(tmp_path / "np2")
+    np.testing.assert_allclose(l2, l1, rtol=1e-5, atol=0)
+
+
+def test_zero1_matches_plain_data_parallel(corpus, tmp_path):
+    _pretrain(corpus, tmp_path / "plain", 2)
+    _pretrain(corpus, tmp_path / "zero1", 2, "--zero1=true")
+    np.testing.assert_allclose(_losses(tmp_path / "zero1")[0], _losses(tmp_path / "plain")[0], rtol=1e-5, atol=0)
+
+
+def _wait_for(path, proc, timeout=120):
+    t0 = time.time()
+    while not path.exists():
+        assert proc.poll() is None, "training ended before it could be interrupted"
+        assert time.time() - t0 < timeout, f"{path} never appeared"
+        time.sleep(0.005)
+
+
+@pytest.mark.parametrize("np_", [1, 2])
+def test_kill9_then_resume_is_bit_exact(corpus, tmp_path, np_):
+    extra = ("--steps=300", "--checkpoint-every=10", "--eval-every=50")
+    _pretrain(corpus, tmp_path / "ref", np_, *extra)
+    ref, _ = _losses(tmp_path / "ref")
+
+    out = tmp_path / "killed"
+    cmd = [str(PRETRAIN), *_args(corpus, out, *extra)]
+    if np_ > 1:
+        cmd = ["mpirun", "-np", str(np_), *cmd]
+    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    _wait_for(out / "checkpoints" / "step_00000030", proc)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "DONE").exists()
+
+    _pretrain(corpus, out, np_, *extra, "--resume")
+    resumed, steps = _losses(out)
+    assert list(steps) == list(range(300))
+    np.testing.assert_array_equal(resumed, ref)  # exactly: same data, weights and optimizer state
+
+
+def test_sigterm_checkpoints_and_exits_zero(corpus, tmp_path):
+    extra = ("--steps=400", "--checkpoint-every=1000", "--eval-every=0")
+    out = tmp_path / "term"
+    proc = subprocess.Popen([str(PRETRAIN), *_args(corpus, out, *extra)], env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    _wait_for(out / "checkpoints", proc)  # created at start-up... wait for a few steps to pass
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    assert "stop requested" in stdout
+    assert not (out / "DONE").exists()
+    ckpts = sorted((out / "checkpoints").glob("step_*"))
+    assert ckpts and not ckpts[-1].name.endswith(".tmp")
+    _pretrain(corpus, out, 1, *extra, "--resume")
+    assert (out / "DONE").exists()
+    assert len(_losses(out)[0]) == 400
+
+
+def test_damaged_checkpoint_and_shard_are_refused(corpus, tmp_path):
+    out = tmp_path / "dmg"
+    _pretrain(corpus, out, 1)
+    model = sorted((out / "checkpoints").glob("step_*"))[-1] / "model.safetensors"
+    data = bytearray(model.read_bytes())
+    data[-3] ^= 0xFF
+    model.write_bytes(bytes(data))
+    proc = _run([str(PRETRAIN), *_args(corpus, out, "--steps=16", "--resume")], check=False)
+    assert proc.returncode != 0
+    errors = [l for l in proc.stderr.splitlines() if "error" in l]
+    assert len(errors) == 1 and "model.safetensors" in errors[0], proc.stderr
+
+    bad = tmp_path / "short.bin"
+    bad.write_bytes((corpus / "train.bin").read_bytes()[:-7])
+    proc = _run([str(PRETRAIN), *_args(corpus, tmp_path / "x", f"--train-data={bad}")], check=False)
+    assert proc.returncode != 0 and "short.bin" in proc.stderr and "truncated" in proc.stderr, proc.stderr
+
+
+def test_bad_flags_give_one_clear_line(corpus, tmp_path):
+    proc = _run([str(PRETRAIN), *_args(corpus, tmp_path / "y", "--n-heads=3")], check=False)
+    assert proc.returncode != 0 and proc.stderr.count("\n") == 1 and "--n-heads" in proc.stderr, proc.stderr
+    proc = _run([str(PRETRAIN), *_args(corpus, tmp_path / "y", "--no-such-flag=1")], check=False)
+    assert proc.returncode != 0 and "no-such-flag" in proc.stderr, proc.stderr
+    proc = _run([str(PRETRAIN), "--config", str(tmp_path / "missing.ini")], check=False)
+    assert proc.returncode != 0 and "missing.ini" in proc.stderr, proc.stderr
+
+
+def test_results_layout_and_probe(corpus, tmp_path):
+    out = tmp_path / "layout"
+    _pretrain(corpus, out, 1)
+    with h5py.File(out / "results.h5", "r") as f:
+        for attr in ("sinklab_version", "created_utc", "command_line", "config"):
+            assert attr in f.attrs
+        train = f["runs/t/train"]
+        for col in ("step", "tokens", "loss", "lr", "grad_norm", "tokens_per_s"):
+            assert train[col].shape == (12,), col
+        assert train["loss"].compression == "gzip" and train["loss"].chunks is not None
+        ev = f["runs/t/eval"]
+        assert list(ev["step"][:]) == [0, 4, 8, 12]
+        assert ev["alpha"].shape == (4, 2, 2)  # [eval, L, H]
+        assert ev["massive_ratio"].shape == (4, 2)
+        a = ev["alpha"][:]
+        assert np.all(a >= 1.0 / 12 - 1e-6) and np.all(a <= 1.0 + 1e-6)  # 1/T <= alpha_1 <= 1
+        for eps in ("0.2", "0.3", "0.4"):
+            s = ev[f"sink_{eps}"][:]
+            assert np.all((s >= 0) & (s <= 100))
+
+    probe_out = tmp_path / "probe.h5"
+    for mode in ("natural", "random", "repeat"):
+        _run([str(PROBE), "--checkpoint", str(out), "--data", str(corpus / "valid.bin"), "--input", mode,
+              "--sequences=6", "--length=12", "--max-k=3", "--name=tiny", "--out", str(probe_out)])
+    with h5py.File(probe_out, "r") as f:
+        for mode in ("natural", "random", "repeat"):
+            g = f[f"models/tiny/{mode}/mixed"]
+            assert g["alpha"].shape == (2, 2, 3) and g["sink"].shape == (3,)
+            assert g.attrs["n_seq"] == 6 and g.attrs["T"] == 12
+        # Repeated tokens with RoPE (paper App. B.1): every position computes the same hidden state
+        # (its values are all equal, whatever the attention weights), so ||h_1|| / mean ||h_t|| = 1.
+        np.testing.assert_allclose(f["models/tiny/repeat/mixed/massive_ratio"][:], 1.0, rtol=1e-5)
+        assert not np.allclose(f["models/tiny/natural/mixed/massive_ratio"][:], 1.0, rtol=1e-3)

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone: installs what is missing (env/setup.sh), builds the CPU
+# configuration and runs every C++ (CTest), MPI and Python test; then compiles the SINKLAB_CUDA=ON
+# configuration (every CUDA source, warnings as errors) and runs its gpu-labelled tests, which skip
+# without a device.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+jobs=$(nproc)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+
+bash env/setup.sh
+
+echo "== CPU build"
+cmake -S . -B build -DSINKLAB_CUDA=OFF -DCMAKE_BUILD_TYPE=Release > build.log 2>&1 || { cat build.log; exit 1; }
+cmake --build build -j"$jobs" >> build.log 2>&1 || { grep -E 'error|Error' -A3 build.log | head -60; exit 1; }
+
+echo "== C++ tests (CTest: cpu, mpi; gpu tests skip without a device)"
+(cd build && ctest --output-on-failure -j"$jobs" --timeout 900)
+
+echo "== Python tests (pytest)"
+SINKLAB_BUILD_DIR="$root/build" SINKLAB_BIN_DIR="$root/build/bin" .venv/bin/python -m pytest tests/python -q
+
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  echo "== CUDA build (SINKLAB_CUDA=ON: compiles every CUDA source with warnings as errors)"
+  cmake -S . -B build-cuda -DSINKLAB_CUDA=ON -DCMAKE_BUILD_TYPE=Release > build-cuda.log 2>&1 || { cat build-cuda.log; exit 1; }
+  cmake --build build-cuda -j"$jobs" >> build-cuda.log 2>&1 || { grep -E 'error|Error' -A3 build-cuda.log | head -60; exit 1; }
+  (cd build-cuda && ctest --output-on-failure -L gpu --timeout 300)
+else
+  echo "== CUDA build skipped: no nvcc on this machine"
+fi
