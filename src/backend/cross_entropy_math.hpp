@@ -3,7 +3,7 @@
 //
 // A row x[V] is summarised by (max, sum) with sum = sum_j exp(x_j - max), built online so a row is
 // read once for the statistics: ce_push adds one element, ce_combine merges two partial summaries.
-//   loss      = log(sum) + max - x[target]
+//   loss      = (max - x[target]) + log(sum)
 //   d_logit_j = (exp(x_j - max) / sum - [j == target]) * grad_scale
 #pragma once
 
@@ -49,11 +49,12 @@ SL_HD SoftmaxStats<Acc> ce_combine(SoftmaxStats<Acc> a, SoftmaxStats<Acc> b) {
   return {a.max, a.sum + b.sum * exp(b.max - a.max)};
 }
 
-// -log softmax(x)[target] from the row summary.
+// -log softmax(x)[target] from the row summary. (max - x_target) first: with large logits the
+// difference is exact, while log(sum) + max would round log(sum) away at the scale of max.
 template <class Acc>
 SL_HD Acc ce_loss(const SoftmaxStats<Acc>& s, Acc x_target) {
   using std::log;
-  return log(s.sum) + s.max - x_target;
+  return (s.max - x_target) + log(s.sum);
 }
 
 // d loss / d x_j for one element, scaled.

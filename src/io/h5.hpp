@@ -23,6 +23,8 @@
 // torn `path`). Callers commit at checkpoint and eval boundaries and before exit; a resumed run reopens
 // with open() and calls truncate_rows(group, n) to drop rows logged after its checkpoint.
 // open_read() opens a committed file read-only in place (readers, tests, resume checks).
+// One writer per path at a time (the temporary is named by pid; in MPI jobs rank 0 writes, or each
+// rank its own file). Committing copies the file once, which is cheap at results-file sizes.
 //
 // Every failure throws sinklab::Error naming the file and the object ("results.h5: /runs/a/train/loss:
 // ..."). HDF5's own error-stack printing is switched off; its innermost message is appended instead.

@@ -270,6 +270,7 @@ int Trainer::run() {
       int64_t keep = std::count_if(steps.begin(), steps.end(), [&](int64_t s) { return s <= start_step_; });
       results_->truncate_rows(eval_group, keep);
     }
+    results_->create_group("/runs/" + cfg_.run_name);
     results_->set_attr("/runs/" + cfg_.run_name, "config", cfg_.config_text);
   }
 

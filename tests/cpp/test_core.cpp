@@ -30,7 +30,7 @@ TEST(Philox, Random123KnownAnswers) {
 }
 
 // The first values of sinklab's stream convention for (seed 0x243f6a8885a308d3, stream 7): a CUDA
-// build must reproduce exactly these (tests/cpp/gpu/test_cuda_elementwise checks it on a device).
+// build must reproduce exactly these (tests/cpp/gpu/test_cuda_backend checks it on a device).
 TEST(Philox, StreamFirstValuesAreFixed) {
   const uint64_t seed = 0x243f6a8885a308d3ull, stream = 7;
   // Word i of the stream is word i%4 of the block with counter (i/4, 0, stream, 0).

@@ -53,7 +53,7 @@ TEST(AdamW, MatchesTorchOverFiveSteps) {
   EXPECT_EQ(n_cases, 3);
 }
 
-// A large tensor takes the OpenMP path; every element must match the scalar update.
+// A large tensor takes the OpenMP path; sampled elements must match the scalar update.
 TEST(AdamW, ParallelPathMatchesElementUpdate) {
   const int64_t n = 300001;
   Owned p(DType::f32, {n}), gr(DType::f32, {n}), m(DType::f32, {n}), v(DType::f32, {n});
@@ -69,9 +69,10 @@ TEST(AdamW, ParallelPathMatchesElementUpdate) {
   for (int64_t i = 0; i < n; i += 997) {
     float pp = p0.data<float>()[i], mm = 0, vv = 0;
     math::adamw_element<float>(pp, gr.data<float>()[i], mm, vv, c);
-    ASSERT_EQ(pp, p.data<float>()[i]) << i;
-    ASSERT_EQ(mm, m.data<float>()[i]) << i;
-    ASSERT_EQ(vv, v.data<float>()[i]) << i;
+    // (the library is built with -march=native: FMA contraction may differ in the last bit)
+    ASSERT_NEAR(pp, p.data<float>()[i], 1e-6 * std::fabs(pp)) << i;
+    ASSERT_NEAR(mm, m.data<float>()[i], 1e-6 * std::fabs(mm)) << i;
+    ASSERT_NEAR(vv, v.data<float>()[i], 1e-6 * std::fabs(vv)) << i;
   }
 }
 

@@ -68,7 +68,9 @@ TEST(Linear, MatchesTorchForwardBackward) {
         ops::linear_backward(dx, dw, has_bias ? db.t : Tensor{}, dy, x, w);
         EXPECT_LE(rel_error(dx, g.raw(c + "/dx")), tol(dt)) << "rep " << rep;
         EXPECT_LE(rel_error(dw, scaled(g.raw(c + "/dw"), rep)), tol(dt)) << "rep " << rep;
-        if (has_bias) EXPECT_LE(rel_error(db, scaled(g.raw(c + "/db"), rep)), tol(dt)) << "rep " << rep;
+        if (has_bias) {
+          EXPECT_LE(rel_error(db, scaled(g.raw(c + "/db"), rep)), tol(dt)) << "rep " << rep;
+        }
       }
       // Each gradient alone (the others undefined = skipped).
       Owned dx1(dt, dims_of(x)), dw1(dt, {N, K}), db1(dt, {N});

@@ -32,7 +32,7 @@ def _documents(n_docs, seed):
     docs = []
     for _ in range(n_docs):
         start, step, length = rng.integers(0, 63), rng.integers(1, 5), rng.integers(20, 60)
-        docs.append([int(1 + (start + step * i) % 63) for i in range(length)])
+        docs.append([int(1 + (start + step * i) % 63) for i in range(length)] + [0])  # EOS = 0
     return docs
 
 
@@ -45,12 +45,14 @@ def corpus(tmp_path_factory):
 
 
 def _args(corpus, out, *extra):
-    return [f"--vocab-size={VOCAB}", "--d-model=32", "--n-layers=2", "--n-heads=2", "--ffn-hidden=64",
+    """The base flags with `extra` ("--name=value" or "--name") overriding flags of the same name."""
+    base = [f"--vocab-size={VOCAB}", "--d-model=32", "--n-layers=2", "--n-heads=2", "--ffn-hidden=64",
             "--context=16", f"--train-data={corpus / 'train.bin'}", f"--valid-data={corpus / 'valid.bin'}",
             "--steps=12", "--global-batch-tokens=128", "--micro-batch-rows=2", "--lr=3e-3", "--warmup-steps=2",
             "--lr-schedule=cosine", "--min-lr=3e-4", "--eval-every=4", "--eval-rows=8", "--probe-sequences=8",
-            "--probe-length=12", "--checkpoint-every=4", "--log-every=4", f"--out-dir={out}", "--run-name=t",
-            *extra]
+            "--probe-length=12", "--checkpoint-every=4", "--log-every=4", f"--out-dir={out}", "--run-name=t"]
+    names = {e.split("=")[0] for e in extra}
+    return [a for a in base if a.split("=")[0] not in names] + list(extra)
 
 
 def _run(cmd, np_=1, check=True, timeout=300):
@@ -114,8 +116,16 @@ def test_kill9_then_resume_is_bit_exact(corpus, tmp_path, np_):
         cmd = ["mpirun", "-np", str(np_), *cmd]
     proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     _wait_for(out / "checkpoints" / "step_00000030", proc)
+    # SIGKILL the launcher and every rank: OpenMPI's ranks do not share mpirun's process group.
     os.killpg(proc.pid, signal.SIGKILL)
+    subprocess.run(["pkill", "-9", "-f", f"--out-dir={out}"], check=False)
     proc.wait()
+    for _ in range(200):
+        if subprocess.run(["pgrep", "-f", f"--out-dir={out}"], capture_output=True).returncode != 0:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("ranks survived SIGKILL")
     assert not (out / "DONE").exists()
 
     _pretrain(corpus, out, np_, *extra, "--resume")
@@ -125,14 +135,18 @@ def test_kill9_then_resume_is_bit_exact(corpus, tmp_path, np_):
 
 
 def test_sigterm_checkpoints_and_exits_zero(corpus, tmp_path):
-    extra = ("--steps=400", "--checkpoint-every=1000", "--eval-every=0")
+    extra = ("--steps=3000", "--checkpoint-every=10000", "--eval-every=0")
     out = tmp_path / "term"
     proc = subprocess.Popen([str(PRETRAIN), *_args(corpus, out, *extra)], env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    _wait_for(out / "checkpoints", proc)  # created at start-up... wait for a few steps to pass
-    time.sleep(0.3)
+    seen = []
+    for line in proc.stdout:  # interrupt once training is visibly under way
+        seen.append(line)
+        if line.startswith("step 20/"):
+            break
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=120)
+    stdout = "".join(seen) + stdout
     assert proc.returncode == 0, stderr
     assert "stop requested" in stdout
     assert not (out / "DONE").exists()
@@ -140,7 +154,7 @@ def test_sigterm_checkpoints_and_exits_zero(corpus, tmp_path):
     assert ckpts and not ckpts[-1].name.endswith(".tmp")
     _pretrain(corpus, out, 1, *extra, "--resume")
     assert (out / "DONE").exists()
-    assert len(_losses(out)[0]) == 400
+    assert len(_losses(out)[0]) == 3000
 
 
 def test_damaged_checkpoint_and_shard_are_refused(corpus, tmp_path):

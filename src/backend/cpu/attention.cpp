@@ -38,7 +38,7 @@ using cpu::dispatch_float;
 
 namespace {
 
-constexpr int64_t kBlock = 64;  // query rows per block
+constexpr int64_t kBlock = 128;  // query rows per block
 
 // C[M,N] = alpha * op(A) . op(B) + beta * C, row-major, in float or double.
 template <class T>
@@ -158,26 +158,32 @@ void block_keys(ops::AttnMask mask, int64_t i0, int64_t i1, int64_t S, int64_t* 
 // masked) and returns the row statistic log Z.
 template <class T>
 T normalise_row(const ops::AttentionSpec& spec, T* s, int64_t n, int64_t i, int64_t kb, int64_t S) {
-  const int64_t jb = std::max<int64_t>(math::attn_key_begin(spec.mask, i, S) - kb, 0);
-  const int64_t je = std::clamp<int64_t>(math::attn_key_end(spec.mask, i, S) - kb, jb, n);
+  // Local copies: the enums must not be re-read through a reference the stores could alias (that
+  // would keep the loops below from vectorising).
+  const ops::AttnSim sim = spec.sim;
+  const ops::AttnNorm norm = spec.norm;
+  const ops::AttnMask mask = spec.mask;
+  const int64_t jb = std::max<int64_t>(math::attn_key_begin(mask, i, S) - kb, 0);
+  const int64_t je = std::clamp<int64_t>(math::attn_key_end(mask, i, S) - kb, jb, n);
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   T m = T(0);
-  if (math::attn_uses_max(spec.sim, spec.norm)) {
-    m = -std::numeric_limits<T>::infinity();
-    for (int64_t j = jb; j < je; ++j)
-      if (math::attn_visible(spec.mask, i, kb + j)) m = std::max(m, s[j]);
-    if (!(m > -std::numeric_limits<T>::infinity())) m = T(0);  // no visible key
+  if (math::attn_uses_max(sim, norm)) {
+    m = kNegInf;
+#pragma omp simd reduction(max : m)
+    for (int64_t j = jb; j < je; ++j) m = std::max(m, math::attn_visible(mask, i, kb + j) ? s[j] : kNegInf);
+    if (!(m > kNegInf)) m = T(0);  // no visible key
   }
   double acc = 0.0;
   for (int64_t j = 0; j < jb; ++j) s[j] = T(0);
 #pragma omp simd reduction(+ : acc)
   for (int64_t j = jb; j < je; ++j) {
-    const bool vis = math::attn_visible(spec.mask, i, kb + j);
-    const T w = vis ? math::attn_sim(spec.sim, s[j], m) : T(0);
+    const bool vis = math::attn_visible(mask, i, kb + j);
+    const T w = vis ? math::attn_sim(sim, s[j], m) : T(0);
     s[j] = w;
-    acc += vis ? double(math::attn_norm_term(spec.norm, w)) : 0.0;
+    acc += vis ? double(math::attn_norm_term(norm, w)) : 0.0;
   }
   for (int64_t j = je; j < n; ++j) s[j] = T(0);
-  const double z = math::attn_norm_finish(spec.norm, acc);
+  const double z = math::attn_norm_finish(norm, acc);
   const T inv = T(math::attn_inv_norm(z));
 #pragma omp simd
   for (int64_t j = jb; j < je; ++j) s[j] *= inv;
@@ -240,6 +246,9 @@ void backward_impl(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, T
   const RowStat<T> L{stats.ptr<T>(), stats.stride[0], stats.stride[1], stats.stride[2]};
   const T scale = T(scale_of(spec, d.dh));
   const int64_t group = d.H / d.Hkv;
+  const ops::AttnSim sim = spec.sim;
+  const ops::AttnNorm norm = spec.norm;
+  const ops::AttnMask mask = spec.mask;
 #pragma omp parallel if (d.B * d.H * d.T * d.S * d.dh > 32768)
   {
     Scratch<T> scratch(d.S, true);
@@ -255,7 +264,7 @@ void backward_impl(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, T
           for (int64_t i0 = 0; i0 < d.T; i0 += kBlock) {
             const int64_t rows = std::min(kBlock, d.T - i0);
             int64_t kb, ke;
-            block_keys(spec.mask, i0, i0 + rows, d.S, &kb, &ke);
+            block_keys(mask, i0, i0 + rows, d.S, &kb, &ke);
             const int64_t n = ke - kb;
             if (n == 0) {
               if (dQ.base)
@@ -271,8 +280,8 @@ void backward_impl(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, T
               T* sr = s + r * n;
               T* dpr = dp + r * n;
               const T stat = *L.at(b, h, i);
-              const int64_t jb = std::max<int64_t>(math::attn_key_begin(spec.mask, i, d.S) - kb, 0);
-              const int64_t je = std::clamp<int64_t>(math::attn_key_end(spec.mask, i, d.S) - kb, jb, n);
+              const int64_t jb = std::max<int64_t>(math::attn_key_begin(mask, i, d.S) - kb, 0);
+              const int64_t je = std::clamp<int64_t>(math::attn_key_end(mask, i, d.S) - kb, jb, n);
               const bool empty = !(stat > -std::numeric_limits<T>::infinity());
               double D = 0.0;
               const T* o = O.at(b, i, h);
@@ -288,9 +297,9 @@ void backward_impl(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, T
               const T Dt = T(D);
 #pragma omp simd
               for (int64_t j = jb; j < je; ++j) {
-                const bool vis = math::attn_visible(spec.mask, i, kb + j);
-                const T p = vis ? math::attn_prob(spec.sim, sr[j], stat) : T(0);
-                const T ds = vis ? math::attn_dscore(spec.sim, spec.norm, sr[j], p, stat, dpr[j], Dt) : T(0);
+                const bool vis = math::attn_visible(mask, i, kb + j);
+                const T p = vis ? math::attn_prob(sim, sr[j], stat) : T(0);
+                const T ds = vis ? math::attn_dscore(sim, norm, sr[j], p, stat, dpr[j], Dt) : T(0);
                 sr[j] = p;
                 dpr[j] = ds;
               }

@@ -180,9 +180,12 @@ void CpuBackend::matmul(Tensor out, Tensor a, Tensor b, bool transpose_a, bool t
   SL_CHECK(a_m == M && b_k == K && b_n == N, "matmul: shapes do not chain: out %s = a%s %s . b%s %s",
            out.shape_str().c_str(), transpose_a ? "^T" : "", a.shape_str().c_str(), transpose_b ? "^T" : "",
            b.shape_str().c_str());
-  for (const Tensor* t : {&out, &a, &b})
+  for (const Tensor* t : {&out, &a, &b}) {
     SL_CHECK(t->stride[o + 1] == 1 || t->shape[o + 1] == 1, "matmul: innermost dimension of %s must be contiguous",
              t->shape_str().c_str());
+    SL_CHECK(t->shape[o] <= 1 || t->stride[o] >= t->shape[o + 1], "matmul: rows of %s overlap (row stride %lld)",
+             t->shape_str().c_str(), (long long)t->stride[o]);
+  }
   auto ld = [&](const Tensor& t) { return std::max<int64_t>({t.stride[o], t.shape[o + 1], 1}); };
   const int64_t lda = ld(a), ldb = ld(b), ldc = ld(out);
   const int64_t sa = out.ndim == 3 ? a.stride[0] : 0, sb = out.ndim == 3 ? b.stride[0] : 0,
