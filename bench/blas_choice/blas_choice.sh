@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Picks the CPU BLAS by measurement: builds blas_choice.cpp against OpenBLAS (openmp), BLIS (openmp) and
-# oneDNN (dnnl_sgemm) and runs each with the same thread count. Usage: bench/blas_choice/blas_choice.sh [threads] [reps]
+# oneDNN (dnnl_sgemm) and runs each with the same thread count.
+# Usage: [ROUNDS=2] bench/blas_choice/blas_choice.sh [threads=2] [reps=3]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 threads=${1:-2}
@@ -15,6 +16,15 @@ $cxx -DUSE_BLIS -I/usr/include/$arch/blis-openmp "$here/blas_choice.cpp" -o "$ou
   -L/usr/lib/$arch/blis-openmp -Wl,-rpath,/usr/lib/$arch/blis-openmp -lblis -fopenmp
 $cxx -DUSE_DNNL "$here/blas_choice.cpp" -o "$out/onednn" -ldnnl -fopenmp
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores visible, OMP_NUM_THREADS=$threads"
-for lib in openblas blis onednn; do
-  OMP_NUM_THREADS=$threads BLIS_NUM_THREADS=$threads OMP_PROC_BIND=false "$out/$lib" "$reps"
+# Several rounds, libraries interleaved, best per (library, shape): on a shared machine a burst of
+# foreign load then hits every library alike instead of whichever ran at that moment.
+rounds=${ROUNDS:-2}
+for ((r = 0; r < rounds; ++r)); do
+  for lib in openblas blis onednn; do
+    OMP_NUM_THREADS=$threads BLIS_NUM_THREADS=$threads OMP_PROC_BIND=false "$out/$lib" "$reps" >> "$out/all.txt"
+  done
 done
+awk '{ key = $0; sub(/ +[0-9.]+ GFLOP\/s$/, "", key); g = $(NF-1) + 0
+       if (!(key in best)) order[n++] = key
+       if (g > best[key]) best[key] = g }
+     END { for (i = 0; i < n; ++i) printf "%s %8.1f GFLOP/s\n", order[i], best[order[i]] }' "$out/all.txt"

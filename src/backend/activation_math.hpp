@@ -2,8 +2,7 @@
 // type (float on the GPU; float or double on the CPU). Derivatives are written out, not approximated.
 #pragma once
 
-#include <cmath>
-
+#include "backend/math_fns.hpp"
 #include "backend/ops.hpp"
 #include "core/hd.hpp"
 
@@ -12,7 +11,7 @@ namespace sinklab::math {
 template <class T> SL_HD T relu(T x) { return x > T(0) ? x : T(0); }
 template <class T> SL_HD T relu_grad(T x) { return x > T(0) ? T(1) : T(0); }
 
-template <class T> SL_HD T sigmoid(T x) { return T(1) / (T(1) + exp(-x)); }
+template <class T> SL_HD T sigmoid(T x) { return T(1) / (T(1) + fexp(-x)); }
 
 // SiLU (Swish-1): x * sigmoid(x); d/dx = s + x s (1 - s).
 template <class T> SL_HD T silu(T x) { return x * sigmoid(x); }
@@ -22,21 +21,21 @@ template <class T> SL_HD T silu_grad(T x) {
 }
 
 // Exact GELU: x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)); d/dx = Phi(x) + x phi(x).
-template <class T> SL_HD T gelu_exact(T x) { return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752440))); }
+template <class T> SL_HD T gelu_exact(T x) { return T(0.5) * x * (T(1) + ferf(x * T(0.70710678118654752440))); }
 template <class T> SL_HD T gelu_exact_grad(T x) {
-  T cdf = T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)));
-  T pdf = T(0.39894228040143267794) * exp(T(-0.5) * x * x);
+  T cdf = T(0.5) * (T(1) + ferf(x * T(0.70710678118654752440)));
+  T pdf = T(0.39894228040143267794) * fexp(T(-0.5) * x * x);
   return cdf + x * pdf;
 }
 
 // tanh GELU (GPT-2's gelu_new): 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3).
 template <class T> SL_HD T gelu_tanh(T x) {
   T u = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
-  return T(0.5) * x * (T(1) + tanh(u));
+  return T(0.5) * x * (T(1) + ftanh(u));
 }
 template <class T> SL_HD T gelu_tanh_grad(T x) {
   T u = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
-  T t = tanh(u);
+  T t = ftanh(u);
   T du = T(0.79788456080286535588) * (T(1) + T(3) * T(0.044715) * x * x);
   return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du;
 }

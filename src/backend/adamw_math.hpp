@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backend/math_fns.hpp"
 #include "core/hd.hpp"
 
 namespace sinklab::math {
@@ -43,7 +44,7 @@ SL_HD void adamw_element(T& param, T grad, T& m, T& v, const AdamWConstants& c) 
   param *= T(c.decay);
   m = T(c.beta1) * m + T(c.one_minus_beta1) * grad;
   v = T(c.beta2) * v + T(c.one_minus_beta2) * grad * grad;
-  T denom = sqrt(v) / T(c.bias_correction2_sqrt) + T(c.eps);
+  T denom = fsqrt(v) / T(c.bias_correction2_sqrt) + T(c.eps);
   param -= T(c.step_size) * m / denom;
 }
 

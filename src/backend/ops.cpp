@@ -1,7 +1,73 @@
 // ops:: entry points: forward each call to the backend of its tensors' device (backend.hpp).
+// SINKLAB_PROFILE=1 in the environment times every op (host wall clock, so a device backend's ops
+// are timed after a synchronize) and prints the totals per op at exit.
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "backend/backend.hpp"
+
+namespace sinklab {
+namespace {
+
+class OpProfile {
+ public:
+  static OpProfile& get() {
+    static OpProfile profile;
+    return profile;
+  }
+  bool enabled() const { return enabled_; }
+  void add(const char* op, double seconds) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& e = totals_[op];
+    e.first += 1;
+    e.second += seconds;
+  }
+  ~OpProfile() {
+    if (!enabled_ || totals_.empty()) return;
+    std::vector<std::pair<std::string, std::pair<long, double>>> rows(totals_.begin(), totals_.end());
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
+    double total = 0;
+    for (const auto& r : rows) total += r.second.second;
+    std::fprintf(stderr, "sinklab op profile (SINKLAB_PROFILE): %.3f s in ops\n", total);
+    for (const auto& r : rows)
+      std::fprintf(stderr, "  %-22s %8ld calls %10.3f s %6.1f%%\n", r.first.c_str(), r.second.first, r.second.second,
+                   100.0 * r.second.second / total);
+  }
+
+ private:
+  OpProfile() : enabled_(std::getenv("SINKLAB_PROFILE") != nullptr) {}
+  bool enabled_;
+  std::mutex mutex_;
+  std::map<std::string, std::pair<long, double>> totals_;
+};
+
+// Times one op call when profiling is on.
+class OpTimer {
+ public:
+  OpTimer(const char* op, Backend& backend) : op_(op), backend_(backend) {
+    if (OpProfile::get().enabled()) start_ = std::chrono::steady_clock::now();
+  }
+  ~OpTimer() {
+    if (!OpProfile::get().enabled()) return;
+    backend_.synchronize();
+    OpProfile::get().add(op_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  }
+
+ private:
+  const char* op_;
+  Backend& backend_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace
+}  // namespace sinklab
 
 namespace sinklab {
 
@@ -39,115 +105,171 @@ void Backend::attention_probs(Tensor, Tensor, Tensor, const AttentionSpec&) { no
 namespace sinklab::ops {
 
 void fill(Tensor out, double value) {
-  return backend_for({out}, "fill").fill(out, value);
+  Backend& backend = backend_for({out}, "fill");
+  OpTimer timer("fill", backend);
+  return backend.fill(out, value);
 }
 
 void copy(Tensor dst, Tensor src) {
-  return backend_for({dst, src}, "copy").copy(dst, src);
+  Backend& backend = backend_for({dst, src}, "copy");
+  OpTimer timer("copy", backend);
+  return backend.copy(dst, src);
 }
 
 void add(Tensor out, Tensor a, Tensor b) {
-  return backend_for({out, a, b}, "add").add(out, a, b);
+  Backend& backend = backend_for({out, a, b}, "add");
+  OpTimer timer("add", backend);
+  return backend.add(out, a, b);
 }
 
 void accumulate(Tensor dst, Tensor src, double alpha) {
-  return backend_for({dst, src}, "accumulate").accumulate(dst, src, alpha);
+  Backend& backend = backend_for({dst, src}, "accumulate");
+  OpTimer timer("accumulate", backend);
+  return backend.accumulate(dst, src, alpha);
 }
 
 void scale(Tensor x, double factor) {
-  return backend_for({x}, "scale").scale(x, factor);
+  Backend& backend = backend_for({x}, "scale");
+  OpTimer timer("scale", backend);
+  return backend.scale(x, factor);
 }
 
 double sum_squares(Tensor x) {
-  return backend_for({x}, "sum_squares").sum_squares(x);
+  Backend& backend = backend_for({x}, "sum_squares");
+  OpTimer timer("sum_squares", backend);
+  return backend.sum_squares(x);
 }
 
 void fill_normal(Tensor out, uint64_t seed, uint64_t stream, double mean, double std) {
-  return backend_for({out}, "fill_normal").fill_normal(out, seed, stream, mean, std);
+  Backend& backend = backend_for({out}, "fill_normal");
+  OpTimer timer("fill_normal", backend);
+  return backend.fill_normal(out, seed, stream, mean, std);
 }
 
 void fill_uniform(Tensor out, uint64_t seed, uint64_t stream, double low, double high) {
-  return backend_for({out}, "fill_uniform").fill_uniform(out, seed, stream, low, high);
+  Backend& backend = backend_for({out}, "fill_uniform");
+  OpTimer timer("fill_uniform", backend);
+  return backend.fill_uniform(out, seed, stream, low, high);
 }
 
 void linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bias) {
-  return backend_for({out, in, weight, bias}, "linear_forward").linear_forward(out, in, weight, bias);
+  Backend& backend = backend_for({out, in, weight, bias}, "linear_forward");
+  OpTimer timer("linear_forward", backend);
+  return backend.linear_forward(out, in, weight, bias);
 }
 
 void linear_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, Tensor d_out, Tensor in, Tensor weight) {
-  return backend_for({d_in, d_weight, d_bias, d_out, in, weight}, "linear_backward").linear_backward(d_in, d_weight, d_bias, d_out, in, weight);
+  Backend& backend = backend_for({d_in, d_weight, d_bias, d_out, in, weight}, "linear_backward");
+  OpTimer timer("linear_backward", backend);
+  return backend.linear_backward(d_in, d_weight, d_bias, d_out, in, weight);
 }
 
 void matmul(Tensor out, Tensor a, Tensor b, bool transpose_a, bool transpose_b, double alpha, double beta) {
-  return backend_for({out, a, b}, "matmul").matmul(out, a, b, transpose_a, transpose_b, alpha, beta);
+  Backend& backend = backend_for({out, a, b}, "matmul");
+  OpTimer timer("matmul", backend);
+  return backend.matmul(out, a, b, transpose_a, transpose_b, alpha, beta);
 }
 
 void embedding_forward(Tensor out, Tensor ids, Tensor table) {
-  return backend_for({out, ids, table}, "embedding_forward").embedding_forward(out, ids, table);
+  Backend& backend = backend_for({out, ids, table}, "embedding_forward");
+  OpTimer timer("embedding_forward", backend);
+  return backend.embedding_forward(out, ids, table);
 }
 
 void embedding_backward(Tensor d_table, Tensor d_out, Tensor ids) {
-  return backend_for({d_table, d_out, ids}, "embedding_backward").embedding_backward(d_table, d_out, ids);
+  Backend& backend = backend_for({d_table, d_out, ids}, "embedding_backward");
+  OpTimer timer("embedding_backward", backend);
+  return backend.embedding_backward(d_table, d_out, ids);
 }
 
 void rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor weight, double eps) {
-  return backend_for({out, rstd, in, weight}, "rmsnorm_forward").rmsnorm_forward(out, rstd, in, weight, eps);
+  Backend& backend = backend_for({out, rstd, in, weight}, "rmsnorm_forward");
+  OpTimer timer("rmsnorm_forward", backend);
+  return backend.rmsnorm_forward(out, rstd, in, weight, eps);
 }
 
 void rmsnorm_backward(Tensor d_in, Tensor d_weight, Tensor d_out, Tensor in, Tensor weight, Tensor rstd) {
-  return backend_for({d_in, d_weight, d_out, in, weight, rstd}, "rmsnorm_backward").rmsnorm_backward(d_in, d_weight, d_out, in, weight, rstd);
+  Backend& backend = backend_for({d_in, d_weight, d_out, in, weight, rstd}, "rmsnorm_backward");
+  OpTimer timer("rmsnorm_backward", backend);
+  return backend.rmsnorm_backward(d_in, d_weight, d_out, in, weight, rstd);
 }
 
 void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight, Tensor bias, double eps) {
-  return backend_for({out, mean, rstd, in, weight, bias}, "layernorm_forward").layernorm_forward(out, mean, rstd, in, weight, bias, eps);
+  Backend& backend = backend_for({out, mean, rstd, in, weight, bias}, "layernorm_forward");
+  OpTimer timer("layernorm_forward", backend);
+  return backend.layernorm_forward(out, mean, rstd, in, weight, bias, eps);
 }
 
 void layernorm_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, Tensor d_out, Tensor in, Tensor weight, Tensor mean, Tensor rstd) {
-  return backend_for({d_in, d_weight, d_bias, d_out, in, weight, mean, rstd}, "layernorm_backward").layernorm_backward(d_in, d_weight, d_bias, d_out, in, weight, mean, rstd);
+  Backend& backend = backend_for({d_in, d_weight, d_bias, d_out, in, weight, mean, rstd}, "layernorm_backward");
+  OpTimer timer("layernorm_backward", backend);
+  return backend.layernorm_backward(d_in, d_weight, d_bias, d_out, in, weight, mean, rstd);
 }
 
 void rope_forward(Tensor out, Tensor x, Tensor positions, const RopeConfig& cfg) {
-  return backend_for({out, x, positions}, "rope_forward").rope_forward(out, x, positions, cfg);
+  Backend& backend = backend_for({out, x, positions}, "rope_forward");
+  OpTimer timer("rope_forward", backend);
+  return backend.rope_forward(out, x, positions, cfg);
 }
 
 void rope_backward(Tensor d_x, Tensor d_out, Tensor positions, const RopeConfig& cfg) {
-  return backend_for({d_x, d_out, positions}, "rope_backward").rope_backward(d_x, d_out, positions, cfg);
+  Backend& backend = backend_for({d_x, d_out, positions}, "rope_backward");
+  OpTimer timer("rope_backward", backend);
+  return backend.rope_backward(d_x, d_out, positions, cfg);
 }
 
 void activation_forward(Tensor out, Tensor in, Activation act) {
-  return backend_for({out, in}, "activation_forward").activation_forward(out, in, act);
+  Backend& backend = backend_for({out, in}, "activation_forward");
+  OpTimer timer("activation_forward", backend);
+  return backend.activation_forward(out, in, act);
 }
 
 void activation_backward(Tensor d_in, Tensor d_out, Tensor in, Activation act) {
-  return backend_for({d_in, d_out, in}, "activation_backward").activation_backward(d_in, d_out, in, act);
+  Backend& backend = backend_for({d_in, d_out, in}, "activation_backward");
+  OpTimer timer("activation_backward", backend);
+  return backend.activation_backward(d_in, d_out, in, act);
 }
 
 void gated_forward(Tensor out, Tensor gate, Tensor up, Activation act) {
-  return backend_for({out, gate, up}, "gated_forward").gated_forward(out, gate, up, act);
+  Backend& backend = backend_for({out, gate, up}, "gated_forward");
+  OpTimer timer("gated_forward", backend);
+  return backend.gated_forward(out, gate, up, act);
 }
 
 void gated_backward(Tensor d_gate, Tensor d_up, Tensor d_out, Tensor gate, Tensor up, Activation act) {
-  return backend_for({d_gate, d_up, d_out, gate, up}, "gated_backward").gated_backward(d_gate, d_up, d_out, gate, up, act);
+  Backend& backend = backend_for({d_gate, d_up, d_out, gate, up}, "gated_backward");
+  OpTimer timer("gated_backward", backend);
+  return backend.gated_backward(d_gate, d_up, d_out, gate, up, act);
 }
 
 void cross_entropy(Tensor losses, Tensor d_logits, Tensor logits, Tensor targets, int ignore_index, double grad_scale) {
-  return backend_for({losses, d_logits, logits, targets}, "cross_entropy").cross_entropy(losses, d_logits, logits, targets, ignore_index, grad_scale);
+  Backend& backend = backend_for({losses, d_logits, logits, targets}, "cross_entropy");
+  OpTimer timer("cross_entropy", backend);
+  return backend.cross_entropy(losses, d_logits, logits, targets, ignore_index, grad_scale);
 }
 
 void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& s) {
-  return backend_for({param, grad, m, v}, "adamw_update").adamw_update(param, grad, m, v, s);
+  Backend& backend = backend_for({param, grad, m, v}, "adamw_update");
+  OpTimer timer("adamw_update", backend);
+  return backend.adamw_update(param, grad, m, v, s);
 }
 
 void attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec) {
-  return backend_for({out, stats, q, k, v}, "attention_forward").attention_forward(out, stats, q, k, v, spec);
+  Backend& backend = backend_for({out, stats, q, k, v}, "attention_forward");
+  OpTimer timer("attention_forward", backend);
+  return backend.attention_forward(out, stats, q, k, v, spec);
 }
 
 void attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor stats, const AttentionSpec& spec) {
-  return backend_for({d_q, d_k, d_v, d_out, q, k, v, out, stats}, "attention_backward").attention_backward(d_q, d_k, d_v, d_out, q, k, v, out, stats, spec);
+  Backend& backend = backend_for({d_q, d_k, d_v, d_out, q, k, v, out, stats}, "attention_backward");
+  OpTimer timer("attention_backward", backend);
+  return backend.attention_backward(d_q, d_k, d_v, d_out, q, k, v, out, stats, spec);
 }
 
 void attention_probs(Tensor probs, Tensor q, Tensor k, const AttentionSpec& spec) {
-  return backend_for({probs, q, k}, "attention_probs").attention_probs(probs, q, k, spec);
+  Backend& backend = backend_for({probs, q, k}, "attention_probs");
+  OpTimer timer("attention_probs", backend);
+  return backend.attention_probs(probs, q, k, spec);
 }
 
 double global_norm(std::span<const Tensor> grads) {

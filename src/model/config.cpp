@@ -76,8 +76,9 @@ std::vector<ParamSpec> param_layout(const ModelConfig& cfg, int64_t* total_eleme
   cfg.validate();
   const int64_t d = cfg.d_model, V = cfg.vocab_size, F = cfg.ffn_hidden;
   const int64_t dh = cfg.head_dim(), H = cfg.n_heads, Hkv = cfg.kv_heads();
-  const double std_matrix = std::sqrt(2.0 / (5.0 * double(d)));
-  const double std_output = 1.0 / (std::sqrt(double(d)) * cfg.n_layers);
+  auto fan_in_std = [](int64_t fan_in) { return std::sqrt(2.0 / (5.0 * double(fan_in))); };
+  const double std_matrix = fan_in_std(d);
+  const double std_mlp_out = 1.0 / (std::sqrt(double(F)) * cfg.n_layers);
 
   std::vector<ParamSpec> specs;
   int64_t offset = 0;
@@ -109,14 +110,14 @@ std::vector<ParamSpec> param_layout(const ModelConfig& cfg, int64_t* total_eleme
     add(p + "self_attn.k_proj.weight", {Hkv * dh, d}, std_matrix, false);
     add(p + "self_attn.v_proj.weight", {Hkv * dh, d}, std_matrix, false);
     align();
-    add(p + "self_attn.o_proj.weight", {d, H * dh}, std_output, false);
+    add(p + "self_attn.o_proj.weight", {d, H * dh}, fan_in_std(H * dh), false);
     align();
     add(p + "post_attention_layernorm.weight", {d}, 0, true);
     align();
     add(p + "mlp.gate_proj.weight", {F, d}, std_matrix, false);
     add(p + "mlp.up_proj.weight", {F, d}, std_matrix, false);
     align();
-    add(p + "mlp.down_proj.weight", {d, F}, std_output, false);
+    add(p + "mlp.down_proj.weight", {d, F}, std_mlp_out, false);
   }
   align();
   add("model.norm.weight", {d}, 0, true);

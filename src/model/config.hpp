@@ -45,8 +45,10 @@ struct ParamSpec {
 // projection) and so are gate/up (one fused [2*ffn, d] projection): the model multiplies each group
 // with a single GEMM while the names stay HF's.
 //
-// Initialisation as the paper's released code: every matrix normal(0, sqrt(2/(5d))), the output
-// projections (o_proj, down_proj) normal(0, 1/(sqrt(d)*L)), RMSNorm gains 1.
+// Initialisation as the paper's released code (lit_gpt model._init_weights of sail-sg/Attention-Sink):
+// every matrix and the embedding normal(0, sqrt(2/(5*fan_in))) — fan_in = d for all but o_proj
+// (H*dh, = d) — except the MLP output projection down_proj, normal(0, 1/(sqrt(ffn_hidden)*L)); RMSNorm
+// gains 1. (The attention output projection keeps the fan-in scheme: the code rescales only the MLP's.)
 std::vector<ParamSpec> param_layout(const ModelConfig& cfg, int64_t* total_elements);
 
 }  // namespace sinklab::model

@@ -115,3 +115,36 @@ TEST(Model, RejectsBadConfig) {
 
 }  // namespace
 }  // namespace sinklab
+
+namespace sinklab {
+namespace {
+
+// The initialisation scheme of the paper's released code, checked on the sample statistics.
+TEST(Model, InitialisationFollowsTheReferenceCode) {
+  model::ModelConfig cfg;
+  cfg.vocab_size = 512;
+  cfg.d_model = 96;
+  cfg.n_layers = 3;
+  cfg.n_heads = 4;
+  cfg.ffn_hidden = 256;
+  cfg.context = 8;
+  model::Transformer m(cfg);
+  m.init_weights(42);
+  auto sample_std = [](const Tensor& t) {
+    double s = 0;
+    for (int64_t i = 0; i < t.numel(); ++i) s += test::element(t, i) * test::element(t, i);
+    return std::sqrt(s / double(t.numel()));
+  };
+  const double fan_in_d = std::sqrt(2.0 / (5.0 * 96)), mlp_out = 1.0 / (std::sqrt(256.0) * 3);
+  EXPECT_NEAR(sample_std(m.param("model.embed_tokens.weight")), fan_in_d, 0.02 * fan_in_d);
+  EXPECT_NEAR(sample_std(m.param("model.layers.1.self_attn.q_proj.weight")), fan_in_d, 0.03 * fan_in_d);
+  EXPECT_NEAR(sample_std(m.param("model.layers.1.self_attn.o_proj.weight")), fan_in_d, 0.03 * fan_in_d);
+  EXPECT_NEAR(sample_std(m.param("model.layers.2.mlp.gate_proj.weight")), fan_in_d, 0.03 * fan_in_d);
+  EXPECT_NEAR(sample_std(m.param("model.layers.2.mlp.down_proj.weight")), mlp_out, 0.03 * mlp_out);
+  EXPECT_NEAR(sample_std(m.param("lm_head.weight")), fan_in_d, 0.02 * fan_in_d);
+  EXPECT_EQ(test::element(m.param("model.layers.0.input_layernorm.weight"), 5), 1.0);
+  EXPECT_EQ(test::element(m.param("model.norm.weight"), 0), 1.0);
+}
+
+}  // namespace
+}  // namespace sinklab

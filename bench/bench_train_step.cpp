@@ -1,0 +1,106 @@
+// Training-step throughput of sinklab's CPU backend: one optimizer step = forward + backward over a
+// batch (rows x T tokens), global grad-norm clipping and AdamW over every parameter, exactly as
+// sinklab-pretrain does it (minus I/O). Prints tokens/s and model FLOP/s, and the sgemm peak measured
+// in the same process (for MFU). bench/run_train_step.sh runs it beside the PyTorch eager peer.
+//
+//   bench_train_step --vocab V --d D --layers L --heads H --ffn F --seq T --rows B [--steps N] [--warmup W]
+//
+// Model FLOPs per token (the convention of the PaLM paper's MFU, causal attention counted once):
+//   6 * (parameters in matmuls, including the untied head) + 6 * L * T * d
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "backend/memory.hpp"
+#include "backend/ops.hpp"
+#include "core/philox.hpp"
+#include "model/transformer.hpp"
+
+using namespace sinklab;
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// Peak sgemm GFLOP/s of this machine and thread count: the best of several 2048^3 products.
+double sgemm_peak_gflops() {
+  const int64_t n = 2048;
+  Buffer a = Buffer::for_tensor(DType::f32, {n, n}), b = Buffer::for_tensor(DType::f32, {n, n}),
+         c = Buffer::for_tensor(DType::f32, {n, n});
+  Tensor ta = a.view(DType::f32, {n, n}), tb = b.view(DType::f32, {n, n}), tc = c.view(DType::f32, {n, n});
+  ops::fill_normal(ta, 1, 1, 0, 1);
+  ops::fill_normal(tb, 1, 2, 0, 1);
+  double best = 0;
+  for (int i = 0; i < 5; ++i) {
+    double t0 = now();
+    ops::matmul(tc, ta, tb, false, false);
+    best = std::max(best, 2.0 * n * n * n / (now() - t0) / 1e9);
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  model::ModelConfig cfg;
+  int64_t rows = 0, steps = 10, warmup = 2;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i];
+    long long v = std::atoll(argv[i + 1]);
+    if (k == "--vocab") cfg.vocab_size = int(v);
+    else if (k == "--d") cfg.d_model = int(v);
+    else if (k == "--layers") cfg.n_layers = int(v);
+    else if (k == "--heads") cfg.n_heads = int(v);
+    else if (k == "--ffn") cfg.ffn_hidden = int(v);
+    else if (k == "--seq") cfg.context = int(v);
+    else if (k == "--rows") rows = v;
+    else if (k == "--steps") steps = v;
+    else if (k == "--warmup") warmup = v;
+    else {
+      std::fprintf(stderr, "bench_train_step: unknown flag %s\n", k.c_str());
+      return 2;
+    }
+  }
+  const int64_t T = cfg.context;
+  model::Transformer model(cfg);
+  model.init_weights(1);
+  Buffer in_buf = Buffer::for_tensor(DType::i32, {rows, T}), tg_buf = Buffer::for_tensor(DType::i32, {rows, T});
+  Tensor inputs = in_buf.view(DType::i32, {rows, T}), targets = tg_buf.view(DType::i32, {rows, T});
+  for (int64_t i = 0; i < rows * T; ++i) {
+    inputs.ptr<int32_t>()[i] = int32_t(philox_u32(7, 0, uint64_t(i)) % uint32_t(cfg.vocab_size));
+    targets.ptr<int32_t>()[i] = int32_t(philox_u32(7, 1, uint64_t(i)) % uint32_t(cfg.vocab_size));
+  }
+  const int64_t n = model.flat_params().numel();
+  Buffer m_buf(size_t(n) * 4, Device::cpu()), v_buf(size_t(n) * 4, Device::cpu());
+  Tensor m = m_buf.view(DType::f32, {n}), v = v_buf.view(DType::f32, {n});
+  ops::fill(m, 0);
+  ops::fill(v, 0);
+
+  double t_total = 0;
+  for (int64_t s = 0; s < warmup + steps; ++s) {
+    double t0 = now();
+    model.zero_grads();
+    model.forward_backward(inputs, targets, 1.0 / double(rows * T));
+    Tensor grads[] = {model.flat_grads()};
+    ops::clip_grad_norm(grads, 1.0);
+    ops::AdamWStep step;
+    step.lr = 1e-4;
+    step.beta2 = 0.95;
+    step.weight_decay = 0.1;
+    step.step = s + 1;
+    ops::adamw_update(model.flat_params(), model.flat_grads(), m, v, step);
+    if (s >= warmup) t_total += now() - t0;
+  }
+  const double tokens_per_s = double(rows * T * steps) / t_total;
+  int64_t matmul_params = 0;
+  for (const auto& spec : model.specs())
+    if (spec.shape.size() == 2 && spec.name != "model.embed_tokens.weight") matmul_params += spec.numel;
+  const double flops_per_token = 6.0 * double(matmul_params) + 6.0 * cfg.n_layers * double(T) * cfg.d_model;
+  const double achieved = tokens_per_s * flops_per_token / 1e9;
+  const double peak = sgemm_peak_gflops();
+  std::printf("sinklab tokens_per_s %.1f model_gflops %.2f sgemm_peak_gflops %.2f mfu %.3f step_ms %.2f\n",
+              tokens_per_s, achieved, peak, achieved / peak, 1e3 * t_total / double(steps));
+  return 0;
+}

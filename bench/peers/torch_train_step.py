@@ -1,0 +1,89 @@
+"""PyTorch eager peer of bench_train_step: the same LLaMA-style model (RMSNorm, RoPE, causal SDPA,
+SwiGLU, untied head, no biases) in float32, one optimizer step = forward + backward + clip_grad_norm_
++ AdamW (foreach). Prints "torch tokens_per_s X step_ms Y".
+
+    python torch_train_step.py --vocab V --d D --layers L --heads H --ffn F --seq T --rows B --threads N
+"""
+import argparse
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads, ffn):
+        super().__init__()
+        self.heads, self.dh = heads, d // heads
+        self.norm1, self.norm2 = nn.RMSNorm(d, eps=1e-5), nn.RMSNorm(d, eps=1e-5)
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
+        self.o = nn.Linear(d, d, bias=False)
+        self.gate_up = nn.Linear(d, 2 * ffn, bias=False)
+        self.down = nn.Linear(ffn, d, bias=False)
+
+    def forward(self, x, cos, sin):
+        B, T, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(B, T, 3, self.heads, self.dh).unbind(2)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+
+        def rope(t):
+            half = t.shape[-1] // 2
+            rot = torch.cat((-t[..., half:], t[..., :half]), dim=-1)
+            return t * cos + rot * sin
+
+        att = F.scaled_dot_product_attention(rope(q), rope(k), v, is_causal=True)
+        x = x + self.o(att.transpose(1, 2).reshape(B, T, d))
+        gate, up = self.gate_up(self.norm2(x)).chunk(2, dim=-1)
+        return x + self.down(F.silu(gate) * up)
+
+
+class Model(nn.Module):
+    def __init__(self, vocab, d, layers, heads, ffn, seq):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList(Block(d, heads, ffn) for _ in range(layers))
+        self.norm = nn.RMSNorm(d, eps=1e-5)
+        self.head = nn.Linear(d, vocab, bias=False)
+        dh = d // heads
+        inv = 1.0 / (10000.0 ** (torch.arange(0, dh, 2, dtype=torch.float64) / dh))
+        ang = torch.outer(torch.arange(seq, dtype=torch.float64), inv)
+        ang = torch.cat((ang, ang), dim=-1)
+        self.register_buffer("cos", ang.cos().float(), persistent=False)
+        self.register_buffer("sin", ang.sin().float(), persistent=False)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        for b in self.blocks:
+            x = b(x, self.cos, self.sin)
+        return self.head(self.norm(x))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    for k in ("vocab", "d", "layers", "heads", "ffn", "seq", "rows", "threads"):
+        p.add_argument(f"--{k}", type=int, required=True)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=2)
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    model = Model(a.vocab, a.d, a.layers, a.heads, a.ffn, a.seq)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, foreach=True)
+    ids = torch.randint(0, a.vocab, (a.rows, a.seq))
+    tgt = torch.randint(0, a.vocab, (a.rows, a.seq))
+    total = 0.0
+    for s in range(a.warmup + a.steps):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(ids).view(-1, a.vocab), tgt.view(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if s >= a.warmup:
+            total += time.perf_counter() - t0
+    print(f"torch tokens_per_s {a.rows * a.seq * a.steps / total:.1f} step_ms {1e3 * total / a.steps:.2f}")
+
+
+if __name__ == "__main__":
+    main()
