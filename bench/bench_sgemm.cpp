@@ -31,6 +31,8 @@ const Shape kShapes[] = {
     {"bwd_dX_768", "nn", 4096, 768, 768},
     {"bwd_dW_768x768", "tn", 768, 768, 4096},
     {"bwd_dW_2304x768", "tn", 2304, 768, 4096},
+    {"small_T64_qkv", "linear", 64, 2304, 768},     // one T=64 survey sequence through a QKV projection
+    {"small_qkT_1024x64", "linear", 1024, 1024, 64}, // one head's q.k^T, T=1024, dh=64
 };
 
 }  // namespace
@@ -64,7 +66,7 @@ int main(int argc, char** argv) {
         else ops::matmul(c, a, b, tn, false);
       };
       const double flops = 2.0 * double(s.M) * double(s.N) * double(s.K);
-      const int n = flops > 1e11 ? std::min(reps, 2) : reps;
+      const int n = flops > 1e11 ? std::min(reps, 2) : flops < 1e9 ? 20 * reps : reps;
       run();  // warm-up
       double best = 1e30;
       for (int r = 0; r < n; ++r) {

@@ -1,6 +1,7 @@
 // Standalone sgemm throughput probe used to pick the CPU BLAS (bench/blas_choice/blas_choice.sh compiles
 // it once per library). Row-major C[M,N] = op(A) . op(B), the shapes one GPT-2-small training step
-// issues with B*T = 4096 tokens, plus the 1024^3 square. Prints one line per shape: best GFLOP/s.
+// issues with B*T = 4096 tokens, the 1024^3 square, and two small ones (a single T = 64 sequence of
+// the survey through a QKV projection; one head's q.k^T at T = 1024, dh = 64). Prints one line per shape: best GFLOP/s.
 // Not a CMake target (it includes either cblas.h or dnnl.h, whichever library it is built against).
 #include <chrono>
 #include <cstdio>
@@ -41,6 +42,8 @@ int main(int argc, char** argv) {
       {"bwd  dX=dY.W  N=768       NN", 4096, 768, 768, false, false},
       {"bwd  dW=dY^T.X 768x768    TN", 768, 768, 4096, true, false},
       {"bwd  dW=dY^T.X 2304x768   TN", 2304, 768, 4096, true, false},
+      {"small x.W^T T=64 (survey) NT", 64, 2304, 768, false, true},
+      {"small q.k^T T=1024 dh=64  NT", 1024, 1024, 64, false, true},
   };
   for (const Shape& s : shapes) {
     long a_rows = s.ta ? s.K : s.M, a_cols = s.ta ? s.M : s.K;
@@ -49,7 +52,7 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < A.size(); ++i) A[i] = float(int(i % 13) - 6) * 0.01f;
     for (size_t i = 0; i < B.size(); ++i) B[i] = float(int(i % 7) - 3) * 0.01f;
     double flops = 2.0 * double(s.M) * double(s.N) * double(s.K), best = 1e30;
-    int n = flops > 1e11 ? 1 : reps;  // the lm-head shape is ~0.3 TFLOP: one timed call after warm-up
+    int n = flops > 1e11 ? 1 : flops < 1e9 ? 20 * reps : reps;  // lm head ~0.3 TFLOP: one timed call
     sgemm(s.ta, s.tb, s.M, s.N, s.K, A.data(), a_cols, B.data(), b_cols, C.data(), s.N);  // warm-up
     for (int r = 0; r < n; ++r) {
       auto t0 = std::chrono::steady_clock::now();

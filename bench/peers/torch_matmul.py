@@ -35,7 +35,7 @@ def main():
         else:
             raise SystemExit(f"unknown kind {kind}")
         flops = 2.0 * M * N * K
-        n = min(args.reps, 2) if flops > 1e11 else args.reps
+        n = min(args.reps, 2) if flops > 1e11 else 20 * args.reps if flops < 1e9 else args.reps
         with torch.no_grad():
             run()  # warm-up
             best = float("inf")

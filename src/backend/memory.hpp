@@ -36,6 +36,7 @@ class Buffer {
   Buffer& operator=(const Buffer&) = delete;
 
   void* data() const { return data_; }
+  void* ptr_at(size_t byte_offset) const { return static_cast<char*>(data_) + byte_offset; }
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
   Tensor view(DType dt, std::initializer_list<int64_t> dims) const {

@@ -20,6 +20,11 @@
 #include "train/schedule.hpp"
 #include "train/signals.hpp"
 
+#if SINKLAB_HAVE_CUDA
+#include "backend/cuda/cuda_backend.hpp"
+#include "dist/nccl.hpp"
+#endif
+
 namespace sinklab::train {
 namespace {
 
@@ -62,8 +67,13 @@ class Trainer {
   std::string ckpt_dir_, results_path_;
   std::optional<io::ResultsFile> results_;  // rank 0 only
   int64_t start_step_ = 0;
+#if SINKLAB_HAVE_CUDA
+  std::unique_ptr<dist::NcclComm> nccl_;  // gradient all-reduce of device buffers (--device cuda, > 1 rank)
+#endif
   Buffer inputs_buf_, targets_buf_, probe_buf_;
   Tensor inputs_, targets_, probe_inputs_;
+  Buffer device_ids_buf_;  // batches are built on the host; a device model reads a copy
+  Tensor on_model_device(Tensor host_ids, int slot);
 };
 
 Trainer::Trainer(const TrainConfig& cfg, dist::World& world)
@@ -105,11 +115,22 @@ Trainer::Trainer(const TrainConfig& cfg, dist::World& world)
   probe_inputs_ = probe_buf_.view(DType::i32, {rows, cfg.probe_length});
 }
 
-// Sums a float buffer over ranks in place (gradients). The CUDA build reduces device buffers with NCCL.
+// Sums a float buffer over ranks in place (gradients, ZeRO-1 parameters): MPI for host buffers, NCCL on
+// the backend's stream for device buffers.
 void Trainer::allreduce(float* data, int64_t n) {
   if (world_size_ == 1) return;
-  SL_CHECK(device_.is_cpu(), "data-parallel training on --device cuda needs the NCCL path of the CUDA issue");
-  world_.allreduce_sum(data, size_t(n));
+  if (device_.is_cpu()) {
+    world_.allreduce_sum(data, size_t(n));
+    return;
+  }
+#if SINKLAB_HAVE_CUDA
+  if (!nccl_) nccl_ = std::make_unique<dist::NcclComm>(world_, device_.index);
+  CUstream_st* stream = static_cast<cuda::CudaBackend&>(backend_for(device_)).stream();
+  nccl_->allreduce_sum(data, size_t(n), stream);
+  nccl_->synchronize(stream);
+#else
+  SL_FAIL("--device cuda: this sinklab was built without CUDA");
+#endif
 }
 
 // ZeRO-1: each rank updated only its own range of the flat parameters. Every element is owned by exactly
@@ -121,6 +142,18 @@ void Trainer::allgather_owned_params() {
   if (owned.begin > 0) ops::fill(flat.slice(0, 0, owned.begin), 0.0);
   if (owned.end < flat.numel()) ops::fill(flat.slice(0, owned.end, flat.numel() - owned.end), 0.0);
   allreduce(flat.ptr<float>(), flat.numel());
+}
+
+// The model's view of a host-built i32 batch: the batch itself on CPU, else a copy in device memory
+// (two slots, inputs and targets, each as large as the biggest batch).
+Tensor Trainer::on_model_device(Tensor host_ids, int slot) {
+  if (device_.is_cpu()) return host_ids;
+  const int64_t cap = cfg_.micro_batch_rows * std::max<int64_t>(cfg_.model.context, cfg_.probe_length);
+  if (!device_ids_buf_.data()) device_ids_buf_ = Buffer(size_t(2 * cap) * sizeof(int32_t), device_);
+  Tensor dev = Tensor::contiguous_view(device_ids_buf_.ptr_at(size_t(slot * cap) * sizeof(int32_t)), DType::i32,
+                                       host_ids.shape.data(), host_ids.ndim, device_);
+  ops::copy(dev, host_ids);
+  return dev;
 }
 
 void Trainer::resume_or_init() {
@@ -160,7 +193,7 @@ double Trainer::train_step(int64_t step, double* grad_norm) {
   for (int64_t micro = 0; micro < layout_.accum; ++micro) {
     train_data_.fill_batch(layout_, uint64_t(step), micro, rank_, inputs_, targets_);
     int64_t counted = 0;
-    sums[0] += model_.forward_backward(inputs_, targets_, grad_scale, &counted);
+    sums[0] += model_.forward_backward(on_model_device(inputs_, 0), on_model_device(targets_, 1), grad_scale, &counted);
     sums[1] += double(counted);
   }
   allreduce(model_.flat_grads().ptr<float>(), model_.flat_grads().numel());
@@ -190,7 +223,7 @@ Evaluation Trainer::evaluate() {
       std::copy(chunk.begin() + 1, chunk.end(), tg.ptr<int32_t>() + r * C);
     }
     int64_t counted = 0;
-    loss_sums[0] += model_.forward_loss(in, tg, &counted);
+    loss_sums[0] += model_.forward_loss(on_model_device(in, 0), on_model_device(tg, 1), &counted);
     loss_sums[1] += double(counted);
   }
   if (world_size_ > 1) world_.allreduce_sum(loss_sums, 2);
@@ -204,7 +237,7 @@ Evaluation Trainer::evaluate() {
       valid_data_.read_chunk(uint64_t(first + r), chunk.data());
       std::copy(chunk.begin(), chunk.begin() + T, probe_inputs_.ptr<int32_t>() + r * T);
     }
-    model_.forward_observe(probe_inputs_.slice(0, 0, n), probe);
+    model_.forward_observe(on_model_device(probe_inputs_.slice(0, 0, n), 0), probe);
   }
   if (world_size_ > 1) probe.reduce([&](double* data, size_t n) { world_.allreduce_sum(data, n); });
   e.probe = probe.result();
