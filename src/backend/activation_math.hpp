@@ -2,6 +2,8 @@
 // type (float on the GPU; float or double on the CPU). Derivatives are written out, not approximated.
 #pragma once
 
+#include <type_traits>
+
 #include "backend/math_fns.hpp"
 #include "backend/ops.hpp"
 #include "core/hd.hpp"
@@ -58,6 +60,30 @@ template <class T> SL_HD T activate_grad(ops::Activation act, T x) {
     case ops::Activation::silu: return silu_grad(x);
   }
   return T(1);
+}
+
+// The same with the activation fixed at compile time, so a loop over elements has no switch in it and
+// vectorises. with_activation(act, fn) calls fn(std::integral_constant<Activation, act>{}).
+template <ops::Activation A, class T> SL_HD T activate_as(T x) {
+  if constexpr (A == ops::Activation::relu) return relu(x);
+  else if constexpr (A == ops::Activation::gelu_exact) return gelu_exact(x);
+  else if constexpr (A == ops::Activation::gelu_tanh) return gelu_tanh(x);
+  else return silu(x);
+}
+template <ops::Activation A, class T> SL_HD T activate_grad_as(T x) {
+  if constexpr (A == ops::Activation::relu) return relu_grad(x);
+  else if constexpr (A == ops::Activation::gelu_exact) return gelu_exact_grad(x);
+  else if constexpr (A == ops::Activation::gelu_tanh) return gelu_tanh_grad(x);
+  else return silu_grad(x);
+}
+template <class Fn> decltype(auto) with_activation(ops::Activation act, Fn&& fn) {
+  switch (act) {
+    case ops::Activation::relu: return fn(std::integral_constant<ops::Activation, ops::Activation::relu>{});
+    case ops::Activation::gelu_exact: return fn(std::integral_constant<ops::Activation, ops::Activation::gelu_exact>{});
+    case ops::Activation::gelu_tanh: return fn(std::integral_constant<ops::Activation, ops::Activation::gelu_tanh>{});
+    case ops::Activation::silu: break;
+  }
+  return fn(std::integral_constant<ops::Activation, ops::Activation::silu>{});
 }
 
 }  // namespace sinklab::math

@@ -29,6 +29,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backend/math_fns.hpp"
 #include "backend/ops.hpp"
 #include "core/hd.hpp"
 
@@ -43,26 +44,8 @@ using ops::AttnSim;
 // exp in double: the library's. exp in float: on the host a branch-free Cephes-style expf (range
 // reduction x = n ln2 + r, degree-6 polynomial; <= 2 ulp on [-87, 88], exactly 0 below) that the
 // compiler vectorises inside the attention loops; on the device expf.
-SL_HD double attn_exp(double x) { return exp(x); }
-SL_HD float attn_exp(float x) {
-#if defined(__CUDA_ARCH__)
-  return expf(x);
-#else
-  const float xc = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-  const float n = floorf(xc * 1.44269504088896341f + 0.5f);
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * r * r + r + 1.0f;
-  const float two_n = std::bit_cast<float>((int32_t(n) + 127) << 23);
-  return x < -87.0f ? 0.0f : y * two_n;
-#endif
-}
+// exp of the attention weights: the shared vectorisable f32 exp of math_fns.hpp.
+template <class A> SL_HD A attn_exp(A x) { return fexp(x); }
 
 // ---- mask -----------------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@
 
 #include <cmath>
 
+#include "backend/math_fns.hpp"
 #include "core/hd.hpp"
 
 namespace sinklab::math {
@@ -27,26 +28,24 @@ SL_HD SoftmaxStats<Acc> ce_empty() {
 // Adds one logit to the running summary.
 template <class Acc>
 SL_HD void ce_push(SoftmaxStats<Acc>& s, Acc x) {
-  using std::exp;
   if (x > s.max) {
-    s.sum = s.sum * exp(s.max - x) + Acc(1);  // exp(-inf) = 0 for the first element
+    s.sum = s.sum * fexp(s.max - x) + Acc(1);  // exp(-inf) = 0 for the first element
     s.max = x;
   } else {
-    s.sum += exp(x - s.max);
+    s.sum += fexp(x - s.max);
   }
 }
 
 // Merges two partial summaries (tree reductions over a row).
 template <class Acc>
 SL_HD SoftmaxStats<Acc> ce_combine(SoftmaxStats<Acc> a, SoftmaxStats<Acc> b) {
-  using std::exp;
   if (a.max < b.max) {
     SoftmaxStats<Acc> t = a;
     a = b;
     b = t;
   }
   if (b.max == -INFINITY) return a;  // b empty (also covers both empty)
-  return {a.max, a.sum + b.sum * exp(b.max - a.max)};
+  return {a.max, a.sum + b.sum * fexp(b.max - a.max)};
 }
 
 // -log softmax(x)[target] from the row summary. (max - x_target) first: with large logits the
@@ -60,8 +59,7 @@ SL_HD Acc ce_loss(const SoftmaxStats<Acc>& s, Acc x_target) {
 // d loss / d x_j for one element, scaled.
 template <class Acc>
 SL_HD Acc ce_grad(const SoftmaxStats<Acc>& s, Acc x, bool is_target, Acc grad_scale) {
-  using std::exp;
-  Acc p = exp(x - s.max) / s.sum;
+  Acc p = fexp(x - s.max) / s.sum;
   return (is_target ? p - Acc(1) : p) * grad_scale;
 }
 

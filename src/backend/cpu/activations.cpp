@@ -42,7 +42,10 @@ void CpuBackend::activation_forward(Tensor out, Tensor in, Activation act) {
     for (int64_t r = 0; r < ri.rows; ++r) {
       const T* x = in.ptr<T>() + ri.offset(r);
       T* y = out.ptr<T>() + ro.offset(r);
-      for (int64_t c = 0; c < ri.cols; ++c) y[c] = math::activate(act, x[c]);
+      math::with_activation(act, [&](auto a) {
+#pragma omp simd
+        for (int64_t c = 0; c < ri.cols; ++c) y[c] = math::activate_as<decltype(a)::value>(x[c]);
+      });
     }
   });
 }
@@ -60,7 +63,10 @@ void CpuBackend::activation_backward(Tensor d_in, Tensor d_out, Tensor in, Activ
       const T* x = in.ptr<T>() + ri.offset(r);
       const T* g = d_out.ptr<T>() + rg.offset(r);
       T* dx = d_in.ptr<T>() + rd.offset(r);
-      for (int64_t c = 0; c < ri.cols; ++c) dx[c] = g[c] * math::activate_grad(act, x[c]);
+      math::with_activation(act, [&](auto a) {
+#pragma omp simd
+        for (int64_t c = 0; c < ri.cols; ++c) dx[c] = g[c] * math::activate_grad_as<decltype(a)::value>(x[c]);
+      });
     }
   });
 }
@@ -78,7 +84,10 @@ void CpuBackend::gated_forward(Tensor out, Tensor gate, Tensor up, Activation ac
       const T* g = gate.ptr<T>() + rg.offset(r);
       const T* u = up.ptr<T>() + ru.offset(r);
       T* y = out.ptr<T>() + ro.offset(r);
-      for (int64_t c = 0; c < rg.cols; ++c) y[c] = math::activate(act, g[c]) * u[c];
+      math::with_activation(act, [&](auto a) {
+#pragma omp simd
+        for (int64_t c = 0; c < rg.cols; ++c) y[c] = math::activate_as<decltype(a)::value>(g[c]) * u[c];
+      });
     }
   });
 }
@@ -103,11 +112,23 @@ void CpuBackend::gated_backward(Tensor d_gate, Tensor d_up, Tensor d_out, Tensor
       const T* dy = d_out.ptr<T>() + ro.offset(r);
       T* dg = want_g ? d_gate.ptr<T>() + rdg.offset(r) : nullptr;
       T* du = want_u ? d_up.ptr<T>() + rdu.offset(r) : nullptr;
-      for (int64_t c = 0; c < rg.cols; ++c) {
-        const T gc = g[c], uc = u[c], dyc = dy[c];
-        if (dg) dg[c] = dyc * uc * math::activate_grad(act, gc);
-        if (du) du[c] = dyc * math::activate(act, gc);
-      }
+      math::with_activation(act, [&](auto a) {
+        constexpr ops::Activation A = decltype(a)::value;
+        if (dg && du) {
+#pragma omp simd
+          for (int64_t c = 0; c < rg.cols; ++c) {
+            const T gc = g[c], uc = u[c], dyc = dy[c];
+            dg[c] = dyc * uc * math::activate_grad_as<A>(gc);
+            du[c] = dyc * math::activate_as<A>(gc);
+          }
+        } else if (dg) {
+#pragma omp simd
+          for (int64_t c = 0; c < rg.cols; ++c) dg[c] = dy[c] * u[c] * math::activate_grad_as<A>(g[c]);
+        } else if (du) {
+#pragma omp simd
+          for (int64_t c = 0; c < rg.cols; ++c) du[c] = dy[c] * math::activate_as<A>(g[c]);
+        }
+      });
     }
   });
 }

@@ -55,14 +55,29 @@ void CpuBackend::cross_entropy(Tensor losses, Tensor d_logits, Tensor logits, Te
         continue;
       }
       T mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
       for (int64_t j = 0; j < V; ++j) mx = x[j] > mx ? x[j] : mx;
-      double sum = 0.0;
-      for (int64_t j = 0; j < V; ++j) sum += double(std::exp(x[j] - mx));
-      const math::SoftmaxStats<T> s{mx, T(sum)};
       const T x_target = x[t];  // read before d (which may alias x) is written
+      // The exps are vectorised (math::fexp) and the sum kept in double lanes (50k terms). With a
+      // gradient wanted, each exp is computed once: stored in d, then scaled by grad_scale / sum.
+      double sum = 0.0;
+      if (d) {
+#pragma omp simd reduction(+ : sum)
+        for (int64_t j = 0; j < V; ++j) {
+          const T e = math::fexp(x[j] - mx);
+          d[j] = e;
+          sum += double(e);
+        }
+      } else {
+#pragma omp simd reduction(+ : sum)
+        for (int64_t j = 0; j < V; ++j) sum += double(math::fexp(x[j] - mx));
+      }
+      const math::SoftmaxStats<T> s{mx, T(sum)};
       losses.ptr<T>()[n * ls] = math::ce_loss(s, x_target);
       if (d) {
-        for (int64_t j = 0; j < V; ++j) d[j] = math::ce_grad(s, x[j], false, scale);
+        const T factor = scale / T(sum);
+#pragma omp simd
+        for (int64_t j = 0; j < V; ++j) d[j] *= factor;
         d[t] = math::ce_grad(s, x_target, true, scale);
       }
     }
