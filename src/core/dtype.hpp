@@ -90,4 +90,27 @@ SL_HD uint16_t f32_to_f16(float x) {
   return uint16_t(sign | ((rounded - 0x38000000u) >> 13));
 }
 
+// Element i of any storage dtype as double, and back: the one conversion path of copy/fill on every
+// backend (so a CPU and a CUDA copy of the same data round identically).
+SL_HD double load_as_double(const void* base, DType dt, int64_t i) {
+  switch (dt) {
+    case DType::f32: return static_cast<const float*>(base)[i];
+    case DType::f64: return static_cast<const double*>(base)[i];
+    case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
+    case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(base)[i]);
+    case DType::i32: return static_cast<const int32_t*>(base)[i];
+  }
+  return 0.0;
+}
+
+SL_HD void store_from_double(void* base, DType dt, int64_t i, double v) {
+  switch (dt) {
+    case DType::f32: static_cast<float*>(base)[i] = float(v); break;
+    case DType::f64: static_cast<double*>(base)[i] = v; break;
+    case DType::bf16: static_cast<uint16_t*>(base)[i] = f32_to_bf16(float(v)); break;
+    case DType::f16: static_cast<uint16_t*>(base)[i] = f32_to_f16(float(v)); break;
+    case DType::i32: static_cast<int32_t*>(base)[i] = int32_t(v); break;
+  }
+}
+
 }  // namespace sinklab

@@ -13,9 +13,10 @@ using ops::Activation;
 using test::Golden;
 using test::Owned;
 using test::rel_error;
+using test::kDtypes;
+using test::tol;
+using test::dims_of;
 
-constexpr DType kDtypes[] = {DType::f32, DType::f64};
-double tol(DType dt) { return dt == DType::f32 ? 1e-5 : 1e-10; }
 constexpr Activation kActs[] = {Activation::relu, Activation::gelu_exact, Activation::gelu_tanh, Activation::silu};
 const char* act_name(Activation a) {
   switch (a) {
@@ -26,8 +27,6 @@ const char* act_name(Activation a) {
   }
   return "?";
 }
-
-std::vector<int64_t> dims_of(const Tensor& t) { return {t.shape.begin(), t.shape.begin() + t.ndim}; }
 
 // Sum of |x| over the columns of a 2-D buffer outside [start, start+len): writes outside a view.
 double abs_sum_outside(const Tensor& wide, int64_t start, int64_t len) {

@@ -13,9 +13,8 @@ namespace {
 using test::Golden;
 using test::Owned;
 using test::rel_error;
-
-const DType kDtypes[] = {DType::f32, DType::f64};
-double tol(DType dt) { return dt == DType::f32 ? 1e-5 : 1e-10; }
+using test::kDtypes;
+using test::tol;
 
 // Five consecutive steps from p0 with m = v = 0; param, m and v checked after every step.
 TEST(AdamW, MatchesTorchOverFiveSteps) {

@@ -14,9 +14,8 @@ namespace {
 using test::Golden;
 using test::Owned;
 using test::rel_error;
-
-const DType kDtypes[] = {DType::f32, DType::f64};
-double tol(DType dt) { return dt == DType::f32 ? 1e-5 : 1e-10; }
+using test::kDtypes;
+using test::tol;
 
 // Absolute check for tensors whose reference is all zero (rel_error falls back to max abs error).
 double max_abs(const Tensor& t) {

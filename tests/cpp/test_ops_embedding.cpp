@@ -14,11 +14,9 @@ namespace {
 using test::Golden;
 using test::Owned;
 using test::rel_error;
-
-constexpr DType kDtypes[] = {DType::f32, DType::f64};
-double tol(DType dt) { return dt == DType::f32 ? 1e-5 : 1e-10; }
-
-std::vector<int64_t> dims_of(const Tensor& t) { return {t.shape.begin(), t.shape.begin() + t.ndim}; }
+using test::kDtypes;
+using test::tol;
+using test::dims_of;
 
 Owned ids_of(const Golden& g, const std::string& c) {
   Tensor raw = g.raw(c + "/ids");

@@ -13,11 +13,9 @@ namespace {
 using test::Golden;
 using test::Owned;
 using test::rel_error;
-
-const DType kDtypes[] = {DType::f32, DType::f64};
-double tol(DType dt) { return dt == DType::f32 ? 1e-5 : 1e-10; }
-
-std::vector<int64_t> dims_of(const Tensor& t) { return {t.shape.begin(), t.shape.begin() + t.ndim}; }
+using test::kDtypes;
+using test::tol;
+using test::dims_of;
 
 // A copy of `ref` scaled by k (expected value after k accumulations).
 Owned scaled(const Tensor& ref, double k) {

@@ -11,11 +11,10 @@ namespace {
 using test::Golden;
 using test::Owned;
 using test::rel_error;
+using test::kDtypes;
+using test::tol;
+using test::dims_of;
 
-constexpr DType kDtypes[] = {DType::f32, DType::f64};
-double tol(DType dt) { return dt == DType::f32 ? 1e-5 : 1e-10; }
-
-std::vector<int64_t> dims_of(const Tensor& t) { return {t.shape.begin(), t.shape.begin() + t.ndim}; }
 std::vector<int64_t> lead_dims(const Tensor& t) { return {t.shape.begin(), t.shape.begin() + t.ndim - 1}; }
 
 // A tensor of shape `dims` whose rows are strided: columns [2, 2+d) of a buffer [..., d+5].

@@ -57,15 +57,13 @@ inline double element(const Tensor& t, int64_t i) {
     off += (rem % t.shape[d]) * t.stride[d];
     rem /= t.shape[d];
   }
-  switch (t.dtype) {
-    case DType::f32: return t.ptr<float>()[off];
-    case DType::f64: return t.ptr<double>()[off];
-    case DType::bf16: return bf16_to_f32(t.ptr<uint16_t>()[off]);
-    case DType::f16: return f16_to_f32(t.ptr<uint16_t>()[off]);
-    case DType::i32: return t.ptr<int32_t>()[off];
-  }
-  return 0.0;
+  return load_as_double(t.data, t.dtype, off);
 }
+
+// The float types every CPU op runs in, and the golden-file bound of each: f32 <= 1e-5, f64 <= 1e-10.
+inline constexpr DType kDtypes[] = {DType::f32, DType::f64};
+inline double tol(DType dt) { return dt == DType::f32 ? 1e-5 : 1e-10; }
+inline std::vector<int64_t> dims_of(const Tensor& t) { return {t.shape.begin(), t.shape.begin() + t.ndim}; }
 
 inline double rel_error(const Tensor& a, const Tensor& ref) {
   EXPECT_EQ(a.numel(), ref.numel()) << "shapes " << a.shape_str() << " vs " << ref.shape_str();

@@ -20,7 +20,6 @@
 // The per-element work runs in the storage type (f32 weights go through the vectorised attn_exp); the
 // row sums of weights are vectorised sums in the storage type, D_i = dO_i . o_i is accumulated in double.
 
-#include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
@@ -29,31 +28,19 @@
 #include <vector>
 
 #include "backend/attention_math.hpp"
+#include "backend/cpu/blas.hpp"
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/cpu_common.hpp"
 
 namespace sinklab {
 
 using cpu::dispatch_float;
+using cpu::gemm;
 
 namespace {
 
 constexpr int64_t kBlock = 64;  // query rows per block
 
-// C[M,N] = alpha * op(A) . op(B) + beta * C, row-major, in float or double.
-template <class T>
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
-          int64_t ldb, T beta, T* C, int64_t ldc) {
-  if (M == 0 || N == 0) return;
-  const CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, opa, opb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C,
-                int(ldc));
-  } else {
-    cblas_dgemm(CblasRowMajor, opa, opb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C,
-                int(ldc));
-  }
-}
 
 // A [B, L, heads, dh] strided view: head (b, h) is the row-major matrix at(b, 0, h) with rows of dh
 // elements and leading dimension ld.

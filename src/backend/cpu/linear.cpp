@@ -4,18 +4,19 @@
 // Every operand is read as a row-major matrix with a leading dimension: a [*, K] tensor whose leading
 // dimensions collapse into one row stride (a slice of a fused buffer, row stride > K, is fine).
 
-#include <cblas.h>
 
 #include <algorithm>
 #include <initializer_list>
 #include <type_traits>
 
+#include "backend/cpu/blas.hpp"
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/cpu_common.hpp"
 
 namespace sinklab {
 
 using cpu::dispatch_float;
+using cpu::gemm;
 
 namespace {
 
@@ -55,20 +56,6 @@ void check_same_dtype(std::initializer_list<Tensor> ts, DType dt, const char* op
              dtype_name(dt));
 }
 
-// C[M,N] = alpha * op(A) . op(B) + beta * C, row-major, in float or double.
-template <class T>
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
-          int64_t ldb, T beta, T* C, int64_t ldc) {
-  if (M == 0 || N == 0) return;
-  const CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, opa, opb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C,
-                int(ldc));
-  } else {
-    cblas_dgemm(CblasRowMajor, opa, opb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C,
-                int(ldc));
-  }
-}
 
 }  // namespace
 
