@@ -126,6 +126,10 @@ int run(const ProbeOptions& o) {
   const std::string name = o.name.empty() ? std::filesystem::path(path).parent_path().parent_path().filename().string() + "_" +
                                                 std::filesystem::path(path).filename().string()
                                           : o.name;
+  const std::filesystem::path out_dir = std::filesystem::path(o.out).parent_path();
+  std::error_code ec;
+  if (!out_dir.empty()) std::filesystem::create_directories(out_dir, ec);
+  SL_CHECK(!ec, "--out: cannot create %s: %s", out_dir.c_str(), ec.message().c_str());
   io::RootInfo info{SINKLAB_VERSION, "", io::now_utc_iso(), "sinklab-probe", ""};
   io::ResultsFile out = io::ResultsFile::open_or_create(o.out, info);
   const std::string g = "/models/" + name + "/" + o.input + "/" + o.domain;

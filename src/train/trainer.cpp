@@ -1,10 +1,9 @@
 #include "train/trainer.hpp"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 
@@ -286,7 +285,9 @@ void Trainer::save_checkpoint_at(int64_t n_done) {
 }
 
 int Trainer::run() {
-  ::mkdir(cfg_.out_dir.c_str(), 0755);
+  std::error_code ec;
+  std::filesystem::create_directories(cfg_.out_dir, ec);
+  SL_CHECK(!ec, "--out-dir: cannot create %s: %s", cfg_.out_dir.c_str(), ec.message().c_str());
   install_stop_handlers();
   resume_or_init();
 

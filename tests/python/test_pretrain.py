@@ -185,7 +185,7 @@ def test_bad_flags_give_one_clear_line(corpus, tmp_path):
 
 
 def test_results_layout_and_probe(corpus, tmp_path):
-    out = tmp_path / "layout"
+    out = tmp_path / "nested" / "layout"  # parents are created
     _pretrain(corpus, out, 1)
     with h5py.File(out / "results.h5", "r") as f:
         for attr in ("sinklab_version", "created_utc", "command_line", "config"):
@@ -204,7 +204,7 @@ def test_results_layout_and_probe(corpus, tmp_path):
             s = ev[f"sink_{eps}"][:]
             assert np.all((s >= 0) & (s <= 100))
 
-    probe_out = tmp_path / "probe.h5"
+    probe_out = tmp_path / "probe_dir" / "probe.h5"
     for mode in ("natural", "random", "repeat"):
         _run([str(PROBE), "--checkpoint", str(out), "--data", str(corpus / "valid.bin"), "--input", mode,
               "--sequences=6", "--length=12", "--max-k=3", "--name=tiny", "--out", str(probe_out)])
