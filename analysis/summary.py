@@ -11,15 +11,16 @@ import numpy as np
 
 
 def _eval_table(name, g):
-    cols = [c for c in g.keys() if c.startswith("sink_")]
+    eps = str(g.attrs.get("sink_eps", "")).split(",")
+    sink = g["sink"][:]  # [step, eps], percent
     print(f"\nrun {name}: evaluation over training")
-    header = f"{'step':>8} {'valid loss':>11} " + " ".join(f"{'Sink1^' + c[5:]:>11}" for c in cols)
+    header = f"{'step':>8} {'valid loss':>11} " + " ".join(f"{'Sink1^' + e:>11}" for e in eps)
     header += f" {'massive(L)':>11}"
     print(header)
     steps = g["step"][:]
     massive = g["massive_ratio"][:] if "massive_ratio" in g else None
     for i, step in enumerate(steps):
-        line = f"{int(step):>8} {g['valid_loss'][i]:>11.4f} " + " ".join(f"{g[c][i]:>10.2f}%" for c in cols)
+        line = f"{int(step):>8} {g['valid_loss'][i]:>11.4f} " + " ".join(f"{v:>10.2f}%" for v in sink[i])
         if massive is not None:
             line += f" {massive[i, -1]:>11.2f}"
         print(line)

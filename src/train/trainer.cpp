@@ -252,10 +252,8 @@ void Trainer::log_eval(int64_t n_done, const Evaluation& e) {
              e.valid_loss, sinks.c_str(), e.probe.massive_ratio.back());
   if (!results_) return;
   const std::string g = "/runs/" + cfg_.run_name + "/eval";
-  std::vector<io::Cell> row = {io::Cell("step", n_done), io::Cell("valid_loss", e.valid_loss)};
-  for (size_t i = 0; i < cfg_.sink_eps.size(); ++i)
-    row.push_back(io::Cell(strfmt("sink_%g", cfg_.sink_eps[i]), e.probe.sink[i]));
-  results_->append_row(g, row);
+  results_->append_row(g, {io::Cell("step", n_done), io::Cell("valid_loss", e.valid_loss)});
+  results_->append_slab(g + "/sink", {int64_t(cfg_.sink_eps.size())}, e.probe.sink.data());  // [step, eps], %
   results_->append_slab(g + "/alpha", {L, H}, e.probe.alpha.data());
   results_->append_slab(g + "/massive_ratio", {L}, e.probe.massive_ratio.data());
 }
@@ -306,6 +304,10 @@ int Trainer::run() {
     }
     results_->create_group("/runs/" + cfg_.run_name);
     results_->set_attr("/runs/" + cfg_.run_name, "config", cfg_.config_text);
+    results_->create_group(eval_group);
+    std::string eps_list;
+    for (double eps : cfg_.sink_eps) eps_list += strfmt("%s%g", eps_list.empty() ? "" : ",", eps);
+    results_->set_attr(eval_group, "sink_eps", eps_list);
   }
 
   const int64_t tokens_per_step = layout_.global_rows() * cfg_.model.context;

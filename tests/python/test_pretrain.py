@@ -200,9 +200,9 @@ def test_results_layout_and_probe(corpus, tmp_path):
         assert ev["massive_ratio"].shape == (4, 2)
         a = ev["alpha"][:]
         assert np.all(a >= 1.0 / 12 - 1e-6) and np.all(a <= 1.0 + 1e-6)  # 1/T <= alpha_1 <= 1
-        for eps in ("0.2", "0.3", "0.4"):
-            s = ev[f"sink_{eps}"][:]
-            assert np.all((s >= 0) & (s <= 100))
+        assert ev.attrs["sink_eps"] == "0.2,0.3,0.4"
+        s = ev["sink"][:]
+        assert s.shape == (4, 3) and np.all((s >= 0) & (s <= 100))  # [eval, eps], percent
 
     probe_out = tmp_path / "probe_dir" / "probe.h5"
     for mode in ("natural", "random", "repeat"):
