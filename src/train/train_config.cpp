@@ -88,7 +88,9 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size) {
       ("checkpoint-every", po::value(&c.checkpoint_every)->default_value(0), "steps between checkpoints (0 = end only)")
       ("keep-checkpoints", po::value(&c.keep_checkpoints)->default_value(2), "checkpoints kept on disk")
       ("resume", po::value(&c.resume)->default_value(false)->implicit_value(true), "continue from the newest checkpoint in --out-dir")
-      ("device", po::value(&c.device)->default_value("cpu"), "cpu | cuda");
+      ("device", po::value(&c.device)->default_value("cpu"), "cpu | cuda")
+      ("dry-run", po::value(&c.dry_run)->default_value(false)->implicit_value(true),
+       "check the configuration and print it (every option with its value), then exit");
 
   po::variables_map vm;
   try {
@@ -133,7 +135,7 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size) {
   // The effective configuration, every option with its value, as ini text (sorted by name).
   std::ostringstream ini;
   for (const auto& kv : vm) {
-    if (kv.first == "config" || kv.first == "help") continue;
+    if (kv.first == "config" || kv.first == "help" || kv.first == "dry-run") continue;
     const auto& v = kv.second.value();
     ini << kv.first << " = ";
     if (auto p = boost::any_cast<std::string>(&v)) ini << *p;

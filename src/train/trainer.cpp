@@ -297,7 +297,7 @@ int Trainer::run() {
     // A resumed run drops whatever was logged after its checkpoint: one train row per completed step,
     // eval rows for step counts <= the checkpoint's.
     if (results_->exists(train_group)) results_->truncate_rows(train_group, start_step_);
-    if (results_->exists(eval_group)) {
+    if (results_->exists(eval_group + "/step")) {
       std::vector<int64_t> steps = results_->read_column_int(eval_group + "/step");
       int64_t keep = std::count_if(steps.begin(), steps.end(), [&](int64_t s) { return s <= start_step_; });
       results_->truncate_rows(eval_group, keep);

@@ -118,10 +118,13 @@ def test_kill9_then_resume_is_bit_exact(corpus, tmp_path, np_):
     _wait_for(out / "checkpoints" / "step_00000030", proc)
     # SIGKILL the launcher and every rank: OpenMPI's ranks do not share mpirun's process group.
     os.killpg(proc.pid, signal.SIGKILL)
-    subprocess.run(["pkill", "-9", "-f", f"--out-dir={out}"], check=False)
+    # ("--" ends pkill's options: the pattern itself starts with "--".)
+    subprocess.run(["pkill", "-9", "-f", "--", f"--out-dir={out}"], check=False)
     proc.wait()
     for _ in range(200):
-        if subprocess.run(["pgrep", "-f", f"--out-dir={out}"], capture_output=True).returncode != 0:
+        found = subprocess.run(["pgrep", "-f", "--", f"--out-dir={out}"], capture_output=True).returncode
+        assert found in (0, 1), "pgrep failed"
+        if found == 1:  # no process left
             break
         time.sleep(0.05)
     else:
@@ -173,6 +176,14 @@ def test_damaged_checkpoint_and_shard_are_refused(corpus, tmp_path):
     bad.write_bytes((corpus / "train.bin").read_bytes()[:-7])
     proc = _run([str(PRETRAIN), *_args(corpus, tmp_path / "x", f"--train-data={bad}")], check=False)
     assert proc.returncode != 0 and "short.bin" in proc.stderr and "truncated" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("job", sorted((Path(__file__).resolve().parents[2] / "jobs" / "pretrain").rglob("*.ini")),
+                         ids=lambda p: p.name)
+def test_every_job_file_is_a_valid_configuration(job):
+    proc = _run([str(PRETRAIN), "--config", str(job), "--dry-run"], check=False)
+    assert proc.returncode == 0, f"{job}: {proc.stderr}"
+    assert "d-model = " in proc.stdout and "steps = " in proc.stdout
 
 
 def test_bad_flags_give_one_clear_line(corpus, tmp_path):
