@@ -1,6 +1,7 @@
 // Graceful stop for batch jobs: SIGTERM (Slurm's preemption/time-limit signal) and SIGUSR1 (sbatch
-// --signal=B:USR1@<sec>) only set a flag; the training loop polls stop_requested() between steps,
-// finishes the step, writes a checkpoint, flushes its outputs and exits 0 so Slurm can requeue.
+// --signal=USR1@<sec>, which signals the job steps; a "B:" prefix would signal only the batch shell) only
+// set a flag; the training loop polls stop_requested() between steps, finishes the step, writes a
+// checkpoint, flushes its outputs and exits 0 so Slurm can requeue.
 // In a data-parallel job the loop must agree on stopping across ranks (an all-reduce of the flag), since
 // the signal may reach the ranks at different steps.
 #pragma once
