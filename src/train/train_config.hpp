@@ -48,9 +48,6 @@ struct TrainConfig {
 
   std::string config_text;   // the effective configuration as ini text (stored in results)
   std::string command_line;
-
-  // Derived: rows per optimizer step on all ranks, micro-steps per rank.
-  int64_t global_rows() const { return global_batch_tokens / model.context; }
 };
 
 // Parses argv (and the --config file). Returns false when --help was printed.

@@ -26,7 +26,7 @@ void CpuBackend::deallocate(void* ptr) { std::free(ptr); }
 
 namespace {
 
-// Runs fn(row_index, element_offsets...) for every row of same-shaped tensors, in parallel.
+// Runs fn(r) for every row r of a layout, in parallel when the tensor is large enough to pay for it.
 template <class Fn>
 void for_rows(const Rows& layout, Fn&& fn) {
 #pragma omp parallel for schedule(static) if (layout.rows * layout.cols > 16384)
