@@ -121,24 +121,54 @@ double clip_grad_norm(std::span<const Tensor> grads, double max_norm);
 // views; H a multiple of Hkv: grouped-query attention), out [B,T,H,dh]:
 //   s_ij = scale * <q_i, k_j>      over the keys j the mask lets query i see
 //   w_ij = sim(s_ij);  Z_i = norm(w_i.);  o_i = sum_j (w_ij / Z_i) v_j
-// The variant issue adds sim/norm/mask cases to these enums and to attention_math.hpp only.
-enum class AttnSim : uint8_t { exp };   // softmax numerator, computed with the running max
-enum class AttnNorm : uint8_t { sum };  // softmax denominator
-enum class AttnMask : uint8_t { causal };
+// The variant issue adds sim/norm/mask cases to these enums and to attention_math.hpp only
+// (paper Sec. 7.3-7.4, Tables 14-15, Eq. 43-44). Valid combinations: exp needs a normaliser
+// homogeneous in w (sum, p_norm) so that the running-max shift cancels; any other sim takes any norm.
+enum class AttnSim : uint8_t {
+  exp,           // e^s: softmax numerator, computed with the running max
+  sigmoid,       // sigmoid(s + sigmoid_bias)
+  elu_plus_one,  // elu(s) + 1
+  identity,      // s (signed: pair it with max_abs_sum_one, or one)
+};
+enum class AttnNorm : uint8_t {
+  sum,              // Z = (1/norm_alpha) * sum_j w_ij: rows of P sum to norm_alpha (1: softmax denominator)
+  one,              // Z = 1: no normalisation
+  max_abs_sum_one,  // Z = max(|sum_j w_ij|, 1)
+  p_norm,           // Z = (sum_j w_ij^norm_p)^(1/norm_p)  (Eq. 43; with exp: Eq. 44)
+};
+enum class AttnMask : uint8_t {
+  causal,          // j <= i
+  sliding_window,  // i - window < j <= i
+  prefix_lm,       // j < prefix (bidirectional prefix) or j <= i
+};
 
 struct AttentionSpec {
   double scale = 0.0;  // 0 means 1/sqrt(dh)
   AttnSim sim = AttnSim::exp;
   AttnNorm norm = AttnNorm::sum;
   AttnMask mask = AttnMask::causal;
+  int64_t window = 0;         // sliding_window: keys per query (>= 1)
+  int64_t prefix = 0;         // prefix_lm: length of the bidirectional prefix (>= 0)
+  double sigmoid_bias = 0.0;  // sigmoid: b in sigmoid(s + b) (e.g. -log(n), FlashSigmoid style)
+  double norm_alpha = 1.0;    // sum: rows of P sum to alpha (Table 14 left; Z = sum / alpha), > 0
+  double norm_p = 1.0;        // p_norm: p > 0
+  // Learned per-head sink logit S_h (gpt-oss style): an extra "key" every query sees, with score S_h
+  // and a zero value vector, so it enters only the normaliser (softmax: Z_i = e^{S_h} + sum_j e^{s_ij}).
+  // Optional [H], the dtype of q; not with norm one. d_sink_logit: optional [H] output of
+  // attention_backward, dL/dS_h summed over batch and queries (written, not accumulated).
+  Tensor sink_logit;
+  Tensor d_sink_logit;
 };
 
 // stats [B,H,T] f32/f64: per-row statistics the backward needs to recompute the weights without
-// storing the T x T matrix (for softmax: the log of the normaliser, m + log(sum exp(s - m))).
+// storing the T x T matrix (for softmax: the log of the normaliser, m + log(sum exp(s - m)); for
+// variants without the running max: the row reduction R_i the normaliser is made of, see
+// attention_math.hpp).
 void attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec);
 void attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, Tensor k, Tensor v,
                         Tensor out, Tensor stats, const AttentionSpec& spec);
 // The normalised attention matrix probs [B,H,T,S] (0 where masked) — what the sink probe measures.
+// For variants whose rows are not a distribution: w/Z as computed (the probe applies proxy scores).
 void attention_probs(Tensor probs, Tensor q, Tensor k, const AttentionSpec& spec);
 
 }  // namespace sinklab::ops

@@ -6,14 +6,16 @@
 //
 // Forward, one (b, h) per OpenMP task, query blocks of kBlock rows:
 //   S_blk = scale * Q_blk K[kb:ke]^T       (gemm; [kb,ke) = union of the block rows' visible keys)
-//   per row: shift m (running max), w~ = sim(s; m) where visible else 0, Z~ = norm(w~),
-//            stat = m + log Z~                  (the generic pieces of attention_math.hpp)
+//   per row: shift m (running max, exp only), w~ = sim(s; m) where visible else 0, R = sum term(w~)
+//            (+ the head's sink logit term), Z~ = finish(R), stat = m + log Z~ (exp) or R
+//            (the generic pieces of attention_math.hpp)
 //   O_blk = diag(1/Z~) (W~ V[kb:ke])       (gemm, then the dh-long rows are scaled, not the n-long ones)
 // Backward, one (b, kv head) per task so that dk/dv of a group are written by one thread only (race
 // free without atomics); within it every query head of the group and every query block:
 //   S_blk = scale Q_blk K^T, P = prob(S, stat) (recomputed: no T x T storage between the passes),
 //   dP = dO_blk V^T, D_i = dO_i . o_i, dS = dscore(S, P, stat, dP, D),
 //   dV += P^T dO_blk, dQ_blk = scale dS K, dK += scale dS^T Q_blk     (gemms)
+//   (sink logit: dS_h += dscore of the sink column with dP = 0, summed over b after the loop)
 // Whole visible key ranges per query block (rather than key blocks with online rescaling) keep the
 // loops simple; the scratch is 2 x kBlock x S values per thread.
 //
@@ -104,9 +106,24 @@ Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
   SL_CHECK(k.dtype == q.dtype, "%s: k is %s but q is %s", op, dtype_name(k.dtype), dtype_name(q.dtype));
   switch (spec.mask) {
     case ops::AttnMask::causal:
-      SL_CHECK(d.S == d.T, "%s: the causal mask needs as many keys as queries (S=%lld, T=%lld)", op,
+    case ops::AttnMask::sliding_window:
+    case ops::AttnMask::prefix_lm:
+      SL_CHECK(d.S == d.T, "%s: the attention masks need as many keys as queries (S=%lld, T=%lld)", op,
                (long long)d.S, (long long)d.T);
       break;
+  }
+  const char* invalid = math::attn_config_error(math::attn_config(spec));
+  SL_CHECK(invalid == nullptr, "%s: invalid attention variant: %s", op, invalid);
+  if (spec.sink_logit.defined()) {
+    check_shape(spec.sink_logit, {d.H}, op, "sink_logit");
+    SL_CHECK(spec.sink_logit.dtype == q.dtype, "%s: sink_logit is %s but q is %s", op,
+             dtype_name(spec.sink_logit.dtype), dtype_name(q.dtype));
+  }
+  if (spec.d_sink_logit.defined()) {
+    SL_CHECK(spec.sink_logit.defined(), "%s: d_sink_logit given without sink_logit", op);
+    check_shape(spec.d_sink_logit, {d.H}, op, "d_sink_logit");
+    SL_CHECK(spec.d_sink_logit.dtype == q.dtype, "%s: d_sink_logit is %s but q is %s", op,
+             dtype_name(spec.d_sink_logit.dtype), dtype_name(q.dtype));
   }
   SL_CHECK(spec.scale >= 0.0 && std::isfinite(spec.scale), "%s: scale must be finite and >= 0 (0 = 1/sqrt(dh))",
            op);
@@ -131,7 +148,7 @@ double scale_of(const ops::AttentionSpec& spec, int64_t dh) {
 }
 
 // The key range [kb, ke) visible to any of the query rows [i0, i1).
-void block_keys(ops::AttnMask mask, int64_t i0, int64_t i1, int64_t S, int64_t* kb, int64_t* ke) {
+void block_keys(const math::AttnConfig& mask, int64_t i0, int64_t i1, int64_t S, int64_t* kb, int64_t* ke) {
   *kb = S;
   *ke = 0;
   for (int64_t i = i0; i < i1; ++i) {
@@ -141,38 +158,71 @@ void block_keys(ops::AttnMask mask, int64_t i0, int64_t i1, int64_t S, int64_t* 
   if (*ke < *kb) *ke = *kb;
 }
 
-// Turns one row of scores s[0..n) (keys kb..kb+n-1, query i) into probabilities in place (0 where
-// masked) and returns the row statistic log Z. With inv_out set, the row is left as shifted weights w~
-// and 1/Z~ is stored there instead (the forward scales the n-times shorter output row).
+// The configuration the loops run with. For plain causal softmax (the default, and every model's hot
+// path) it is a compile-time constant, so the per-element switches of attention_math.hpp fold away and
+// the loops vectorise as a hand-written softmax would (measured: with the configuration read at run
+// time the tiny-model training step spent ~1.6x longer in attention).
+template <bool kPlain>
+math::AttnConfig loop_config(const ops::AttentionSpec& spec) {
+  if constexpr (kPlain) return math::AttnConfig{};
+  else return math::attn_config(spec);
+}
+
+bool is_plain_softmax(const ops::AttentionSpec& spec) {
+  const math::AttnConfig c = math::attn_config(spec), plain{};
+  return c.sim == plain.sim && c.norm == plain.norm && c.mask == plain.mask && c.sink == plain.sink &&
+         c.sigmoid_bias == plain.sigmoid_bias && c.norm_alpha == plain.norm_alpha && c.norm_p == plain.norm_p;
+}
+
+// Calls fn(std::true_type{}) for plain softmax and fn(std::false_type{}) otherwise (the kPlain argument
+// of the loops below).
+template <class Fn>
+void with_plain_softmax(const ops::AttentionSpec& spec, Fn&& fn) {
+  if (is_plain_softmax(spec)) fn(std::true_type{});
+  else fn(std::false_type{});
+}
+
+// The sink logit of head h (read only when spec.sink_logit is defined).
 template <class T>
-T normalise_row(const ops::AttentionSpec& spec, T* s, int64_t n, int64_t i, int64_t kb, int64_t S,
+T sink_of(const ops::AttentionSpec& spec, int64_t h) {
+  return spec.sink_logit.defined() ? spec.sink_logit.ptr<T>()[h * spec.sink_logit.stride[0]] : T(0);
+}
+
+// Turns one row of scores s[0..n) (keys kb..kb+n-1, query i) into probabilities in place (0 where
+// masked) and returns the row statistic (attention_math.hpp; sink: the head's sink logit, used when
+// spec.sink_logit is defined). With inv_out set, the row is left as shifted weights w~
+// and 1/Z~ is stored there instead (the forward scales the n-times shorter output row).
+template <class T, bool kPlain>
+T normalise_row(const ops::AttentionSpec& spec, T* s, int64_t n, int64_t i, int64_t kb, int64_t S, T sink,
                 T* inv_out = nullptr) {
   // Local copies: the enums must not be re-read through a reference the stores could alias (that
   // would keep the loops below from vectorising).
-  const ops::AttnSim sim = spec.sim;
-  const ops::AttnNorm norm = spec.norm;
-  const ops::AttnMask mask = spec.mask;
-  const int64_t jb = std::max<int64_t>(math::attn_key_begin(mask, i, S) - kb, 0);
-  const int64_t je = std::clamp<int64_t>(math::attn_key_end(mask, i, S) - kb, jb, n);
+  const math::AttnConfig cfg = loop_config<kPlain>(spec);
+  const int64_t jb = std::max<int64_t>(math::attn_key_begin(cfg, i, S) - kb, 0);
+  const int64_t je = std::clamp<int64_t>(math::attn_key_end(cfg, i, S) - kb, jb, n);
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   T m = T(0);
-  if (math::attn_uses_max(sim, norm)) {
+  if (math::attn_uses_max(cfg)) {
     m = kNegInf;
 #pragma omp simd reduction(max : m)
-    for (int64_t j = jb; j < je; ++j) m = std::max(m, math::attn_visible(mask, i, kb + j) ? s[j] : kNegInf);
+    for (int64_t j = jb; j < je; ++j) m = std::max(m, math::attn_visible(cfg, i, kb + j) ? s[j] : kNegInf);
+    if (cfg.sink) m = std::max(m, sink);
     if (!(m > kNegInf)) m = T(0);  // no visible key
   }
-  T acc = T(0);  // 16 f32 lanes of partial sums of terms in [0, 1]: accurate enough, twice as fast as double
+  // 16 f32 lanes of partial sums (softmax terms lie in [0, 1]; the other variants' goldens hold to
+  // ~3e-7 relative in f32): accurate enough, twice as fast as double.
+  T acc = T(0);
   for (int64_t j = 0; j < jb; ++j) s[j] = T(0);
 #pragma omp simd reduction(+ : acc)
   for (int64_t j = jb; j < je; ++j) {
-    const bool vis = math::attn_visible(mask, i, kb + j);
-    const T w = vis ? math::attn_sim(sim, s[j], m) : T(0);
+    const bool vis = math::attn_visible(cfg, i, kb + j);
+    const T w = vis ? math::attn_sim(cfg, s[j], m) : T(0);
     s[j] = w;
-    acc += vis ? math::attn_norm_term(norm, w) : T(0);
+    acc += vis ? math::attn_norm_term(cfg, w) : T(0);
   }
   for (int64_t j = je; j < n; ++j) s[j] = T(0);
-  const double z = math::attn_norm_finish(norm, double(acc));
+  if (cfg.sink) acc += math::attn_norm_term(cfg, math::attn_sim(cfg, sink, m));
+  const double z = math::attn_norm_finish(cfg, double(acc));
   const T inv = T(math::attn_inv_norm(z));
   if (inv_out) {
     *inv_out = inv;
@@ -180,7 +230,7 @@ T normalise_row(const ops::AttentionSpec& spec, T* s, int64_t n, int64_t i, int6
 #pragma omp simd
     for (int64_t j = jb; j < je; ++j) s[j] *= inv;
   }
-  return T(math::attn_stat(double(m), z));
+  return T(math::attn_stat(cfg, double(m), double(acc)));
 }
 
 // Per-thread scratch for the score blocks.
@@ -192,7 +242,7 @@ struct Scratch {
   }
 };
 
-template <class T>
+template <class T, bool kPlain>
 void forward_impl(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const ops::AttentionSpec& spec,
                   const Dims& d) {
   const char* op = "attention_forward";
@@ -211,13 +261,13 @@ void forward_impl(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const 
         for (int64_t i0 = 0; i0 < d.T; i0 += kBlock) {
           const int64_t rows = std::min(kBlock, d.T - i0);
           int64_t kb, ke;
-          block_keys(spec.mask, i0, i0 + rows, d.S, &kb, &ke);
+          block_keys(loop_config<kPlain>(spec), i0, i0 + rows, d.S, &kb, &ke);
           const int64_t n = ke - kb;
           T* s = scratch.s.data();
           gemm<T>(false, true, rows, n, d.dh, scale, Q.at(b, i0, h), Q.ld, K.at(b, kb, g), K.ld, T(0), s, n);
           T inv[kBlock];
           for (int64_t r = 0; r < rows; ++r) {
-            T stat = normalise_row<T>(spec, s + r * n, n, i0 + r, kb, d.S, &inv[r]);
+            T stat = normalise_row<T, kPlain>(spec, s + r * n, n, i0 + r, kb, d.S, sink_of<T>(spec, h), &inv[r]);
             if (L.base) *L.at(b, h, i0 + r) = stat;
           }
           if (n > 0) {
@@ -236,7 +286,7 @@ void forward_impl(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const 
   }
 }
 
-template <class T>
+template <class T, bool kPlain>
 void backward_impl(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, Tensor k, Tensor v, Tensor out,
                    Tensor stats, const ops::AttentionSpec& spec, const Dims& d) {
   const char* op = "attention_backward";
@@ -246,12 +296,15 @@ void backward_impl(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, T
   const RowStat<T> L{stats.ptr<T>(), stats.stride[0], stats.stride[1], stats.stride[2]};
   const T scale = T(scale_of(spec, d.dh));
   const int64_t group = d.H / d.Hkv;
-  const ops::AttnSim sim = spec.sim;
-  const ops::AttnNorm norm = spec.norm;
-  const ops::AttnMask mask = spec.mask;
+  // dL/dS_h per (b, h), summed over b after the parallel loop (tasks of different b share h).
+  std::vector<double> d_sink(spec.sink_logit.defined() ? size_t(d.B * d.H) : 0, 0.0);
 #pragma omp parallel if (d.B * d.H * d.T * d.S * d.dh > 32768)
   {
     Scratch<T> scratch(d.S, true);
+    // Declared inside the parallel region: OpenMP passes outer locals to the outlined region by
+    // reference, which hides plain softmax's constant configuration from the compiler (the score loop
+    // below then did not vectorise: measured 1.5x slower).
+    const math::AttnConfig cfg = loop_config<kPlain>(spec);
 #pragma omp for collapse(2) schedule(dynamic)
     for (int64_t b = 0; b < d.B; ++b)
       for (int64_t g = 0; g < d.Hkv; ++g) {
@@ -260,11 +313,13 @@ void backward_impl(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, T
           if (dK.base) std::fill_n(dK.at(b, j, g), d.dh, T(0));
           if (dV.base) std::fill_n(dV.at(b, j, g), d.dh, T(0));
         }
-        for (int64_t h = g * group; h < (g + 1) * group; ++h)
+        for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+          const T sink = sink_of<T>(spec, h);
+          double d_sink_bh = 0.0;
           for (int64_t i0 = 0; i0 < d.T; i0 += kBlock) {
             const int64_t rows = std::min(kBlock, d.T - i0);
             int64_t kb, ke;
-            block_keys(mask, i0, i0 + rows, d.S, &kb, &ke);
+            block_keys(cfg, i0, i0 + rows, d.S, &kb, &ke);
             const int64_t n = ke - kb;
             if (n == 0) {
               if (dQ.base)
@@ -280,9 +335,11 @@ void backward_impl(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, T
               T* sr = s + r * n;
               T* dpr = dp + r * n;
               const T stat = *L.at(b, h, i);
-              const int64_t jb = std::max<int64_t>(math::attn_key_begin(mask, i, d.S) - kb, 0);
-              const int64_t je = std::clamp<int64_t>(math::attn_key_end(mask, i, d.S) - kb, jb, n);
-              const bool empty = !(stat > -std::numeric_limits<T>::infinity());
+              const int64_t jb = std::max<int64_t>(math::attn_key_begin(cfg, i, d.S) - kb, 0);
+              const int64_t je = std::clamp<int64_t>(math::attn_key_end(cfg, i, d.S) - kb, jb, n);
+              const bool empty = math::attn_row_empty(cfg, stat);
+              const T inv_z = math::attn_row_inv_norm(cfg, stat);
+              const T row_sum = math::attn_row_sum(cfg, stat);
               double D = 0.0;
               const T* o = O.at(b, i, h);
               const T* go = dO.at(b, i, h);
@@ -295,11 +352,15 @@ void backward_impl(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, T
                 continue;
               }
               const T Dt = T(D);
+              if (cfg.sink) {
+                const T p_sink = math::attn_prob(cfg, sink, stat, inv_z);
+                d_sink_bh += double(math::attn_dscore(cfg, sink, p_sink, inv_z, row_sum, T(0), Dt));
+              }
 #pragma omp simd
               for (int64_t j = jb; j < je; ++j) {
-                const bool vis = math::attn_visible(mask, i, kb + j);
-                const T p = vis ? math::attn_prob(sim, sr[j], stat) : T(0);
-                const T ds = vis ? math::attn_dscore(sim, norm, sr[j], p, stat, dpr[j], Dt) : T(0);
+                const bool vis = math::attn_visible(cfg, i, kb + j);
+                const T p = vis ? math::attn_prob(cfg, sr[j], stat, inv_z) : T(0);
+                const T ds = vis ? math::attn_dscore(cfg, sr[j], p, inv_z, row_sum, dpr[j], Dt) : T(0);
                 sr[j] = p;
                 dpr[j] = ds;
               }
@@ -308,11 +369,21 @@ void backward_impl(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, T
             if (dQ.base) gemm<T>(false, false, rows, d.dh, n, scale, dp, n, K.at(b, kb, g), K.ld, T(0), dQ.at(b, i0, h), dQ.ld);
             if (dK.base) gemm<T>(true, false, n, d.dh, rows, scale, dp, n, Q.at(b, i0, h), Q.ld, T(1), dK.at(b, kb, g), dK.ld);
           }
+          if (cfg.sink) d_sink[size_t(b * d.H + h)] = d_sink_bh;
+        }
       }
+  }
+  if (spec.d_sink_logit.defined()) {
+    T* ds = spec.d_sink_logit.ptr<T>();
+    for (int64_t h = 0; h < d.H; ++h) {
+      double acc = 0.0;
+      for (int64_t b = 0; b < d.B; ++b) acc += d_sink[size_t(b * d.H + h)];
+      ds[h * spec.d_sink_logit.stride[0]] = T(acc);
+    }
   }
 }
 
-template <class T>
+template <class T, bool kPlain>
 void probs_impl(Tensor probs, Tensor q, Tensor k, const ops::AttentionSpec& spec, const Dims& d) {
   const char* op = "attention_probs";
   const Heads<T> Q = heads_of<T>(q, op, "q"), K = heads_of<T>(k, op, "k");
@@ -330,12 +401,12 @@ void probs_impl(Tensor probs, Tensor q, Tensor k, const ops::AttentionSpec& spec
         for (int64_t i0 = 0; i0 < d.T; i0 += kBlock) {
           const int64_t rows = std::min(kBlock, d.T - i0);
           int64_t kb, ke;
-          block_keys(spec.mask, i0, i0 + rows, d.S, &kb, &ke);
+          block_keys(loop_config<kPlain>(spec), i0, i0 + rows, d.S, &kb, &ke);
           const int64_t n = ke - kb;
           T* s = scratch.s.data();
           gemm<T>(false, true, rows, n, d.dh, scale, Q.at(b, i0, h), Q.ld, K.at(b, kb, g), K.ld, T(0), s, n);
           for (int64_t r = 0; r < rows; ++r) {
-            normalise_row<T>(spec, s + r * n, n, i0 + r, kb, d.S);
+            normalise_row<T, kPlain>(spec, s + r * n, n, i0 + r, kb, d.S, sink_of<T>(spec, h));
             T* row = P.at(b, h, i0 + r);
             std::fill_n(row, kb, T(0));
             std::copy_n(s + r * n, n, row + kb);
@@ -355,7 +426,9 @@ void CpuBackend::attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k,
   check_like(out, q, op, "out", "q");
   SL_CHECK(out.defined(), "%s: out is required", op);
   if (stats.defined()) check_stats(stats, d, q, op);
-  dispatch_float(q.dtype, op, [&](auto zero) { forward_impl<decltype(zero)>(out, stats, q, k, v, spec, d); });
+  dispatch_float(q.dtype, op, [&](auto zero) {
+    with_plain_softmax(spec, [&](auto plain) { forward_impl<decltype(zero), plain()>(out, stats, q, k, v, spec, d); });
+  });
 }
 
 void CpuBackend::attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, Tensor k, Tensor v,
@@ -371,7 +444,9 @@ void CpuBackend::attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d
   check_like(d_v, v, op, "d_v", "v");
   check_stats(stats, d, q, op);
   dispatch_float(q.dtype, op, [&](auto zero) {
-    backward_impl<decltype(zero)>(d_q, d_k, d_v, d_out, q, k, v, out, stats, spec, d);
+    with_plain_softmax(spec, [&](auto plain) {
+      backward_impl<decltype(zero), plain()>(d_q, d_k, d_v, d_out, q, k, v, out, stats, spec, d);
+    });
   });
 }
 
@@ -380,7 +455,9 @@ void CpuBackend::attention_probs(Tensor probs, Tensor q, Tensor k, const Attenti
   Dims d = check_qkv(op, q, k, Tensor{}, spec);
   check_shape(probs, {d.B, d.H, d.T, d.S}, op, "probs");
   SL_CHECK(probs.dtype == q.dtype, "%s: probs is %s but q is %s", op, dtype_name(probs.dtype), dtype_name(q.dtype));
-  dispatch_float(q.dtype, op, [&](auto zero) { probs_impl<decltype(zero)>(probs, q, k, spec, d); });
+  dispatch_float(q.dtype, op, [&](auto zero) {
+    with_plain_softmax(spec, [&](auto plain) { probs_impl<decltype(zero), plain()>(probs, q, k, spec, d); });
+  });
 }
 
 }  // namespace sinklab
