@@ -43,7 +43,7 @@ bool parse(int argc, char** argv, ProbeOptions& o) {
       ("batch", po::value(&o.batch)->default_value(16), "sequences per forward pass")
       ("seed", po::value(&o.seed)->default_value(1234), "seed of random/repeat inputs")
       ("out", po::value(&o.out)->required(), "HDF5 results file (created or extended)")
-      ("name", po::value(&o.name)->default_value(""), "model name in the file (default: checkpoint directory name)")
+      ("name", po::value(&o.name)->default_value(""), "model name in the file (default: <run directory>_<step directory>)")
       ("domain", po::value(&o.domain)->default_value("mixed"), "domain label of the inputs");
   po::variables_map vm;
   try {
