@@ -4,11 +4,9 @@
 #include <boost/program_options.hpp>
 #include <filesystem>
 #include <iostream>
-#include <sstream>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "dist/mpi.hpp"
 #include "io/h5.hpp"
 #include "io/shard.hpp"
 #include "model/transformer.hpp"
@@ -59,21 +57,6 @@ bool parse(int argc, char** argv, ProbeOptions& o) {
   return true;
 }
 
-std::vector<double> parse_eps(const std::string& s) {
-  std::vector<double> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    try {
-      out.push_back(std::stod(item));
-    } catch (const std::logic_error&) {
-      SL_FAIL("--sink-eps: '%s' is not a number", item.c_str());
-    }
-    SL_CHECK(out.back() > 0 && out.back() < 1, "--sink-eps values must lie in (0, 1)");
-  }
-  return out;
-}
-
 int run(const ProbeOptions& o) {
   std::string path = o.checkpoint;
   if (!std::filesystem::exists(path + "/" + train::kCheckpointManifest)) {
@@ -114,7 +97,7 @@ int run(const ProbeOptions& o) {
     else probe::repeat_inputs(inputs, uint32_t(cfg.vocab_size), specials, o.seed);
   }
 
-  const std::vector<double> eps = parse_eps(o.sink_eps);
+  const std::vector<double> eps = probe::parse_sink_eps(o.sink_eps);
   probe::ModelProbe probe(cfg.n_layers, cfg.n_heads, o.length, o.max_k, eps);
   for (int64_t first = 0; first < o.sequences; first += o.batch) {
     const int64_t n = std::min(o.batch, o.sequences - first);

@@ -4,8 +4,16 @@
 #include <cmath>
 
 #include "core/error.hpp"
+#include "core/text.hpp"
 
 namespace sinklab::probe {
+
+std::vector<double> parse_sink_eps(const std::string& text) {
+  std::vector<double> eps = parse_number_list(text, "sink-eps");
+  SL_CHECK(!eps.empty(), "--sink-eps names no threshold");
+  for (double e : eps) SL_CHECK(e > 0 && e < 1, "--sink-eps values must lie in (0, 1), got %g", e);
+  return eps;
+}
 namespace {
 
 void check_float_cpu(const Tensor& t, const char* op, const char* arg) {

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/tensor.hpp"
@@ -29,6 +30,10 @@
 namespace sinklab::probe {
 
 enum class SinkAveraging : uint8_t { per_sample, mean_alpha };
+
+// The thresholds of --sink-eps ("0.2,0.3,0.4"): numbers in (0, 1), at least one; else sinklab::Error
+// naming the flag.
+std::vector<double> parse_sink_eps(const std::string& text);
 
 inline const std::vector<double>& default_sink_eps() {
   static const std::vector<double> eps = {0.2, 0.3, 0.4};

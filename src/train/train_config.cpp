@@ -6,38 +6,13 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/text.hpp"
+#include "probe/sink_metrics.hpp"
 #include "train/data.hpp"
 
 namespace sinklab::train {
 
 namespace po = boost::program_options;
-
-namespace {
-
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
-std::vector<double> parse_doubles(const std::string& s, const char* flag) {
-  std::vector<double> out;
-  for (const std::string& item : split_list(s)) {
-    try {
-      size_t used = 0;
-      out.push_back(std::stod(item, &used));
-      SL_CHECK(used == item.size(), "--%s: '%s' is not a number", flag, item.c_str());
-    } catch (const std::logic_error&) {
-      SL_FAIL("--%s: '%s' is not a number", flag, item.c_str());
-    }
-  }
-  return out;
-}
-
-}  // namespace
 
 bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size) {
   std::string config_file, train_data, valid_data, sink_eps = "0.2,0.3,0.4";
@@ -114,9 +89,9 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size) {
     SL_FAIL("%s (see --help)", e.what());
   }
 
-  c.train_data = split_list(train_data);
-  c.valid_data = split_list(valid_data);
-  c.sink_eps = parse_doubles(sink_eps, "sink-eps");
+  c.train_data = split_commas(train_data);
+  c.valid_data = split_commas(valid_data);
+  c.sink_eps = probe::parse_sink_eps(sink_eps);
   m.validate();
   SL_CHECK(!c.train_data.empty(), "--train-data names no shard");
   SL_CHECK(!c.valid_data.empty(), "--valid-data names no shard");
@@ -130,7 +105,6 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size) {
   SL_CHECK(c.probe_length >= 1 && c.probe_length <= m.context, "--probe-length must lie in [1, --context]");
   SL_CHECK(c.probe_sequences >= 0, "--probe-sequences must be >= 0");
   SL_CHECK(c.device == "cpu" || c.device == "cuda", "--device must be cpu or cuda, not '%s'", c.device.c_str());
-  for (double eps : c.sink_eps) SL_CHECK(eps > 0 && eps < 1, "--sink-eps values must lie in (0, 1)");
 
   // The effective configuration, every option with its value, as ini text (sorted by name).
   std::ostringstream ini;

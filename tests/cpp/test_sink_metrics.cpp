@@ -223,3 +223,23 @@ TEST(SinkMetrics, MassiveRatioAndFirstVsRestNorms) {
 
 }  // namespace
 }  // namespace sinklab::probe
+
+namespace sinklab::probe {
+namespace {
+
+// --sink-eps is parsed once for sinklab-pretrain and sinklab-probe.
+TEST(SinkEps, ParsesAndValidatesTheThresholdList) {
+  EXPECT_EQ(parse_sink_eps("0.2,0.3,0.4"), (std::vector<double>{0.2, 0.3, 0.4}));
+  EXPECT_EQ(parse_sink_eps("0.5"), (std::vector<double>{0.5}));
+  for (const char* bad : {"", ",", "0.3x", "abc", "0", "1", "-0.2", "0.2,1.5"}) {
+    try {
+      parse_sink_eps(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--sink-eps"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sinklab::probe

@@ -1,0 +1,14 @@
+// Comma-separated option values ("a.bin,b.bin", "0.2,0.3,0.4"), parsed one way for every binary.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace sinklab {
+
+// The non-empty items of a comma-separated list.
+std::vector<std::string> split_commas(const std::string& text);
+// Every item as a number; a malformed item throws sinklab::Error naming --flag.
+std::vector<double> parse_number_list(const std::string& text, const char* flag);
+
+}  // namespace sinklab
