@@ -6,6 +6,35 @@
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
+
+
+# A small learnable corpus for the end-to-end training tests (sinklab-pretrain under mpirun and Slurm):
+# every document is an arithmetic progression mod 63 over ids 1..63, ended by EOS = 0.
+SYNTHETIC_VOCAB = 64
+
+
+def _synthetic_documents(n_docs, seed):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    docs = []
+    for _ in range(n_docs):
+        start, step, length = rng.integers(0, 63), rng.integers(1, 5), rng.integers(20, 60)
+        docs.append([int(1 + (start + step * i) % 63) for i in range(length)] + [0])
+    return docs
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A directory with train.bin (400 documents) and valid.bin (60) in the shard format."""
+    from data_prep.shards import write_shard
+
+    d = tmp_path_factory.mktemp("corpus")
+    write_shard(d / "train.bin", _synthetic_documents(400, 1), vocab_size=SYNTHETIC_VOCAB, eos_id=0)
+    write_shard(d / "valid.bin", _synthetic_documents(60, 2), vocab_size=SYNTHETIC_VOCAB, eos_id=0)
+    return d

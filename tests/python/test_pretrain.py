@@ -15,7 +15,6 @@ import h5py
 import numpy as np
 import pytest
 
-from data_prep.shards import write_shard
 
 BIN = Path(os.environ.get("SINKLAB_BIN_DIR", Path(__file__).resolve().parents[2] / "build" / "bin"))
 PRETRAIN, PROBE = BIN / "sinklab-pretrain", BIN / "sinklab-probe"
@@ -23,25 +22,7 @@ pytestmark = pytest.mark.skipif(not PRETRAIN.exists(), reason=f"{PRETRAIN} not b
 
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1",
            OMPI_MCA_rmaps_base_oversubscribe="1")
-VOCAB = 64
-
-
-def _documents(n_docs, seed):
-    """Learnable synthetic text: each document is an arithmetic progression mod (VOCAB-1), ids 1..63."""
-    rng = np.random.default_rng(seed)
-    docs = []
-    for _ in range(n_docs):
-        start, step, length = rng.integers(0, 63), rng.integers(1, 5), rng.integers(20, 60)
-        docs.append([int(1 + (start + step * i) % 63) for i in range(length)] + [0])  # EOS = 0
-    return docs
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    d = tmp_path_factory.mktemp("corpus")
-    write_shard(d / "train.bin", _documents(400, 1), vocab_size=VOCAB, eos_id=0)
-    write_shard(d / "valid.bin", _documents(60, 2), vocab_size=VOCAB, eos_id=0)
-    return d
+VOCAB = 64  # conftest.SYNTHETIC_VOCAB: the `corpus` fixture's vocabulary
 
 
 def _args(corpus, out, *extra):

@@ -18,7 +18,6 @@ import h5py
 import numpy as np
 import pytest
 
-from data_prep.shards import write_shard
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(os.environ.get("SINKLAB_BIN_DIR", ROOT / "build" / "bin"))
@@ -30,30 +29,12 @@ pytestmark = [
     pytest.mark.skipif(not (BIN / "sinklab-pretrain").exists(), reason=f"{BIN / 'sinklab-pretrain'} not built"),
 ]
 
-VOCAB = 64
+VOCAB = 64  # conftest.SYNTHETIC_VOCAB: the `corpus` fixture's vocabulary
 JOB_TIMEOUT = 150  # seconds for one job (requeue included) on a loaded 2-core machine
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
             "DEADLINE", "PREEMPTED"}
 # The job's resources on the sbatch line override the scripts' #SBATCH lines (8 GPUs x 8 tasks, 4 nodes).
 RESOURCES = ["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1", "--gpus-per-node=0"]
-
-
-def _documents(n_docs, seed):
-    """Learnable synthetic text as in test_pretrain.py: arithmetic progressions mod 63, ids 1..63."""
-    rng = np.random.default_rng(seed)
-    docs = []
-    for _ in range(n_docs):
-        start, step, length = rng.integers(0, 63), rng.integers(1, 5), rng.integers(20, 60)
-        docs.append([int(1 + (start + step * i) % 63) for i in range(length)] + [0])
-    return docs
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    d = tmp_path_factory.mktemp("slurm_corpus")
-    write_shard(d / "train.bin", _documents(400, 1), vocab_size=VOCAB, eos_id=0)
-    write_shard(d / "valid.bin", _documents(60, 2), vocab_size=VOCAB, eos_id=0)
-    return d
 
 
 def _slurm_path():
