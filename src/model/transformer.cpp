@@ -14,6 +14,9 @@ namespace {
 constexpr size_t kPerLayer = 9;
 enum LayerParam : size_t { kNorm1 = 0, kQ, kK, kV, kO, kNorm2, kGate, kUp, kDown };
 size_t layer_param(int layer, LayerParam p) { return 1 + kPerLayer * size_t(layer) + p; }
+constexpr size_t kEmbedding = 0;
+size_t final_norm_param(int n_layers) { return 1 + kPerLayer * size_t(n_layers); }
+size_t head_param(int n_layers) { return final_norm_param(n_layers) + 1; }
 
 // Per-head view of columns [col, col + heads*dh) of a [B*T, width] matrix: [B,T,heads,dh].
 Tensor head_view(Tensor m, int64_t batch, int64_t seq, int64_t col, int64_t heads, int64_t dh) {
@@ -42,18 +45,22 @@ int64_t Transformer::num_parameters() const {
   return n;
 }
 
+Tensor Transformer::at(size_t param_index, bool grad) const {
+  const ParamSpec& s = specs_[param_index];
+  float* base = (grad ? flat_grads_ : flat_params_).ptr<float>() + s.offset;
+  return Tensor::contiguous_view(base, DType::f32, s.shape.data(), int(s.shape.size()), device_);
+}
+
 Tensor Transformer::param(const std::string& name) const {
   auto it = index_.find(name);
   SL_CHECK(it != index_.end(), "model has no parameter '%s'", name.c_str());
-  const ParamSpec& s = specs_[it->second];
-  return Tensor::contiguous_view(flat_params_.ptr<float>() + s.offset, DType::f32, s.shape.data(),
-                                 int(s.shape.size()), device_);
+  return at(it->second, false);
 }
 
 Tensor Transformer::grad(const std::string& name) const {
-  Tensor p = param(name);
-  p.data = flat_grads_.ptr<float>() + (p.ptr<float>() - flat_params_.ptr<float>());
-  return p;
+  auto it = index_.find(name);
+  SL_CHECK(it != index_.end(), "model has no parameter '%s'", name.c_str());
+  return at(it->second, true);
 }
 
 // The [rows, cols] matrix starting at parameter first_param_index: a fused q|k|v or gate|up group is
@@ -66,7 +73,7 @@ Tensor Transformer::weight(int64_t first_param_index, int64_t rows, int64_t cols
 
 void Transformer::init_weights(uint64_t seed) {
   for (size_t i = 0; i < specs_.size(); ++i) {
-    Tensor p = param(specs_[i].name);
+    Tensor p = at(i, false);
     if (specs_[i].init_one) ops::fill(p, 1.0);
     else ops::fill_normal(p, seed, uint64_t(i), 0.0, specs_[i].init_std);
   }
@@ -146,11 +153,11 @@ void Transformer::forward_layers(Tensor inputs, LayerObserver* observer) {
   const int64_t H = cfg_.n_heads, dh = cfg_.head_dim(), Hkv = cfg_.kv_heads();
   const int64_t qkv_dim = (H + 2 * Hkv) * dh;
 
-  ops::embedding_forward(layers_[0].x_in, inputs.reshape({N}), param("model.embed_tokens.weight"));
+  ops::embedding_forward(layers_[0].x_in, inputs.reshape({N}), at(kEmbedding, false));
   for (int l = 0; l < cfg_.n_layers; ++l) {
     LayerActs& a = layers_[size_t(l)];
     // Attention block: x_mid = x_in + o_proj(attention(rope(q), rope(k), v)) of rmsnorm(x_in).
-    ops::rmsnorm_forward(a.xn1, a.rstd1, a.x_in, param(specs_[layer_param(l, kNorm1)].name), cfg_.norm_eps);
+    ops::rmsnorm_forward(a.xn1, a.rstd1, a.x_in, at(layer_param(l, kNorm1), false), cfg_.norm_eps);
     ops::linear_forward(a.qkv, a.xn1, weight(int64_t(layer_param(l, kQ)), qkv_dim, d, false), Tensor{});
     Tensor q = head_view(a.qkv, B, T, 0, H, dh);
     Tensor k = head_view(a.qkv, B, T, H * dh, Hkv, dh);
@@ -161,7 +168,7 @@ void Transformer::forward_layers(Tensor inputs, LayerObserver* observer) {
     ops::linear_forward(tmp_, a.att, weight(int64_t(layer_param(l, kO)), d, H * dh, false), Tensor{});
     ops::add(a.x_mid, a.x_in, tmp_);
     // FFN block: x_out = x_mid + down(silu(gate(xn2)) * up(xn2)), xn2 = rmsnorm(x_mid).
-    ops::rmsnorm_forward(a.xn2, a.rstd2, a.x_mid, param(specs_[layer_param(l, kNorm2)].name), cfg_.norm_eps);
+    ops::rmsnorm_forward(a.xn2, a.rstd2, a.x_mid, at(layer_param(l, kNorm2), false), cfg_.norm_eps);
     ops::linear_forward(a.gate_up, a.xn2, weight(int64_t(layer_param(l, kGate)), 2 * F, d, false), Tensor{});
     ops::gated_forward(a.ffn_h, a.gate_up.slice(1, 0, F), a.gate_up.slice(1, F, F), ops::Activation::silu);
     ops::linear_forward(tmp_, a.ffn_h, weight(int64_t(layer_param(l, kDown)), d, F, false), Tensor{});
@@ -179,7 +186,7 @@ void Transformer::forward_layers(Tensor inputs, LayerObserver* observer) {
       observer->on_layer(taps);
     }
   }
-  ops::rmsnorm_forward(xf_, rstdf_, x_final_in_, param("model.norm.weight"), cfg_.norm_eps);
+  ops::rmsnorm_forward(xf_, rstdf_, x_final_in_, at(final_norm_param(cfg_.n_layers), false), cfg_.norm_eps);
 }
 
 // The untied head and the loss, in row chunks: logits -> per-token cross-entropy -> (backward) the
@@ -190,8 +197,8 @@ double Transformer::head_loss(Tensor targets, double grad_scale, bool backward, 
                targets.shape[1] == seq_,
            "model targets must be i32 [B,T] like the inputs, got %s", targets.shape_str().c_str());
   Tensor tgt = targets.reshape({N});
-  Tensor w_head = param("lm_head.weight");
-  Tensor dw_head = grad("lm_head.weight");
+  Tensor w_head = at(head_param(cfg_.n_layers), false);
+  Tensor dw_head = at(head_param(cfg_.n_layers), true);
   for (int64_t r0 = 0; r0 < N; r0 += head_chunk_rows_) {
     const int64_t n = std::min(head_chunk_rows_, N - r0);
     Tensor logits = logits_.slice(0, 0, n);
@@ -223,11 +230,11 @@ void Transformer::backward_layers(Tensor inputs) {
   const int64_t H = cfg_.n_heads, dh = cfg_.head_dim(), Hkv = cfg_.kv_heads();
   const int64_t qkv_dim = (H + 2 * Hkv) * dh;
 
-  ops::rmsnorm_backward(d_res_, grad("model.norm.weight"), d_xf_, x_final_in_, param("model.norm.weight"), rstdf_);
+  const size_t final_norm = final_norm_param(cfg_.n_layers);
+  ops::rmsnorm_backward(d_res_, at(final_norm, true), d_xf_, x_final_in_, at(final_norm, false), rstdf_);
   for (int l = cfg_.n_layers - 1; l >= 0; --l) {
     LayerActs& a = layers_[size_t(l)];
-    const std::string& norm1 = specs_[layer_param(l, kNorm1)].name;
-    const std::string& norm2 = specs_[layer_param(l, kNorm2)].name;
+    const size_t norm1 = layer_param(l, kNorm1), norm2 = layer_param(l, kNorm2);
     // d_res holds dL/dx_out. FFN block.
     ops::linear_backward(d_ffn_h_, weight(int64_t(layer_param(l, kDown)), d, F, true), Tensor{}, d_res_, a.ffn_h,
                          weight(int64_t(layer_param(l, kDown)), d, F, false));
@@ -235,7 +242,7 @@ void Transformer::backward_layers(Tensor inputs) {
                         a.gate_up.slice(1, F, F), ops::Activation::silu);
     ops::linear_backward(d_xn_, weight(int64_t(layer_param(l, kGate)), 2 * F, d, true), Tensor{}, d_gate_up_,
                          a.xn2, weight(int64_t(layer_param(l, kGate)), 2 * F, d, false));
-    ops::rmsnorm_backward(d_tmp_, grad(norm2), d_xn_, a.x_mid, param(norm2), a.rstd2);
+    ops::rmsnorm_backward(d_tmp_, at(norm2, true), d_xn_, a.x_mid, at(norm2, false), a.rstd2);
     ops::accumulate(d_res_, d_tmp_);  // now dL/dx_mid
     // Attention block.
     ops::linear_backward(d_att_, weight(int64_t(layer_param(l, kO)), d, H * dh, true), Tensor{}, d_res_, a.att,
@@ -253,10 +260,10 @@ void Transformer::backward_layers(Tensor inputs) {
     ops::rope_backward(dk, dk, Tensor{}, rope_);
     ops::linear_backward(d_xn_, weight(int64_t(layer_param(l, kQ)), qkv_dim, d, true), Tensor{}, d_qkv_, a.xn1,
                          weight(int64_t(layer_param(l, kQ)), qkv_dim, d, false));
-    ops::rmsnorm_backward(d_tmp_, grad(norm1), d_xn_, a.x_in, param(norm1), a.rstd1);
+    ops::rmsnorm_backward(d_tmp_, at(norm1, true), d_xn_, a.x_in, at(norm1, false), a.rstd1);
     ops::accumulate(d_res_, d_tmp_);  // now dL/dx_in
   }
-  ops::embedding_backward(grad("model.embed_tokens.weight"), d_res_, inputs.reshape({N}));
+  ops::embedding_backward(at(kEmbedding, true), d_res_, inputs.reshape({N}));
 }
 
 double Transformer::forward_backward(Tensor inputs, Tensor targets, double grad_scale, int64_t* counted) {

@@ -64,6 +64,7 @@ class Transformer {
   double head_loss(Tensor targets, double grad_scale, bool backward, int64_t* counted);
   void backward_layers(Tensor inputs);
   Tensor weight(int64_t first_param_index, int64_t rows, int64_t cols, bool grad) const;
+  Tensor at(size_t param_index, bool grad) const;  // the parameter (or its gradient) in its own shape
 
   ModelConfig cfg_;
   Device device_;
