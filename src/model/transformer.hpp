@@ -8,26 +8,15 @@
 #include <string>
 #include <vector>
 
+#include "backend/layer_taps.hpp"
 #include "backend/memory.hpp"
 #include "backend/ops.hpp"
 #include "model/config.hpp"
 
 namespace sinklab::model {
 
-// What the probe sees of one layer during forward_observe (views valid only during the call).
-struct LayerTaps {
-  int layer = 0;
-  Tensor hidden_in;   // [B,T,d] residual stream entering the layer
-  Tensor hidden_out;  // [B,T,d] residual stream leaving the layer
-  Tensor q, k, v;     // [B,T,H,dh], [B,T,Hkv,dh] after rotary embedding
-  const ops::AttentionSpec* attention = nullptr;
-};
-
-class LayerObserver {
- public:
-  virtual ~LayerObserver() = default;
-  virtual void on_layer(const LayerTaps& taps) = 0;
-};
+using sinklab::LayerObserver;
+using sinklab::LayerTaps;
 
 class Transformer {
  public:

@@ -7,7 +7,7 @@ namespace sinklab::probe {
 ModelProbe::ModelProbe(int n_layers, int n_heads, int64_t seq_len, int max_k, std::vector<double> eps)
     : sink_(n_layers, n_heads, max_k, std::move(eps)), massive_sums_(size_t(n_layers) + 1, 0.0), seq_len_(seq_len) {}
 
-void ModelProbe::on_layer(const model::LayerTaps& taps) {
+void ModelProbe::on_layer(const LayerTaps& taps) {
   const int64_t B = taps.q.shape[0], T = taps.q.shape[1], H = taps.q.shape[2], d = taps.hidden_out.shape[2];
   SL_CHECK(T == seq_len_, "probe built for T=%lld, got sequences of %lld tokens", (long long)seq_len_, (long long)T);
   // The probe runs on the host: device activations are copied over first.

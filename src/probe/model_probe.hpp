@@ -1,4 +1,4 @@
-// The sink probe of a sinklab model: a LayerObserver that, during Transformer::forward_observe, turns
+// The sink probe of a sinklab model: a LayerObserver that, during a model's forward pass (Transformer::forward_observe, an HF family), turns
 // each layer's rotated q and k into the attention matrix (ops::attention_probs with the model's own
 // attention spec) and accumulates the sink metric (sink_metrics.hpp) and the massive-activation ratio
 // ||h_1|| / mean_{t>=2} ||h_t|| of the layer's output hidden states.
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "backend/memory.hpp"
-#include "model/transformer.hpp"
+#include "backend/layer_taps.hpp"
 #include "probe/sink_metrics.hpp"
 
 namespace sinklab::probe {
@@ -21,10 +21,10 @@ struct ProbeResult {
   int64_t samples = 0;
 };
 
-class ModelProbe : public model::LayerObserver {
+class ModelProbe : public LayerObserver {
  public:
   ModelProbe(int n_layers, int n_heads, int64_t seq_len, int max_k, std::vector<double> eps = default_sink_eps());
-  void on_layer(const model::LayerTaps& taps) override;
+  void on_layer(const LayerTaps& taps) override;
   // Data-parallel probes: `allreduce_sum` is applied to every accumulated array in turn, after which
   // each rank holds the global sums.
   void reduce(const std::function<void(double*, size_t)>& allreduce_sum);
