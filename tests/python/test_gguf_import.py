@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-gguf = pytest.importorskip("gguf")
-from gguf import GGMLQuantizationType as Q  # noqa: E402
+import gguf
+from gguf import GGMLQuantizationType as Q
 
-from data_prep import DataPrepError  # noqa: E402
-from data_prep.__main__ import main  # noqa: E402
-from data_prep.gguf_import import BLOCK_FORMATS, dequantize, import_gguf, unpermute_qk  # noqa: E402
-from data_prep.safetensors_io import read_safetensors  # noqa: E402
+from data_prep import DataPrepError
+from data_prep.__main__ import main
+from data_prep.gguf_import import BLOCK_FORMATS, dequantize, import_gguf, unpermute_qk
+from data_prep.safetensors_io import read_safetensors
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMOLLM2 = REPO_ROOT / "data" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
