@@ -115,6 +115,18 @@ Tensor SafetensorsFile::view(const std::string& name) const {
                                  int(e.shape.size()), Device::cpu());
 }
 
+void SafetensorsFile::release(const std::string& name) const {
+  const SafetensorsEntry& e = entry(name);
+  release(name, 0, e.end - e.begin);
+}
+
+void SafetensorsFile::release(const std::string& name, uint64_t begin, uint64_t end) const {
+  const SafetensorsEntry& e = entry(name);
+  SL_CHECK(begin <= end && end <= e.end - e.begin, "%s: release of bytes [%llu, %llu) outside tensor '%s'",
+           path_.c_str(), (unsigned long long)begin, (unsigned long long)end, name.c_str());
+  file_.release(size_t(data_ - file_.data()) + e.begin + begin, end - begin);
+}
+
 void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   json header = json::object();
