@@ -27,7 +27,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import SYNTHETIC_VOCAB, _synthetic_documents
+from conftest import SYNTHETIC_VOCAB, _synthetic_documents, assert_same_contents, survey_contents
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(os.environ.get("SINKLAB_BIN_DIR", ROOT / "build" / "bin"))
@@ -124,39 +124,12 @@ def _cmd(setup, output, *extra):
             setup["inputs"], "--output", output, *common, *extra]
 
 
-def _contents(path):
-    """Every dataset, and the attributes of the measurement groups, keyed by path; /items reduced to
-    what does not depend on the schedule (status, error)."""
-    out = {}
-    with h5py.File(path, "r") as f:
-        def visit(name, obj):
-            if name.startswith("items/"):
-                if isinstance(obj, h5py.Group):
-                    out[name] = (str(obj.attrs["status"]), str(obj.attrs["error"]))
-            elif isinstance(obj, h5py.Dataset):
-                out[name] = obj[()]
-            else:
-                out[name + "@attrs"] = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in obj.attrs.items()}
-        f.visititems(visit)
-    return out
-
-
-def _assert_same(a, b):
-    assert sorted(a) == sorted(b), set(a) ^ set(b)
-    for k in a:
-        if isinstance(a[k], np.ndarray):
-            assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape, k
-            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
-        else:
-            assert a[k] == b[k], (k, a[k], b[k])
-
-
 @pytest.fixture(scope="module")
 def reference(survey_setup):
     """One uninterrupted single-process survey: the reference of the other runs."""
     out = survey_setup["dir"] / "ref" / "survey.h5"  # a parent that does not exist yet
     proc = _run(_cmd(survey_setup, out))
-    return {"out": out, "proc": proc, "contents": _contents(out)}
+    return {"out": out, "proc": proc, "contents": survey_contents(out)}
 
 
 def _n_items(names):
@@ -226,7 +199,7 @@ def test_layout_and_measurements(survey_setup, reference):
 def test_two_ranks_write_what_one_rank_writes(survey_setup, reference, tmp_path):
     out = tmp_path / "np2.h5"
     _run(_cmd(survey_setup, out), np_=2)
-    _assert_same(_contents(out), reference["contents"])
+    assert_same_contents(survey_contents(out), reference["contents"])
     with h5py.File(out, "r") as f:
         ranks = {int(item.attrs["rank"]) for item in f["items"].values()}
     assert ranks == {0, 1}, ranks  # both ranks measured items
@@ -291,7 +264,7 @@ def test_kill9_then_resume_gives_the_same_results(survey_setup, reference, tmp_p
     resumed = _run(_cmd(survey_setup, out, "--resume"), np_=np_)
     assert resumed.stdout.count("measuring ") == total - done, resumed.stdout  # only what was missing
     assert f"({done} done before)" in resumed.stdout
-    _assert_same(_contents(out), reference["contents"])
+    assert_same_contents(survey_contents(out), reference["contents"])
     assert Path(str(out) + ".done").exists()
 
 
@@ -312,7 +285,7 @@ def test_stop_signal_commits_exits_zero_and_resume_completes(survey_setup, refer
     done = _ok_items(out)
     assert done < _n_items(survey_setup["names"])
     _run(_cmd(survey_setup, out, "--resume"), np_=np_)
-    _assert_same(_contents(out), reference["contents"])
+    assert_same_contents(survey_contents(out), reference["contents"])
 
 
 def _drop_tensor(path, suffix):
