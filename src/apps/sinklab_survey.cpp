@@ -200,18 +200,19 @@ class SurveyWriter {
   const std::vector<char>& done() const { return done_; }
   int64_t already() const { return already_; }
 
-  void collect(const dist::WorkResult& r) {
-    const probe::SurveyItem& item = items_[size_t(r.item)];
+  // The outcome of items_[index], measured by `rank`.
+  void collect(int64_t index, int rank, const std::string& blob) {
+    const probe::SurveyItem& item = items_[size_t(index)];
     const std::string id = item.id(models_);
     size_t used = 0;
-    const io::ResultSet meta = io::ResultSet::deserialize(r.blob, &used);
-    const io::ResultSet data = io::ResultSet::deserialize(std::string_view(r.blob).substr(used));
+    const io::ResultSet meta = io::ResultSet::deserialize(blob, &used);
+    const io::ResultSet data = io::ResultSet::deserialize(std::string_view(blob).substr(used));
     const bool ok = std::get<std::string>(*meta.find_attr("", "status")) == "ok";
     const std::string error = std::get<std::string>(*meta.find_attr("", "error"));
     if (ok) data.write(*file_, item.group(models_));
     const std::string obj = "/items/" + id;
     meta.write(*file_, obj);
-    file_->set_attr(obj, "rank", int64_t(r.rank));
+    file_->set_attr(obj, "rank", int64_t(rank));
     file_->set_attr(obj, "model", models_[size_t(item.model)].name);
     file_->set_attr(obj, "input", item.label());
     file_->set_attr(obj, "domain", item.domain);
@@ -221,7 +222,7 @@ class SurveyWriter {
       std::fflush(stderr);
     }
     ++finished_;
-    done_cost_ += costs_[size_t(r.item)];
+    done_cost_ += costs_[size_t(index)];
     const double elapsed = clock_.seconds();
     const double eta = done_cost_ > 0 ? elapsed * (pending_cost_ - done_cost_) / done_cost_ : 0;
     log::info("items %lld/%zu, model %s (%s/%s %s), elapsed %s, ETA %s", (long long)(already_ + finished_),
@@ -314,9 +315,7 @@ int run(const SurveyOptions& o, const dist::World& world) {
     log::info("survey: %zu models, %zu items (%lld done before), %d ranks -> %s", models.size(), items.size(),
               (long long)writer->already(), world.size(), o.output.c_str());
 
-  dist::WorkQueue queue(world, work, [&](const dist::WorkResult& r) {
-    writer->collect(dist::WorkResult{pending[size_t(r.item)], r.rank, r.blob});
-  });
+  dist::WorkQueue queue(world, work, [&](const dist::WorkResult& r) { writer->collect(pending[size_t(r.item)], r.rank, r.blob); });
   probe::ModelCache cache(o.params.max_memory);
   probe::InputsFinder finder(o.params.survey_inputs_dir);
   const std::function<void()> progress = [&] {
