@@ -1,5 +1,7 @@
 #include "hf/checkpoint.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -176,11 +178,16 @@ void Checkpoint::check_shape(const std::string& name, const std::vector<int64_t>
 
 void Checkpoint::release_rows(const std::string& name, int64_t row0, int64_t rows) const {
   const io::SafetensorsEntry& e = entry(name);
-  SL_CHECK(e.shape.size() == 2 && row0 >= 0 && rows >= 0 && row0 + rows <= e.shape[0],
-           "%s: rows [%lld, %lld) of tensor '%s' %s", file(name).path().c_str(), (long long)row0,
-           (long long)(row0 + rows), name.c_str(), shape_text(e.shape).c_str());
-  const uint64_t row_bytes = uint64_t(e.shape[1]) * uint64_t(dtype_size(e.dtype));
+  const int64_t R = e.shape.empty() ? 1 : e.shape[0];
+  SL_CHECK(row0 >= 0 && rows >= 0 && row0 + rows <= R, "%s: rows [%lld, %lld) of tensor '%s' %s",
+           file(name).path().c_str(), (long long)row0, (long long)(row0 + rows), name.c_str(),
+           shape_text(e.shape).c_str());
+  const uint64_t row_bytes = R > 0 ? (e.end - e.begin) / uint64_t(R) : 0;
   file(name).release(name, uint64_t(row0) * row_bytes, uint64_t(row0 + rows) * row_bytes);
+}
+
+void Checkpoint::release_all() const {
+  for (const auto& f : files_) f->release_all();
 }
 
 std::vector<std::string> Checkpoint::names() const {
@@ -228,44 +235,49 @@ std::vector<int64_t> WeightSpec::shape() const {
 
 namespace {
 
-// f32 dst[rows, cols] = src (any float storage dtype) [rows, cols], or its transpose when the source is
-// [cols, rows]. Blocked so that the transposed reads stay within a few cache lines.
+// Stored bytes converted between two releases of mapped pages: what "the tensor being converted"
+// costs in resident mapped memory, whatever the tensor's size.
+constexpr int64_t kStageBytes = int64_t(1) << 20;
+
+// Source rows [r0, r1) of a stored [R, C] tensor into f32: dst[r, c] (dst [R, C]) or, transposed,
+// dst[c, r] (dst [C, R]; tiles of 32 columns keep the strided writes within a few cache lines).
 template <class Load>
-void convert_rows(float* dst, int64_t rows, int64_t cols, bool transposed, Load load) {
+void convert_block(float* dst, int64_t R, int64_t C, int64_t r0, int64_t r1, bool transposed, Load load) {
+  const int64_t work = (r1 - r0) * C;
   if (!transposed) {
-#pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = load(r * cols + c);
+#pragma omp parallel for schedule(static) if (work > (1 << 16))
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = 0; c < C; ++c) dst[r * C + c] = load(r * C + c);
     return;
   }
   constexpr int64_t kTile = 32;
-#pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
-  for (int64_t r0 = 0; r0 < rows; r0 += kTile)
-    for (int64_t c0 = 0; c0 < cols; c0 += kTile)
-      for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c)
-        for (int64_t r = r0; r < std::min(rows, r0 + kTile); ++r) dst[r * cols + c] = load(c * rows + r);
+#pragma omp parallel for schedule(static) if (work > (1 << 16))
+  for (int64_t c0 = 0; c0 < C; c0 += kTile)
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = c0; c < std::min(C, c0 + kTile); ++c) dst[c * R + r] = load(r * C + c);
 }
 
-void convert_tensor(float* dst, const Tensor& src, int64_t rows, int64_t cols, bool transposed) {
+// Source rows [r0, r1) of src (contiguous, any float storage dtype, read as [R, C]).
+void convert_rows(float* dst, const Tensor& src, int64_t R, int64_t C, int64_t r0, int64_t r1, bool transposed) {
   switch (src.dtype) {
     case DType::f32: {
       const float* p = src.ptr<float>();
-      convert_rows(dst, rows, cols, transposed, [p](int64_t i) { return p[i]; });
+      convert_block(dst, R, C, r0, r1, transposed, [p](int64_t i) { return p[i]; });
       break;
     }
     case DType::bf16: {
       const uint16_t* p = src.ptr<uint16_t>();
-      convert_rows(dst, rows, cols, transposed, [p](int64_t i) { return bf16_to_f32(p[i]); });
+      convert_block(dst, R, C, r0, r1, transposed, [p](int64_t i) { return bf16_to_f32(p[i]); });
       break;
     }
     case DType::f16: {
       const uint16_t* p = src.ptr<uint16_t>();
-      convert_rows(dst, rows, cols, transposed, [p](int64_t i) { return f16_to_f32(p[i]); });
+      convert_block(dst, R, C, r0, r1, transposed, [p](int64_t i) { return f16_to_f32(p[i]); });
       break;
     }
     case DType::f64: {
       const double* p = src.ptr<double>();
-      convert_rows(dst, rows, cols, transposed, [p](int64_t i) { return float(p[i]); });
+      convert_block(dst, R, C, r0, r1, transposed, [p](int64_t i) { return float(p[i]); });
       break;
     }
     case DType::i32: SL_FAIL("integer tensor where a float weight was expected");
@@ -280,7 +292,7 @@ WeightStore::WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan
   SL_CHECK(max_memory_ >= 0, "--max-memory must be >= 0 (0 = unbounded), got %lld", (long long)max_memory_);
 
   // Validate the whole table first; a spec is present when all its parts are (optional: none).
-  int64_t largest_stored = 0;
+  int64_t largest_stored = 0;  // the largest block staged at once (kStageBytes, or less, or one row)
   auto validate = [&](WeightSpec& spec) {
     size_t present = 0;
     for (const WeightPart& p : spec.parts) present += ck.has(p.name) ? 1 : 0;
@@ -293,7 +305,8 @@ WeightStore::WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan
       const io::SafetensorsEntry& e = ck.entry(p.name);
       SL_CHECK(e.dtype != DType::i32, "%s: tensor '%s' is %s, expected a float type", ck.file(p.name).path().c_str(),
                p.name.c_str(), dtype_name(e.dtype));
-      largest_stored = std::max<int64_t>(largest_stored, int64_t(e.end - e.begin));
+      const int64_t stored = int64_t(e.end - e.begin), rows = e.shape.empty() ? 1 : std::max<int64_t>(e.shape[0], 1);
+      largest_stored = std::max(largest_stored, std::min(stored, std::max(kStageBytes, stored / rows)));
     }
     return aligned_f32_bytes(numel_of(spec.shape()));
   };
@@ -342,13 +355,14 @@ WeightStore::WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan
 
   // Streaming: resident tensors once, then one layer buffer. The buffer must also hold a useful chunk
   // of head rows; it always holds at least one since a layer has d x d matrices.
-  staging_bytes_ = largest_stored;  // the mapped pages of the tensor being converted
+  // The mapped pages of the block being converted (plus a page either side).
+  staging_bytes_ = largest_stored + 2 * int64_t(::sysconf(_SC_PAGESIZE));
   const int64_t min_head_chunk = std::min<int64_t>(vocab_, 64) * aligned_f32_bytes(d_head_);
   layer_bytes_ = std::max({layer_bytes_, min_head_chunk, int64_t(64)});
   held_bytes_ = resident_bytes + layer_bytes_ + staging_bytes_;
   SL_CHECK(held_bytes_ <= max_memory_,
-           "--max-memory %s is too small for %s: the resident weights (%s), one layer (%s) and the largest stored "
-           "tensor while it is converted (%s) need %s before any activations",
+           "--max-memory %s is too small for %s: the resident weights (%s), one layer (%s) and the mapped block "
+           "being converted (%s) need %s before any activations",
            mib(max_memory_).c_str(), ck.dir().c_str(), mib(resident_bytes).c_str(), mib(layer_bytes_).c_str(),
            mib(staging_bytes_).c_str(), mib(held_bytes_).c_str());
   resident_buffer_ = Buffer(size_t(std::max<int64_t>(resident_bytes, 64)), Device::cpu());
@@ -359,16 +373,29 @@ WeightStore::WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan
 }
 
 void WeightStore::convert(const WeightSpec& spec, float* dst, bool release_after) const {
-  const std::vector<int64_t> shape = spec.shape();
   for (const WeightPart& p : spec.parts) {
-    Tensor src = ckpt_->view(p.name);
     const int64_t n = numel_of(p.shape);
-    const int64_t cols = p.shape.empty() ? 1 : n / std::max<int64_t>(p.shape[0], 1);
     const int64_t rows = p.shape.empty() ? 1 : p.shape[0];
-    if (spec.transposed) convert_tensor(dst, src, shape[0], shape[1], true);
-    else convert_tensor(dst, src, rows, cols, false);
+    convert_part(p.name, 0, rows, dst, spec.transposed, release_after);
     dst += n;
-    if (release_after) ckpt_->release(p.name);
+  }
+}
+
+void WeightStore::convert_part(const std::string& name, int64_t row0, int64_t rows, float* dst, bool transposed,
+                               bool release_after) const {
+  Tensor src = ckpt_->view(name);
+  const int64_t R = src.ndim == 0 ? 1 : src.shape[0];
+  const int64_t C = R > 0 ? src.numel() / R : 0;
+  // Transposed parts are always whole tensors ([R, C] stored -> [C, R]).
+  const int64_t out_rows = transposed ? R : rows;
+  const int64_t block = std::max<int64_t>(1, kStageBytes / std::max<int64_t>(1, C * dtype_size(src.dtype)));
+  // dst holds rows [row0, row0 + rows) only: offset the source so that row0 lands on dst row 0.
+  Tensor from = src;
+  from.data = static_cast<char*>(src.data) + row0 * C * dtype_size(src.dtype);
+  for (int64_t r0 = 0; r0 < rows; r0 += block) {
+    const int64_t r1 = std::min(rows, r0 + block);
+    convert_rows(dst, from, out_rows, C, r0, r1, transposed);
+    if (release_after) ckpt_->release_rows(name, row0 + r0, r1 - r0);
   }
 }
 
@@ -388,6 +415,10 @@ const std::vector<Tensor>& WeightStore::layer(int l) {
     char* cursor = static_cast<char*>(layer_buffer_.data());
     layers_[0].clear();
     for (const WeightSpec& s : plan_.layers[size_t(l)]) layers_[0].push_back(convert_into(s, cursor, true));
+    // The kernel's fault-around maps up to 64 KiB of already cached neighbouring pages with every page
+    // fault, pages the per-block releases above had dropped already: one sweep of the whole mapping
+    // keeps them from piling up layer after layer.
+    ckpt_->release_all();
     current_layer_ = l;
   }
   return layers_[0];
@@ -410,6 +441,7 @@ void WeightStore::embed(Tensor out, Tensor ids) {
     ops::copy(out.slice(0, n, 1), table.slice(0, id[n], 1));
     ckpt_->release_rows(plan_.embedding, id[n], 1);
   }
+  ckpt_->release_all();
 }
 
 void WeightStore::head(Tensor logits, Tensor x) {
@@ -424,15 +456,13 @@ void WeightStore::head(Tensor logits, Tensor x) {
   // Row chunks of the head through the layer buffer: logits[:, v0:v1] = x . head[v0:v1]^T.
   const int64_t chunk = std::max<int64_t>(1, layer_bytes_ / aligned_f32_bytes(d_head_));
   current_layer_ = -1;  // the buffer no longer holds a layer
-  Tensor table = ckpt_->view(plan_.head);
   float* buf = static_cast<float*>(layer_buffer_.data());
   for (int64_t v0 = 0; v0 < vocab_; v0 += chunk) {
     const int64_t n = std::min(chunk, vocab_ - v0);
-    Tensor rows = table.slice(0, v0, n);
-    convert_tensor(buf, rows, n, d_head_, false);
-    ckpt_->release_rows(plan_.head, v0, n);
+    convert_part(plan_.head, v0, n, buf, false, true);
     ops::linear_forward(logits.slice(1, v0, n), x, Tensor(buf, DType::f32, {n, d_head_}), Tensor{});
   }
+  ckpt_->release_all();
 }
 
 void WeightStore::check_budget(int64_t activation_bytes, const std::string& what) const {

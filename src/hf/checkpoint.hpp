@@ -71,9 +71,11 @@ class Checkpoint {
   Tensor view(const std::string& name) const { return file(name).view(name); }
   // "<file>: tensor 'name' has shape [..], expected [..]".
   void check_shape(const std::string& name, const std::vector<int64_t>& shape) const;
-  // Drops the tensor's mapped pages (all, or the bytes of rows [row0, row0 + rows) of a 2-D tensor).
+  // Drops the tensor's mapped pages (all, or the bytes of rows [row0, row0 + rows) along dim 0), or
+  // every mapped page of every file.
   void release(const std::string& name) const { file(name).release(name); }
   void release_rows(const std::string& name, int64_t row0, int64_t rows) const;
+  void release_all() const;
   std::vector<std::string> names() const;
 
  private:
@@ -120,10 +122,11 @@ struct WeightPlan {
 //
 // max_memory_bytes == 0: everything is converted to f32 once, then the mapped pages are released.
 // Otherwise layer streaming: the resident tensors are converted once; each layer is converted into one
-// reusable buffer when layer(l) is called, releasing the mapped pages of each tensor as soon as it is
-// converted; embedding rows are gathered straight from the mapping; the head is applied in row chunks
-// through the same buffer. Peak memory is then resident + one layer + the largest stored tensor (its
-// mapped pages while it is converted) + activations, which check_budget() holds to max_memory_bytes.
+// reusable buffer when layer(l) is called, releasing the mapped pages of every block of about a MiB as
+// soon as it is converted; embedding rows are gathered straight from the mapping; the head is applied
+// in row chunks through the same buffer. Peak memory is then resident + one layer + one staged block
+// (its mapped pages while it is converted) + activations, which check_budget() holds to
+// max_memory_bytes.
 class WeightStore {
  public:
   WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan, int64_t max_memory_bytes);
@@ -148,6 +151,10 @@ class WeightStore {
 
  private:
   void convert(const WeightSpec& spec, float* dst, bool release_after) const;
+  // Rows [row0, row0 + rows) of a stored tensor into f32 dst (transposed: the whole tensor), in blocks
+  // of about a MiB, each block's mapped pages released once converted.
+  void convert_part(const std::string& name, int64_t row0, int64_t rows, float* dst, bool transposed,
+                    bool release_after) const;
   Tensor convert_into(const WeightSpec& spec, char*& cursor, bool release_after) const;
 
   std::shared_ptr<const Checkpoint> ckpt_;

@@ -75,7 +75,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), file_(p
       SL_CHECK(d >= 0, "%s: negative dimension", context.c_str());
       numel *= uint64_t(d);
     }
-    SL_CHECK(e.begin <= e.end && e.end <= data_bytes, "%s: byte span [%llu, %llu) outside the %llu data bytes",
+    SL_CHECK(e.begin <= e.end && e.end <= data_bytes,
+             "%s: byte span [%llu, %llu) outside the %llu data bytes (truncated file?)",
              context.c_str(), (unsigned long long)e.begin, (unsigned long long)e.end,
              (unsigned long long)data_bytes);
     SL_CHECK(numel * dtype_size(e.dtype) == e.end - e.begin, "%s: shape x dtype is %llu bytes, span is %llu",

@@ -40,6 +40,7 @@ class SafetensorsFile {
   // (MappedFile::release; the view stays valid and faults back in from the file when read again).
   void release(const std::string& name) const;
   void release(const std::string& name, uint64_t begin, uint64_t end) const;
+  void release_all() const { file_.release(0, file_.size()); }
 
  private:
   std::string path_;
