@@ -37,15 +37,19 @@ template <class A> SL_HD A scan_delta(A dt, A dt_bias, bool use_softplus) {
   return use_softplus ? softplus(u) : u;
 }
 
+// The state matrix entry from its stored logarithm: A = -exp(A_log) (negative: the state decays).
+template <class A> SL_HD A scan_a_from_log(A a_log) { return -fexp(a_log); }
+
 // One step of the selective scan for one channel: updates the channel's state h[N] in place,
 //   h[n] = exp(delta a[n]) h[n] + delta b[n] x,
-// and returns sum_n c[n] h[n] (the D skip term is the caller's). a = A[d, :], b = B[b,t,:], c = C[b,t,:].
+// and returns sum_n c[n] h[n] (the D skip term is the caller's). a = A[d, :] (already -exp(A_log)),
+// b = B[b,t,:], c = C[b,t,:].
 template <class A, class T>
-SL_HD A selective_scan_step(A* h, const T* a, const T* b, const T* c, int64_t N, A x, A delta) {
+SL_HD A selective_scan_step(A* h, const A* a, const T* b, const T* c, int64_t N, A x, A delta) {
   A y = A(0);
   const A delta_x = delta * x;
   for (int64_t n = 0; n < N; ++n) {
-    h[n] = fexp(delta * A(a[n])) * h[n] + delta_x * A(b[n]);
+    h[n] = fexp(delta * a[n]) * h[n] + delta_x * A(b[n]);
     y += A(c[n]) * h[n];
   }
   return y;

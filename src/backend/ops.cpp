@@ -299,11 +299,11 @@ void causal_conv1d_forward(Tensor out, Tensor in, Tensor weight, Tensor bias) {
   return backend.causal_conv1d_forward(out, in, weight, bias);
 }
 
-void selective_scan_forward(Tensor y, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor D, Tensor dt_bias,
+void selective_scan_forward(Tensor y, Tensor x, Tensor dt, Tensor A_log, Tensor B, Tensor C, Tensor D, Tensor dt_bias,
                             bool dt_softplus) {
-  Backend& backend = backend_for({y, x, dt, A, B, C, D, dt_bias}, "selective_scan_forward");
+  Backend& backend = backend_for({y, x, dt, A_log, B, C, D, dt_bias}, "selective_scan_forward");
   OpTimer timer("selective_scan_forward", backend);
-  return backend.selective_scan_forward(y, x, dt, A, B, C, D, dt_bias, dt_softplus);
+  return backend.selective_scan_forward(y, x, dt, A_log, B, C, D, dt_bias, dt_softplus);
 }
 
 void moe_router_topk(Tensor top_weights, Tensor top_experts, Tensor logits) {

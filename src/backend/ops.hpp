@@ -184,14 +184,15 @@ void attention_probs(Tensor probs, Tensor q, Tensor k, const AttentionSpec& spec
 void causal_conv1d_forward(Tensor out, Tensor in, Tensor weight, Tensor bias);
 
 // Selective scan (Mamba's S6 recurrence) over channels d < Di and states n < N, from a zero state:
+//   A[d,n]       = -exp(A_log[d,n])                    (the parameter as checkpoints store it)
 //   delta[b,t,d] = softplus(dt[b,t,d] + dt_bias[d])   (without softplus when dt_softplus is false)
 //   h[b,t,d,n]   = exp(delta A[d,n]) h[b,t-1,d,n] + delta B[b,t,n] x[b,t,d]
 //   y[b,t,d]     = sum_n C[b,t,n] h[b,t,d,n] + D[d] x[b,t,d]
-// x, dt, y [B,T,Di] (strided, contiguous last dim; y may alias x or dt); A [Di,N] as used (Mamba:
-// A = -exp(A_log)); B, C [B,T,N] (strided); D [Di] or undefined (no skip); dt_bias [Di] or undefined.
-// softplus(u) = log(1 + e^u), and u itself above 20 (torch's threshold). The output gate
-// y * silu(z) is not part of the scan: gated_forward(out, z, y, silu) does it.
-void selective_scan_forward(Tensor y, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor D,
+// x, dt, y [B,T,Di] (strided, contiguous last dim; y may alias x or dt); A_log [Di,N]; B, C [B,T,N]
+// (strided); D [Di] or undefined (no skip); dt_bias [Di] or undefined. softplus(u) = log(1 + e^u),
+// and u itself above 20 (torch's threshold). The output gate y * silu(z) is not part of the scan:
+// gated_forward(out, z, y, silu) does it.
+void selective_scan_forward(Tensor y, Tensor x, Tensor dt, Tensor A_log, Tensor B, Tensor C, Tensor D,
                             Tensor dt_bias, bool dt_softplus);
 
 // Mixture-of-experts router (HF JambaTopKRouter): p = softmax(logits[n,:]) over the E experts, then the

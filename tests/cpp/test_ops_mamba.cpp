@@ -53,16 +53,16 @@ TEST(MambaOps, SelectiveScanVsTorch) {
   test::Golden g("mamba.safetensors");
   for (DType dt : test::kDtypes)
     for (const std::string& c : kScanCases) {
-      Owned x = g.get(c + "/x", dt), dts = g.get(c + "/dt", dt), A = g.get(c + "/A", dt), B = g.get(c + "/B", dt),
+      Owned x = g.get(c + "/x", dt), dts = g.get(c + "/dt", dt), A_log = g.get(c + "/A_log", dt), B = g.get(c + "/B", dt),
             C = g.get(c + "/C", dt), D = optional(g, c + "/D", dt), dt_bias = optional(g, c + "/dt_bias", dt);
       const bool softplus = g.param(c + "/softplus") != 0.0;
       Owned y(dt, test::dims_of(x));
       ops::fill(y, 99.0);
-      ops::selective_scan_forward(y, x, dts, A, B, C, D, dt_bias, softplus);
+      ops::selective_scan_forward(y, x, dts, A_log, B, C, D, dt_bias, softplus);
       EXPECT_LE(test::rel_error(y, g.raw(c + "/y")), test::tol(dt)) << c << " " << dtype_name(dt);
       // In place: y written over x.
       Owned x2 = g.get(c + "/x", dt);
-      ops::selective_scan_forward(x2, x2, dts, A, B, C, D, dt_bias, softplus);
+      ops::selective_scan_forward(x2, x2, dts, A_log, B, C, D, dt_bias, softplus);
       EXPECT_TRUE(identical(x2, y)) << c << " in place";
     }
 }
@@ -107,18 +107,19 @@ TEST(MambaOps, StridedViewsMatchContiguous) {
   ops::causal_conv1d_forward(out, x, w, bias);
   EXPECT_TRUE(identical(out_strided, out));
 
-  Owned xproj(DType::f32, {Bn, T, 1 + 2 * N}), A(DType::f32, {Di, N}), D(DType::f32, {Di}), dts(DType::f32, {Bn, T, Di});
-  test::randn(xproj, 4), test::randn(A, 5), test::randn(D, 6), test::randn(dts, 7);
+  Owned xproj(DType::f32, {Bn, T, 1 + 2 * N}), A_log(DType::f32, {Di, N}), D(DType::f32, {Di});
+  Owned dts(DType::f32, {Bn, T, Di});
+  test::randn(xproj, 4), test::randn(A_log, 5), test::randn(D, 6), test::randn(dts, 7);
   Tensor Bv = xproj.t.slice(2, 1, N), Cv = xproj.t.slice(2, 1 + N, N);
   Owned Bc = Owned::copy_of(Bv, DType::f32), Cc = Owned::copy_of(Cv, DType::f32);
   Owned y1(DType::f32, {Bn, T, Di}), y2(DType::f32, {Bn, T, Di});
-  ops::selective_scan_forward(y1, x_view, dts, A, Bv, Cv, D, Tensor{}, true);
-  ops::selective_scan_forward(y2, x, dts, A, Bc, Cc, D, Tensor{}, true);
+  ops::selective_scan_forward(y1, x_view, dts, A_log, Bv, Cv, D, Tensor{}, true);
+  ops::selective_scan_forward(y2, x, dts, A_log, Bc, Cc, D, Tensor{}, true);
   EXPECT_TRUE(identical(y1, y2));
 }
 
-// A one-tap filter with zero weight leaves the bias; the first output of a K-tap filter sees only
-// the last tap. Checks that causality holds: changing a future input changes no earlier output.
+// Causality and tap order: a change of the input at time 5 of one channel changes exactly the outputs
+// at times 5..5+K-1 of that channel, output t by the tap weight[c, K-1-(t-5)].
 TEST(MambaOps, ConvIsCausal) {
   const int64_t T = 9, C = 3, K = 4;
   Owned x(DType::f64, {1, T, C}), w(DType::f64, {C, K}), out1(DType::f64, {1, T, C}), out2(DType::f64, {1, T, C});
@@ -141,10 +142,10 @@ TEST(MambaOps, BadInputsThrow) {
   EXPECT_THROW(ops::causal_conv1d_forward(out, x, w, bias_bad), Error);
   EXPECT_THROW(ops::causal_conv1d_forward(x, x, w, Tensor{}), Error);  // in place is not allowed
 
-  Owned A(DType::f32, {4, 2}), B(DType::f32, {2, 5, 2}), C(DType::f32, {2, 5, 3}), y(DType::f32, {2, 5, 4});
-  EXPECT_THROW(ops::selective_scan_forward(y, x, x, A, B, C, Tensor{}, Tensor{}, true), Error);  // C width
+  Owned A_log(DType::f32, {4, 2}), B(DType::f32, {2, 5, 2}), C(DType::f32, {2, 5, 3}), y(DType::f32, {2, 5, 4});
+  EXPECT_THROW(ops::selective_scan_forward(y, x, x, A_log, B, C, Tensor{}, Tensor{}, true), Error);  // C width
   Owned x64(DType::f64, {2, 5, 4});
-  EXPECT_THROW(ops::selective_scan_forward(y, x64, x, A, B, B, Tensor{}, Tensor{}, true), Error);  // dtype
+  EXPECT_THROW(ops::selective_scan_forward(y, x64, x, A_log, B, B, Tensor{}, Tensor{}, true), Error);  // dtype
 
   Owned logits(DType::f32, {3, 4}), tw(DType::f32, {3, 5}), te(DType::i32, {3, 5});
   EXPECT_THROW(ops::moe_router_topk(tw, te, logits), Error);  // k > E

@@ -97,20 +97,21 @@ void CpuBackend::causal_conv1d_forward(Tensor out, Tensor in, Tensor weight, Ten
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Selective scan. x, dt, y [B,T,Di]; A [Di,N]; B, C [B,T,N]; D, dt_bias [Di] or undefined.
-// Channels (b,d) are independent recurrences over t: one per OpenMP iteration, state in double.
-void CpuBackend::selective_scan_forward(Tensor y, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor D,
+// Selective scan. x, dt, y [B,T,Di]; A_log [Di,N]; B, C [B,T,N]; D, dt_bias [Di] or undefined.
+// Channels (b,d) are independent recurrences over t: one per OpenMP iteration, with the channel's
+// A = -exp(A_log) row and state in double.
+void CpuBackend::selective_scan_forward(Tensor y, Tensor x, Tensor dt, Tensor A_log, Tensor B, Tensor C, Tensor D,
                                         Tensor dt_bias, bool dt_softplus) {
   const char* op = "selective_scan_forward";
   SL_CHECK(x.defined() && x.ndim == 3, "%s: x must be [B,T,Di], got %s", op, x.shape_str().c_str());
   const int64_t Bn = x.shape[0], T = x.shape[1], Di = x.shape[2];
-  SL_CHECK(A.defined() && A.ndim == 2, "%s: A must be [Di,N], got %s", op, A.shape_str().c_str());
-  const int64_t N = A.shape[1];
+  SL_CHECK(A_log.defined() && A_log.ndim == 2, "%s: A_log must be [Di,N], got %s", op, A_log.shape_str().c_str());
+  const int64_t N = A_log.shape[1];
   const DType dtp = x.dtype;
   check_btc(x, Bn, T, Di, dtp, op, "x");
   check_btc(dt, Bn, T, Di, dtp, op, "dt");
   check_btc(y, Bn, T, Di, dtp, op, "y");
-  check_matrix(A, Di, N, dtp, op, "A");
+  check_matrix(A_log, Di, N, dtp, op, "A_log");
   check_btc(B, Bn, T, N, dtp, op, "B");
   check_btc(C, Bn, T, N, dtp, op, "C");
   check_vector(D, Di, dtp, op, "D");
@@ -123,23 +124,24 @@ void CpuBackend::selective_scan_forward(Tensor y, Tensor x, Tensor dt, Tensor A,
   SL_CHECK(!overlaps(y, B) && !overlaps(y, C), "%s: y must not overlap B or C", op);
   dispatch_float(dtp, op, [&](auto zero) {
     using F = decltype(zero);
-    const F* a = A.ptr<F>();
+    const F* a_log = A_log.ptr<F>();
     const F* skip = D.defined() ? D.ptr<F>() : nullptr;
     const F* bias = dt_bias.defined() ? dt_bias.ptr<F>() : nullptr;
 #pragma omp parallel if (Bn * Di * T * N > 16384)
     {
-      std::vector<Acc> h(static_cast<size_t>(N));
+      std::vector<Acc> h(static_cast<size_t>(N)), a(static_cast<size_t>(N));
 #pragma omp for schedule(static)
       for (int64_t ch = 0; ch < Bn * Di; ++ch) {
         const int64_t b = ch / Di, d = ch % Di;
         std::fill(h.begin(), h.end(), Acc(0));
+        for (int64_t n = 0; n < N; ++n) a[size_t(n)] = math::scan_a_from_log(Acc(a_log[d * N + n]));
         const Acc db = bias ? Acc(bias[d]) : Acc(0), skip_d = skip ? Acc(skip[d]) : Acc(0);
         for (int64_t t = 0; t < T; ++t) {
           const Acc xv = Acc(x.ptr<F>()[b * x.stride[0] + t * x.stride[1] + d]);
           const Acc delta = math::scan_delta(Acc(dt.ptr<F>()[b * dt.stride[0] + t * dt.stride[1] + d]), db, dt_softplus);
           const F* bt = B.ptr<F>() + b * B.stride[0] + t * B.stride[1];
           const F* ct = C.ptr<F>() + b * C.stride[0] + t * C.stride[1];
-          const Acc yv = math::selective_scan_step(h.data(), a + d * N, bt, ct, N, xv, delta) + skip_d * xv;
+          const Acc yv = math::selective_scan_step(h.data(), a.data(), bt, ct, N, xv, delta) + skip_d * xv;
           y.ptr<F>()[b * y.stride[0] + t * y.stride[1] + d] = F(yv);
         }
       }

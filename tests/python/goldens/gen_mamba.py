@@ -2,7 +2,7 @@
 
 Reference: the formulas of ops.hpp written out in torch float64, independently of the C++ pieces:
     causal conv   out[b,t,c] = bias[c] + sum_{k<K} w[c,k] x[b, t-(K-1)+k, c]      (x = 0 before t = 0)
-    scan          delta = softplus(dt + dt_bias)   (softplus(u) = u above 20, as torch)
+    scan          A = -exp(A_log),  delta = softplus(dt + dt_bias)   (softplus(u) = u above 20, as torch)
                   h_t = exp(delta A) h_{t-1} + delta B_t x_t,  h_{-1} = 0
                   y_t = C_t . h_t + D x_t
     router        p = softmax(logits), the k largest p in descending order, not renormalised
@@ -119,21 +119,22 @@ def main(out_dir):
             dt = rng.uniform(0.01, 0.5, (B, T, Di)).astype(np.float32)
         if name == "scan_threshold":
             dt[0, ::2, :] += np.float32(25.0)
-        # A = -exp(A_log) with A_log around log(1..N) (Mamba's S4D-real initialisation), stored as used.
-        A = (-np.exp(np.log(np.arange(1, N + 1))[None, :] + 0.3 * rng.standard_normal((Di, N)))).astype(np.float32)
+        # A_log around log(1..N) (Mamba's S4D-real initialisation), perturbed so channels differ.
+        A_log = (np.log(np.arange(1, N + 1))[None, :] + 0.3 * rng.standard_normal((Di, N))).astype(np.float32)
+        A = -torch.exp(t64(A_log))
         Bm, Cm = f32_input(rng, B, T, N), f32_input(rng, B, T, N)
         D = f32_input(rng, Di) if has_d else None
         dt_bias = f32_input(rng, Di, scale=0.5) if has_bias else None
-        y = scan_reference(t64(x), t64(dt), t64(A), t64(Bm), t64(Cm), t64(D) if has_d else None,
+        y = scan_reference(t64(x), t64(dt), A, t64(Bm), t64(Cm), t64(D) if has_d else None,
                            t64(dt_bias) if has_bias else None, use_softplus)
         # transformers' slow path, layout [B,Di,T] / [B,N,T]: the same numbers.
-        y_hf = mamba_selective_scan(t64(x).transpose(1, 2), t64(dt).transpose(1, 2), t64(A),
+        y_hf = mamba_selective_scan(t64(x).transpose(1, 2), t64(dt).transpose(1, 2), A,
                                     t64(Bm).transpose(1, 2), t64(Cm).transpose(1, 2),
                                     D=t64(D) if has_d else None,
                                     delta_bias=t64(dt_bias) if has_bias else None,
                                     delta_softplus=use_softplus).transpose(1, 2)
         assert torch.allclose(y, y_hf, rtol=0, atol=1e-10 * float(y.abs().max())), name
-        tensors.update({f"{name}/x": x, f"{name}/dt": dt, f"{name}/A": A, f"{name}/B": Bm, f"{name}/C": Cm,
+        tensors.update({f"{name}/x": x, f"{name}/dt": dt, f"{name}/A_log": A_log, f"{name}/B": Bm, f"{name}/C": Cm,
                         f"{name}/y": y.numpy()})
         if has_d:
             tensors[f"{name}/D"] = D
