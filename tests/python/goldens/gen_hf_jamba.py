@@ -15,11 +15,15 @@ transformers itself rounds a few intermediates to float32 (RMSNorm's input, the 
 router softmax), so the goldens are accurate to float32 rounding, not to float64.
 
 Written to tests/fixtures/hf/jamba_tiny/: config.json and model.safetensors (save_pretrained), and
-golden.safetensors with, per case c in {t13, t1} (ids [2,13] and [2,1]):
-  c/ids       i32 [B,T]
-  c/logits    f32 [B,T,V]
-  c/probs_l<layer>  f32 [B,H,T,T] attention probabilities of each attention layer
-  c/alpha_l<layer>  f64 [B,H]  alpha_1 of each head (mean of the first column of probs: paper Sec. 3.2)
+jamba_golden.safetensors with, per case c in {t13, t1} (ids [2,13] and [2,1]):
+  c/ids                 i32 [B,T]
+  c/logits              f32 [B,T,V]
+  c/hidden_out/<layer>  f32 [B,T,d] what each layer leaves in the residual stream (every layer; from
+                        forward hooks, since hidden_states[-1] is the final-normed state)
+  c/probs/<layer>       f32 [B,H,T,T] attention probabilities (attention layers only)
+  c/alpha/<layer>       f64 [B,H] alpha_1 of each head (mean of the first column of probs: paper Sec. 3.2)
+(Not named golden.safetensors: test_hf_families.cpp runs every fixture that has one as an
+all-attention model.)
 The script asserts that no token's router sits near a tie between its k-th and (k+1)-th expert, so the
 expert choice cannot flip between float32 and float64 arithmetic.
 
@@ -110,13 +114,20 @@ def main(out_dir):
 
     oracle = JambaForCausalLM.from_pretrained(out_dir, attn_implementation="eager", experts_implementation="eager",
                                               dtype=torch.float64).eval()
+    # Each decoder layer's output, recorded by a forward hook: transformers' hidden_states hold the
+    # outputs of all layers but the last, whose slot has the final-normed state instead.
+    layer_outputs = []
+    for layer in oracle.model.layers:
+        layer.register_forward_hook(lambda module, args, output: layer_outputs.append(
+            output[0] if isinstance(output, tuple) else output))
     rng = np.random.default_rng(20260603)
     tensors = {}
     for case, T in (("t13", 13), ("t1", 1)):
         ids = rng.integers(0, CONFIG["vocab_size"], (2, T)).astype(np.int32)
+        layer_outputs.clear()
         with torch.no_grad():
             out = oracle(torch.from_numpy(ids).long(), output_attentions=True, output_router_logits=True,
-                         use_cache=False)
+                         output_hidden_states=True, use_cache=False)
         # Router margins: the k-th and (k+1)-th softmax probabilities of every token well apart.
         for logits in out.router_logits:
             if logits.shape[-1] != CONFIG["num_experts"]:
@@ -127,11 +138,17 @@ def main(out_dir):
             assert margin > 1e-3, f"{case}: router near a tie (margin {margin})"
         tensors[f"{case}/ids"] = ids
         tensors[f"{case}/logits"] = out.logits.float().numpy()
+        L = CONFIG["num_hidden_layers"]
+        assert len(layer_outputs) == L and len(out.hidden_states) == L + 1
+        for layer in range(L):
+            if layer < L - 1:  # the hooks see what hidden_states reports
+                assert torch.equal(layer_outputs[layer], out.hidden_states[layer + 1])
+            tensors[f"{case}/hidden_out/{layer}"] = layer_outputs[layer].float().numpy()
         assert len(out.attentions) == len(attention_layers)
         for layer, probs in zip(attention_layers, out.attentions):
-            tensors[f"{case}/probs_l{layer}"] = probs.float().numpy()
-            tensors[f"{case}/alpha_l{layer}"] = probs[:, :, :, 0].mean(dim=-1).numpy()
-    save_golden(os.path.join(out_dir, "golden.safetensors"), tensors, {})
+            tensors[f"{case}/probs/{layer}"] = probs.float().numpy()
+            tensors[f"{case}/alpha/{layer}"] = probs[:, :, :, 0].mean(dim=-1).numpy()
+    save_golden(os.path.join(out_dir, "jamba_golden.safetensors"), tensors, {})
 
     # config.json as written by save_pretrained carries transformers' version: keep it, but make the
     # file independent of dict ordering so reruns are byte-identical.
