@@ -15,6 +15,7 @@ const std::vector<Family>& families() {
       {"opt", load_opt},
       {"llama", load_llama},
       {"mistral", load_llama},
+      {"jamba", load_jamba},
   };
   return kFamilies;
 }

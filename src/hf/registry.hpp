@@ -40,5 +40,6 @@ std::unique_ptr<HfModel> load_gpt_neox(const ModelSource& source, const LoadOpti
 std::unique_ptr<HfModel> load_opt(const ModelSource& source, const LoadOptions& options);       // opt.cpp
 // llama.cpp: model_type llama (LLaMA-2/3/3.1 and sinklab's own checkpoints) and mistral.
 std::unique_ptr<HfModel> load_llama(const ModelSource& source, const LoadOptions& options);
+std::unique_ptr<HfModel> load_jamba(const ModelSource& source, const LoadOptions& options);      // jamba.cpp
 
 }  // namespace sinklab::hf
