@@ -375,11 +375,104 @@ def test_bad_flags_give_one_clear_line(survey_setup, reference, tmp_path):
 
 
 def test_fixtures_job_covers_every_family(tmp_path):
-    """jobs/survey/fixtures.ini (every HF fixture, random/repeat inputs, interventions) on two ranks."""
+    """jobs/survey/fixtures.ini (every HF fixture, Jamba's partial attention included; random/repeat inputs,
+    interventions) on two ranks."""
     out = tmp_path / "fixtures.h5"
     proc = _run([SURVEY, "--config", ROOT / "jobs" / "survey" / "fixtures.ini", "--output", out], np_=2)
-    assert "survey done: 34 items, 0 failed" in proc.stdout, proc.stdout
+    assert "survey done: 36 items, 0 failed" in proc.stdout, proc.stdout
     with h5py.File(out, "r") as f:
         types = {f[f"models/{m}/random/-"].attrs["model_type"] for m in f["models"]}
-        assert types == {"gpt2", "opt", "gpt_neox", "llama", "mistral"}
+        assert types == {"gpt2", "opt", "gpt_neox", "llama", "mistral", "jamba"}
         assert all(item.attrs["status"] == "ok" for item in f["items"].values())
+        jamba = f["models/jamba_tiny/repeat/-"]
+        assert jamba["attention_layers"][:].tolist() == [1, 3] and jamba["alpha"].shape == (2, 4, 6)
+        assert jamba["hnorm_first"].shape == (4,)  # every layer, Mamba ones included
+        assert jamba["qk_pairs"][:].tolist() == [[3, 1]] and "0:0 (layer 0 has no attention)" in jamba.attrs["skipped_pairs"]
+
+
+def _read_safetensors(path):
+    """name -> numpy array (F32, F64, I32) of a safetensors file, and its metadata."""
+    data = Path(path).read_bytes()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    dtypes = {"F32": np.float32, "F64": np.float64, "I32": np.int32}
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        b, e = info["data_offsets"]
+        out[name] = np.frombuffer(data[8 + n + b:8 + n + e], dtype=dtypes[info["dtype"]]).reshape(info["shape"])
+    return out, header.get("__metadata__", {})
+
+
+def _golden_of(fixture):
+    for name in ("golden.safetensors", "jamba_golden.safetensors"):
+        if (fixture / name).exists():
+            return _read_safetensors(fixture / name)
+    raise AssertionError(f"{fixture}: no golden")
+
+
+def _expected_sinks(probs, K, eps):
+    """alpha [La,H,K] (mean over samples) and Sink_k^eps [K,E] (per-sample indicators, as the reference
+    code) from transformers' attention probabilities [La][B,H,T,T]; `near` marks the entries of Sink a
+    float32 run may legitimately count differently (a sample's alpha within 1e-4 of eps)."""
+    A = np.stack([p.astype(np.float64) for p in probs])  # [La,B,H,T,T]
+    n_t = A.shape[-1]
+    alpha = np.stack([A[..., k:, k].sum(axis=-1) / (n_t - k) for k in range(K)], axis=-1)  # [La,B,H,K]
+    sink = np.array([[100.0 * (alpha[..., k] > e).mean() for e in eps] for k in range(K)])
+    near = np.array([[bool((np.abs(alpha[..., k] - e) < 1e-4).any()) for e in eps] for k in range(K)])
+    return alpha.mean(axis=1), sink, near
+
+
+@pytest.mark.parametrize("fixture", sorted(p for p in FIXTURES.iterdir() if p.is_dir()), ids=lambda p: p.name)
+def test_measurements_match_transformers(fixture, tmp_path):
+    """The survey's numbers from transformers' own outputs on the fixture goldens (float64, eager
+    attention): the golden's token ids become a natural-input domain; alpha, Sink_k, last_to_first and
+    attention maps are recomputed from transformers' attention probabilities, the hidden-state norms and
+    massive ratio from its per-layer hidden states; the Table 7 cases through the interventions."""
+    golden, meta = _golden_of(fixture)
+    ids = golden["t13/ids"]
+    B, T13 = ids.shape
+    layers = sorted(int(k.split("/")[-1]) for k in golden if k.startswith("t13/hidden_out/"))
+    att = sorted(int(k.split("/")[-1]) for k in golden if k.startswith("t13/probs/"))
+    with h5py.File(tmp_path / "golden_ids.h5", "w") as f:
+        f.attrs["T"] = T13
+        f.attrs["prefix_id"] = -1
+        f.create_dataset("golden/tokens", data=ids)
+    # Table 7 cases of the golden (0-based position_ids p_0 := p_t / p_0 <-> p_t) within the T tokens,
+    # as the survey's 1-based replace:t+1 / swap:t+1.
+    cases = {c: int(float(meta[f"{c}/position"])) for c in meta.get("cases", "").split(",") if f"{c}/position" in meta}
+    cases = {c: t for c, t in cases.items() if t < T13}
+    flags = ",".join(f"{c.rstrip('0123456789')}:{t + 1}" for c, t in cases.items()) or "none"
+    K, eps = 4, (0.2, 0.3, 0.4)
+    out = tmp_path / "r.h5"
+    _run([SURVEY, "--model", f"m {fixture} inputs={tmp_path / 'golden_ids.h5'} interventions={flags}",
+          "--inputs=natural", "--domains=golden", "--intervention-inputs=natural", f"--seq-len={T13}",
+          f"--n-seq={B}", f"--max-k={K}", "--batch=1", f"--attention-maps={att[0]}:0,{att[-1]}:1",
+          "--commit-every=0", "--output", out])
+    with h5py.File(out, "r") as f:
+        g = f["models/m/natural/golden"]
+        assert g["attention_layers"][:].tolist() == att
+        alpha, sink, near = _expected_sinks([golden[f"t13/probs/{l}"] for l in att], K, eps)
+        np.testing.assert_allclose(g["alpha"][:], alpha, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(np.where(near, 0, g["sink_k"][:]), np.where(near, 0, sink), rtol=1e-12)
+        A = {l: golden[f"t13/probs/{l}"].astype(np.float64) for l in att}
+        np.testing.assert_allclose(g["last_to_first"][:], [A[l][:, :, -1, 0].mean(axis=0) for l in att],
+                                   rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(g["attention_maps"][:], [A[att[0]][:, 0].mean(axis=0), A[att[-1]][:, 1].mean(axis=0)],
+                                   rtol=1e-4, atol=1e-6)
+        # Post-norm layers (OPT-350M style) are measured before their last norm, where transformers'
+        # hook saw hidden_pre_norm.
+        h = [golden.get(f"t13/hidden_pre_norm/{l}", golden[f"t13/hidden_out/{l}"]).astype(np.float64) for l in layers]
+        norms = [np.linalg.norm(x, axis=-1) for x in h]  # [B,T] per layer
+        np.testing.assert_allclose(g["hnorm_first"][:], [n[:, 0].mean() for n in norms], rtol=1e-4)
+        np.testing.assert_allclose(g["hnorm_rest"][:], [n[:, 1:].mean() for n in norms], rtol=1e-4)
+        np.testing.assert_allclose(g["massive_ratio"][:], [(n[:, 0] / n[:, 1:].mean(axis=1)).mean() for n in norms],
+                                   rtol=1e-4)
+        for case, t in cases.items():
+            g = f[f"models/m/natural+{case.rstrip('0123456789')}_{t + 1}/golden"]
+            alpha, sink, near = _expected_sinks([golden[f"{case}/probs/{l}"] for l in att], max(K, t + 1), eps)
+            np.testing.assert_allclose(g["alpha"][:], alpha, rtol=1e-4, atol=1e-6, err_msg=case)
+            np.testing.assert_allclose(np.where(near, 0, g["sink_k"][:]), np.where(near, 0, sink), rtol=1e-12,
+                                       err_msg=case)
+            np.testing.assert_array_equal(g["sink_t"][:], g["sink_k"][t])
