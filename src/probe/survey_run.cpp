@@ -195,8 +195,13 @@ io::ResultSet measure_item(const SurveyItem& item, const SurveyModel& model, con
   ProgressObserver observer(probe, progress);
   // The same number of tokens per forward pass for every T (long inputs: one sequence at a time).
   const int64_t batch = std::max<int64_t>(1, params.batch * params.seq_len / T);
-  for (int64_t first = 0; first < n; first += batch)
-    hf_model.forward(tokens.ids.slice(0, first, std::min(batch, n - first)), &observer, Tensor{}, forward);
+  try {
+    for (int64_t first = 0; first < n; first += batch)
+      hf_model.forward(tokens.ids.slice(0, first, std::min(batch, n - first)), &observer, Tensor{}, forward);
+  } catch (...) {
+    models.drop();  // whatever stopped the pass (an error, a stop request) may have left it mid-layer
+    throw;
+  }
   const SurveyResult r = probe.result();
 
   const int64_t L = info.n_layers, La = int64_t(shape.attention_layers.size()), H = info.n_heads;

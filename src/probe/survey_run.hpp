@@ -45,6 +45,12 @@ class ModelCache {
  public:
   explicit ModelCache(int64_t max_memory) : max_memory_(max_memory) {}
   hf::HfModel& get(const SurveyModel& model);
+  // Releases the model (after a forward pass that did not finish: the next item loads it afresh).
+  void drop() {
+    model_.reset();
+    name_.clear();
+    error_.clear();
+  }
 
  private:
   int64_t max_memory_;
