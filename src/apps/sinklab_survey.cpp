@@ -16,7 +16,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <map>
 #include <optional>
 
@@ -241,8 +240,8 @@ class SurveyWriter {
     commit();
     const int64_t total = int64_t(items_.size()), done = already_ + finished_;
     if (stopped) {
-      log::info("survey stopped: %lld of %lld items done; run again with --resume to continue %s", (long long)done,
-                (long long)total, o_.output.c_str());
+      log::info("survey stopped: %lld of %lld items attempted (%zu failed); run again with --resume to continue %s",
+                (long long)done, (long long)total, failed_.size(), o_.output.c_str());
       return 0;
     }
     std::string summary = strfmt("%lld items, %zu failed -> %s", (long long)total, failed_.size(), o_.output.c_str());
