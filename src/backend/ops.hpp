@@ -84,7 +84,7 @@ void rope_backward(Tensor d_x, Tensor d_out, Tensor positions, const RopeConfig&
 
 // ---------------------------------------------------------------------------------------------------
 // Elementwise activations and gated FFN products. Shapes [*], strided rows allowed.
-enum class Activation : uint8_t { relu, gelu_exact, gelu_tanh, silu };
+enum class Activation : uint8_t { relu, gelu_exact, gelu_tanh, silu, sigmoid, elu_plus_one };
 void activation_forward(Tensor out, Tensor in, Activation act);
 void activation_backward(Tensor d_in, Tensor d_out, Tensor in, Activation act);
 // out = act(gate) * up   (SwiGLU: silu, GeGLU: gelu, ReGLU: relu)
@@ -136,6 +136,12 @@ enum class AttnNorm : uint8_t {
   max_abs_sum_one,  // Z = max(|sum_j w_ij|, 1)
   p_norm,           // Z = (sum_j w_ij^norm_p)^(1/norm_p)  (Eq. 43; with exp: Eq. 44)
 };
+// Additive position bias on the scores (after the scale), by query head.
+enum class AttnPosBias : uint8_t {
+  none,
+  alibi,     // -slope_h * (i - j)
+  relative,  // relative_bias[h, bucket(i - j)] (T5 buckets)
+};
 enum class AttnMask : uint8_t {
   causal,          // j <= i
   sliding_window,  // i - window < j <= i
@@ -158,6 +164,13 @@ struct AttentionSpec {
   // attention_backward, dL/dS_h summed over batch and queries (written, not accumulated).
   Tensor sink_logit;
   Tensor d_sink_logit;
+  // Keys every query sees before the sequence's own keys (KV biases): the first lead_keys keys of k/v;
+  // the mask and the position bias apply to (i, j - lead_keys).
+  int64_t lead_keys = 0;
+  AttnPosBias pos_bias = AttnPosBias::none;
+  Tensor relative_bias;    // relative: [H, buckets]
+  Tensor d_relative_bias;  // relative: optional [H, buckets] output of attention_backward (written)
+  int64_t relative_max_distance = 128;
 };
 
 // stats [B,H,T] f32/f64: per-row statistics the backward needs to recompute the weights without

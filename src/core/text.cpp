@@ -16,17 +16,34 @@ std::vector<std::string> split_commas(const std::string& text) {
   return out;
 }
 
+double parse_real(const std::string& text, const char* flag) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::logic_error&) {
+    used = 0;
+  }
+  SL_CHECK(used == text.size() && used > 0, "%s: '%s' is not a number", flag, text.c_str());
+  return value;
+}
+
+int64_t parse_integer(const std::string& text, const char* flag) {
+  size_t used = 0;
+  long long value = 0;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::logic_error&) {
+    used = 0;
+  }
+  SL_CHECK(used == text.size() && used > 0, "%s: '%s' is not an integer", flag, text.c_str());
+  return int64_t(value);
+}
+
 std::vector<double> parse_number_list(const std::string& text, const char* flag) {
   std::vector<double> out;
-  for (const std::string& item : split_commas(text)) {
-    size_t used = 0;
-    try {
-      out.push_back(std::stod(item, &used));
-    } catch (const std::logic_error&) {
-      used = 0;
-    }
-    SL_CHECK(used == item.size() && used > 0, "--%s: '%s' is not a number", flag, item.c_str());
-  }
+  const std::string name = std::string("--") + flag;
+  for (const std::string& item : split_commas(text)) out.push_back(parse_real(item, name.c_str()));
   return out;
 }
 

@@ -1,6 +1,7 @@
 // Comma-separated option values ("a.bin,b.bin", "0.2,0.3,0.4"), parsed one way for every binary.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -10,5 +11,8 @@ namespace sinklab {
 std::vector<std::string> split_commas(const std::string& text);
 // Every item as a number; a malformed item throws sinklab::Error naming --flag.
 std::vector<double> parse_number_list(const std::string& text, const char* flag);
+// One number (the whole text); malformed text throws naming `flag` (e.g. "--attn-p").
+double parse_real(const std::string& text, const char* flag);
+int64_t parse_integer(const std::string& text, const char* flag);
 
 }  // namespace sinklab

@@ -13,9 +13,16 @@ namespace sinklab::train {
 namespace po = boost::program_options;
 
 bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size) {
-  std::string config_file, train_data, valid_data, sink_eps = "0.2,0.3,0.4";
+  std::string config_file, train_data, valid_data, sink_eps = "0.2,0.3,0.4", resample_positions;
   model::ModelConfig& m = c.model;
   po::options_description desc("sinklab-pretrain options (also valid as `name = value` lines in --config)");
+  // The model's variant axes (model/config.hpp), one option each, defaults = the paper's default model.
+  const model::ModelConfig default_model;
+  std::vector<std::pair<std::string, std::string>> axes = default_model.axes();
+  po::options_description variant_desc("model variant axes (paper Secs. 6-7, App. C; see jobs/pretrain/INDEX.md)");
+  for (auto& [flag, value] : axes)
+    variant_desc.add_options()(flag.c_str(), po::value(&value)->default_value(value),
+                                   model::ModelConfig::axis_help(flag));
   desc.add_options()
       ("help", "print this help")
       ("config", po::value(&config_file), "ini file with any of these options; flags override it")
@@ -33,6 +40,11 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size) {
       ("train-data", po::value(&train_data)->required(), "training shard(s), comma-separated")
       ("valid-data", po::value(&valid_data)->required(), "validation shard(s), comma-separated")
       ("max-train-tokens", po::value(&c.max_train_tokens)->default_value(0), "use only the first N training tokens (0 = all)")
+      ("resample-positions", po::value(&resample_positions)->default_value(""),
+       "1-based positions of every training chunk whose token is redrawn uniformly from the vocabulary, e.g. 1 or 1,2 (Sec. 5)")
+      ("fixed-token-position", po::value(&c.fixed_token_position)->default_value(0),
+       "1-based position of every training chunk that always holds --fixed-token-id (0 = off; Table 10 right)")
+      ("fixed-token-id", po::value(&c.fixed_token_id)->default_value(0), "the token of --fixed-token-position")
       // optimisation
       ("steps", po::value(&c.steps)->required(), "optimizer steps")
       ("global-batch-tokens", po::value(&c.global_batch_tokens)->required(), "tokens per optimizer step (all ranks)")
@@ -64,10 +76,20 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size) {
       ("device", po::value(&c.device)->default_value("cpu"), "cpu | cuda")
       ("dry-run", po::value(&c.dry_run)->default_value(false)->implicit_value(true),
        "check the configuration and print it (every option with its value), then exit");
+  desc.add(variant_desc);
 
   po::variables_map vm;
   if (!parse_options(argc, argv, desc, vm)) return false;
 
+  for (const auto& [flag, value] : axes) m.set_axis(flag, value);
+  for (double p : parse_number_list(resample_positions, "resample-positions")) {
+    SL_CHECK(p == double(int64_t(p)) && p >= 1 && p <= m.context,
+             "--resample-positions: %g is not a position in [1, --context]", p);
+    c.resample_positions.push_back(int64_t(p));
+  }
+  SL_CHECK(c.fixed_token_position >= 0 && c.fixed_token_position <= m.context,
+           "--fixed-token-position must lie in [0, --context]");
+  SL_CHECK(c.fixed_token_id >= 0 && c.fixed_token_id < m.vocab_size, "--fixed-token-id must lie in [0, --vocab-size)");
   c.train_data = split_commas(train_data);
   c.valid_data = split_commas(valid_data);
   c.sink_eps = probe::parse_sink_eps(sink_eps);

@@ -17,6 +17,10 @@ struct TrainConfig {
   // Data: shards written by data_prep (comma-separated lists allowed).
   std::vector<std::string> train_data, valid_data;
   int64_t max_train_tokens = 0;  // 0 = all; else only the first N tokens (the paper's data-budget axis)
+  // Data-distribution interventions on every training chunk (Sec. 5, Table 10 right), 1-based positions:
+  std::vector<int64_t> resample_positions;  // tokens replaced by Uniform(vocab) draws (Philox, per sample)
+  int64_t fixed_token_position = 0;         // > 0: this position always holds fixed_token_id
+  int64_t fixed_token_id = 0;
 
   // Optimisation.
   int64_t steps = 0;

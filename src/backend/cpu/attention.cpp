@@ -112,6 +112,8 @@ Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
                (long long)d.S, (long long)d.T);
       break;
   }
+  SL_CHECK(spec.lead_keys == 0 && spec.pos_bias == ops::AttnPosBias::none,
+           "%s: lead keys and position biases are not implemented on this backend yet", op);
   const char* invalid = math::attn_config_error(math::attn_config(spec));
   SL_CHECK(invalid == nullptr, "%s: invalid attention variant: %s", op, invalid);
   if (spec.sink_logit.defined()) {
