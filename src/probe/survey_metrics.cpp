@@ -123,7 +123,8 @@ SurveyProbe::SurveyProbe(SurveyShape shape, std::vector<HeadPair> qk_maps, std::
                "survey probe: (layer %d, head %d) is not an attention head of the model", p.layer, p.head);
   const size_t L = size_t(s.n_layers), La = s.attention_layers.size(), H = size_t(s.n_heads);
   const size_t TT = size_t(s.seq_len * s.seq_len);
-  for (auto* v : {&hnorm_first_, &hnorm_rest_, &massive_, &layer_samples_}) v->assign(L, 0.0);
+  for (auto* v : {&hnorm_first_, &hnorm_rest_, &massive_, &layer_samples_, &pre_first_, &pre_rest_, &pre_massive_})
+    v->assign(L, 0.0);
   for (auto* v : {&knorm_first_, &knorm_rest_, &vnorm_first_, &vnorm_rest_}) v->assign(La, 0.0);
   last_to_first_.assign(La * H, 0.0);
   qk_cos_.assign(qk_pairs_.size() * TT, 0.0);
@@ -141,19 +142,28 @@ void SurveyProbe::on_layer(const LayerTaps& taps) {
   const int l = taps.layer;
   const int64_t T = shape_.seq_len;
   SL_CHECK(l >= 0 && l < shape_.n_layers, "survey probe: layer %d reported by a model of %d layers", l, shape_.n_layers);
-  const Tensor& r = taps.hidden_pre_norm.defined() ? taps.hidden_pre_norm : taps.hidden_out;
-  check_host_float(r, "the hidden states");
-  SL_CHECK(r.ndim == 3 && r.shape[1] == T, "survey probe: hidden states %s, expected [B,%lld,d]", r.shape_str().c_str(),
-           (long long)T);
-  const int64_t B = r.shape[0];
-  for (int64_t b = 0; b < B; ++b) {
-    const Tensor x = matrix_of(r, b);
-    const FirstVsRest n = first_vs_rest_norms(x);
-    hnorm_first_[size_t(l)] += n.first;
-    hnorm_rest_[size_t(l)] += n.rest;
-    massive_[size_t(l)] += massive_ratio(x);
+  SL_CHECK(taps.lead_positions == 0 && (taps.attention == nullptr || taps.attention->lead_keys == 0),
+           "survey probe: layer %d has lead positions or keys (a sink token, k*/v* biases); sinklab-probe "
+           "measures such models", l);
+  auto add_norms = [&](const Tensor& r, const char* what, std::vector<double>& first, std::vector<double>& rest,
+                       std::vector<double>& massive) {
+    check_host_float(r, what);
+    SL_CHECK(r.ndim == 3 && r.shape[1] == T, "survey probe: %s %s, expected [B,%lld,d]", what, r.shape_str().c_str(),
+             (long long)T);
+    for (int64_t b = 0; b < r.shape[0]; ++b) {
+      const Tensor x = matrix_of(r, b);
+      const FirstVsRest n = first_vs_rest_norms(x);
+      first[size_t(l)] += n.first;
+      rest[size_t(l)] += n.rest;
+      massive[size_t(l)] += massive_ratio(x);
+    }
+  };
+  add_norms(taps.hidden_out, "hidden_out", hnorm_first_, hnorm_rest_, massive_);
+  if (taps.hidden_pre_norm.defined()) {
+    add_norms(taps.hidden_pre_norm, "hidden_pre_norm", pre_first_, pre_rest_, pre_massive_);
+    has_pre_norm_ = true;
   }
-  layer_samples_[size_t(l)] += double(B);
+  layer_samples_[size_t(l)] += double(taps.hidden_out.shape[0]);
   const int a = attention_index(l);
   if (a >= 0) {
     SL_CHECK(taps.attention != nullptr && taps.q.defined() && taps.k.defined() && taps.v.defined(),
@@ -276,6 +286,11 @@ SurveyResult SurveyProbe::result() const {
   r.hnorm_first = mean(hnorm_first_);
   r.hnorm_rest = mean(hnorm_rest_);
   r.massive_ratio = mean(massive_);
+  if (has_pre_norm_) {
+    r.hnorm_first_pre_norm = mean(pre_first_);
+    r.hnorm_rest_pre_norm = mean(pre_rest_);
+    r.massive_ratio_pre_norm = mean(pre_massive_);
+  }
   r.knorm_first = mean(knorm_first_);
   r.knorm_rest = mean(knorm_rest_);
   r.vnorm_first = mean(vnorm_first_);

@@ -3,11 +3,13 @@
 // Everything is averaged over the sequences seen; positions are 0-based (position 0 is the paper's
 // token 1). Per forward pass of B sequences of T tokens, for every layer l the model reports:
 //
-//   residual r^l [B,T,d]: the layer's hidden_pre_norm when defined (post-norm layers keep their
-//       massive activations before the last norm, paper Fig. 7), else hidden_out. Pre-norm models
-//       therefore give the last layer's states before the final norm, as App. B.3 asks.
+//   hidden states r^l [B,T,d] leaving the layer (hidden_out; the last layer's are before the final norm,
+//       as App. B.3 asks):
 //     hnorm_first[l] = mean_b ||r_0||, hnorm_rest[l] = mean_b mean_{t>=1} ||r_t||   (first_vs_rest_norms)
 //     massive_ratio[l] = mean_b ||r_0|| / mean_{t>=1} ||r_t||                         (massive_ratio)
+//   post-norm layers (OPT-350M) also the same three of hidden_pre_norm, the residual sum before the
+//   layer's last norm where post-norm models keep their massive activations (paper Fig. 7 left), as
+//   hnorm_first_pre_norm, hnorm_rest_pre_norm, massive_ratio_pre_norm (as ModelProbe does);
 //   and, for the attention layers a (Jamba: a subset; attention_layers lists them):
 //     alpha[a,h,k], Sink_k^eps       SinkAccumulator over the attention matrices A^{a,h} (ops::attention_probs
 //                                    with the model's own AttentionSpec; grouped-query heads read kv
@@ -22,6 +24,9 @@
 //
 // Activations must be on the host (f32 or f64). Attention probabilities are formed one head at a time,
 // so the scratch memory is B*T*S values whatever the number of heads (T = 4096: 64 MiB per sequence).
+// Rows whose weights are not a distribution (norm one, max(|sum|,1), p-norm, alpha != 1) are read as
+// the paper's proxy scores, as ModelProbe does. Models with lead positions or lead keys (a learnable
+// sink token, k*/v* biases: sinklab's own variants, measured by sinklab-probe) are refused.
 #pragma once
 
 #include <cstdint>
@@ -67,6 +72,8 @@ struct SurveyResult {
   std::vector<double> sink_k;                         // [K,E] percent; row 0 is Sink_1^eps
   std::vector<double> hnorm_first, hnorm_rest;        // [L]
   std::vector<double> massive_ratio;                  // [L]
+  // Empty unless a layer reported hidden_pre_norm (then [L]; 0 for layers that did not).
+  std::vector<double> hnorm_first_pre_norm, hnorm_rest_pre_norm, massive_ratio_pre_norm;
   std::vector<double> knorm_first, knorm_rest;        // [La]
   std::vector<double> vnorm_first, vnorm_rest;        // [La]
   std::vector<double> last_to_first;                  // [La,H]
@@ -96,6 +103,8 @@ class SurveyProbe : public LayerObserver {
   SinkAccumulator sink_;
   // Sums over sequences; the per-layer sequence counts check that every layer saw every sequence.
   std::vector<double> hnorm_first_, hnorm_rest_, massive_, layer_samples_;
+  std::vector<double> pre_first_, pre_rest_, pre_massive_;
+  bool has_pre_norm_ = false;
   std::vector<double> knorm_first_, knorm_rest_, vnorm_first_, vnorm_rest_, last_to_first_;
   std::vector<double> qk_cos_, qk_normprod_, attention_maps_;
   Buffer probs_buffer_, alpha_buffer_, rows_buffer_;

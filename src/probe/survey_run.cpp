@@ -214,6 +214,11 @@ io::ResultSet measure_item(const SurveyItem& item, const SurveyModel& model, con
   set.add_array("hnorm_first", {L}, r.hnorm_first);
   set.add_array("hnorm_rest", {L}, r.hnorm_rest);
   set.add_array("massive_ratio", {L}, r.massive_ratio);
+  if (!r.massive_ratio_pre_norm.empty()) {
+    set.add_array("hnorm_first_pre_norm", {L}, r.hnorm_first_pre_norm);
+    set.add_array("hnorm_rest_pre_norm", {L}, r.hnorm_rest_pre_norm);
+    set.add_array("massive_ratio_pre_norm", {L}, r.massive_ratio_pre_norm);
+  }
   set.add_array("knorm_first", {La}, r.knorm_first);
   set.add_array("knorm_rest", {La}, r.knorm_rest);
   set.add_array("vnorm_first", {La}, r.vnorm_first);

@@ -5,6 +5,7 @@
 //   alpha[La,H,K] sink[E] sink_eps[E] sink_k[K,E] hnorm_first[L] hnorm_rest[L] massive_ratio[L]
 //   knorm_first[La] knorm_rest[La] vnorm_first[La] vnorm_rest[La] last_to_first[La,H]
 //   attention_layers[La] (int32) — alpha and the k/v arrays index these layers
+//   post-norm models: hnorm_first_pre_norm[L] hnorm_rest_pre_norm[L] massive_ratio_pre_norm[L]
 //   qk_pairs[P,2] (int32) qk_cos[P,T,T] qk_normprod[P,T,T]; attention_pairs[P,2] attention_maps[P,T,T]
 //       (when pairs were asked for and exist in the model; not for long inputs)
 //   intervention items: sink_t[E] = Sink_t^eps at the intervention's position (K is raised to t)

@@ -95,6 +95,9 @@ void expect_matches_golden(const Golden& g, const SurveyResult& r, double tol) {
   EXPECT_LE(rel_error(r.hnorm_first, g.raw("out/hnorm_first")), tol);
   EXPECT_LE(rel_error(r.hnorm_rest, g.raw("out/hnorm_rest")), tol);
   EXPECT_LE(rel_error(r.massive_ratio, g.raw("out/massive_ratio")), tol);
+  EXPECT_LE(rel_error(r.hnorm_first_pre_norm, g.raw("out/hnorm_first_pre_norm")), tol);
+  EXPECT_LE(rel_error(r.hnorm_rest_pre_norm, g.raw("out/hnorm_rest_pre_norm")), tol);
+  EXPECT_LE(rel_error(r.massive_ratio_pre_norm, g.raw("out/massive_ratio_pre_norm")), tol);
   EXPECT_LE(rel_error(r.knorm_first, g.raw("out/knorm_first")), tol);
   EXPECT_LE(rel_error(r.knorm_rest, g.raw("out/knorm_rest")), tol);
   EXPECT_LE(rel_error(r.vnorm_first, g.raw("out/vnorm_first")), tol);
@@ -155,6 +158,7 @@ TEST(SurveyMetrics, HandComputedTwoTokens) {
   EXPECT_EQ(r.attention_maps, (std::vector<float>{1.0f, 0.0f, 0.5f, 0.5f}));
   EXPECT_EQ(r.qk_cos, (std::vector<float>(4, 0.0f)));  // q = 0 has no angle
   EXPECT_EQ(r.qk_normprod, (std::vector<float>(4, 0.0f)));
+  EXPECT_TRUE(r.massive_ratio_pre_norm.empty());  // no post-norm layer
 }
 
 TEST(SurveyMetrics, LayersMustAgree) {
@@ -178,6 +182,11 @@ TEST(SurveyMetrics, LayersMustAgree) {
   EXPECT_THROW(SurveyProbe(shape, {{0, 0}}), Error);
   EXPECT_THROW(SurveyProbe(shape, {}, {{1, 1}}), Error);
   EXPECT_NO_THROW(SurveyProbe(shape, {{1, 0}}, {{1, 0}}));
+  // A sink token (lead position) is refused, not silently measured as text.
+  SurveyProbe fresh(shape);
+  taps.layer = 0;
+  taps.lead_positions = 1;
+  EXPECT_THROW(fresh.on_layer(taps), Error);
 }
 
 TEST(SurveyMetrics, HeadPairFlags) {

@@ -6,7 +6,7 @@ StreamingLLM's long-input figure, written out in numpy float64, independently of
     alpha_k = 1/(T-k+1) sum_{i>=k} A[i,k]          per sample;  alpha = mean over samples
     Sink_k^eps = 100 * mean over samples, attention layers and heads of [alpha_k > eps]
     hnorm_first = mean_b ||r_1||,  hnorm_rest = mean_b mean_{t>=2} ||r_t||,  massive = mean_b ||r_1|| / mean_{t>=2} ||r_t||
-        with r = hidden_pre_norm where a layer has one, else hidden_out
+        with r = hidden_out; the *_pre_norm versions with r = hidden_pre_norm (0 for layers without one)
     knorm/vnorm: the same over k/v with all kv heads of a position concatenated
     last_to_first[a,h] = mean_b A[T, 1];  qk maps: mean_b cos(q_t, k_j), mean_b ||q_t|| ||k_j||;
     attention maps: mean_b A
@@ -59,12 +59,16 @@ def make(seed):
 
 def reference(hidden, pre_norm, q, k, v):
     out = {}
-    resid = [hidden[l].astype(np.float64) for l in range(L)]
-    resid[2] = pre_norm.astype(np.float64)
-    hn = np.array([[norms(resid[l][b]) for b in range(B)] for l in range(L)])  # [L,B,2]
-    out["hnorm_first"] = hn[:, :, 0].mean(axis=1)
-    out["hnorm_rest"] = hn[:, :, 1].mean(axis=1)
-    out["massive_ratio"] = (hn[:, :, 0] / hn[:, :, 1]).mean(axis=1)
+    def hidden_norms(resid):
+        hn = np.array([[norms(r[b]) for b in range(B)] for r in resid])  # [layers,B,2]
+        return hn[:, :, 0].mean(axis=1), hn[:, :, 1].mean(axis=1), (hn[:, :, 0] / hn[:, :, 1]).mean(axis=1)
+
+    out["hnorm_first"], out["hnorm_rest"], out["massive_ratio"] = hidden_norms([hidden[l] for l in range(L)])
+    # Only layer 2 is post-norm: the pre-norm arrays are 0 elsewhere.
+    pre = [np.zeros(L) for _ in range(3)]
+    for p, value in zip(pre, hidden_norms([pre_norm])):
+        p[2] = value[0]
+    out["hnorm_first_pre_norm"], out["hnorm_rest_pre_norm"], out["massive_ratio_pre_norm"] = pre
     for name, x in (("knorm", k), ("vnorm", v)):
         n = np.array([[norms(x[a, b].reshape(T, HKV * DH)) for b in range(B)] for a in range(len(ATT))])
         out[name + "_first"] = n[:, :, 0].mean(axis=1)
