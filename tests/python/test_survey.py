@@ -4,6 +4,8 @@ checkpoint (sinklab-pretrain on the conftest corpus, loaded as a LLaMA model), o
 (data_prep survey-inputs through a real tokenizer, matched by its sha256, and explicitly named files),
 random and repeated tokens, and the Table 7 interventions.
 
+- the measurements equal those recomputed from transformers' own attention probabilities and hidden
+  states (the fixture goldens, float64, every family including Jamba, and the Table 7 cases);
 - `mpirun -np 2` writes the same HDF5 content as one process (every dataset and measurement attribute);
 - kill -9 midway, then --resume, gives the same results; so does SIGTERM/SIGUSR1 (exit 0, then --resume);
 - a truncated safetensors file, an unknown model_type and a missing tensor fail their items only, each
@@ -309,7 +311,7 @@ def _drop_tensor(path, suffix):
     return dropped
 
 
-def test_broken_models_fail_their_items_only(survey_setup, tmp_path):
+def test_broken_models_fail_their_items_only(tmp_path):
     root = tmp_path / "models"
     src = FIXTURES / "llama_gqa"
     for name in ("good", "truncated", "unknown_type", "missing_tensor"):
