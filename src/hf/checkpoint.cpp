@@ -350,6 +350,7 @@ WeightStore::WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan
     }
     embedding_ = convert_into(WeightSpec::one(plan_.embedding, emb.shape), cursor, true);
     head_ = tied ? embedding_ : convert_into(WeightSpec::one(plan_.head, hd.shape), cursor, true);
+    ck.release_all();  // what fault-around mapped after the per-block releases
     return;
   }
 
