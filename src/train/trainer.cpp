@@ -27,13 +27,6 @@
 namespace sinklab::train {
 namespace {
 
-std::string hms(double seconds) {
-  long s = long(seconds + 0.5);
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%02ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
-  return buf;
-}
-
 // One evaluation: validation loss and the sink probe of DESIGN.md (paper Sec. 3.2 / 4).
 struct Evaluation {
   double valid_loss = 0;
