@@ -42,13 +42,17 @@ class LlamaModel final : public FamilyModel {
     rope_ = rope_from_config(cfg, dh_, RopeKeys{});
     const bool attn_bias = cfg.get_bool("attention_bias", false);
     const bool mlp_bias = cfg.get_bool("mlp_bias", false);
-    // sinklab's own checkpoints: only the default softmax model is a plain Llama so far.
+    // sinklab's own checkpoints list the variant axes that differ from the default model under
+    // "sinklab"; only the default model is a plain Llama (the survey loads the others through the
+    // trainable model, probe::load_any_model). "attention": "softmax" is what older checkpoints wrote.
     const nlohmann::json& own = cfg.object("sinklab");
-    if (!own.is_null()) {
-      const std::string attention = own.contains("attention") && own["attention"].is_string()
-                                        ? own["attention"].get<std::string>() : "softmax";
-      if (attention != "softmax")
-        cfg.unsupported(strfmt("sinklab attention '%s' (the HF loader reads softmax checkpoints)", attention.c_str()));
+    if (own.is_object()) {
+      for (const auto& [axis, value] : own.items()) {
+        if (axis == "attention" && value == "softmax") continue;
+        cfg.unsupported(strfmt("sinklab variant %s = %s (the HF loader reads default checkpoints; sinklab-survey "
+                               "loads variants through the trainable model)",
+                               axis.c_str(), value.dump().c_str()));
+      }
     }
     if (model_type == "mistral" && cfg.has("sliding_window")) {
       const int64_t window = cfg.get_int("sliding_window");

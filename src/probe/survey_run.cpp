@@ -1,5 +1,7 @@
 #include "probe/survey_run.hpp"
 
+#include "probe/own_model.hpp"
+
 #include <algorithm>
 #include <filesystem>
 
@@ -85,7 +87,7 @@ hf::HfModel& ModelCache::get(const SurveyModel& model) {
     try {
       hf::LoadOptions options;
       options.max_memory_bytes = max_memory_;
-      model_ = hf::load_model(model.dir, options);
+      model_ = load_any_model(model.dir, options);
     } catch (const Error& e) {
       error_ = e.what();
     }

@@ -317,15 +317,15 @@ TEST(HfFamilies, SinklabCheckpointLoadsAsLlama) {
     std::ifstream in(tmp.path + "/config.json");
     text.assign(std::istreambuf_iterator<char>(in), {});
   }
-  const size_t at = text.find("\"softmax\"");
+  const size_t at = text.find("\"sinklab\": {}");
   ASSERT_NE(at, std::string::npos);
-  text.replace(at, 9, "\"sigmoid\"");
+  text.replace(at, 13, "\"sinklab\": {\"attn-sim\": \"sigmoid\"}");
   std::ofstream(tmp.path + "/config.json") << text;
   try {
     hf::load_model(tmp.path);
     ADD_FAILURE() << "a sigmoid-attention checkpoint loaded";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(tmp.path + "/config.json: unsupported sinklab attention 'sigmoid'"),
+    EXPECT_NE(std::string(e.what()).find(tmp.path + "/config.json: unsupported sinklab variant attn-sim = \"sigmoid\""),
               std::string::npos)
         << e.what();
   }
