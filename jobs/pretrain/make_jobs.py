@@ -355,7 +355,8 @@ def render_index():
         out += ["| cell | job file | paper Sink_1 (%) | paper valid loss | also reported / notes |",
                 "|---|---|---|---|---|"]
         for cell in group.cells:
-            out.append(f"| {cell.label} | `{_file_of(group, cell)}` | {cell.sink1} | {cell.loss} | {cell.note} |")
+            label, note = cell.label.replace("|", "\\|"), cell.note.replace("|", "\\|")  # | ends a cell
+            out.append(f"| {label} | `{_file_of(group, cell)}` | {cell.sink1} | {cell.loss} | {note} |")
     return "\n".join(out) + "\n"
 
 
