@@ -48,6 +48,27 @@ uint64_t permute_index(uint64_t i, uint64_t n, uint64_t seed, uint64_t epoch) {
 }
 
 // ---------------------------------------------------------------------------------------------------
+// Resampled tokens: Philox keyed by (seed ^ kResampleKey); stream = sample index; word index =
+// position << 32 | attempt. The key differs from the permutation's and the initialisation's (which
+// use the seed itself), so the draws are independent of both.
+
+namespace {
+constexpr uint64_t kResampleKey = 0x5265'7361'6d70'6c65ull;  // "Resample"
+}
+
+int32_t resampled_token(uint64_t seed, uint64_t sample, int64_t position, uint32_t vocab) {
+  SL_CHECK(vocab > 0, "resampled_token: empty vocabulary");
+  // Rejection of the top 2^32 mod vocab words makes `word % vocab` exactly uniform; a word is rejected
+  // with probability < vocab / 2^32, so the loop ends after one draw almost always.
+  const uint64_t range = uint64_t(1) << 32;
+  const uint64_t limit = range - range % vocab;
+  for (uint64_t attempt = 0;; ++attempt) {
+    const uint64_t word = philox_u32(seed ^ kResampleKey, sample, (uint64_t(position) << 32) | attempt);
+    if (word < limit) return int32_t(word % vocab);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
 
 ChunkSampler::ChunkSampler(const DataConfig& cfg) : cfg_(cfg) {
   SL_CHECK(!cfg.shards.empty(), "no training shards given (--train-shards)");
@@ -77,6 +98,18 @@ ChunkSampler::ChunkSampler(const DataConfig& cfg) : cfg_(cfg) {
            "%s%s: %llu tokens%s, fewer than one chunk of context+1 = %llu tokens", cfg.shards[0].c_str(),
            cfg.shards.size() > 1 ? " (and the other shards)" : "", (unsigned long long)n_tokens_,
            cfg.max_tokens > 0 ? " within --max-tokens" : "", (unsigned long long)(C + 1));
+  for (int64_t p : cfg.resample_positions) {
+    SL_CHECK(p >= 1 && p <= cfg.context, "--resample-positions: %lld is not a position in [1, --context = %lld]",
+             (long long)p, (long long)cfg.context);
+    SL_CHECK(p != cfg.fixed_token_position, "--fixed-token-position %lld is also in --resample-positions",
+             (long long)p);
+  }
+  SL_CHECK(cfg.resample_positions.empty() || cfg.resample_vocab > 0,
+           "--resample-positions needs the vocabulary size to draw from");
+  SL_CHECK(cfg.fixed_token_position >= 0 && cfg.fixed_token_position <= cfg.context,
+           "--fixed-token-position %lld is not in [0, --context = %lld]", (long long)cfg.fixed_token_position,
+           (long long)cfg.context);
+  SL_CHECK(cfg.fixed_token_id >= 0, "--fixed-token-id must be >= 0 (got %d)", cfg.fixed_token_id);
 }
 
 ChunkSampler::~ChunkSampler() = default;
@@ -125,6 +158,16 @@ void ChunkSampler::read_chunk(uint64_t chunk, int32_t* out) const {
   }
 }
 
+void ChunkSampler::intervene(uint64_t sample, int32_t* row) const {
+  for (int64_t p : cfg_.resample_positions) row[p - 1] = resampled_token(cfg_.seed, sample, p, cfg_.resample_vocab);
+  if (cfg_.fixed_token_position > 0) row[cfg_.fixed_token_position - 1] = cfg_.fixed_token_id;
+}
+
+void ChunkSampler::read_sample(uint64_t sample, int32_t* out) const {
+  read_chunk(chunk_of(sample), out);
+  intervene(sample, out);
+}
+
 std::vector<uint64_t> ChunkSampler::fill_batch(const BatchLayout& layout, uint64_t step, int64_t micro,
                                                int64_t rank, Tensor inputs, Tensor targets) const {
   const int64_t C = cfg_.context;
@@ -140,6 +183,7 @@ std::vector<uint64_t> ChunkSampler::fill_batch(const BatchLayout& layout, uint64
   int32_t* tg = targets.ptr<int32_t>();
   for (int64_t j = 0; j < layout.rows; ++j) {
     read_chunk(chunks[size_t(j)], row.data());
+    intervene(sample_index(layout, step, micro, rank, j), row.data());
     std::copy(row.begin(), row.begin() + C, in + j * C);
     std::copy(row.begin() + 1, row.end(), tg + j * C);
   }
@@ -155,6 +199,16 @@ std::string ChunkSampler::fingerprint() const {
     if (i) s += ",";
     s += strfmt("%llu:%08x", (unsigned long long)shards_[i]->size(), shards_[i]->header().crc32);
   }
+  // Interventions change what the model sees: part of the identity (absent when there are none, so
+  // fingerprints of plain runs are unchanged).
+  if (!cfg_.resample_positions.empty()) {
+    s += " resample=";
+    for (size_t i = 0; i < cfg_.resample_positions.size(); ++i)
+      s += strfmt("%s%lld", i ? "," : "", (long long)cfg_.resample_positions[i]);
+    s += strfmt(" resample_vocab=%u", cfg_.resample_vocab);
+  }
+  if (cfg_.fixed_token_position > 0)
+    s += strfmt(" fixed=%lld:%d", (long long)cfg_.fixed_token_position, cfg_.fixed_token_id);
   return s;
 }
 

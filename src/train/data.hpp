@@ -24,6 +24,16 @@
 // W ranks together read exactly the rows a single rank reads with the same global batch (accum * W
 // micro-batches, or W times the rows), in the same order. Since sampling is pure, the data state to
 // checkpoint is the optimizer step alone.
+//
+// Interventions (paper Sec. 5 and Table 10 right). A training sample's C+1 tokens can be altered at
+// given 1-based positions p (token p of the row is input p-1 and, for p >= 2, target p-2):
+//  - resampled: token p := a draw uniform over [0, vocab), word (p, attempt) of the Philox stream
+//    keyed by (seed ^ kResampleKey, sample index); rejection sampling makes it exactly uniform. The
+//    draw is a pure function of (seed, sample, p), so any rank count, micro-batch split or resume sees
+//    the same tokens, and a chunk revisited in a later epoch gets fresh draws.
+//  - fixed: token p := a given id (a learnable-free "sink token" at position p).
+// They apply to training samples only (fill_batch / read_sample); read_chunk, which evaluation and
+// the probe use, always returns the corpus as it is.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +68,11 @@ struct DataConfig {
   uint64_t max_tokens = 0;          // use only the first max_tokens tokens of the stream; 0 = all
   bool shuffle = true;              // false: chunks in stream order every epoch (evaluation)
   bool verify_checksum = true;      // CRC-check every shard when opening it
+  // Interventions on training samples (above). Positions are 1-based, within [1, context].
+  std::vector<int64_t> resample_positions;  // tokens redrawn uniformly from [0, resample_vocab)
+  uint32_t resample_vocab = 0;              // the model's vocabulary size (required with resampling)
+  int64_t fixed_token_position = 0;         // > 0: this position always holds fixed_token_id
+  int32_t fixed_token_id = 0;
 };
 
 class ChunkSampler {
@@ -86,8 +101,12 @@ class ChunkSampler {
   // The chunk ids of that micro-batch's rows (size layout.rows).
   std::vector<uint64_t> batch_chunks(const BatchLayout& layout, uint64_t step, int64_t micro, int64_t rank) const;
 
-  // The C+1 tokens of chunk `chunk` into out (which has room for C+1 values).
+  // The C+1 tokens of chunk `chunk` into out (which has room for C+1 values), as in the corpus.
   void read_chunk(uint64_t chunk, int32_t* out) const;
+  // The C+1 tokens of training sample `sample`: its chunk with the interventions applied.
+  void read_sample(uint64_t sample, int32_t* out) const;
+  // Applies the interventions of sample `sample` to its C+1 tokens in place.
+  void intervene(uint64_t sample, int32_t* row) const;
   // Fills inputs and targets (i32 [rows, C], contiguous CPU tensors) for that micro-batch. Returns the
   // chunk ids read.
   std::vector<uint64_t> fill_batch(const BatchLayout& layout, uint64_t step, int64_t micro, int64_t rank,
@@ -107,5 +126,9 @@ class ChunkSampler {
 
 // A Philox-keyed pseudo-random permutation of [0, n): position i -> element. Exposed for tests.
 uint64_t permute_index(uint64_t i, uint64_t n, uint64_t seed, uint64_t epoch);
+
+// The resampled token at 1-based position `position` of training sample `sample`: uniform over
+// [0, vocab). Exposed for tests.
+int32_t resampled_token(uint64_t seed, uint64_t sample, int64_t position, uint32_t vocab);
 
 }  // namespace sinklab::train

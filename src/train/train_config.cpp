@@ -41,7 +41,8 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size) {
       ("valid-data", po::value(&valid_data)->required(), "validation shard(s), comma-separated")
       ("max-train-tokens", po::value(&c.max_train_tokens)->default_value(0), "use only the first N training tokens (0 = all)")
       ("resample-positions", po::value(&resample_positions)->default_value(""),
-       "1-based positions of every training chunk whose token is redrawn uniformly from the vocabulary, e.g. 1 or 1,2 (Sec. 5)")
+       "1-based positions of every training chunk whose token is redrawn uniformly from [0, --vocab-size) for each "
+       "sample, e.g. 1 or 1,2 (Sec. 5; validation and probe data are not changed)")
       ("fixed-token-position", po::value(&c.fixed_token_position)->default_value(0),
        "1-based position of every training chunk that always holds --fixed-token-id (0 = off; Table 10 right)")
       ("fixed-token-id", po::value(&c.fixed_token_id)->default_value(0), "the token of --fixed-token-position")
@@ -85,6 +86,7 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size) {
   for (double p : parse_number_list(resample_positions, "resample-positions")) {
     SL_CHECK(p == double(int64_t(p)) && p >= 1 && p <= m.context,
              "--resample-positions: %g is not a position in [1, --context]", p);
+    SL_CHECK(int64_t(p) != c.fixed_token_position, "--fixed-token-position %g is also in --resample-positions", p);
     c.resample_positions.push_back(int64_t(p));
   }
   SL_CHECK(c.fixed_token_position >= 0 && c.fixed_token_position <= m.context,

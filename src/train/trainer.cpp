@@ -33,6 +33,20 @@ struct Evaluation {
   probe::ProbeResult probe;
 };
 
+// The training stream: shuffled, within the token budget, with the data interventions (Sec. 5).
+DataConfig training_data_config(const TrainConfig& cfg) {
+  DataConfig d;
+  d.shards = cfg.train_data;
+  d.context = cfg.model.context;
+  d.seed = cfg.seed;
+  d.max_tokens = uint64_t(cfg.max_train_tokens);
+  d.resample_positions = cfg.resample_positions;
+  d.resample_vocab = uint32_t(cfg.model.vocab_size);
+  d.fixed_token_position = cfg.fixed_token_position;
+  d.fixed_token_id = int32_t(cfg.fixed_token_id);
+  return d;
+}
+
 class Trainer {
  public:
   Trainer(const TrainConfig& cfg, dist::World& world);
@@ -76,8 +90,8 @@ Trainer::Trainer(const TrainConfig& cfg, dist::World& world)
       device_(cfg.device == "cuda" ? Device::cuda(world.local_rank()) : Device::cpu()),
       model_(cfg.model, device_),
       layout_(make_batch_layout(cfg.global_batch_tokens, cfg.model.context, cfg.micro_batch_rows, world.size())),
-      train_data_(DataConfig{cfg.train_data, cfg.model.context, cfg.seed, uint64_t(cfg.max_train_tokens), true, true}),
-      valid_data_(DataConfig{cfg.valid_data, cfg.model.context, cfg.seed, 0, false, true}) {
+      train_data_(training_data_config(cfg)),
+      valid_data_(DataConfig{cfg.valid_data, cfg.model.context, cfg.seed, 0, false, true, {}, 0, 0, 0}) {
   SL_CHECK(train_data_.vocab_size() <= uint32_t(cfg.model.vocab_size),
            "--vocab-size %d is smaller than the vocabulary of the training shards (%u)", cfg.model.vocab_size,
            train_data_.vocab_size());

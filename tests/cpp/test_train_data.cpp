@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <unistd.h>
 #include <set>
 #include <string>
@@ -318,6 +319,198 @@ TEST_F(TrainData, BatchLayoutFromTokens) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--global-batch-tokens"), std::string::npos);
   }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Data interventions (paper Sec. 5, Table 10 right).
+
+// The rows of every sample of steps [0, steps) under `layout`, by global sample index: inputs and
+// targets re-joined into the C+1 tokens of the sample.
+std::map<uint64_t, std::vector<int32_t>> rows_by_sample(const ChunkSampler& s, const BatchLayout& layout,
+                                                        uint64_t steps) {
+  const int64_t C = s.context();
+  std::map<uint64_t, std::vector<int32_t>> out;
+  const std::vector<int64_t> shape{layout.rows, C};
+  test::Owned in(DType::i32, shape), tg(DType::i32, shape);
+  for (uint64_t step = 0; step < steps; ++step)
+    for (int64_t r = 0; r < layout.world; ++r)
+      for (int64_t m = 0; m < layout.accum; ++m) {
+        s.fill_batch(layout, step, m, r, in, tg);
+        for (int64_t j = 0; j < layout.rows; ++j) {
+          std::vector<int32_t> row(in.data<int32_t>() + j * C, in.data<int32_t>() + (j + 1) * C);
+          row.push_back(tg.data<int32_t>()[j * C + C - 1]);
+          // Inputs and targets are the same row shifted by one, interventions included.
+          for (int64_t t = 0; t + 1 < C; ++t) EXPECT_EQ(tg.data<int32_t>()[j * C + t], row[size_t(t + 1)]);
+          EXPECT_TRUE(out.emplace(ChunkSampler::sample_index(layout, step, m, r, j), row).second);
+        }
+      }
+  return out;
+}
+
+TEST_F(TrainData, InterventionsChangeOnlyTheNamedPositions) {
+  io::write_shard(path("a.bin"), iota_tokens(4001), 5000, 1, 0);  // token t at stream index t: never < 0
+  DataConfig plain;
+  plain.shards = {path("a.bin")};
+  plain.context = 16;
+  plain.seed = 77;
+  DataConfig cfg = plain;
+  cfg.resample_positions = {1, 2, 7};
+  cfg.resample_vocab = 50;
+  cfg.fixed_token_position = 3;
+  cfg.fixed_token_id = 4999;
+  ChunkSampler base(plain), s(cfg);
+  BatchLayout layout{3, 2, 1};
+  auto a = rows_by_sample(base, layout, 40), b = rows_by_sample(s, layout, 40);  // 240 samples, 1 epoch
+  ASSERT_EQ(a.size(), b.size());
+  std::map<int64_t, int> changed;  // 1-based position -> samples where it differs
+  for (const auto& [sample, row] : b) {
+    const std::vector<int32_t>& orig = a.at(sample);
+    std::vector<int32_t> chunk(17);
+    s.read_chunk(s.chunk_of(sample), chunk.data());
+    EXPECT_EQ(orig, chunk);  // the plain sampler reads the corpus as it is
+    for (int64_t p = 1; p <= 17; ++p) {
+      const int32_t got = row[size_t(p - 1)];
+      if (p == 1 || p == 2 || p == 7) {
+        EXPECT_EQ(got, train::resampled_token(77, sample, p, 50));
+        EXPECT_GE(got, 0);
+        EXPECT_LT(got, 50);
+      } else if (p == 3) {
+        EXPECT_EQ(got, 4999);
+      } else {
+        EXPECT_EQ(got, orig[size_t(p - 1)]) << "sample " << sample << " position " << p;
+      }
+      changed[p] += got != orig[size_t(p - 1)];
+    }
+  }
+  // iota tokens are >= 50 after the first chunks: the resampled positions almost always differ.
+  for (int64_t p : {1, 2, 3, 7}) EXPECT_GT(changed[p], 200) << p;
+  // read_chunk (evaluation, probe) is untouched; read_sample is the training row.
+  std::vector<int32_t> chunk(17), sample(17);
+  s.read_chunk(5, chunk.data());
+  for (int i = 0; i < 17; ++i) EXPECT_EQ(chunk[size_t(i)], 5 * 16 + i);
+  s.read_sample(123, sample.data());
+  EXPECT_EQ(sample, b.at(123));
+  // The interventions are part of the data's identity (a resume with other ones is refused).
+  EXPECT_NE(s.fingerprint(), base.fingerprint());
+  DataConfig other = cfg;
+  other.fixed_token_position = 4;
+  EXPECT_NE(ChunkSampler(other).fingerprint(), s.fingerprint());
+}
+
+TEST_F(TrainData, ResampledTokensIgnoreRanksMicroBatchesAndResume) {
+  io::write_shard(path("a.bin"), iota_tokens(3001), 5000, 1, 0);
+  DataConfig cfg;
+  cfg.shards = {path("a.bin")};
+  cfg.context = 8;
+  cfg.seed = 2024;
+  cfg.resample_positions = {1, 2};
+  cfg.resample_vocab = 1000;
+  ChunkSampler s(cfg);
+  const int64_t W = 4, rows = 2, accum = 3;
+  // One rank, 2 ranks, 4 ranks, more or wider micro-batches: same global batch of 24 rows a step.
+  auto ref = rows_by_sample(s, BatchLayout{rows, accum, W}, 30);  // 720 samples, 2 epochs of 374 chunks
+  for (BatchLayout l : {BatchLayout{rows, accum * W, 1}, BatchLayout{rows * W, accum, 1},
+                        BatchLayout{rows * 2, accum, 2}, BatchLayout{24, 1, 1}}) {
+    auto other = rows_by_sample(s, l, 30);
+    EXPECT_EQ(other, ref) << "layout " << l.rows << "x" << l.accum << "x" << l.world;
+  }
+  // A fresh sampler (a resumed job) reads the same tokens.
+  ChunkSampler resumed(cfg);
+  test::Owned in(DType::i32, std::vector<int64_t>{rows, 8}), tg(DType::i32, std::vector<int64_t>{rows, 8});
+  BatchLayout l{rows, accum, W};
+  resumed.fill_batch(l, 17, 2, 3, in, tg);
+  for (int64_t j = 0; j < rows; ++j) {
+    const auto& want = ref.at(ChunkSampler::sample_index(l, 17, 2, 3, j));
+    for (int t = 0; t < 8; ++t) EXPECT_EQ(in.data<int32_t>()[j * 8 + t], want[size_t(t)]);
+  }
+  // A chunk met again in a later epoch gets new draws; another seed gives other draws.
+  std::map<uint64_t, uint64_t> first_sample_of_chunk;
+  int same_on_revisit = 0, revisits = 0;
+  for (const auto& [sample, row] : ref) {
+    auto [it, fresh] = first_sample_of_chunk.emplace(s.chunk_of(sample), sample);
+    if (!fresh) {
+      ++revisits;
+      same_on_revisit += ref.at(it->second)[0] == row[0];
+    }
+  }
+  EXPECT_GT(revisits, 300);
+  EXPECT_LT(same_on_revisit, 5);  // chance 1/1000 each
+  int same_seed = 0;
+  for (uint64_t sample = 0; sample < 1000; ++sample)
+    same_seed += train::resampled_token(2024, sample, 1, 1000) == train::resampled_token(2025, sample, 1, 1000);
+  EXPECT_LT(same_seed, 8);
+}
+
+TEST_F(TrainData, ResampledTokensAreUniform) {
+  // Pearson chi-square over 37 bins (odd, so 2^32 % 37 != 0: the rejection step matters), 74,000 draws
+  // over samples and positions: 36 degrees of freedom; the 99.99th percentile is 75. The draws are
+  // deterministic, so this is a fixed check, not a flaky one.
+  const uint32_t vocab = 37;
+  std::vector<int64_t> counts(vocab, 0);
+  int64_t n = 0;
+  for (uint64_t sample = 0; sample < 37000; ++sample)
+    for (int64_t p : {1, 2}) {
+      const int32_t t = train::resampled_token(9, sample, p, vocab);
+      ASSERT_GE(t, 0);
+      ASSERT_LT(t, int32_t(vocab));
+      ++counts[size_t(t)];
+      ++n;
+    }
+  const double expected = double(n) / vocab;
+  double chi2 = 0;
+  for (int64_t c : counts) chi2 += (double(c) - expected) * (double(c) - expected) / expected;
+  EXPECT_LT(chi2, 75.0);
+  EXPECT_GT(chi2, 10.0);  // 0.0001th percentile: not suspiciously flat (e.g. a counter mod vocab)
+  // Positions 1 and 2 of one sample are independent draws, not one value twice.
+  int equal = 0;
+  for (uint64_t sample = 0; sample < 5000; ++sample)
+    equal += train::resampled_token(9, sample, 1, 50432) == train::resampled_token(9, sample, 2, 50432);
+  EXPECT_LT(equal, 3);
+  // The whole range is reached at the vocabulary of the paper's tokenizer.
+  int32_t lo = 50432, hi = -1;
+  for (uint64_t sample = 0; sample < 20000; ++sample) {
+    const int32_t t = train::resampled_token(1, sample, 1, 50432);
+    lo = std::min(lo, t);
+    hi = std::max(hi, t);
+  }
+  EXPECT_LT(lo, 50);
+  EXPECT_GT(hi, 50432 - 50);
+  EXPECT_LT(hi, 50432);
+}
+
+TEST_F(TrainData, BadInterventionsAreNamed) {
+  io::write_shard(path("a.bin"), iota_tokens(101), 1000, 1, 0);
+  DataConfig cfg;
+  cfg.shards = {path("a.bin")};
+  cfg.context = 8;
+  cfg.resample_vocab = 1000;
+  auto error_of = [&](const DataConfig& c) -> std::string {
+    try {
+      ChunkSampler s(c);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  DataConfig c = cfg;
+  c.resample_positions = {9};  // > context
+  EXPECT_NE(error_of(c).find("--resample-positions"), std::string::npos);
+  c.resample_positions = {0};
+  EXPECT_NE(error_of(c).find("--resample-positions"), std::string::npos);
+  c.resample_positions = {2};
+  c.fixed_token_position = 2;
+  EXPECT_NE(error_of(c).find("--fixed-token-position"), std::string::npos);
+  c = cfg;
+  c.fixed_token_position = 9;
+  EXPECT_NE(error_of(c).find("--fixed-token-position"), std::string::npos);
+  c = cfg;
+  c.resample_positions = {1};
+  c.resample_vocab = 0;
+  EXPECT_NE(error_of(c).find("--resample-positions"), std::string::npos);
+  c = cfg;
+  c.resample_positions = {8};  // the last input position is allowed
+  c.fixed_token_position = 1;
+  EXPECT_EQ(error_of(c), "");
 }
 
 TEST_F(TrainData, MissingOrCorruptShardIsNamed) {

@@ -1,0 +1,101 @@
+"""Prints training runs side by side, one row per evaluation step: the valid loss and Sink_1^eps of each
+run (the demo's softmax vs sigmoid-without-normalisation comparison, or any runs of the same schedule).
+
+    python -m analysis.compare results/a/results.h5 results/b/results.h5 [--eps 0.3]
+
+Every run in every file is a column group, named by its run name and attention operation. A run whose
+attention weights are not a distribution (normaliser other than the plain sum, or rows summing to
+alpha != 1) has its Sink_1 from the paper's proxy scores (Sec. 7.4): marked with *.
+"""
+import argparse
+import sys
+from dataclasses import dataclass
+
+import h5py
+import numpy as np
+
+
+@dataclass
+class Run:
+    name: str
+    attention: str      # "sim, Z = norm"
+    proxy: bool         # Sink_1 from proxy scores
+    steps: np.ndarray   # eval steps
+    valid_loss: np.ndarray
+    sink: np.ndarray    # [eval] at the chosen eps, %
+    train_line: str
+
+
+def _config(text):
+    settings = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            settings[key.strip()] = value.strip()
+    return settings
+
+
+def read_runs(path, eps):
+    """The runs of one results file that have evaluations, Sink_1 at `eps`."""
+    runs = []
+    with h5py.File(path, "r") as f:
+        for name, g in f.get("runs", {}).items():
+            if "eval" not in g:
+                continue
+            ev = g["eval"]
+            eps_list = [float(e) for e in str(ev.attrs.get("sink_eps", "")).split(",") if e]
+            matches = [i for i, e in enumerate(eps_list) if abs(e - eps) < 1e-9]
+            if not matches:
+                raise SystemExit(f"{path}: run {name} has Sink_1 at eps {eps_list}, not at --eps {eps:g}")
+            cfg = _config(str(g.attrs.get("config", "")))
+            sim, norm = cfg.get("attn-sim", "exp"), cfg.get("attn-norm", "sum")
+            proxy = norm != "sum" or float(cfg.get("attn-alpha", "1")) != 1.0
+            train_line = ""
+            if "train" in g and len(g["train/loss"]):
+                loss, tps = g["train/loss"][:], g["train/tokens_per_s"][:]
+                train_line = (f"{len(loss)} steps, train loss {loss[0]:.4f} -> {loss[-1]:.4f}, "
+                              f"median {np.median(tps):.0f} tokens/s")
+            runs.append(Run(name, f"{sim}, Z = {norm}", proxy, ev["step"][:], ev["valid_loss"][:],
+                            ev["sink"][:, matches[0]], train_line))
+    return runs
+
+
+def compare_table(runs, eps):
+    """The side-by-side table as text."""
+    lines = []
+    for r in runs:
+        lines.append(f"{r.name}: attention {r.attention}{' (Sink_1 from proxy scores)' if r.proxy else ''}"
+                     f"{'; ' + r.train_line if r.train_line else ''}")
+    # Per run: 3 spaces, valid loss in 10, Sink_1 in 12 (a % sign included).
+    group = 3 + 10 + 12
+    lines.append("")
+    lines.append(f"{'':>6}" + "".join(f"{(r.name + ('*' if r.proxy else ''))[:group - 3]:>{group}}" for r in runs))
+    sink_head = f"Sink_1^{eps:g}"
+    lines.append(f"{'step':>6}" + "".join(f"   {'valid loss':>10}{sink_head:>12}" for _ in runs))
+    for step in sorted({int(s) for r in runs for s in r.steps}):
+        cells = []
+        for r in runs:
+            hit = np.nonzero(r.steps == step)[0]
+            if len(hit):
+                cells.append(f"   {r.valid_loss[hit[0]]:>10.4f}{r.sink[hit[0]]:>11.2f}%")
+            else:
+                cells.append(" " * group)
+        lines.append(f"{step:>6}" + "".join(cells))
+    return "\n".join(lines)
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description="training runs side by side: valid loss and Sink_1^eps per eval step")
+    parser.add_argument("results", nargs="+", help="results.h5 files of sinklab-pretrain")
+    parser.add_argument("--eps", type=float, default=0.3, help="threshold of Sink_1^eps (one the runs measured)")
+    args = parser.parse_args(argv)
+    runs = [r for path in args.results for r in read_runs(path, args.eps)]
+    if not runs:
+        print("analysis.compare: no run with evaluations in " + ", ".join(args.results), file=sys.stderr)
+        return 1
+    print(compare_table(runs, args.eps))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
