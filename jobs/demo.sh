@@ -51,7 +51,7 @@ for model in softmax sigmoid; do
   survey_models+=(--model "tiny_$model $root/$step_dir inputs=$root/data/mini/survey_inputs.h5")
 done
 mpirun -np 2 "$build/bin/sinklab-survey" "${survey_models[@]}" --inputs natural,random,repeat --n-seq 32 \
-  --seq-len 16 --max-k 4 --batch 8 --qk-maps 0:0,-1:0 --attention-maps -1:0 --output results/demo/survey.h5
+  --seq-len 64 --max-k 8 --batch 8 --qk-maps 0:0,-1:0 --attention-maps -1:0 --output results/demo/survey.h5
 
 if [ -x jobs/demo_smollm2.sh ] || [ -f jobs/demo_smollm2.sh ]; then
   echo "== a real pretrained model: SmolLM2-135M (jobs/demo_smollm2.sh)"
