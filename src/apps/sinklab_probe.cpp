@@ -121,6 +121,12 @@ int run(const ProbeOptions& o) {
   out.write_array(g + "/sink", {int64_t(eps.size())}, r.sink.data());
   out.write_array(g + "/sink_eps", {int64_t(eps.size())}, eps.data());
   out.write_array(g + "/massive_ratio", {cfg.n_layers}, r.massive_ratio.data());
+  if (!r.sink_star.empty()) {
+    out.write_array(g + "/sink_star", {int64_t(eps.size())}, r.sink_star.data());
+    out.write_array(g + "/alpha_star", {cfg.n_layers, cfg.n_heads}, r.alpha_star.data());
+  }
+  if (!r.massive_ratio_pre_norm.empty())
+    out.write_array(g + "/massive_ratio_pre_norm", {cfg.n_layers}, r.massive_ratio_pre_norm.data());
   out.set_attr(g, "n_seq", o.sequences);
   out.set_attr(g, "T", o.length);
   out.set_attr(g, "bos", bos);

@@ -14,6 +14,13 @@ template <class T> SL_HD T relu(T x) { return x > T(0) ? x : T(0); }
 template <class T> SL_HD T relu_grad(T x) { return x > T(0) ? T(1) : T(0); }
 
 template <class T> SL_HD T sigmoid(T x) { return T(1) / (T(1) + fexp(-x)); }
+// elu(x) + 1 (alpha 1): the kernel feature map phi of linear attention; d/dx = 1 (x > 0) or e^x.
+template <class T> SL_HD T elu_plus_one(T x) { return x > T(0) ? x + T(1) : fexp(x); }
+template <class T> SL_HD T elu_plus_one_grad(T x) { return x > T(0) ? T(1) : fexp(x); }
+template <class T> SL_HD T sigmoid_grad(T x) {
+  const T s = sigmoid(x);
+  return s * (T(1) - s);
+}
 
 // SiLU (Swish-1): x * sigmoid(x); d/dx = s + x s (1 - s).
 template <class T> SL_HD T silu(T x) { return x * sigmoid(x); }
@@ -48,6 +55,8 @@ template <class T> SL_HD T activate(ops::Activation act, T x) {
     case ops::Activation::gelu_exact: return gelu_exact(x);
     case ops::Activation::gelu_tanh: return gelu_tanh(x);
     case ops::Activation::silu: return silu(x);
+    case ops::Activation::sigmoid: return sigmoid(x);
+    case ops::Activation::elu_plus_one: return elu_plus_one(x);
   }
   return x;
 }
@@ -58,6 +67,8 @@ template <class T> SL_HD T activate_grad(ops::Activation act, T x) {
     case ops::Activation::gelu_exact: return gelu_exact_grad(x);
     case ops::Activation::gelu_tanh: return gelu_tanh_grad(x);
     case ops::Activation::silu: return silu_grad(x);
+    case ops::Activation::sigmoid: return sigmoid_grad(x);
+    case ops::Activation::elu_plus_one: return elu_plus_one_grad(x);
   }
   return T(1);
 }
@@ -68,12 +79,16 @@ template <ops::Activation A, class T> SL_HD T activate_as(T x) {
   if constexpr (A == ops::Activation::relu) return relu(x);
   else if constexpr (A == ops::Activation::gelu_exact) return gelu_exact(x);
   else if constexpr (A == ops::Activation::gelu_tanh) return gelu_tanh(x);
+  else if constexpr (A == ops::Activation::sigmoid) return sigmoid(x);
+  else if constexpr (A == ops::Activation::elu_plus_one) return elu_plus_one(x);
   else return silu(x);
 }
 template <ops::Activation A, class T> SL_HD T activate_grad_as(T x) {
   if constexpr (A == ops::Activation::relu) return relu_grad(x);
   else if constexpr (A == ops::Activation::gelu_exact) return gelu_exact_grad(x);
   else if constexpr (A == ops::Activation::gelu_tanh) return gelu_tanh_grad(x);
+  else if constexpr (A == ops::Activation::sigmoid) return sigmoid_grad(x);
+  else if constexpr (A == ops::Activation::elu_plus_one) return elu_plus_one_grad(x);
   else return silu_grad(x);
 }
 template <class Fn> decltype(auto) with_activation(ops::Activation act, Fn&& fn) {
@@ -81,6 +96,9 @@ template <class Fn> decltype(auto) with_activation(ops::Activation act, Fn&& fn)
     case ops::Activation::relu: return fn(std::integral_constant<ops::Activation, ops::Activation::relu>{});
     case ops::Activation::gelu_exact: return fn(std::integral_constant<ops::Activation, ops::Activation::gelu_exact>{});
     case ops::Activation::gelu_tanh: return fn(std::integral_constant<ops::Activation, ops::Activation::gelu_tanh>{});
+    case ops::Activation::sigmoid: return fn(std::integral_constant<ops::Activation, ops::Activation::sigmoid>{});
+    case ops::Activation::elu_plus_one:
+      return fn(std::integral_constant<ops::Activation, ops::Activation::elu_plus_one>{});
     case ops::Activation::silu: break;
   }
   return fn(std::integral_constant<ops::Activation, ops::Activation::silu>{});

@@ -84,7 +84,7 @@ void rope_backward(Tensor d_x, Tensor d_out, Tensor positions, const RopeConfig&
 
 // ---------------------------------------------------------------------------------------------------
 // Elementwise activations and gated FFN products. Shapes [*], strided rows allowed.
-enum class Activation : uint8_t { relu, gelu_exact, gelu_tanh, silu };
+enum class Activation : uint8_t { relu, gelu_exact, gelu_tanh, silu, sigmoid, elu_plus_one };
 void activation_forward(Tensor out, Tensor in, Activation act);
 void activation_backward(Tensor d_in, Tensor d_out, Tensor in, Activation act);
 // out = act(gate) * up   (SwiGLU: silu, GeGLU: gelu, ReGLU: relu)

@@ -1,7 +1,9 @@
 #include "model/transformer.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
+#include <vector>
 
 #include "core/arena.hpp"
 #include "core/error.hpp"
@@ -9,18 +11,20 @@
 namespace sinklab::model {
 namespace {
 
-// Parameter indices in param_layout order: the embedding, then 9 per layer, then the final norm and
-// the head.
-constexpr size_t kPerLayer = 9;
-enum LayerParam : size_t { kNorm1 = 0, kQ, kK, kV, kO, kNorm2, kGate, kUp, kDown };
-size_t layer_param(int layer, LayerParam p) { return 1 + kPerLayer * size_t(layer) + p; }
-constexpr size_t kEmbedding = 0;
-size_t final_norm_param(int n_layers) { return 1 + kPerLayer * size_t(n_layers); }
-size_t head_param(int n_layers) { return final_norm_param(n_layers) + 1; }
-
 // Per-head view of columns [col, col + heads*dh) of a [B*T, width] matrix: [B,T,heads,dh].
 Tensor head_view(Tensor m, int64_t batch, int64_t seq, int64_t col, int64_t heads, int64_t dh) {
   return m.split_dim(0, batch, seq).slice(2, col, heads * dh).split_dim(2, heads, dh);
+}
+
+// A view of `base` with explicit shape and strides (stride 0 broadcasts a dimension; only ever a source).
+Tensor strided(Tensor base, std::initializer_list<int64_t> shape, std::initializer_list<int64_t> strides) {
+  Tensor t = base;
+  t.ndim = int(shape.size());
+  int d = 0;
+  for (int64_t s : shape) t.shape[size_t(d++)] = s;
+  d = 0;
+  for (int64_t s : strides) t.stride[size_t(d++)] = s;
+  return t;
 }
 
 }  // namespace
@@ -28,15 +32,91 @@ Tensor head_view(Tensor m, int64_t batch, int64_t seq, int64_t col, int64_t head
 Transformer::Transformer(const ModelConfig& cfg, Device device) : cfg_(cfg), device_(device) {
   specs_ = param_layout(cfg_, &n_elements_);
   for (size_t i = 0; i < specs_.size(); ++i) index_[specs_[i].name] = i;
+  embed_index_ = find("model.embed_tokens.weight");
+  positions_index_ = find("model.embed_positions.weight");
+  sink_token_index_ = find("model.sink_token");
+  relative_index_ = find("model.relative_attention_bias.weight");
+  final_norm_index_ = find("model.norm.weight");
+  head_index_ = find("lm_head.weight");
+  for (int l = 0; l < cfg_.n_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    LayerIndex li;
+    li.norm1 = find(p + "input_layernorm.weight");
+    li.qkv = find(p + "self_attn.q_proj.weight");
+    li.kernel_mlp1 = find(p + "self_attn.kernel_mlp1.weight");
+    li.kernel_mlp2 = find(p + "self_attn.kernel_mlp2.weight");
+    li.k_bias = find(p + "self_attn.k_bias");
+    li.v_bias = find(p + "self_attn.v_bias");
+    li.sinks = find(p + "self_attn.sinks");
+    li.gate = find(p + "self_attn.gate_proj.weight");
+    li.o = find(p + "self_attn.o_proj.weight");
+    li.norm2 = find(p + "post_attention_layernorm.weight");
+    li.ffn_in = find(p + (cfg_.gated_ffn() ? "mlp.gate_proj.weight" : "mlp.up_proj.weight"));
+    li.down = find(p + "mlp.down_proj.weight");
+    layer_index_.push_back(li);
+  }
+
   params_buffer_ = Buffer(size_t(n_elements_) * sizeof(float), device_);
   grads_buffer_ = Buffer(size_t(n_elements_) * sizeof(float), device_);
   flat_params_ = params_buffer_.view(DType::f32, {n_elements_});
   flat_grads_ = grads_buffer_.view(DType::f32, {n_elements_});
   ops::fill(flat_params_, 0.0);  // alignment padding stays zero
   ops::fill(flat_grads_, 0.0);
-  attention_.scale = 0.0;  // 1/sqrt(dh)
+  attention_ = cfg_.attention_spec();
   rope_.rotary_dim = cfg_.head_dim();
   rope_.base = cfg_.rope_theta;
+
+  // Constants, computed on the host in double and copied to the device once.
+  const int64_t d = cfg_.d_model, H = cfg_.n_heads, dh = cfg_.head_dim(), nb = cfg_.relative_buckets;
+  const int64_t positions = int64_t(cfg_.context) + cfg_.lead_positions();
+  std::vector<float> host;
+  auto place = [&](std::vector<float> values) {
+    const int64_t at = int64_t(host.size());
+    host.insert(host.end(), values.begin(), values.end());
+    host.resize((host.size() + 15) / 16 * 16, 0.0f);
+    return at;
+  };
+  int64_t at_sinusoidal = -1, at_bucket = -1, at_zero = -1, at_expand = -1;
+  if (cfg_.pos_emb == PosEmb::sinusoidal) {
+    // Paper Eq. 5: p_t = [sin(w_1 t), cos(w_1 t), ..., sin(w_{d/2} t), cos(w_{d/2} t)], w_i = 10000^(-2(i-1)/d).
+    std::vector<float> table(size_t(positions * d));
+    for (int64_t t = 0; t < positions; ++t)
+      for (int64_t i = 0; i < d / 2; ++i) {
+        const double w = std::pow(10000.0, -2.0 * double(i) / double(d));
+        table[size_t(t * d + 2 * i)] = float(std::sin(w * double(t)));
+        table[size_t(t * d + 2 * i + 1)] = float(std::cos(w * double(t)));
+      }
+    at_sinusoidal = place(std::move(table));
+  }
+  if (cfg_.pos_emb == PosEmb::relative && cfg_.relative_bias == RelativeBias::bucket_index) {
+    // The paper's Eq. 6 as its released code uses it: the bucket index itself is the score bias.
+    std::vector<float> table(size_t(H * nb));
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t b = 0; b < nb; ++b) table[size_t(h * nb + b)] = float(b);
+    at_bucket = place(std::move(table));
+  }
+  if (cfg_.softmax_plus_one) at_zero = place(std::vector<float>(size_t(H), 0.0f));
+  if (cfg_.attn_gate == AttnGate::headwise) {
+    std::vector<float> expand(size_t(H * H * dh), 0.0f);  // expand[h, h*dh + i] = 1
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < dh; ++i) expand[size_t(h * H * dh + h * dh + i)] = 1.0f;
+    at_expand = place(std::move(expand));
+  }
+  if (!host.empty()) {
+    constants_buffer_ = Buffer(host.size() * sizeof(float), device_);
+    Tensor all = constants_buffer_.view(DType::f32, {int64_t(host.size())});
+    ops::copy(all, Tensor(host.data(), DType::f32, {int64_t(host.size())}));
+    float* base = all.ptr<float>();
+    if (at_sinusoidal >= 0) sinusoidal_ = Tensor(base + at_sinusoidal, DType::f32, {positions, d}, device_);
+    if (at_bucket >= 0) bucket_bias_ = Tensor(base + at_bucket, DType::f32, {H, nb}, device_);
+    if (at_zero >= 0) zero_sink_ = Tensor(base + at_zero, DType::f32, {H}, device_);
+    if (at_expand >= 0) head_expand_ = Tensor(base + at_expand, DType::f32, {H, H * dh}, device_);
+  }
+}
+
+int64_t Transformer::find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? -1 : int64_t(it->second);
 }
 
 int64_t Transformer::num_parameters() const {
@@ -45,22 +125,22 @@ int64_t Transformer::num_parameters() const {
   return n;
 }
 
-Tensor Transformer::at(size_t param_index, bool grad) const {
-  const ParamSpec& s = specs_[param_index];
+Tensor Transformer::at(int64_t param_index, bool grad) const {
+  const ParamSpec& s = specs_[size_t(param_index)];
   float* base = (grad ? flat_grads_ : flat_params_).ptr<float>() + s.offset;
   return Tensor::contiguous_view(base, DType::f32, s.shape.data(), int(s.shape.size()), device_);
 }
 
 Tensor Transformer::param(const std::string& name) const {
-  auto it = index_.find(name);
-  SL_CHECK(it != index_.end(), "model has no parameter '%s'", name.c_str());
-  return at(it->second, false);
+  const int64_t i = find(name);
+  SL_CHECK(i >= 0, "model has no parameter '%s'", name.c_str());
+  return at(i, false);
 }
 
 Tensor Transformer::grad(const std::string& name) const {
-  auto it = index_.find(name);
-  SL_CHECK(it != index_.end(), "model has no parameter '%s'", name.c_str());
-  return at(it->second, true);
+  const int64_t i = find(name);
+  SL_CHECK(i >= 0, "model has no parameter '%s'", name.c_str());
+  return at(i, true);
 }
 
 // The [rows, cols] matrix starting at parameter first_param_index: a fused q|k|v or gate|up group is
@@ -73,8 +153,9 @@ Tensor Transformer::weight(int64_t first_param_index, int64_t rows, int64_t cols
 
 void Transformer::init_weights(uint64_t seed) {
   for (size_t i = 0; i < specs_.size(); ++i) {
-    Tensor p = at(i, false);
+    Tensor p = at(int64_t(i), false);
     if (specs_[i].init_one) ops::fill(p, 1.0);
+    else if (specs_[i].init_std == 0.0) ops::fill(p, 0.0);
     else ops::fill_normal(p, seed, uint64_t(i), 0.0, specs_[i].init_std);
   }
   zero_grads();
@@ -82,13 +163,19 @@ void Transformer::init_weights(uint64_t seed) {
 
 void Transformer::zero_grads() { ops::fill(flat_grads_, 0.0); }
 
-void Transformer::ensure_activations(int64_t batch, int64_t seq) {
-  SL_CHECK(seq >= 1 && seq <= cfg_.context, "sequence length %lld outside [1, context=%d]", (long long)seq,
-           cfg_.context);
-  if (batch == batch_ && seq == seq_) return;
+void Transformer::ensure_activations(int64_t batch, int64_t input_seq) {
+  SL_CHECK(input_seq >= 1 && input_seq <= cfg_.context, "sequence length %lld outside [1, context=%d]",
+           (long long)input_seq, cfg_.context);
+  if (batch == batch_ && input_seq == input_seq_) return;
+  const int64_t seq = model_seq(input_seq);
   const int64_t N = batch * seq, d = cfg_.d_model, F = cfg_.ffn_hidden, V = cfg_.vocab_size;
   const int64_t H = cfg_.n_heads, dh = cfg_.head_dim(), Hkv = cfg_.kv_heads();
-  const int64_t qkv_dim = (H + 2 * Hkv) * dh;
+  const int64_t qkv_dim = (H + 2 * Hkv) * dh, feat_dim = (H + Hkv) * dh;
+  const int64_t ffn_in = cfg_.gated_ffn() ? 2 * F : F;
+  const int64_t S = cfg_.lead_keys() + seq;
+  const bool kernel = cfg_.qk_kernel != QkKernel::identity, mlp = cfg_.qk_kernel == QkKernel::mlp;
+  const bool lead = cfg_.lead_keys() > 0, post = cfg_.norm_placement == NormPlacement::post;
+  const bool gate = cfg_.attn_gate != AttnGate::none, add = cfg_.head_combine == HeadCombine::add;
   // Logits are produced and consumed in row chunks of at most ~16M floats: the [N, V] matrix of a
   // 50k vocabulary would otherwise dominate memory.
   head_chunk_rows_ = std::clamp<int64_t>((int64_t(16) << 20) / V, 1, N);
@@ -105,100 +192,301 @@ void Transformer::ensure_activations(int64_t batch, int64_t seq) {
     }
     return arena.alloc(DType::f32, dims);
   };
+  auto alloc_if = [&](bool needed, std::initializer_list<int64_t> dims) { return needed ? alloc(dims) : Tensor{}; };
   auto plan = [&]() {
     layers_.assign(size_t(cfg_.n_layers), LayerActs{});
     for (auto& a : layers_) {
       a.x_in = alloc({N, d});
-      a.xn1 = alloc({N, d});
+      a.xn1 = alloc_if(!post, {N, d});
       a.rstd1 = alloc({N});
       a.qkv = alloc({N, qkv_dim});
+      a.feat_in = alloc_if(kernel, {N, feat_dim});
+      a.feat_hidden = alloc_if(mlp, {N, feat_dim});
+      a.feat_act = alloc_if(mlp, {N, feat_dim});
+      a.feat = alloc_if(kernel, {N, feat_dim});
+      a.k_ext = alloc_if(lead, {batch, S, Hkv, dh});
+      a.v_ext = alloc_if(lead, {batch, S, Hkv, dh});
       a.att = alloc({N, H * dh});
+      a.att_biased = alloc_if(cfg_.attn_bias == AttnBias::v, {N, H * dh});
       a.stats = alloc({batch, H, seq});
+      a.gate_logits = alloc_if(gate, {N, H * dh});
+      a.att_gated = alloc_if(gate, {N, H * dh});
+      a.att_sum = alloc_if(add, {N, dh});
+      a.pre_norm1 = alloc_if(post, {N, d});
       a.x_mid = alloc({N, d});
-      a.xn2 = alloc({N, d});
+      a.xn2 = alloc_if(!post, {N, d});
       a.rstd2 = alloc({N});
-      a.gate_up = alloc({N, 2 * F});
+      a.ffn_in = alloc({N, ffn_in});
       a.ffn_h = alloc({N, F});
+      a.pre_norm2 = alloc_if(post, {N, d});
     }
     x_final_in_ = alloc({N, d});
-    xf_ = alloc({N, d});
+    xf_ = post ? x_final_in_ : alloc({N, d});  // post-norm models have no final norm
     rstdf_ = alloc({N});
     logits_ = alloc({head_chunk_rows_, V});
     losses_ = alloc({N});
+    ones_ = alloc({1, N * H});
     tmp_ = alloc({N, d});
     d_res_ = alloc({N, d});
     d_tmp_ = alloc({N, d});
     d_xn_ = alloc({N, d});
+    d_attn_in_ = alloc({N, d});
     d_qkv_ = alloc({N, qkv_dim});
+    d_feat_ = alloc_if(kernel, {N, feat_dim});
+    d_feat_hidden_ = alloc_if(mlp, {N, feat_dim});
+    d_k_ext_ = alloc_if(lead, {batch, S, Hkv, dh});
+    d_v_ext_ = alloc_if(lead, {batch, S, Hkv, dh});
     d_att_ = alloc({N, H * dh});
-    d_gate_up_ = alloc({N, 2 * F});
+    d_att_gated_ = alloc_if(gate, {N, H * dh});
+    d_att_sum_ = alloc_if(add, {N, dh});
+    d_gate_logits_ = alloc_if(gate, {N, H * dh});
+    d_gate_small_ = alloc_if(cfg_.attn_gate == AttnGate::headwise, {N, H});
+    d_pre_ = alloc_if(post, {N, d});
+    d_ffn_in_ = alloc({N, ffn_in});
     d_ffn_h_ = alloc({N, F});
     d_xf_ = alloc({N, d});
+    bias_scratch_ = alloc({1, H * dh});
+    d_sinks_ = alloc({H});
+    d_relative_ = alloc({H, cfg_.relative_buckets});
   };
   plan();
   acts_buffer_ = Buffer(total, device_);
   arena = Arena(acts_buffer_.data(), acts_buffer_.bytes(), device_);
   counting = false;
   plan();
+  ops::fill(ones_, 1.0);
+  targets_buffer_ = Buffer(size_t(N) * sizeof(int32_t), device_);
+  targets_ = targets_buffer_.view(DType::i32, {batch, seq});
   batch_ = batch;
   seq_ = seq;
+  input_seq_ = input_seq;
+}
+
+// h0 [B*T', d]: token embeddings (after the sink token x* when there is one) plus absolute positions.
+void Transformer::embed(Tensor inputs) {
+  const int64_t B = batch_, T = input_seq_, Tp = seq_, d = cfg_.d_model;
+  Tensor x0 = layers_[0].x_in;
+  if (sink_token_index_ >= 0) {
+    Tensor tokens = tmp_.slice(0, 0, B * T);
+    ops::embedding_forward(tokens, inputs.reshape({B * T}), at(embed_index_, false));
+    Tensor rows = x0.split_dim(0, B, Tp);
+    ops::copy(rows.slice(1, 1, T), tokens.split_dim(0, B, T));
+    ops::copy(rows.slice(1, 0, 1), strided(at(sink_token_index_, false), {B, 1, d}, {0, 0, 1}));
+  } else {
+    ops::embedding_forward(x0, inputs.reshape({B * T}), at(embed_index_, false));
+  }
+  Tensor table = positions_index_ >= 0 ? at(positions_index_, false) : sinusoidal_;
+  if (table.defined()) ops::accumulate(x0.split_dim(0, B, Tp), strided(table, {B, Tp, d}, {0, d, 1}));
+}
+
+void Transformer::embed_backward(Tensor inputs) {
+  const int64_t B = batch_, T = input_seq_, Tp = seq_;
+  Tensor d_rows = d_res_.split_dim(0, B, Tp);
+  if (positions_index_ >= 0) {
+    Tensor d_table = at(positions_index_, true).slice(0, 0, Tp);
+    for (int64_t b = 0; b < B; ++b) ops::accumulate(d_table, d_rows.slice(0, b, 1).reshape({Tp, cfg_.d_model}));
+  }
+  if (sink_token_index_ >= 0) {
+    Tensor d_sink = at(sink_token_index_, true).reshape({1, cfg_.d_model});
+    for (int64_t b = 0; b < B; ++b) ops::accumulate(d_sink, d_res_.slice(0, b * Tp, 1));
+    Tensor d_tokens = tmp_.slice(0, 0, B * T);
+    ops::copy(d_tokens.split_dim(0, B, T), d_rows.slice(1, 1, T));
+    ops::embedding_backward(at(embed_index_, true), d_tokens, inputs.reshape({B * T}));
+  } else {
+    ops::embedding_backward(at(embed_index_, true), d_res_, inputs.reshape({B * T}));
+  }
+}
+
+// The attention op's spec for layer l with its per-layer tensors (sink logits, relative bias).
+ops::AttentionSpec Transformer::layer_spec(int l, bool backward) const {
+  ops::AttentionSpec spec = attention_;
+  const LayerIndex& li = layer_index_[size_t(l)];
+  if (li.sinks >= 0) {
+    spec.sink_logit = at(li.sinks, false);
+    if (backward) spec.d_sink_logit = d_sinks_;
+  } else if (zero_sink_.defined()) {
+    spec.sink_logit = zero_sink_;
+  }
+  if (relative_index_ >= 0) {
+    spec.relative_bias = at(relative_index_, false);
+    if (backward) spec.d_relative_bias = d_relative_;
+  } else if (bucket_bias_.defined()) {
+    spec.relative_bias = bucket_bias_;
+  }
+  return spec;
+}
+
+// One attention block's mixing, from a.qkv to the input of o_proj:
+//   rope(q, k) -> phi(q), phi(k) -> [k*; k], [v*; v] -> attention -> + v* -> * sigmoid(gate) -> combine.
+void Transformer::attention_forward(int l, const ops::AttentionSpec& spec) {
+  LayerActs& a = layers_[size_t(l)];
+  const LayerIndex& li = layer_index_[size_t(l)];
+  const int64_t B = batch_, T = seq_, N = B * T, H = cfg_.n_heads, dh = cfg_.head_dim(), Hkv = cfg_.kv_heads();
+  const int64_t feat_dim = (H + Hkv) * dh;
+  Tensor q = head_view(a.qkv, B, T, 0, H, dh);
+  Tensor k = head_view(a.qkv, B, T, H * dh, Hkv, dh);
+  Tensor v = head_view(a.qkv, B, T, (H + Hkv) * dh, Hkv, dh);
+  if (cfg_.pos_emb == PosEmb::rope) {
+    ops::rope_forward(q, q, Tensor{}, rope_);
+    ops::rope_forward(k, k, Tensor{}, rope_);
+  }
+  // Kernel feature map on every q and k head row (Table 15): elu+1, or a 2-layer ReLU MLP [dh -> dh -> dh].
+  if (cfg_.qk_kernel != QkKernel::identity) {
+    ops::copy(a.feat_in, a.qkv.slice(1, 0, feat_dim));
+    Tensor rows_in = a.feat_in.reshape({N * (H + Hkv), dh}), rows_out = a.feat.reshape({N * (H + Hkv), dh});
+    if (cfg_.qk_kernel == QkKernel::elu_plus_one) {
+      ops::activation_forward(rows_out, rows_in, ops::Activation::elu_plus_one);
+    } else {
+      Tensor hidden = a.feat_hidden.reshape({N * (H + Hkv), dh}), act = a.feat_act.reshape({N * (H + Hkv), dh});
+      ops::linear_forward(hidden, rows_in, at(li.kernel_mlp1, false), Tensor{});
+      ops::activation_forward(act, hidden, ops::Activation::relu);
+      ops::linear_forward(rows_out, act, at(li.kernel_mlp2, false), Tensor{});
+    }
+    q = head_view(a.feat, B, T, 0, H, dh);
+    k = head_view(a.feat, B, T, H * dh, Hkv, dh);
+  }
+  // KV / K biases: one extra key (and value) in front of the sequence's keys that every query sees.
+  if (cfg_.lead_keys() > 0) {
+    const int64_t S = T + 1, per_head = cfg_.bias_per_head ? 1 : 0;
+    ops::copy(a.k_ext.slice(1, 1, T), k);
+    ops::copy(a.v_ext.slice(1, 1, T), v);
+    Tensor k_star = a.k_ext.slice(1, 0, 1), v_star = a.v_ext.slice(1, 0, 1);  // [B,1,H,dh]
+    Tensor k_bias = at(li.k_bias, false);                                     // [H|1, d_a]
+    const int64_t d_a = k_bias.shape[1];
+    ops::fill(k_star, 0.0);
+    ops::copy(k_star.slice(3, 0, d_a), strided(k_bias, {B, 1, H, d_a}, {0, 0, per_head * d_a, 1}));
+    if (li.v_bias >= 0) {
+      ops::copy(v_star, strided(at(li.v_bias, false), {B, 1, H, dh}, {0, 0, per_head * dh, 1}));
+    } else {
+      // Fixed v* = m v' (v' = e_1) or m v'' (v'' = ones / sqrt(dh)), Table 5; 0 by default.
+      ops::fill(v_star, 0.0);
+      const double m = cfg_.fixed_value_scale;
+      if (cfg_.fixed_value == FixedValue::e1) ops::fill(v_star.slice(3, 0, 1), m);
+      if (cfg_.fixed_value == FixedValue::ones) ops::fill(v_star, m / std::sqrt(double(dh)));
+    }
+    k = a.k_ext;
+    v = a.v_ext;
+    (void)S;
+  }
+  ops::attention_forward(head_view(a.att, B, T, 0, H, dh), a.stats, q, k, v, spec);
+  if (cfg_.attn_bias == AttnBias::v) {  // V biases: o_h + v*_h (Table 4, last row)
+    const int64_t per_head = cfg_.bias_per_head ? 1 : 0;
+    ops::add(head_view(a.att_biased, B, T, 0, H, dh), head_view(a.att, B, T, 0, H, dh),
+             strided(at(li.v_bias, false), {B, T, H, dh}, {0, 0, per_head * dh, 1}));
+  }
 }
 
 void Transformer::forward_layers(Tensor inputs, LayerObserver* observer) {
   SL_CHECK(inputs.ndim == 2 && inputs.dtype == DType::i32, "model inputs must be i32 [B,T], got %s",
            inputs.shape_str().c_str());
-  const int64_t B = inputs.shape[0], T = inputs.shape[1];
-  ensure_activations(B, T);
-  const int64_t N = B * T, d = cfg_.d_model, F = cfg_.ffn_hidden;
+  ensure_activations(inputs.shape[0], inputs.shape[1]);
+  const int64_t B = batch_, T = seq_, N = B * T, d = cfg_.d_model, F = cfg_.ffn_hidden;
   const int64_t H = cfg_.n_heads, dh = cfg_.head_dim(), Hkv = cfg_.kv_heads();
   const int64_t qkv_dim = (H + 2 * Hkv) * dh;
+  const bool post = cfg_.norm_placement == NormPlacement::post;
+  const ops::Activation act = cfg_.ffn_activation();
 
-  ops::embedding_forward(layers_[0].x_in, inputs.reshape({N}), at(kEmbedding, false));
+  embed(inputs);
   for (int l = 0; l < cfg_.n_layers; ++l) {
     LayerActs& a = layers_[size_t(l)];
-    // Attention block: x_mid = x_in + o_proj(attention(rope(q), rope(k), v)) of rmsnorm(x_in).
-    ops::rmsnorm_forward(a.xn1, a.rstd1, a.x_in, at(layer_param(l, kNorm1), false), cfg_.norm_eps);
-    ops::linear_forward(a.qkv, a.xn1, weight(int64_t(layer_param(l, kQ)), qkv_dim, d, false), Tensor{});
-    Tensor q = head_view(a.qkv, B, T, 0, H, dh);
-    Tensor k = head_view(a.qkv, B, T, H * dh, Hkv, dh);
-    Tensor v = head_view(a.qkv, B, T, (H + Hkv) * dh, Hkv, dh);
-    ops::rope_forward(q, q, Tensor{}, rope_);
-    ops::rope_forward(k, k, Tensor{}, rope_);
-    ops::attention_forward(head_view(a.att, B, T, 0, H, dh), a.stats, q, k, v, attention_);
-    ops::linear_forward(tmp_, a.att, weight(int64_t(layer_param(l, kO)), d, H * dh, false), Tensor{});
-    ops::add(a.x_mid, a.x_in, tmp_);
-    // FFN block: x_out = x_mid + down(silu(gate(xn2)) * up(xn2)), xn2 = rmsnorm(x_mid).
-    ops::rmsnorm_forward(a.xn2, a.rstd2, a.x_mid, at(layer_param(l, kNorm2), false), cfg_.norm_eps);
-    ops::linear_forward(a.gate_up, a.xn2, weight(int64_t(layer_param(l, kGate)), 2 * F, d, false), Tensor{});
-    ops::gated_forward(a.ffn_h, a.gate_up.slice(1, 0, F), a.gate_up.slice(1, F, F), ops::Activation::silu);
-    ops::linear_forward(tmp_, a.ffn_h, weight(int64_t(layer_param(l, kDown)), d, F, false), Tensor{});
+    const LayerIndex& li = layer_index_[size_t(l)];
+    const ops::AttentionSpec spec = layer_spec(l, false);
+    // Attention block. Pre-norm: x_mid = x_in + Attn(RMSNorm(x_in)); post-norm: x_mid = RMSNorm(x_in + Attn(x_in)).
+    Tensor attn_in = a.x_in;
+    if (!post) {
+      ops::rmsnorm_forward(a.xn1, a.rstd1, a.x_in, at(li.norm1, false), cfg_.norm_eps);
+      attn_in = a.xn1;
+    }
+    ops::linear_forward(a.qkv, attn_in, weight(li.qkv, qkv_dim, d, false), Tensor{});
+    attention_forward(l, spec);
+    Tensor heads_out = cfg_.attn_bias == AttnBias::v ? a.att_biased : a.att;  // [N, H*dh]
+    Tensor o_in = heads_out;
+    if (li.gate >= 0) {  // gated attention: o *= sigmoid(attn_in W_g^T), per head or per element
+      if (cfg_.attn_gate == AttnGate::headwise) {
+        ops::linear_forward(tmp_.slice(1, 0, H), attn_in, at(li.gate, false), Tensor{});
+        ops::matmul(a.gate_logits, tmp_.slice(1, 0, H), head_expand_, false, false);  // [N,H] -> [N,H*dh]
+      } else {
+        ops::linear_forward(a.gate_logits, attn_in, at(li.gate, false), Tensor{});
+      }
+      ops::gated_forward(a.att_gated, a.gate_logits, heads_out, ops::Activation::sigmoid);
+      o_in = a.att_gated;
+    }
+    if (cfg_.head_combine == HeadCombine::add) {  // (sum_h o_h) W_O
+      ops::copy(a.att_sum, o_in.slice(1, 0, dh));
+      for (int64_t h = 1; h < H; ++h) ops::accumulate(a.att_sum, o_in.slice(1, h * dh, dh));
+      o_in = a.att_sum;
+    }
+    ops::linear_forward(tmp_, o_in, at(li.o, false), Tensor{});
+    if (post) {
+      ops::add(a.pre_norm1, a.x_in, tmp_);
+      ops::rmsnorm_forward(a.x_mid, a.rstd1, a.pre_norm1, at(li.norm1, false), cfg_.norm_eps);
+    } else {
+      ops::add(a.x_mid, a.x_in, tmp_);
+    }
+    // FFN block: gated (act(x W_gate) * x W_up) W_down or act(x W_up) W_down.
+    Tensor ffn_x = a.x_mid;
+    if (!post) {
+      ops::rmsnorm_forward(a.xn2, a.rstd2, a.x_mid, at(li.norm2, false), cfg_.norm_eps);
+      ffn_x = a.xn2;
+    }
+    const int64_t ffn_width = a.ffn_in.shape[1];
+    ops::linear_forward(a.ffn_in, ffn_x, weight(li.ffn_in, ffn_width, d, false), Tensor{});
+    if (cfg_.gated_ffn()) ops::gated_forward(a.ffn_h, a.ffn_in.slice(1, 0, F), a.ffn_in.slice(1, F, F), act);
+    else ops::activation_forward(a.ffn_h, a.ffn_in, act);
+    ops::linear_forward(tmp_, a.ffn_h, at(li.down, false), Tensor{});
     Tensor x_out = l + 1 < cfg_.n_layers ? layers_[size_t(l) + 1].x_in : x_final_in_;
-    ops::add(x_out, a.x_mid, tmp_);
+    if (post) {
+      ops::add(a.pre_norm2, a.x_mid, tmp_);
+      ops::rmsnorm_forward(x_out, a.rstd2, a.pre_norm2, at(li.norm2, false), cfg_.norm_eps);
+    } else {
+      ops::add(x_out, a.x_mid, tmp_);
+    }
     if (observer) {
       LayerTaps taps;
       taps.layer = l;
       taps.hidden_in = a.x_in.split_dim(0, B, T);
       taps.hidden_out = x_out.split_dim(0, B, T);
-      taps.q = q;
-      taps.k = k;
-      taps.v = v;
-      taps.attention = &attention_;
+      if (post) taps.hidden_pre_norm = a.pre_norm2.split_dim(0, B, T);
+      const bool kernel = cfg_.qk_kernel != QkKernel::identity;
+      taps.q = head_view(kernel ? a.feat : a.qkv, B, T, 0, H, dh);
+      taps.k = cfg_.lead_keys() > 0 ? a.k_ext : head_view(kernel ? a.feat : a.qkv, B, T, H * dh, Hkv, dh);
+      taps.v = cfg_.lead_keys() > 0 ? a.v_ext : head_view(a.qkv, B, T, (H + Hkv) * dh, Hkv, dh);
+      taps.attention = &spec;
+      taps.lead_positions = cfg_.lead_positions();
       observer->on_layer(taps);
     }
   }
-  ops::rmsnorm_forward(xf_, rstdf_, x_final_in_, at(final_norm_param(cfg_.n_layers), false), cfg_.norm_eps);
+  if (!post) ops::rmsnorm_forward(xf_, rstdf_, x_final_in_, at(final_norm_index_, false), cfg_.norm_eps);
+  (void)N;
+}
+
+// The targets of the sequence the model runs on: none at the sink token x*, none inside a prefix-LM
+// prefix (the loss starts with predicting x_{p+1}, Sec. 6).
+Tensor Transformer::model_targets(Tensor targets) {
+  const int64_t B = batch_, T = input_seq_, Tp = seq_, lead = cfg_.lead_positions();
+  SL_CHECK(targets.ndim == 2 && targets.dtype == DType::i32 && targets.shape[0] == B && targets.shape[1] == T,
+           "model targets must be i32 [B,T] like the inputs, got %s", targets.shape_str().c_str());
+  const int64_t unpredicted = cfg_.prefix_length - 1;  // input positions whose next token is inside the prefix
+  if (lead == 0 && unpredicted == 0) return targets;
+  Buffer host_in = Buffer::for_tensor(DType::i32, {B, T}), host_out = Buffer::for_tensor(DType::i32, {B, Tp});
+  Tensor in = host_in.view(DType::i32, {B, T}), out = host_out.view(DType::i32, {B, Tp});
+  ops::copy(in, targets);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < lead; ++t) out.ptr<int32_t>()[b * Tp + t] = -1;
+    for (int64_t t = 0; t < T; ++t)
+      out.ptr<int32_t>()[b * Tp + lead + t] = t < unpredicted ? -1 : in.ptr<int32_t>()[b * T + t];
+  }
+  ops::copy(targets_, out);
+  return targets_;
 }
 
 // The untied head and the loss, in row chunks: logits -> per-token cross-entropy -> (backward) the
 // logits' gradient in place -> d_xf and d_lm_head, before the next chunk reuses the logits buffer.
 double Transformer::head_loss(Tensor targets, double grad_scale, bool backward, int64_t* counted) {
   const int64_t N = batch_ * seq_;
-  SL_CHECK(targets.ndim == 2 && targets.dtype == DType::i32 && targets.shape[0] == batch_ &&
-               targets.shape[1] == seq_,
-           "model targets must be i32 [B,T] like the inputs, got %s", targets.shape_str().c_str());
-  Tensor tgt = targets.reshape({N});
-  Tensor w_head = at(head_param(cfg_.n_layers), false);
-  Tensor dw_head = at(head_param(cfg_.n_layers), true);
+  Tensor tgt = model_targets(targets).reshape({N});
+  Tensor w_head = at(head_index_, false);
+  Tensor dw_head = at(head_index_, true);
   for (int64_t r0 = 0; r0 < N; r0 += head_chunk_rows_) {
     const int64_t n = std::min(head_chunk_rows_, N - r0);
     Tensor logits = logits_.slice(0, 0, n);
@@ -225,45 +513,140 @@ double Transformer::head_loss(Tensor targets, double grad_scale, bool backward, 
   return sum;
 }
 
+// Backward of attention_forward: from d_att (dL/d of the heads' outputs, after the v bias: the bias is
+// additive, so this is also dL/d of the op's output) to d_qkv, and the
+// gradients of k*, v*, sink logits and the relative bias.
+void Transformer::attention_backward(int l, Tensor d_att_rows) {
+  LayerActs& a = layers_[size_t(l)];
+  const LayerIndex& li = layer_index_[size_t(l)];
+  const int64_t B = batch_, T = seq_, N = B * T, H = cfg_.n_heads, dh = cfg_.head_dim(), Hkv = cfg_.kv_heads();
+  const int64_t feat_dim = (H + Hkv) * dh;
+  const ops::AttentionSpec spec = layer_spec(l, true);
+  const bool kernel = cfg_.qk_kernel != QkKernel::identity, lead = cfg_.lead_keys() > 0;
+
+  // v bias added to every head's output: dv* = column sums of d_att (over rows, and heads when shared).
+  if (cfg_.attn_bias == AttnBias::v) {
+    Tensor dvb = at(li.v_bias, true);
+    if (cfg_.bias_per_head) ops::matmul(dvb.reshape({1, H * dh}), ones_.slice(1, 0, N), d_att_rows, false, false, 1.0, 1.0);
+    else ops::matmul(dvb, ones_.slice(1, 0, N * H), d_att_rows.reshape({N * H, dh}), false, false, 1.0, 1.0);
+  }
+  Tensor q = head_view(kernel ? a.feat : a.qkv, B, T, 0, H, dh);
+  Tensor k = lead ? a.k_ext : head_view(kernel ? a.feat : a.qkv, B, T, H * dh, Hkv, dh);
+  Tensor v = lead ? a.v_ext : head_view(a.qkv, B, T, (H + Hkv) * dh, Hkv, dh);
+  Tensor dq = head_view(kernel ? d_feat_ : d_qkv_, B, T, 0, H, dh);
+  Tensor dk_seq = head_view(kernel ? d_feat_ : d_qkv_, B, T, H * dh, Hkv, dh);
+  Tensor dv_seq = head_view(d_qkv_, B, T, (H + Hkv) * dh, Hkv, dh);
+  ops::attention_backward(dq, lead ? d_k_ext_ : dk_seq, lead ? d_v_ext_ : dv_seq, head_view(d_att_rows, B, T, 0, H, dh),
+                          q, k, v, head_view(a.att, B, T, 0, H, dh), a.stats, spec);
+  if (spec.d_sink_logit.defined()) ops::accumulate(at(li.sinks, true), d_sinks_);
+  if (spec.d_relative_bias.defined()) ops::accumulate(at(relative_index_, true), d_relative_);
+  if (lead) {
+    ops::copy(dk_seq, d_k_ext_.slice(1, 1, T));
+    ops::copy(dv_seq, d_v_ext_.slice(1, 1, T));
+    const int64_t S = T + 1;
+    // dk* = sum over the batch of row 0 of dK_ext (and over heads when shared), first d_a dims.
+    auto reduce_lead_row = [&](Tensor d_ext, int64_t param, int64_t dims) {
+      Tensor rows = strided(d_ext, {B, H * dh}, {S * H * dh, 1});
+      ops::matmul(bias_scratch_, ones_.slice(1, 0, B), rows, false, false);
+      Tensor per_head = bias_scratch_.reshape({H, dh}).slice(1, 0, dims);
+      Tensor g = at(param, true);
+      if (cfg_.bias_per_head) ops::accumulate(g, per_head);
+      else
+        for (int64_t h = 0; h < H; ++h) ops::accumulate(g, per_head.slice(0, h, 1));
+    };
+    reduce_lead_row(d_k_ext_, li.k_bias, at(li.k_bias, false).shape[1]);
+    if (cfg_.attn_bias == AttnBias::kv) reduce_lead_row(d_v_ext_, li.v_bias, dh);
+  }
+  if (kernel) {
+    Tensor d_rows_out = d_feat_.reshape({N * (H + Hkv), dh}), rows_in = a.feat_in.reshape({N * (H + Hkv), dh});
+    Tensor d_rows_in = d_feat_.reshape({N * (H + Hkv), dh});  // in place: each step reads then overwrites
+    if (cfg_.qk_kernel == QkKernel::elu_plus_one) {
+      ops::activation_backward(d_rows_in, d_rows_out, rows_in, ops::Activation::elu_plus_one);
+    } else {
+      Tensor hidden = a.feat_hidden.reshape({N * (H + Hkv), dh}), act = a.feat_act.reshape({N * (H + Hkv), dh});
+      Tensor d_hidden = d_feat_hidden_.reshape({N * (H + Hkv), dh});
+      ops::linear_backward(d_hidden, at(li.kernel_mlp2, true), Tensor{}, d_rows_out, act, at(li.kernel_mlp2, false));
+      ops::activation_backward(d_hidden, d_hidden, hidden, ops::Activation::relu);
+      ops::linear_backward(d_rows_in, at(li.kernel_mlp1, true), Tensor{}, d_hidden, rows_in, at(li.kernel_mlp1, false));
+    }
+    ops::copy(d_qkv_.slice(1, 0, feat_dim), d_feat_);
+  }
+  if (cfg_.pos_emb == PosEmb::rope) {
+    // Attention wrote d(rotated q, k); rope_backward un-rotates them in place.
+    ops::rope_backward(head_view(d_qkv_, B, T, 0, H, dh), head_view(d_qkv_, B, T, 0, H, dh), Tensor{}, rope_);
+    ops::rope_backward(head_view(d_qkv_, B, T, H * dh, Hkv, dh), head_view(d_qkv_, B, T, H * dh, Hkv, dh), Tensor{},
+                       rope_);
+  }
+}
+
 void Transformer::backward_layers(Tensor inputs) {
   const int64_t B = batch_, T = seq_, N = B * T, d = cfg_.d_model, F = cfg_.ffn_hidden;
   const int64_t H = cfg_.n_heads, dh = cfg_.head_dim(), Hkv = cfg_.kv_heads();
   const int64_t qkv_dim = (H + 2 * Hkv) * dh;
+  const bool post = cfg_.norm_placement == NormPlacement::post;
+  const ops::Activation act = cfg_.ffn_activation();
 
-  const size_t final_norm = final_norm_param(cfg_.n_layers);
-  ops::rmsnorm_backward(d_res_, at(final_norm, true), d_xf_, x_final_in_, at(final_norm, false), rstdf_);
+  if (post) ops::copy(d_res_, d_xf_);
+  else ops::rmsnorm_backward(d_res_, at(final_norm_index_, true), d_xf_, x_final_in_, at(final_norm_index_, false), rstdf_);
   for (int l = cfg_.n_layers - 1; l >= 0; --l) {
     LayerActs& a = layers_[size_t(l)];
-    const size_t norm1 = layer_param(l, kNorm1), norm2 = layer_param(l, kNorm2);
-    // d_res holds dL/dx_out. FFN block.
-    ops::linear_backward(d_ffn_h_, weight(int64_t(layer_param(l, kDown)), d, F, true), Tensor{}, d_res_, a.ffn_h,
-                         weight(int64_t(layer_param(l, kDown)), d, F, false));
-    ops::gated_backward(d_gate_up_.slice(1, 0, F), d_gate_up_.slice(1, F, F), d_ffn_h_, a.gate_up.slice(1, 0, F),
-                        a.gate_up.slice(1, F, F), ops::Activation::silu);
-    ops::linear_backward(d_xn_, weight(int64_t(layer_param(l, kGate)), 2 * F, d, true), Tensor{}, d_gate_up_,
-                         a.xn2, weight(int64_t(layer_param(l, kGate)), 2 * F, d, false));
-    ops::rmsnorm_backward(d_tmp_, at(norm2, true), d_xn_, a.x_mid, at(norm2, false), a.rstd2);
-    ops::accumulate(d_res_, d_tmp_);  // now dL/dx_mid
-    // Attention block.
-    ops::linear_backward(d_att_, weight(int64_t(layer_param(l, kO)), d, H * dh, true), Tensor{}, d_res_, a.att,
-                         weight(int64_t(layer_param(l, kO)), d, H * dh, false));
-    Tensor q = head_view(a.qkv, B, T, 0, H, dh);
-    Tensor k = head_view(a.qkv, B, T, H * dh, Hkv, dh);
-    Tensor v = head_view(a.qkv, B, T, (H + Hkv) * dh, Hkv, dh);
-    // Attention writes d(rotated q, k) into d_qkv_; rope_backward then un-rotates them in place.
-    Tensor dq = head_view(d_qkv_, B, T, 0, H, dh);
-    Tensor dk = head_view(d_qkv_, B, T, H * dh, Hkv, dh);
-    Tensor dv = head_view(d_qkv_, B, T, (H + Hkv) * dh, Hkv, dh);
-    ops::attention_backward(dq, dk, dv, head_view(d_att_, B, T, 0, H, dh), q, k, v, head_view(a.att, B, T, 0, H, dh),
-                            a.stats, attention_);
-    ops::rope_backward(dq, dq, Tensor{}, rope_);
-    ops::rope_backward(dk, dk, Tensor{}, rope_);
-    ops::linear_backward(d_xn_, weight(int64_t(layer_param(l, kQ)), qkv_dim, d, true), Tensor{}, d_qkv_, a.xn1,
-                         weight(int64_t(layer_param(l, kQ)), qkv_dim, d, false));
-    ops::rmsnorm_backward(d_tmp_, at(norm1, true), d_xn_, a.x_in, at(norm1, false), a.rstd1);
-    ops::accumulate(d_res_, d_tmp_);  // now dL/dx_in
+    const LayerIndex& li = layer_index_[size_t(l)];
+    // d_res holds dL/dx_out. FFN block; afterwards d_res holds dL/dx_mid.
+    Tensor ffn_x = post ? a.x_mid : a.xn2;
+    if (post) {  // x_out = RMSNorm(pre_norm2), pre_norm2 = x_mid + FFN(x_mid)
+      ops::rmsnorm_backward(d_pre_, at(li.norm2, true), d_res_, a.pre_norm2, at(li.norm2, false), a.rstd2);
+      ops::copy(d_res_, d_pre_);
+    }
+    ops::linear_backward(d_ffn_h_, at(li.down, true), Tensor{}, d_res_, a.ffn_h, at(li.down, false));
+    if (cfg_.gated_ffn())
+      ops::gated_backward(d_ffn_in_.slice(1, 0, F), d_ffn_in_.slice(1, F, F), d_ffn_h_, a.ffn_in.slice(1, 0, F),
+                          a.ffn_in.slice(1, F, F), act);
+    else ops::activation_backward(d_ffn_in_, d_ffn_h_, a.ffn_in, act);
+    const int64_t ffn_width = a.ffn_in.shape[1];
+    ops::linear_backward(d_xn_, weight(li.ffn_in, ffn_width, d, true), Tensor{}, d_ffn_in_, ffn_x,
+                         weight(li.ffn_in, ffn_width, d, false));
+    if (post) {
+      ops::accumulate(d_res_, d_xn_);
+    } else {
+      ops::rmsnorm_backward(d_tmp_, at(li.norm2, true), d_xn_, a.x_mid, at(li.norm2, false), a.rstd2);
+      ops::accumulate(d_res_, d_tmp_);
+    }
+    // Attention block; afterwards d_res holds dL/dx_in.
+    Tensor attn_in = post ? a.x_in : a.xn1;
+    if (post) {  // x_mid = RMSNorm(pre_norm1), pre_norm1 = x_in + Attn(x_in)
+      ops::rmsnorm_backward(d_pre_, at(li.norm1, true), d_res_, a.pre_norm1, at(li.norm1, false), a.rstd1);
+      ops::copy(d_res_, d_pre_);
+    }
+    Tensor heads_out = cfg_.attn_bias == AttnBias::v ? a.att_biased : a.att;
+    Tensor o_in = cfg_.head_combine == HeadCombine::add ? a.att_sum : (li.gate >= 0 ? a.att_gated : heads_out);
+    Tensor d_o_in = cfg_.head_combine == HeadCombine::add ? d_att_sum_ : (li.gate >= 0 ? d_att_gated_ : d_att_);
+    ops::linear_backward(d_o_in, at(li.o, true), Tensor{}, d_res_, o_in, at(li.o, false));
+    Tensor d_gated = li.gate >= 0 ? d_att_gated_ : d_att_;
+    if (cfg_.head_combine == HeadCombine::add)
+      for (int64_t h = 0; h < H; ++h) ops::copy(d_gated.slice(1, h * dh, dh), d_att_sum_);
+    ops::fill(d_attn_in_, 0.0);
+    if (li.gate >= 0) {
+      ops::gated_backward(d_gate_logits_, d_att_, d_att_gated_, a.gate_logits, heads_out, ops::Activation::sigmoid);
+      Tensor d_logits = d_gate_logits_;
+      if (cfg_.attn_gate == AttnGate::headwise) {  // back through the [N,H] -> [N,H*dh] expansion
+        ops::matmul(d_gate_small_, d_gate_logits_, head_expand_, false, true);
+        d_logits = d_gate_small_;
+      }
+      ops::linear_backward(d_attn_in_, at(li.gate, true), Tensor{}, d_logits, attn_in, at(li.gate, false));
+    }
+    attention_backward(l, d_att_);
+    ops::linear_backward(d_xn_, weight(li.qkv, qkv_dim, d, true), Tensor{}, d_qkv_, attn_in,
+                         weight(li.qkv, qkv_dim, d, false));
+    ops::accumulate(d_attn_in_, d_xn_);
+    if (post) {
+      ops::accumulate(d_res_, d_attn_in_);
+    } else {
+      ops::rmsnorm_backward(d_tmp_, at(li.norm1, true), d_attn_in_, a.x_in, at(li.norm1, false), a.rstd1);
+      ops::accumulate(d_res_, d_tmp_);
+    }
   }
-  ops::embedding_backward(at(kEmbedding, true), d_res_, inputs.reshape({N}));
+  embed_backward(inputs);
+  (void)N;
 }
 
 double Transformer::forward_backward(Tensor inputs, Tensor targets, double grad_scale, int64_t* counted) {

@@ -30,6 +30,8 @@ class Transformer {
   Tensor param(const std::string& name) const;
   Tensor grad(const std::string& name) const;
   const ops::AttentionSpec& attention_spec() const { return attention_; }
+  // Rows of the sequence the model runs on per input row: T + cfg.lead_positions().
+  int64_t model_seq(int64_t seq) const { return seq + cfg_.lead_positions(); }
 
   // Philox-seeded initialisation of every parameter (stream = parameter index), zero gradients.
   void init_weights(uint64_t seed);
@@ -45,32 +47,54 @@ class Transformer {
   void forward_observe(Tensor inputs, LayerObserver& observer);
 
  private:
-  struct LayerActs {  // what backward needs of layer l, all [N = B*T, ...]
-    Tensor x_in, xn1, rstd1, qkv, att, stats, x_mid, xn2, rstd2, gate_up, ffn_h;
+  // Where each parameter of layer l sits in specs_ (-1: the variant has no such tensor).
+  struct LayerIndex {
+    int64_t norm1 = -1, qkv = -1, kernel_mlp1 = -1, kernel_mlp2 = -1, k_bias = -1, v_bias = -1, sinks = -1,
+            gate = -1, o = -1, norm2 = -1, ffn_in = -1, down = -1;
+  };
+  struct LayerActs {  // what backward needs of layer l, all [N = B*T', ...] (T' = T + lead positions)
+    Tensor x_in, xn1, rstd1, qkv, feat_in, feat_hidden, feat_act, feat, k_ext, v_ext, att, att_biased, stats, gate_logits,
+        att_gated, att_sum, pre_norm1, x_mid, xn2, rstd2, ffn_in, ffn_h, pre_norm2;
   };
   void ensure_activations(int64_t batch, int64_t seq);
+  void embed(Tensor inputs);
+  void embed_backward(Tensor inputs);
   void forward_layers(Tensor inputs, LayerObserver* observer);
+  void attention_forward(int l, const ops::AttentionSpec& spec);
+  ops::AttentionSpec layer_spec(int l, bool backward) const;
+  Tensor model_targets(Tensor targets);
   double head_loss(Tensor targets, double grad_scale, bool backward, int64_t* counted);
   void backward_layers(Tensor inputs);
+  void attention_backward(int l, Tensor d_attn_in);
   Tensor weight(int64_t first_param_index, int64_t rows, int64_t cols, bool grad) const;
-  Tensor at(size_t param_index, bool grad) const;  // the parameter (or its gradient) in its own shape
+  Tensor at(int64_t param_index, bool grad) const;  // the parameter (or its gradient) in its own shape
+  int64_t find(const std::string& name) const;      // -1 when absent
 
   ModelConfig cfg_;
   Device device_;
   std::vector<ParamSpec> specs_;
   std::map<std::string, size_t> index_;
+  std::vector<LayerIndex> layer_index_;
+  int64_t embed_index_ = -1, positions_index_ = -1, sink_token_index_ = -1, relative_index_ = -1,
+          final_norm_index_ = -1, head_index_ = -1;
   int64_t n_elements_ = 0;
   Buffer params_buffer_, grads_buffer_;
   Tensor flat_params_, flat_grads_;
   ops::AttentionSpec attention_;
   ops::RopeConfig rope_;
+  // Constants: the sinusoidal table [C+lead, d], the bucket-index bias [H, buckets], a zero sink logit
+  // [H] (softmax-plus-one), the head-expansion matrix [H, H*dh] of headwise gates.
+  Buffer constants_buffer_;
+  Tensor sinusoidal_, bucket_bias_, zero_sink_, head_expand_;
 
   // Activations for the current (batch, seq) shape.
-  int64_t batch_ = 0, seq_ = 0;
-  Buffer acts_buffer_;
+  int64_t batch_ = 0, seq_ = 0, input_seq_ = 0;  // seq_ = T' = input_seq_ + lead positions
+  Buffer acts_buffer_, targets_buffer_;
   std::vector<LayerActs> layers_;
-  Tensor x_final_in_, xf_, rstdf_, logits_, losses_;
-  Tensor d_res_, d_tmp_, d_xn_, d_qkv_, d_att_, d_gate_up_, d_ffn_h_, d_xf_, tmp_;
+  Tensor x_final_in_, xf_, rstdf_, logits_, losses_, ones_, targets_;
+  Tensor d_res_, d_tmp_, d_xn_, d_attn_in_, d_qkv_, d_feat_, d_feat_hidden_, d_k_ext_, d_v_ext_, d_att_, d_att_gated_,
+      d_att_sum_, d_gate_logits_, d_gate_small_, d_pre_, d_ffn_in_, d_ffn_h_, d_xf_, tmp_, bias_scratch_, d_sinks_,
+      d_relative_;
   int64_t head_chunk_rows_ = 0;
 };
 

@@ -5,26 +5,63 @@
 namespace sinklab::probe {
 
 ModelProbe::ModelProbe(int n_layers, int n_heads, int64_t seq_len, int max_k, std::vector<double> eps)
-    : sink_(n_layers, n_heads, max_k, std::move(eps)), massive_sums_(size_t(n_layers) + 1, 0.0), seq_len_(seq_len) {}
+    : sink_(n_layers, n_heads, max_k, eps),
+      sink_star_(n_layers, n_heads, 1, eps),
+      massive_sums_(size_t(n_layers) + 1, 0.0),
+      pre_norm_sums_(size_t(n_layers), 0.0),
+      seq_len_(seq_len) {}
+
+namespace {
+// Whether the probe measures proxy scores instead of the rows as computed (paper Sec. 7.4), and
+// whether those take |w| (similarities that can be negative).
+bool needs_proxy(const ops::AttentionSpec& s) { return s.norm != ops::AttnNorm::sum || s.norm_alpha != 1.0; }
+bool signed_weights(const ops::AttentionSpec& s) { return s.sim == ops::AttnSim::identity; }
+}  // namespace
 
 void ModelProbe::on_layer(const LayerTaps& taps) {
-  const int64_t B = taps.q.shape[0], T = taps.q.shape[1], H = taps.q.shape[2], d = taps.hidden_out.shape[2];
-  SL_CHECK(T == seq_len_, "probe built for T=%lld, got sequences of %lld tokens", (long long)seq_len_, (long long)T);
-  // The probe runs on the host: device activations are copied over first.
-  const int64_t need = B * H * T * T;
-  if (probs_buffer_.bytes() < size_t(need) * sizeof(float)) probs_buffer_ = Buffer(size_t(need) * sizeof(float), Device::cpu());
-  Tensor probs = probs_buffer_.view(DType::f32, {B, H, T, T});
+  const int64_t lead = taps.lead_positions, text = seq_len_;
+  const int64_t B = taps.q.shape[0], Tm = taps.q.shape[1], H = taps.q.shape[2], d = taps.hidden_out.shape[2];
+  SL_CHECK(Tm == text + lead, "probe built for T=%lld, got sequences of %lld tokens", (long long)text,
+           (long long)(Tm - lead));
   SL_CHECK(taps.q.device.is_cpu(), "the sink probe needs CPU activations (device probing arrives with the CUDA issue)");
-  ops::attention_probs(probs, taps.q, taps.k, *taps.attention);
-  sink_.add(taps.layer, probs);
-  for (int64_t b = 0; b < B; ++b)
-    massive_sums_[size_t(taps.layer)] += massive_ratio(taps.hidden_out.slice(0, b, 1).reshape({T, d}));
+  const ops::AttentionSpec& spec = *taps.attention;
+  const int64_t S = taps.k.shape[1], bias_cols = spec.lead_keys + lead;
+  // The probe runs on the host: device activations are copied over first.
+  const int64_t need = B * H * Tm * S;
+  if (probs_buffer_.bytes() < size_t(need) * sizeof(float)) probs_buffer_ = Buffer(size_t(need) * sizeof(float), Device::cpu());
+  Tensor probs = probs_buffer_.view(DType::f32, {B, H, Tm, S});
+  ops::attention_probs(probs, taps.q, taps.k, spec);
+  if (needs_proxy(spec)) proxy_scores(probs, probs, signed_weights(spec));
+  // The text block: rows and key columns of x_1..x_T.
+  Tensor text_probs = probs.slice(2, lead, text).slice(3, bias_cols, text);
+  if (bias_cols > 0) {
+    // alpha_* = mean over the text rows of the attention to the bias position(s).
+    std::vector<double> alpha_star(size_t(B * H), 0.0);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h) {
+        double sum = 0.0;
+        for (int64_t i = lead; i < Tm; ++i)
+          for (int64_t c = 0; c < bias_cols; ++c) sum += probs.ptr<float>()[((b * H + h) * Tm + i) * S + c];
+        alpha_star[size_t(b * H + h)] = sum / double(text);
+      }
+    sink_star_.add_alpha(taps.layer, Tensor(alpha_star.data(), DType::f64, {B, H, 1}));
+    has_star_ = true;
+  }
+  sink_.add(taps.layer, text_probs);
+  for (int64_t b = 0; b < B; ++b) {
+    massive_sums_[size_t(taps.layer)] += massive_ratio(taps.hidden_out.slice(0, b, 1).reshape({Tm, d}));
+    if (taps.hidden_pre_norm.defined())
+      pre_norm_sums_[size_t(taps.layer)] += massive_ratio(taps.hidden_pre_norm.slice(0, b, 1).reshape({Tm, d}));
+  }
+  has_pre_norm_ = has_pre_norm_ || taps.hidden_pre_norm.defined();
   if (taps.layer == 0) massive_sums_.back() += double(B);
 }
 
 void ModelProbe::reduce(const std::function<void(double*, size_t)>& allreduce_sum) {
   allreduce_sum(sink_.state().data(), sink_.state().size());
+  allreduce_sum(sink_star_.state().data(), sink_star_.state().size());
   allreduce_sum(massive_sums_.data(), massive_sums_.size());
+  allreduce_sum(pre_norm_sums_.data(), pre_norm_sums_.size());
 }
 
 ProbeResult ModelProbe::result() const {
@@ -39,6 +76,12 @@ ProbeResult ModelProbe::result() const {
   r.sink = sink_.sinks(0);
   const double n = massive_sums_.back();
   for (int l = 0; l < L; ++l) r.massive_ratio.push_back(float(n > 0 ? massive_sums_[size_t(l)] / n : 0.0));
+  if (has_pre_norm_)
+    for (int l = 0; l < L; ++l) r.massive_ratio_pre_norm.push_back(float(n > 0 ? pre_norm_sums_[size_t(l)] / n : 0.0));
+  if (has_star_) {
+    r.sink_star = sink_star_.sinks(0);
+    for (double a : sink_star_.mean_alpha()) r.alpha_star.push_back(float(a));
+  }
   return r;
 }
 

@@ -18,9 +18,19 @@ struct ProbeResult {
   std::vector<double> alpha_k;       // [L,H,K]: sample-mean alpha_k, k = 1..K
   std::vector<double> sink;          // Sink_1^eps in percent, one per eps (reference-code averaging)
   std::vector<float> massive_ratio;  // [L]: sample-mean ||h_1|| / mean_{t>=2} ||h_t|| of each block's output
+  // Post-norm models: the same ratio of the residual sum before each block's last norm (Fig. 7 left).
+  std::vector<float> massive_ratio_pre_norm;
+  // Models with a bias position (learnable sink token x*, or a k*/v* key): Sink_*^eps in percent, the
+  // share of heads whose mean attention to that position over the text rows exceeds eps (Tables 4-5).
+  std::vector<double> sink_star;
+  std::vector<float> alpha_star;  // [L,H]
   int64_t samples = 0;
 };
 
+// Probabilities are measured as the model computes them, except for variants whose rows are not a
+// distribution (norm one / max(|sum|,1) / p-norm / alpha != 1): those use the paper's proxy scores
+// w_ij / sum_j w_ij (|w| for signed similarities). Text positions are those after the model's lead
+// positions (a sink token); text keys those after its lead keys (k*), so Sink_1 is always about x_1.
 class ModelProbe : public LayerObserver {
  public:
   ModelProbe(int n_layers, int n_heads, int64_t seq_len, int max_k, std::vector<double> eps = default_sink_eps());
@@ -31,8 +41,10 @@ class ModelProbe : public LayerObserver {
   ProbeResult result() const;
 
  private:
-  SinkAccumulator sink_;
+  SinkAccumulator sink_, sink_star_;
+  bool has_star_ = false, has_pre_norm_ = false;
   std::vector<double> massive_sums_;  // [L] sums over samples, then the sample count
+  std::vector<double> pre_norm_sums_;  // [L]
   int64_t seq_len_;
   Buffer probs_buffer_;
 };

@@ -248,6 +248,8 @@ void Trainer::log_eval(int64_t n_done, const Evaluation& e) {
   std::string sinks;
   for (size_t i = 0; i < cfg_.sink_eps.size(); ++i)
     sinks += strfmt("%sSink_1^%.1f %.2f%%", i ? ", " : "", cfg_.sink_eps[i], e.probe.sink[i]);
+  for (size_t i = 0; i < e.probe.sink_star.size(); ++i)
+    sinks += strfmt(", Sink_*^%.1f %.2f%%", cfg_.sink_eps[i], e.probe.sink_star[i]);
   log::info0("eval step %lld | valid loss %.4f | %s | massive ratio (last layer) %.2f", (long long)n_done,
              e.valid_loss, sinks.c_str(), e.probe.massive_ratio.back());
   if (!results_) return;
@@ -256,6 +258,12 @@ void Trainer::log_eval(int64_t n_done, const Evaluation& e) {
   results_->append_slab(g + "/sink", {int64_t(cfg_.sink_eps.size())}, e.probe.sink.data());  // [step, eps], %
   results_->append_slab(g + "/alpha", {L, H}, e.probe.alpha.data());
   results_->append_slab(g + "/massive_ratio", {L}, e.probe.massive_ratio.data());
+  if (!e.probe.sink_star.empty()) {  // attention to the bias position (sink token x* or k*), Tables 4-5
+    results_->append_slab(g + "/sink_star", {int64_t(cfg_.sink_eps.size())}, e.probe.sink_star.data());
+    results_->append_slab(g + "/alpha_star", {L, H}, e.probe.alpha_star.data());
+  }
+  if (!e.probe.massive_ratio_pre_norm.empty())  // post-norm: before each block's last norm (Fig. 7 left)
+    results_->append_slab(g + "/massive_ratio_pre_norm", {L}, e.probe.massive_ratio_pre_norm.data());
 }
 
 void Trainer::save_checkpoint_at(int64_t n_done) {

@@ -17,13 +17,16 @@ using test::kDtypes;
 using test::tol;
 using test::dims_of;
 
-constexpr Activation kActs[] = {Activation::relu, Activation::gelu_exact, Activation::gelu_tanh, Activation::silu};
+constexpr Activation kActs[] = {Activation::relu,    Activation::gelu_exact, Activation::gelu_tanh,
+                                Activation::silu,    Activation::sigmoid,    Activation::elu_plus_one};
 const char* act_name(Activation a) {
   switch (a) {
     case Activation::relu: return "relu";
     case Activation::gelu_exact: return "gelu_exact";
     case Activation::gelu_tanh: return "gelu_tanh";
     case Activation::silu: return "silu";
+    case Activation::sigmoid: return "sigmoid";
+    case Activation::elu_plus_one: return "elu_plus_one";
   }
   return "?";
 }

@@ -1,5 +1,5 @@
 """Golden file for activation_forward/backward and gated_forward/backward: torch's F.relu, F.gelu
-(approximate 'none' and 'tanh'), F.silu in float64 with autograd.
+(approximate 'none' and 'tanh'), F.silu, torch.sigmoid, F.elu + 1 in float64 with autograd.
 Usage: python gen_activations.py tests/golden"""
 import os
 import sys
@@ -15,9 +15,11 @@ ACTS = {
     "gelu_exact": lambda x: F.gelu(x, approximate="none"),
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "silu": F.silu,
+    "sigmoid": torch.sigmoid,
+    "elu_plus_one": lambda x: F.elu(x) + 1.0,
 }
 # Index of each activation in sinklab::ops::Activation.
-ACT_INDEX = {"relu": 0, "gelu_exact": 1, "gelu_tanh": 2, "silu": 3}
+ACT_INDEX = {"relu": 0, "gelu_exact": 1, "gelu_tanh": 2, "silu": 3, "sigmoid": 4, "elu_plus_one": 5}
 
 
 def t64(a, grad=False):
