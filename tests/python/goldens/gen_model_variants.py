@@ -108,6 +108,7 @@ FILES = {
         "head_add_h2": case({"head-combine": "add"}, heads=2),
         "gqa_alibi": case({"pos-emb": "alibi"}, kv_heads=2),
         "post_gelu": case({"norm-placement": "post", "ffn": "gelu"}),
+        "post_gate": case({"norm-placement": "post", "attn-gate": "elementwise"}),  # the gate reads x_in
         "relative_learned_t1": case({"pos-emb": "relative", **REL}, seq=1),
     },
     "bias": {
@@ -129,6 +130,7 @@ FILES = {
         "kv_alibi": case({"attn-bias": "kv", "pos-emb": "alibi"}),
         "kv_gate": case({"attn-bias": "kv", "attn-gate": "elementwise"}),
         "kv_window4": case({"attn-bias": "kv", "attn-window": "4"}),
+        "v_gate": case({"attn-bias": "v", "attn-gate": "headwise"}),  # gate after the v bias
     },
     "attn": {
         # Table 15, row by row (the first row, exp + sum, is the default case)
