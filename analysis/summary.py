@@ -3,66 +3,73 @@ series (step, valid loss, Sink_1^eps, massive-activation ratio of the last layer
 model the Sink_1^eps per input mode (the paper's Table 1 layout).
 
     python -m analysis.summary results/run/results.h5 [more.h5 ...]
+
+analysis.report makes the same tables (and the figures) as Markdown/CSV/PNG in one HTML page.
 """
 import sys
 
-import h5py
 import numpy as np
 
+from analysis.results import ResultsError, open_results
 
-def _eval_table(name, g):
-    eps = str(g.attrs.get("sink_eps", "")).split(",")
-    sink = g["sink"][:]  # [step, eps], percent
-    print(f"\nrun {name}: evaluation over training")
-    header = f"{'step':>8} {'valid loss':>11} " + " ".join(f"{'Sink1^' + e:>11}" for e in eps)
+
+def _eval_table(run):
+    ev = run.eval
+    print(f"\nrun {run.name}: evaluation over training")
+    header = f"{'step':>8} {'valid loss':>11} " + " ".join(f"{'Sink1^' + f'{e:g}':>11}" for e in ev.eps)
     header += f" {'massive(L)':>11}"
     print(header)
-    steps = g["step"][:]
-    massive = g["massive_ratio"][:] if "massive_ratio" in g else None
-    for i, step in enumerate(steps):
-        line = f"{int(step):>8} {g['valid_loss'][i]:>11.4f} " + " ".join(f"{v:>10.2f}%" for v in sink[i])
-        if massive is not None:
-            line += f" {massive[i, -1]:>11.2f}"
+    for i, step in enumerate(ev.step):
+        line = f"{int(step):>8} {ev.valid_loss[i]:>11.4f} " + " ".join(f"{v:>10.2f}%" for v in ev.sink[i])
+        if ev.massive_ratio is not None:
+            line += f" {ev.massive_ratio[i, -1]:>11.2f}"
         print(line)
 
 
-def _train_line(name, g):
-    loss = g["loss"][:]
-    tps = g["tokens_per_s"][:]
-    print(f"\nrun {name}: {len(loss)} steps, loss {loss[0]:.4f} -> {loss[-1]:.4f}, "
-          f"median {np.median(tps):.0f} tokens/s")
+def _train_line(run):
+    loss = run.train.get("loss")
+    if loss is None or not len(loss):
+        return
+    line = f"\nrun {run.name}: {len(loss)} steps, loss {loss[0]:.4f} -> {loss[-1]:.4f}"
+    if "tokens_per_s" in run.train:
+        line += f", median {np.median(run.train['tokens_per_s']):.0f} tokens/s"
+    print(line)
 
 
-def _models_table(models):
+def _models_table(entries):
     print("\nprobed models: Sink_1^eps (%) by input")
-    for model in models:
-        for inp in models[model]:
-            for domain in models[model][inp]:
-                g = models[model][inp][domain]
-                eps = g["sink_eps"][:]
-                sinks = ", ".join(f"eps={e:g}: {s:.2f}" for e, s in zip(eps, g["sink"][:]))
-                print(f"  {model:<24} {inp:<8} {domain:<14} {sinks}   "
-                      f"(n_seq={g.attrs['n_seq']}, T={g.attrs['T']})")
+    for e in entries:
+        sinks = ", ".join(f"eps={eps:g}: {s:.2f}" for eps, s in zip(e.eps, e.sink))
+        print(f"  {e.model:<24} {e.input:<8} {e.domain:<14} {sinks}   "
+              f"(n_seq={e.attrs.get('n_seq', '?')}, T={e.attrs.get('T', '?')})")
 
 
 def summarize(path):
     print(f"== {path}")
-    with h5py.File(path, "r") as f:
-        for run, g in f.get("runs", {}).items():
-            if "train" in g:
-                _train_line(run, g["train"])
-            if "eval" in g:
-                _eval_table(run, g["eval"])
-        if "models" in f:
-            _models_table(f["models"])
+    with open_results(path) as rf:
+        for run in rf.runs:
+            if run.train:
+                _train_line(run)
+            if run.eval:
+                _eval_table(run)
+            for note in run.notes:
+                print(f"  note: {note}")
+        if rf.entries:
+            _models_table(rf.entries)
+        for note in rf.notes + [n for e in rf.entries for n in e.notes]:
+            print(f"  note: {note}")
 
 
 def main(argv):
     if not argv:
         print(__doc__)
         return 2
-    for path in argv:
-        summarize(path)
+    try:
+        for path in argv:
+            summarize(path)
+    except ResultsError as e:
+        print(f"analysis.summary: error: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

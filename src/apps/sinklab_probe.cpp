@@ -128,6 +128,7 @@ int run(const ProbeOptions& o) {
   if (!r.massive_ratio_pre_norm.empty())
     out.write_array(g + "/massive_ratio_pre_norm", {cfg.n_layers}, r.massive_ratio_pre_norm.data());
   out.set_attr(g, "n_seq", o.sequences);
+  out.set_attr(g, "proxy_scores", int64_t(r.proxy_scores));
   out.set_attr(g, "T", o.length);
   out.set_attr(g, "bos", bos);
   out.set_attr(g, "checkpoint", path);

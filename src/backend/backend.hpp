@@ -52,6 +52,11 @@ class Backend {
   virtual void attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec);
   virtual void attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor stats, const AttentionSpec& spec);
   virtual void attention_probs(Tensor probs, Tensor q, Tensor k, const AttentionSpec& spec);
+  // State-space (Mamba) layers and mixture-of-experts routing.
+  virtual void causal_conv1d_forward(Tensor out, Tensor in, Tensor weight, Tensor bias);
+  virtual void selective_scan_forward(Tensor y, Tensor x, Tensor dt, Tensor A_log, Tensor B, Tensor C, Tensor D, Tensor dt_bias, bool dt_softplus);
+  virtual void moe_router_topk(Tensor top_weights, Tensor top_experts, Tensor logits);
+  virtual void index_add_rows(Tensor out, Tensor src, Tensor index, Tensor scale);
 
  protected:
   [[noreturn]] void no_kernel(const char* op) const;

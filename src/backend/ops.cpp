@@ -99,6 +99,10 @@ void Backend::adamw_update(Tensor, Tensor, Tensor, Tensor, const AdamWStep&) { n
 void Backend::attention_forward(Tensor, Tensor, Tensor, Tensor, Tensor, const AttentionSpec&) { no_kernel("attention_forward"); }
 void Backend::attention_backward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, const AttentionSpec&) { no_kernel("attention_backward"); }
 void Backend::attention_probs(Tensor, Tensor, Tensor, const AttentionSpec&) { no_kernel("attention_probs"); }
+void Backend::causal_conv1d_forward(Tensor, Tensor, Tensor, Tensor) { no_kernel("causal_conv1d_forward"); }
+void Backend::selective_scan_forward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, bool) { no_kernel("selective_scan_forward"); }
+void Backend::moe_router_topk(Tensor, Tensor, Tensor) { no_kernel("moe_router_topk"); }
+void Backend::index_add_rows(Tensor, Tensor, Tensor, Tensor) { no_kernel("index_add_rows"); }
 
 }  // namespace sinklab
 
@@ -285,6 +289,33 @@ double clip_grad_norm(std::span<const Tensor> grads, double max_norm) {
     for (const Tensor& g : grads) scale(g, coef);
   }
   return norm;
+}
+
+// ---- State-space (Mamba) layers and mixture-of-experts routing ----
+
+void causal_conv1d_forward(Tensor out, Tensor in, Tensor weight, Tensor bias) {
+  Backend& backend = backend_for({out, in, weight, bias}, "causal_conv1d_forward");
+  OpTimer timer("causal_conv1d_forward", backend);
+  return backend.causal_conv1d_forward(out, in, weight, bias);
+}
+
+void selective_scan_forward(Tensor y, Tensor x, Tensor dt, Tensor A_log, Tensor B, Tensor C, Tensor D, Tensor dt_bias,
+                            bool dt_softplus) {
+  Backend& backend = backend_for({y, x, dt, A_log, B, C, D, dt_bias}, "selective_scan_forward");
+  OpTimer timer("selective_scan_forward", backend);
+  return backend.selective_scan_forward(y, x, dt, A_log, B, C, D, dt_bias, dt_softplus);
+}
+
+void moe_router_topk(Tensor top_weights, Tensor top_experts, Tensor logits) {
+  Backend& backend = backend_for({top_weights, top_experts, logits}, "moe_router_topk");
+  OpTimer timer("moe_router_topk", backend);
+  return backend.moe_router_topk(top_weights, top_experts, logits);
+}
+
+void index_add_rows(Tensor out, Tensor src, Tensor index, Tensor scale) {
+  Backend& backend = backend_for({out, src, index, scale}, "index_add_rows");
+  OpTimer timer("index_add_rows", backend);
+  return backend.index_add_rows(out, src, index, scale);
 }
 
 }  // namespace sinklab::ops

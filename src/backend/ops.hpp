@@ -184,4 +184,40 @@ void attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor
 // For variants whose rows are not a distribution: w/Z as computed (the probe applies proxy scores).
 void attention_probs(Tensor probs, Tensor q, Tensor k, const AttentionSpec& spec);
 
+
+// ===================================================================================================
+// State-space (Mamba) layers and mixture-of-experts routing: forward only (the survey runs pretrained
+// hybrids such as Jamba; nothing here is trained). Per-element math: mamba_math.hpp.
+
+// Causal depthwise 1-D convolution over time: channel c has its own K-tap filter (nn.Conv1d with
+// groups = C and padding K-1, keeping the first T outputs, as Mamba's conv1d):
+//   out[b,t,c] = bias[c] + sum_{k<K} weight[c,k] * in[b, t-(K-1)+k, c]      (in = 0 before t = 0)
+// in, out [B,T,C] (strided, contiguous channels; out must not overlap in); weight [C,K] (the HF
+// conv1d.weight [C,1,K] without its middle dim); bias [C] or undefined.
+void causal_conv1d_forward(Tensor out, Tensor in, Tensor weight, Tensor bias);
+
+// Selective scan (Mamba's S6 recurrence) over channels d < Di and states n < N, from a zero state:
+//   A[d,n]       = -exp(A_log[d,n])                    (the parameter as checkpoints store it)
+//   delta[b,t,d] = softplus(dt[b,t,d] + dt_bias[d])   (without softplus when dt_softplus is false)
+//   h[b,t,d,n]   = exp(delta A[d,n]) h[b,t-1,d,n] + delta B[b,t,n] x[b,t,d]
+//   y[b,t,d]     = sum_n C[b,t,n] h[b,t,d,n] + D[d] x[b,t,d]
+// x, dt, y [B,T,Di] (strided, contiguous last dim; y may alias x or dt); A_log [Di,N]; B, C [B,T,N]
+// (strided); D [Di] or undefined (no skip); dt_bias [Di] or undefined. softplus(u) = log(1 + e^u),
+// and u itself above 20 (torch's threshold). The output gate y * silu(z) is not part of the scan:
+// gated_forward(out, z, y, silu) does it.
+void selective_scan_forward(Tensor y, Tensor x, Tensor dt, Tensor A_log, Tensor B, Tensor C, Tensor D,
+                            Tensor dt_bias, bool dt_softplus);
+
+// Mixture-of-experts router (HF JambaTopKRouter): p = softmax(logits[n,:]) over the E experts, then the
+// k largest p in descending order (ties: the lower expert index first). The weights are the softmax
+// probabilities themselves, NOT renormalised over the k chosen (Mixtral renormalises, Jamba does not).
+// logits [N,E] (contiguous rows); top_weights [N,k] (dtype of logits); top_experts i32 [N,k]; k <= E.
+void moe_router_topk(Tensor top_weights, Tensor top_experts, Tensor logits);
+
+// out[index[m], :] += scale[m] * src[m, :] for m < M (torch index_add_ with a per-row factor): the
+// combine step of a mixture of experts, after an expert ran on the rows gathered for it (the gather is
+// embedding_forward). out [N,d], src [M,d] (strided rows); index i32 [M] in [0, N); scale [M] or
+// undefined (= 1). Repeated indices add in order m = 0, 1, ...
+void index_add_rows(Tensor out, Tensor src, Tensor index, Tensor scale);
+
 }  // namespace sinklab::ops

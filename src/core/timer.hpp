@@ -2,6 +2,8 @@
 #pragma once
 
 #include <chrono>
+#include <cstdio>
+#include <string>
 
 namespace sinklab {
 
@@ -16,5 +18,13 @@ class Timer {
  private:
   std::chrono::steady_clock::time_point start_;
 };
+
+// A duration as "HH:MM:SS" (hours grow past 99), for progress lines.
+inline std::string hms(double seconds) {
+  const long s = long(seconds + 0.5);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%02ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
+  return buf;
+}
 
 }  // namespace sinklab

@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "core/error.hpp"
@@ -79,6 +81,19 @@ MappedFile::MappedFile(const std::string& path) {
     }
   }
   ::close(fd);
+}
+
+void MappedFile::release(size_t offset, size_t n) const {
+  if (map_ == nullptr || n == 0 || offset >= size_) return;
+  n = std::min(n, size_ - offset);
+  const size_t page = size_t(::sysconf(_SC_PAGESIZE));
+  const uintptr_t base = reinterpret_cast<uintptr_t>(map_);
+  const uintptr_t begin = (base + offset) / page * page;
+  const uintptr_t end = (base + offset + n + page - 1) / page * page;
+  // Pages past the end of the file are not part of the mapping's last page range: clamp to it.
+  const uintptr_t map_end = (base + size_ + page - 1) / page * page;
+  if (::madvise(reinterpret_cast<void*>(begin), std::min(end, map_end) - begin, MADV_DONTNEED) != 0)
+    SL_FAIL("madvise(MADV_DONTNEED) on %zu mapped bytes failed: %s", n, std::strerror(errno));
 }
 
 MappedFile::~MappedFile() {

@@ -37,6 +37,10 @@ class MappedFile {
 
   const unsigned char* data() const { return static_cast<const unsigned char*>(map_); }
   size_t size() const { return size_; }
+  // Drops the resident pages of bytes [offset, offset + n) (widened to whole pages) from this process:
+  // madvise(MADV_DONTNEED). The mapping is private and never written, so a later read faults the
+  // bytes back in from the file. Layer streaming uses it to keep only the current layer resident.
+  void release(size_t offset, size_t n) const;
 
  private:
   void* map_ = nullptr;

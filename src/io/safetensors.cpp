@@ -75,7 +75,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), file_(p
       SL_CHECK(d >= 0, "%s: negative dimension", context.c_str());
       numel *= uint64_t(d);
     }
-    SL_CHECK(e.begin <= e.end && e.end <= data_bytes, "%s: byte span [%llu, %llu) outside the %llu data bytes",
+    SL_CHECK(e.begin <= e.end && e.end <= data_bytes,
+             "%s: byte span [%llu, %llu) outside the %llu data bytes (truncated file?)",
              context.c_str(), (unsigned long long)e.begin, (unsigned long long)e.end,
              (unsigned long long)data_bytes);
     SL_CHECK(numel * dtype_size(e.dtype) == e.end - e.begin, "%s: shape x dtype is %llu bytes, span is %llu",
@@ -113,6 +114,18 @@ Tensor SafetensorsFile::view(const std::string& name) const {
   const SafetensorsEntry& e = entry(name);
   return Tensor::contiguous_view(const_cast<unsigned char*>(data_ + e.begin), e.dtype, e.shape.data(),
                                  int(e.shape.size()), Device::cpu());
+}
+
+void SafetensorsFile::release(const std::string& name) const {
+  const SafetensorsEntry& e = entry(name);
+  release(name, 0, e.end - e.begin);
+}
+
+void SafetensorsFile::release(const std::string& name, uint64_t begin, uint64_t end) const {
+  const SafetensorsEntry& e = entry(name);
+  SL_CHECK(begin <= end && end <= e.end - e.begin, "%s: release of bytes [%llu, %llu) outside tensor '%s'",
+           path_.c_str(), (unsigned long long)begin, (unsigned long long)end, name.c_str());
+  file_.release(size_t(data_ - file_.data()) + e.begin + begin, end - begin);
 }
 
 void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,

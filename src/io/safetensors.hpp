@@ -36,6 +36,11 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // A CPU view of the mapped bytes (read-only in spirit; the mapping is private copy-on-write).
   Tensor view(const std::string& name) const;
+  // Drops the resident pages of a tensor's bytes, or of bytes [begin, end) within its span
+  // (MappedFile::release; the view stays valid and faults back in from the file when read again).
+  void release(const std::string& name) const;
+  void release(const std::string& name, uint64_t begin, uint64_t end) const;
+  void release_all() const { file_.release(0, file_.size()); }
 
  private:
   std::string path_;

@@ -255,8 +255,12 @@ void ModelConfig::validate() const {
 }
 
 std::string ModelConfig::hf_config_json() const {
+  // Only the axes that differ from the paper's default model: a default checkpoint is a plain Llama.
   nlohmann::json variant = nlohmann::json::object();
-  for (const auto& [flag, value] : axes()) variant[flag] = value;
+  const std::vector<std::pair<std::string, std::string>> defaults = ModelConfig{}.axes();
+  const std::vector<std::pair<std::string, std::string>> mine = axes();
+  for (size_t i = 0; i < mine.size(); ++i)
+    if (mine[i].second != defaults[i].second) variant[mine[i].first] = mine[i].second;
   nlohmann::json j = {
       {"architectures", {"LlamaForCausalLM"}},
       {"model_type", "llama"},

@@ -31,7 +31,10 @@ void ModelProbe::on_layer(const LayerTaps& taps) {
   if (probs_buffer_.bytes() < size_t(need) * sizeof(float)) probs_buffer_ = Buffer(size_t(need) * sizeof(float), Device::cpu());
   Tensor probs = probs_buffer_.view(DType::f32, {B, H, Tm, S});
   ops::attention_probs(probs, taps.q, taps.k, spec);
-  if (needs_proxy(spec)) proxy_scores(probs, probs, signed_weights(spec));
+  if (needs_proxy(spec)) {
+    proxy_scores(probs, probs, signed_weights(spec));
+    proxy_ = true;
+  }
   // The text block: rows and key columns of x_1..x_T.
   Tensor text_probs = probs.slice(2, lead, text).slice(3, bias_cols, text);
   if (bias_cols > 0) {
@@ -78,6 +81,7 @@ ProbeResult ModelProbe::result() const {
   for (int l = 0; l < L; ++l) r.massive_ratio.push_back(float(n > 0 ? massive_sums_[size_t(l)] / n : 0.0));
   if (has_pre_norm_)
     for (int l = 0; l < L; ++l) r.massive_ratio_pre_norm.push_back(float(n > 0 ? pre_norm_sums_[size_t(l)] / n : 0.0));
+  r.proxy_scores = proxy_;
   if (has_star_) {
     r.sink_star = sink_star_.sinks(0);
     for (double a : sink_star_.mean_alpha()) r.alpha_star.push_back(float(a));

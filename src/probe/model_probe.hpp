@@ -24,6 +24,7 @@ struct ProbeResult {
   // share of heads whose mean attention to that position over the text rows exceeds eps (Tables 4-5).
   std::vector<double> sink_star;
   std::vector<float> alpha_star;  // [L,H]
+  bool proxy_scores = false;      // rows were not a distribution: the paper's proxy scores were measured
   int64_t samples = 0;
 };
 
@@ -42,7 +43,7 @@ class ModelProbe : public LayerObserver {
 
  private:
   SinkAccumulator sink_, sink_star_;
-  bool has_star_ = false, has_pre_norm_ = false;
+  bool has_star_ = false, has_pre_norm_ = false, proxy_ = false;
   std::vector<double> massive_sums_;  // [L] sums over samples, then the sample count
   std::vector<double> pre_norm_sums_;  // [L]
   int64_t seq_len_;

@@ -1,11 +1,9 @@
 #include "train/train_config.hpp"
 
 #include <boost/program_options.hpp>
-#include <fstream>
-#include <iostream>
-#include <sstream>
 
 #include "core/error.hpp"
+#include "core/options.hpp"
 #include "core/text.hpp"
 #include "probe/sink_metrics.hpp"
 #include "train/data.hpp"
@@ -81,26 +79,7 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size) {
   desc.add(variant_desc);
 
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, desc), vm);
-    if (vm.count("help")) {
-      std::cout << desc << "\n";
-      return false;
-    }
-    if (vm.count("config")) {
-      const std::string file = vm["config"].as<std::string>();
-      std::ifstream in(file);
-      SL_CHECK(in.good(), "--config: cannot open %s", file.c_str());
-      try {
-        po::store(po::parse_config_file(in, desc), vm);
-      } catch (const po::error& e) {
-        SL_FAIL("%s: %s", file.c_str(), e.what());
-      }
-    }
-    po::notify(vm);
-  } catch (const po::error& e) {
-    SL_FAIL("%s (see --help)", e.what());
-  }
+  if (!parse_options(argc, argv, desc, vm)) return false;
 
   for (const auto& [flag, value] : axes) m.set_axis(flag, value);
   for (double p : parse_number_list(resample_positions, "resample-positions")) {
@@ -129,23 +108,8 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size) {
   SL_CHECK(c.device == "cpu" || c.device == "cuda", "--device must be cpu or cuda, not '%s'", c.device.c_str());
 
   // The effective configuration, every option with its value, as ini text (sorted by name).
-  std::ostringstream ini;
-  for (const auto& kv : vm) {
-    if (kv.first == "config" || kv.first == "help" || kv.first == "dry-run") continue;
-    const auto& v = kv.second.value();
-    ini << kv.first << " = ";
-    if (auto p = boost::any_cast<std::string>(&v)) ini << *p;
-    else if (auto i = boost::any_cast<int>(&v)) ini << *i;
-    else if (auto l = boost::any_cast<int64_t>(&v)) ini << *l;
-    else if (auto u = boost::any_cast<uint64_t>(&v)) ini << *u;
-    else if (auto d = boost::any_cast<double>(&v)) ini << *d;
-    else if (auto b = boost::any_cast<bool>(&v)) ini << (*b ? "true" : "false");
-    ini << "\n";
-  }
-  c.config_text = ini.str();
-  std::ostringstream cmd;
-  for (int i = 0; i < argc; ++i) cmd << (i ? " " : "") << argv[i];
-  c.command_line = cmd.str();
+  c.config_text = options_as_ini(vm, {"config", "help", "dry-run"});
+  c.command_line = command_line_of(argc, argv);
   return true;
 }
 

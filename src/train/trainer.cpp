@@ -27,13 +27,6 @@
 namespace sinklab::train {
 namespace {
 
-std::string hms(double seconds) {
-  long s = long(seconds + 0.5);
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%02ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
-  return buf;
-}
-
 // One evaluation: validation loss and the sink probe of DESIGN.md (paper Sec. 3.2 / 4).
 struct Evaluation {
   double valid_loss = 0;
@@ -258,6 +251,7 @@ void Trainer::log_eval(int64_t n_done, const Evaluation& e) {
   results_->append_slab(g + "/sink", {int64_t(cfg_.sink_eps.size())}, e.probe.sink.data());  // [step, eps], %
   results_->append_slab(g + "/alpha", {L, H}, e.probe.alpha.data());
   results_->append_slab(g + "/massive_ratio", {L}, e.probe.massive_ratio.data());
+  results_->set_attr(g, "proxy_scores", int64_t(e.probe.proxy_scores));  // Sink_1 of proxy scores (Table 6 "*")
   if (!e.probe.sink_star.empty()) {  // attention to the bias position (sink token x* or k*), Tables 4-5
     results_->append_slab(g + "/sink_star", {int64_t(cfg_.sink_eps.size())}, e.probe.sink_star.data());
     results_->append_slab(g + "/alpha_star", {L, H}, e.probe.alpha_star.data());

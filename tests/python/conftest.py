@@ -38,3 +38,36 @@ def corpus(tmp_path_factory):
     write_shard(d / "train.bin", _synthetic_documents(400, 1), vocab_size=SYNTHETIC_VOCAB, eos_id=0)
     write_shard(d / "valid.bin", _synthetic_documents(60, 2), vocab_size=SYNTHETIC_VOCAB, eos_id=0)
     return d
+
+
+def survey_contents(path):
+    """A sinklab-survey results file: every dataset, and the attributes of the measurement groups, keyed
+    by path; /items reduced to what does not depend on the schedule (status, error)."""
+    import h5py
+    import numpy as np
+
+    out = {}
+    with h5py.File(path, "r") as f:
+        def visit(name, obj):
+            if name.startswith("items/"):
+                if isinstance(obj, h5py.Group):
+                    out[name] = (str(obj.attrs["status"]), str(obj.attrs["error"]))
+            elif isinstance(obj, h5py.Dataset):
+                out[name] = obj[()]
+            else:
+                out[name + "@attrs"] = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in obj.attrs.items()}
+        f.visititems(visit)
+    return out
+
+
+def assert_same_contents(a, b):
+    """Equal survey_contents: the same paths, every array equal in dtype, shape and value."""
+    import numpy as np
+
+    assert sorted(a) == sorted(b), set(a) ^ set(b)
+    for k in a:
+        if isinstance(a[k], np.ndarray):
+            assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape, k
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+        else:
+            assert a[k] == b[k], (k, a[k], b[k])

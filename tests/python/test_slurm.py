@@ -193,3 +193,38 @@ def test_sigusr1_checkpoints_requeues_and_resumes_bit_exact(cluster, corpus, ref
     loss, _, gn = _train(out)
     np.testing.assert_array_equal(loss, ref_loss)  # exactly: the same data, weights and optimizer state
     np.testing.assert_array_equal(gn, ref_gn)
+
+
+def test_survey_sh_two_ranks_sigusr1_requeue_resume(cluster, tmp_path):
+    """slurm/survey.sh with jobs/survey/fixtures.ini on 2 ranks over PMIx: SIGUSR1 in mid-survey -> the
+    ranks abandon their items, rank 0 commits, exit 0 -> the script requeues (no OUTPUT.done) -> the
+    requeued job continues with --resume; the results equal an uninterrupted single-process survey."""
+    from conftest import assert_same_contents, survey_contents
+
+    survey = BIN / "sinklab-survey"
+    if not survey.exists():
+        pytest.skip(f"{survey} not built")
+    flags = ["--n-seq=600"]  # items of ~0.1 s, so that the signal lands in mid-survey
+    ref = tmp_path / "ref.h5"
+    subprocess.run([str(survey), "--config", "jobs/survey/fixtures.ini", "--output", str(ref), *flags], cwd=ROOT,
+                   env=dict(cluster["env"], OMP_NUM_THREADS="1"), check=True, capture_output=True, timeout=300)
+    out, log = tmp_path / "survey.h5", tmp_path / "job.out"
+    env = dict(cluster["env"], CONFIG="jobs/survey/fixtures.ini", OUTPUT=str(out))
+    cmd = ["sbatch", "--parsable", *RESOURCES, f"--output={log}", "--open-mode=append", f"--chdir={ROOT}",
+           str(ROOT / "slurm" / "survey.sh"), *flags]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, f"sbatch refused the job:\n{' '.join(cmd)}\n{proc.stderr}"
+    job_id = proc.stdout.strip().split(";")[0]
+    _wait_job(cluster, job_id, log, until=lambda job, text: re.search(r"items (\d+)/36", text) is not None)
+    sig = subprocess.run(["scancel", "--signal=USR1", job_id], env=cluster["env"], capture_output=True, text=True,
+                         timeout=30)
+    assert sig.returncode == 0, sig.stderr
+    job, text = _wait_job(cluster, job_id, log)
+    assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", _diagnose(cluster, job_id, log)
+    assert job["Restarts"] == "1", _diagnose(cluster, job_id, log)
+    assert "survey: 13 models, 36 items (0 done before), 2 ranks" in text, text
+    assert "survey stopped" in text and f"not finished, requeueing job {job_id}" in text, text
+    resumed = re.search(r"36 items \((\d+) done before\), 2 ranks", text.split("requeueing")[1])
+    assert resumed and 0 < int(resumed.group(1)) < 36, text
+    assert f"slurm: {out} finished" in text and "survey done: 36 items, 0 failed" in text, text
+    assert_same_contents(survey_contents(out), survey_contents(ref))

@@ -41,6 +41,11 @@ class CpuBackend final : public Backend {
   void attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec) override;
   void attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor stats, const AttentionSpec& spec) override;
   void attention_probs(Tensor probs, Tensor q, Tensor k, const AttentionSpec& spec) override;
+  // State-space (Mamba) layers and mixture-of-experts routing: mamba.cpp.
+  void causal_conv1d_forward(Tensor out, Tensor in, Tensor weight, Tensor bias) override;
+  void selective_scan_forward(Tensor y, Tensor x, Tensor dt, Tensor A_log, Tensor B, Tensor C, Tensor D, Tensor dt_bias, bool dt_softplus) override;
+  void moe_router_topk(Tensor top_weights, Tensor top_experts, Tensor logits) override;
+  void index_add_rows(Tensor out, Tensor src, Tensor index, Tensor scale) override;
 };
 
 }  // namespace sinklab

@@ -1,0 +1,814 @@
+"""The offline report of sinklab results: the paper's tables as Markdown and CSV, its figures as PNG,
+and one HTML page (index.html) that shows them all.
+
+    python -m analysis.report results/*.h5 -o report/ [--eps 0.3]
+
+Sections (each is skipped, with a note saying why, when the files do not hold what it needs):
+  1. training runs (/runs/<run>): loss, valid loss and Sink_1^eps over steps; a side-by-side table and
+     figure when there are several runs; massive-activation ratio per layer at the last evaluation
+     (Fig. 7, with the pre-norm ratio of post-norm models); alpha_1 over layers and heads; Sink_*.
+  2. probed/surveyed models (/models/<model>/<input>/<domain>): Table 1 (left) layout (natural = mean
+     over domains, random, repeat), the per-domain table, and per model and input the l2 norms of the
+     first token vs the rest (Figs. 2, 11-14), alpha_1 heatmaps (Figs. 19-24), massive-activation ratio,
+     last-token-to-first attention, QK cosine / norm-product maps and attention maps (Figs. 2, 15-18, 25-26).
+  3. survey bookkeeping (/items/<id>).
+Output: DIR/index.html, DIR/tables/*.md + *.csv, DIR/figures/*.png. A bad input file ends the program
+with one line naming it and exit status 1.
+"""
+import argparse
+import csv
+import html
+import io
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from analysis import figures
+from analysis.results import DEFAULT_EPS, NOTE_ATTRS, ResultsError, attr_text, eps_index, open_results
+
+INPUT_ORDER = ("natural", "random", "repeat")
+PROG = "analysis.report"
+INLINE_ROWS = 500  # longer tables are linked, not shown on the page
+PROXY_NOTE = "Values marked * are computed from proxy attention scores (the file says so)."
+
+
+# ---------------------------------------------------------------------------------------------- tables
+
+@dataclass
+class Table:
+    """One table, written as DIR/tables/<name>.md and .csv and shown inline in the HTML page.
+    Cells are numbers, text or None (empty); CSV keeps full precision, Markdown/HTML use `formats`
+    (column -> format spec) and append "*" to the cells in `stars` ((row, column) indices)."""
+    name: str
+    title: str
+    columns: list
+    rows: list
+    formats: dict = field(default_factory=dict)
+    stars: set = field(default_factory=set)
+    note: str = ""
+    inline: bool = True   # False: linked only (also when longer than INLINE_ROWS)
+
+    def _shown(self, r, c):
+        v = self.rows[r][c]
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            text = ""
+        elif isinstance(v, (float, np.floating)):
+            text = format(float(v), self.formats.get(self.columns[c], ".4g"))
+        else:
+            text = str(v)
+        return text + ("*" if (r, c) in self.stars and text else "")
+
+    def markdown(self):
+        esc = lambda s: s.replace("|", "\\|")  # noqa: E731
+        lines = [f"**{esc(self.title)}**", ""]
+        lines.append("| " + " | ".join(esc(c) for c in self.columns) + " |")
+        lines.append("|" + "|".join("---" for _ in self.columns) + "|")
+        for r in range(len(self.rows)):
+            lines.append("| " + " | ".join(esc(self._shown(r, c)) for c in range(len(self.columns))) + " |")
+        if self.note:
+            lines += ["", esc(self.note)]
+        return "\n".join(lines) + "\n"
+
+    def csv_text(self):
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(self.columns)
+        for row in self.rows:
+            w.writerow([_csv_cell(v) for v in row])
+        return buf.getvalue()
+
+    def html(self):
+        out = ['<table>', "<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in self.columns) + "</tr>"]
+        for r in range(len(self.rows)):
+            out.append("<tr>" + "".join(f"<td>{html.escape(self._shown(r, c))}</td>"
+                                        for c in range(len(self.columns))) + "</tr>")
+        out.append("</table>")
+        return "\n".join(out)
+
+
+def _csv_cell(v):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    if isinstance(v, (float, np.floating)):
+        return repr(float(v))
+    if isinstance(v, (np.integer,)):
+        return str(int(v))
+    return str(v)
+
+
+def _f(x):
+    """A plain float (None stays None)."""
+    return None if x is None else float(x)
+
+
+# ---------------------------------------------------------------------------------------------- report
+
+class Report:
+    """Collects the page's blocks (HTML snippets) and writes tables and figures as they come."""
+
+    def __init__(self, out_dir):
+        self.out = Path(out_dir)
+        (self.out / "tables").mkdir(parents=True, exist_ok=True)
+        (self.out / "figures").mkdir(parents=True, exist_ok=True)
+        self.blocks = []
+        self.notes = []          # shown in the summary at the top
+        self.tables = []
+        self.figures = []
+        self._names = {"tables": set(), "figures": set()}
+
+    def _unique(self, name, kind):
+        """A file name from `name` (letters, digits, . _ -), unique among the tables or figures."""
+        base = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "x"
+        name, i = base, 2
+        while name in self._names[kind]:
+            name, i = f"{base}_{i}", i + 1
+        self._names[kind].add(name)
+        return name
+
+    def heading(self, level, text, anchor=None):
+        a = f' id="{html.escape(anchor)}"' if anchor else ""
+        self.blocks.append(f"<h{level}{a}>{html.escape(text)}</h{level}>")
+
+    def para(self, text, cls=None):
+        c = f' class="{cls}"' if cls else ""
+        self.blocks.append(f"<p{c}>{html.escape(text)}</p>")
+
+    def skipped(self, what, why):
+        """A section or figure that is not there: said on the page and in the summary's notes."""
+        self.para(f"Skipped: {what}: {why}.", cls="note")
+        self.notes.append(f"{what}: skipped ({why})")
+
+    def table(self, t):
+        t.name = self._unique(t.name, "tables")
+        (self.out / "tables" / f"{t.name}.md").write_text(t.markdown())
+        (self.out / "tables" / f"{t.name}.csv").write_text(t.csv_text())
+        self.tables.append(t)
+        links = (f'<a href="tables/{t.name}.md">{t.name}.md</a> · '
+                 f'<a href="tables/{t.name}.csv">{t.name}.csv</a>')
+        parts = [f'<div class="table"><p class="caption">{html.escape(t.title)} ({links})</p>']
+        if t.inline and len(t.rows) <= INLINE_ROWS:
+            parts.append(t.html())
+        else:
+            parts.append(f"<p>{len(t.rows)} rows: see the CSV.</p>")
+        if t.note:
+            parts.append(f'<p class="note">{html.escape(t.note)}</p>')
+        parts.append("</div>")
+        self.blocks.append("\n".join(parts))
+
+    def figure(self, name, caption, draw, *args, **kwargs):
+        """draw(path, caption, *args) writes the PNG; the page shows it with the caption under it."""
+        name = self._unique(name, "figures")
+        path = self.out / "figures" / f"{name}.png"
+        draw(path, caption, *args, **kwargs)
+        self.figures.append(path)
+        self.blocks.append(f'<figure><img src="figures/{name}.png" alt="{html.escape(caption)}">'
+                           f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+
+    def write_html(self, summary_html):
+        page = [
+            "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+            "<title>sinklab report</title>",
+            "<style>body{font-family:sans-serif;max-width:1200px;margin:1em auto;padding:0 1em}"
+            "table{border-collapse:collapse;margin:.3em 0 1em}td,th{border:1px solid #bbb;padding:2px 6px;"
+            "font-size:13px;text-align:right}th{background:#eee}td:first-child,th:first-child{text-align:left}"
+            "img{max-width:100%}figure{margin:1em 0}figcaption,.caption{font-size:13px;color:#333}"
+            ".note{color:#8a4b00;font-size:13px}code{font-size:12px}</style></head><body>",
+            "<h1>sinklab report</h1>", summary_html, *self.blocks, "</body></html>"]
+        (self.out / "index.html").write_text("\n".join(page) + "\n")
+
+
+# ------------------------------------------------------------------------------------ helpers (labels)
+
+def _attr_value(attrs, key):
+    return attr_text(attrs[key]) if key in attrs else None
+
+
+def _set_text(values):
+    vals = sorted({v for v in values if v is not None}, key=str)
+    if not vals:
+        return "?"
+    return vals[0] if len(vals) == 1 else "{" + ", ".join(vals) + "}"
+
+
+def _entry_caption(entries, domain_text):
+    """model | input | domain | T | n_seq | bos | quantisation/source notes of the entries drawn."""
+    e0 = entries[0]
+    parts = [e0.model, f"input {e0.input}", f"domain {domain_text}",
+             "T=" + _set_text(_attr_value(e.attrs, "T") for e in entries),
+             "n_seq=" + _set_text(_attr_value(e.attrs, "n_seq") for e in entries)]
+    if any("bos" in e.attrs for e in entries):  # the prefix token id; -1: none
+        parts.append("bos=" + _set_text(("none" if _attr_value(e.attrs, "bos") == "-1" else
+                                         _attr_value(e.attrs, "bos")) for e in entries))
+    for key in NOTE_ATTRS:
+        if any(key in e.attrs for e in entries):
+            parts.append(f"{key}: " + _set_text(_attr_value(e.attrs, key) for e in entries))
+    return " | ".join(parts)
+
+
+def _eps_col(prefix, e):
+    return f"{prefix}^{e:g}"
+
+
+def _match_eps(eps, wanted):
+    """Index of threshold `wanted` in `eps` (exact up to rounding), None if absent."""
+    for i, e in enumerate(eps):
+        if abs(e - wanted) < 1e-9:
+            return i
+    return None
+
+
+# ------------------------------------------------------------------------------------- 1. training runs
+
+def _run_labels(runs):
+    """Run names, with the file's name added where two files hold runs of the same name."""
+    counts = {}
+    for r in runs:
+        counts[r.name] = counts.get(r.name, 0) + 1
+    return [r.name if counts[r.name] == 1 else f"{r.name} [{Path(r.file).name}]" for r in runs]
+
+
+def training_section(rep, runs, eps):
+    rep.heading(2, "1. Training runs", anchor="runs")
+    if not runs:
+        rep.skipped("training runs", "no /runs/<run> group in the files")
+        return
+    labels = _run_labels(runs)
+    all_eps = sorted({e for r in runs if r.eval for e in r.eval.eps if not math.isnan(e)})
+    any_star = any(r.eval is not None and r.eval.sink_star is not None for r in runs)
+
+    # Overview, the layout of the paper's Tables 2-15: one row per run, its last evaluation.
+    cols = ["run", "file", "train steps", "last train loss", "evals", "last eval step", "valid loss"]
+    cols += [_eps_col("Sink_1", e) for e in all_eps]
+    if any_star:
+        cols += [_eps_col("Sink_*", e) for e in all_eps]
+    cols += ["massive ratio (last layer)", "proxy"]
+    rows, stars = [], set()
+    for label, r in zip(labels, runs):
+        tr, ev = r.train, r.eval
+        steps = len(tr["loss"]) if tr and "loss" in tr else None
+        last_loss = _f(tr["loss"][-1]) if tr and "loss" in tr and len(tr["loss"]) else None
+        row = [label, Path(r.file).name, steps, last_loss]
+        if ev is not None and len(ev.step):
+            row += [len(ev.step), int(ev.step[-1]), _f(ev.valid_loss[-1])]
+            for e in all_eps:
+                i = _match_eps(ev.eps, e)
+                row.append(None if i is None else _f(ev.sink[-1, i]))
+                if ev.proxy and i is not None:
+                    stars.add((len(rows), len(row) - 1))
+            if any_star:
+                for e in all_eps:
+                    i = _match_eps(ev.eps, e)
+                    row.append(None if i is None or ev.sink_star is None else _f(ev.sink_star[-1, i]))
+                    if ev.proxy and row[-1] is not None:
+                        stars.add((len(rows), len(row) - 1))
+            row.append(None if ev.massive_ratio is None else _f(ev.massive_ratio[-1, -1]))
+        else:
+            row += [0, None, None] + [None] * (len(all_eps) * (2 if any_star else 1)) + [None]
+        row.append("yes" if ev is not None and ev.proxy else "")
+        rows.append(row)
+    fmts = {"last train loss": ".4f", "valid loss": ".4f", "massive ratio (last layer)": ".2f"}
+    fmts.update({c: ".2f" for c in cols if c.startswith("Sink")})
+    rep.table(Table("runs", "Training runs at their last evaluation (Sink in %)", cols, rows, fmts, stars,
+                    note=PROXY_NOTE if stars else ""))
+
+    with_eval = [(label, r) for label, r in zip(labels, runs) if r.eval is not None and len(r.eval.step)]
+    if len(with_eval) >= 2:
+        _compare_runs(rep, with_eval, eps)
+
+    for label, r in zip(labels, runs):
+        _one_run(rep, label, r, eps)
+
+
+def _compare_runs(rep, with_eval, eps):
+    rep.heading(3, "Side by side")
+    series = []
+    for label, r in with_eval:
+        i = _match_eps(r.eval.eps, eps)
+        if i is None:
+            rep.skipped(f"run {label} in the comparison", f"no Sink_1 at eps={eps:g} (has {r.eval.eps})")
+            continue
+        series.append((label, r.eval, i))
+    if len(series) < 2:
+        return
+    steps = sorted({int(s) for _, ev, _ in series for s in ev.step})
+    cols = ["step"] + [f"valid loss {lab}" for lab, _, _ in series] + \
+        [f"{_eps_col('Sink_1', eps)} {lab}" for lab, _, _ in series]
+    rows, stars = [], set()
+    lookup = [{int(s): k for k, s in enumerate(ev.step)} for _, ev, _ in series]
+    for s in steps:
+        row = [s]
+        row += [_f(ev.valid_loss[lk[s]]) if s in lk else None for (_, ev, _), lk in zip(series, lookup)]
+        for (_, ev, i), lk in zip(series, lookup):
+            row.append(_f(ev.sink[lk[s], i]) if s in lk else None)
+            if ev.proxy and s in lk:
+                stars.add((len(rows), len(row) - 1))
+        rows.append(row)
+    fmts = {c: (".4f" if c.startswith("valid") else ".2f") for c in cols[1:]}
+    rep.table(Table("runs_compare", f"Valid loss and Sink_1^{eps:g} (%) over training, side by side",
+                    cols, rows, fmts, stars,
+                    note=PROXY_NOTE if stars else ""))
+    names = ", ".join(lab for lab, _, _ in series)
+    rep.figure("runs_compare", f"runs {names}: valid loss and Sink_1^{eps:g} over steps",
+               figures.runs_compare, series, eps)
+    curves = []
+    for label, r in with_eval:
+        ev = r.eval
+        if ev.massive_ratio is not None:
+            L = ev.massive_ratio.shape[1]
+            curves.append((f"{label} (step {int(ev.step[-1])})", np.arange(L), ev.massive_ratio[-1], "o-"))
+        if ev.massive_ratio_pre_norm is not None:
+            L = ev.massive_ratio_pre_norm.shape[1]
+            curves.append((f"{label} before norm", np.arange(L), ev.massive_ratio_pre_norm[-1], "s--"))
+    if curves:
+        rep.figure("runs_massive_ratio", f"runs {names}: ||h_1|| / mean ||h_t>1|| per layer at the last "
+                   "evaluation (Fig. 7)", figures.per_layer, curves, "massive-activation ratio")
+
+
+def _one_run(rep, label, r, eps):
+    rep.heading(3, f"Run {label}")
+    where = f"run {label}"
+    for note in r.notes:
+        rep.para(f"Note: {note}.", cls="note")
+        rep.notes.append(f"{where}: {note}")
+    tr, ev = r.train, r.eval
+    caption = f"run {label} | file {Path(r.file).name}"
+    if tr is not None and "step" in tr:
+        cols = [c for c in tr]
+        rows = [[_csv_num(tr[c][k]) for c in cols] for k in range(len(tr["step"]))]
+        rep.table(Table(f"run_{label}_train", f"Run {label}: training log, one row per step", cols, rows,
+                        inline=False))
+    elif tr is None:
+        rep.para(f"{where}: no training log (/runs/<run>/train).", cls="note")
+    if ev is None:
+        rep.skipped(f"{where}: evaluation table and figures", "no /runs/<run>/eval with step, valid_loss, sink")
+        if tr is not None and "loss" in tr and "step" in tr:
+            rep.figure(f"run_{label}_curves", caption, figures.run_curves, tr, None, 0)
+        return
+    ei = eps_index(ev.eps, eps)
+    cols = ["step", "valid loss"] + [_eps_col("Sink_1", e) for e in ev.eps]
+    if ev.sink_star is not None:
+        cols += [_eps_col("Sink_*", e) for e in ev.eps]
+    if ev.massive_ratio is not None:
+        cols.append("massive ratio (last layer)")
+    if ev.massive_ratio_pre_norm is not None:
+        cols.append("massive ratio before norm (last layer)")
+    rows, stars = [], set()
+    for k in range(len(ev.step)):
+        row = [int(ev.step[k]), _f(ev.valid_loss[k])]
+        for i in range(len(ev.eps)):
+            row.append(_f(ev.sink[k, i]))
+            if ev.proxy:
+                stars.add((k, len(row) - 1))
+        if ev.sink_star is not None:
+            for v in ev.sink_star[k]:
+                row.append(_f(v))
+                if ev.proxy:
+                    stars.add((k, len(row) - 1))
+        if ev.massive_ratio is not None:
+            row.append(_f(ev.massive_ratio[k, -1]))
+        if ev.massive_ratio_pre_norm is not None:
+            row.append(_f(ev.massive_ratio_pre_norm[k, -1]))
+        rows.append(row)
+    fmts = {c: ".2f" for c in cols[2:]}
+    fmts["valid loss"] = ".4f"
+    rep.table(Table(f"run_{label}_eval", f"Run {label}: evaluations over training (Sink in %)", cols, rows,
+                    fmts, stars, note=PROXY_NOTE if stars else ""))
+    rep.figure(f"run_{label}_curves", caption + " | loss, valid loss, Sink_1^eps over steps (Fig. 4)",
+               figures.run_curves, tr, ev, ei)
+    last = f"step {int(ev.step[-1])}"
+    curves = []
+    if ev.massive_ratio is not None:
+        curves.append(("h (block output)", np.arange(ev.massive_ratio.shape[1]), ev.massive_ratio[-1], "o-"))
+    if ev.massive_ratio_pre_norm is not None:
+        curves.append(("before the block's last norm", np.arange(ev.massive_ratio_pre_norm.shape[1]),
+                       ev.massive_ratio_pre_norm[-1], "s--"))
+    if curves:
+        rep.figure(f"run_{label}_massive_ratio", f"{caption} | {last} | ||h_1|| / mean ||h_t>1|| per layer "
+                   "(Fig. 7)", figures.per_layer, curves, "massive-activation ratio")
+    else:
+        rep.skipped(f"{where}: massive-activation ratio per layer", "no massive_ratio dataset")
+    if ev.alpha is not None:
+        a = ev.alpha[-1]
+        rep.figure(f"run_{label}_alpha1", f"{caption} | {last} | alpha_1 per layer and head (Figs. 19-24)",
+                   figures.head_layer_heatmap, a, list(range(a.shape[0])), "alpha_1")
+    if ev.alpha_star is not None:
+        a = ev.alpha_star[-1]
+        rep.figure(f"run_{label}_alpha_star", f"{caption} | {last} | alpha of the bias position (sink token "
+                   "/ k*) per layer and head", figures.head_layer_heatmap, a, list(range(a.shape[0])),
+                   "alpha_*")
+
+
+def _csv_num(v):
+    return int(v) if isinstance(v, np.integer) else float(v)
+
+
+# ------------------------------------------------------------------------------------------ 2. models
+
+def _ordered_inputs(inputs):
+    known = [i for i in INPUT_ORDER if i in inputs]
+    return known + sorted(i for i in inputs if i not in INPUT_ORDER)
+
+
+def _model_labels(entries):
+    """Model names, with the file's name added where two files hold the same (model, input, domain)."""
+    seen, clash = {}, set()
+    for e in entries:
+        key = (e.model, e.input, e.domain)
+        if key in seen and seen[key] != e.file:
+            clash.add(e.model)
+        seen.setdefault(key, e.file)
+    return [f"{e.model} [{Path(e.file).name}]" if e.model in clash else e.model for e in entries]
+
+
+def models_section(rep, entries, eps):
+    rep.heading(2, "2. Probed and surveyed models", anchor="models")
+    if not entries:
+        rep.skipped("probed models", "no /models/<model>/<input>/<domain> group in the files")
+        return
+    labels = _model_labels(entries)
+    for e in entries:
+        rep.notes += e.notes
+    skipped_pairs = {}  # the survey's map pairs a model does not have: one note per model
+    for label, e in zip(labels, entries):
+        if "skipped_pairs" in e.attrs:
+            skipped_pairs.setdefault(label, attr_text(e.attrs["skipped_pairs"]))
+    rep.notes += [f"{m}: requested (layer:head) map pairs not measured: {t}" for m, t in skipped_pairs.items()]
+    models = list(dict.fromkeys(labels))
+    inputs = _ordered_inputs({e.input for e in entries})
+    by = {}  # (model label, input) -> [entries]
+    for label, e in zip(labels, entries):
+        by.setdefault((label, e.input), []).append(e)
+
+    # Table 1 (left): Sink_1^eps per model and input; natural (any input) = mean over its domains. Inputs
+    # with an intervention ("natural+swap_5") have their own table.
+    plain = [i for i in inputs if "+" not in i]
+    missing = [e.label() for e in entries if len(e.sink) and _match_eps(e.eps, eps) is None]
+    rows, stars, means = [], set(), []
+    for m in models:
+        row, mrow = [m], []
+        for inp in plain:
+            es = [e for e in by.get((m, inp), []) if _match_eps(e.eps, eps) is not None]
+            v = float(np.mean([e.sink[_match_eps(e.eps, eps)] for e in es])) if es else None
+            row.append(v)
+            mrow.append(np.nan if v is None else v)
+            if es and any(e.proxy for e in es):
+                stars.add((len(rows), len(row) - 1))
+        rows.append(row)
+        means.append(mrow)
+    note = (f"natural (and every other input) = mean over its domains (per-domain table below); eps = {eps:g}; "
+            "the other thresholds are in table1_all_eps.csv.")
+    if stars:
+        note += " " + PROXY_NOTE
+    if missing:
+        note += f" Without a Sink at eps={eps:g}, left out: {', '.join(missing)}."
+    rep.table(Table("table1", f"Table 1 (left): Sink_1^{eps:g} (%) per model and input", ["model"] + plain,
+                    rows, {i: ".2f" for i in plain}, stars, note=note))
+    long_rows = []
+    for m in models:
+        for inp in inputs:
+            es = by.get((m, inp), [])
+            for e_val in sorted({x for e in es for x in e.eps if not math.isnan(x)}):
+                vals = [e.sink[_match_eps(e.eps, e_val)] for e in es if _match_eps(e.eps, e_val) is not None]
+                long_rows.append([m, inp, len(vals), e_val, float(np.mean(vals)),
+                                  "yes" if any(e.proxy for e in es) else ""])
+    rep.table(Table("table1_all_eps", "Sink_1^eps (%) per model, input and threshold (mean over domains)",
+                    ["model", "input", "domains", "eps", "Sink_1", "proxy"], long_rows,
+                    {"Sink_1": ".2f", "eps": "g"}, inline=False))
+    if plain and not all(np.isnan(v) for r in means for v in r):
+        rep.figure("table1_bars", f"Sink_1^{eps:g} (%) per model and input (Table 1 left / Fig. 4 left)",
+                   figures.grouped_bars, models, plain, means, f"Sink_1^{eps:g} (%)")
+
+    _per_domain_table(rep, labels, entries, eps)
+    _sink_k_table(rep, labels, entries, eps)
+    _intervention_table(rep, models, inputs, by, eps)
+    for m in models:
+        rep.heading(3, f"Model {m}")
+        for inp in plain:
+            es = by.get((m, inp))
+            if es:
+                _model_input_figures(rep, m, inp, es)
+                _map_figures(rep, m, inp, es)
+
+
+def _per_domain_table(rep, labels, entries, eps):
+    all_eps = sorted({x for e in entries for x in e.eps if not math.isnan(x)})
+    any_star = any(e.get("sink_star") is not None for e in entries)
+    cols = ["model", "input", "domain", "n_seq", "T", "bos"] + [_eps_col("Sink_1", x) for x in all_eps]
+    if any_star:
+        cols += [_eps_col("Sink_*", x) for x in all_eps]
+    cols += ["massive ratio (last layer)", "proxy", "file"]
+    order = sorted(range(len(entries)), key=lambda k: (
+        list(dict.fromkeys(labels)).index(labels[k]), _ordered_inputs({e.input for e in entries}).index(
+            entries[k].input), entries[k].domain))
+    rows, stars = [], set()
+    for k in order:
+        e = entries[k]
+        row = [labels[k], e.input, e.domain, _attr_value(e.attrs, "n_seq"), _attr_value(e.attrs, "T"),
+               _attr_value(e.attrs, "bos")]
+        for x in all_eps:
+            i = _match_eps(e.eps, x)
+            row.append(None if i is None else _f(e.sink[i]))
+            if e.proxy and i is not None:
+                stars.add((len(rows), len(row) - 1))
+        if any_star:
+            ss = e.get("sink_star")
+            for x in all_eps:
+                i = _match_eps(e.eps, x)
+                row.append(None if ss is None or i is None or i >= len(ss) else _f(ss[i]))
+        mr = e.get("massive_ratio")
+        row += [None if mr is None or not len(mr) else _f(mr[-1]), "yes" if e.proxy else "", Path(e.file).name]
+        rows.append(row)
+    fmts = {c: ".2f" for c in cols if c.startswith(("Sink", "massive"))}
+    rep.table(Table("per_domain", "Sink_1^eps (%) per model, input and domain", cols, rows, fmts, stars,
+                    note=PROXY_NOTE if stars else ""))
+
+
+def _sink_k_table(rep, labels, entries, eps):
+    """Sink_k^eps for k = 1..K (Table 10 right) where the survey wrote sink_k[K,E] with K > 1."""
+    rows = []
+    for label, e in zip(labels, entries):
+        sk = e.get("sink_k")
+        i = _match_eps(e.eps, eps)
+        if sk is None or sk.shape[0] < 2 or i is None or sk.shape[1] != len(e.eps):
+            continue
+        for k in range(sk.shape[0]):
+            rows.append([label, e.input, e.domain, k + 1, _f(sk[k, i])])
+    if rows:
+        rep.table(Table("sink_k", f"Sink_k^{eps:g} (%) per token position k (1-based)",
+                        ["model", "input", "domain", "k", f"Sink_k^{eps:g}"], rows, {f"Sink_k^{eps:g}": ".2f"}))
+
+
+def _intervention_table(rep, models, inputs, by, eps):
+    """Table 7 layout: the first position embedding replaced by / swapped with position t's; Sink_1 and
+    Sink_t (mean over domains) where the survey wrote sink_t and the intervention attributes."""
+    rows = []
+    for m in models:
+        for inp in inputs:
+            es = [e for e in by.get((m, inp), []) if e.get("sink_t") is not None and "intervention" in e.attrs
+                  and _match_eps(e.eps, eps) is not None and len(e.get("sink_t")) == len(e.eps)]
+            if not es:
+                continue
+            rows.append([m, inp, _set_text(_attr_value(e.attrs, "intervention") for e in es),
+                         _set_text(_attr_value(e.attrs, "t") for e in es), len(es),
+                         float(np.mean([e.sink[_match_eps(e.eps, eps)] for e in es])),
+                         float(np.mean([e.get("sink_t")[_match_eps(e.eps, eps)] for e in es]))])
+    if rows:
+        rep.table(Table("interventions", f"Table 7 layout: position-embedding interventions, Sink^{eps:g} (%) "
+                        "of the first token and of position t (mean over domains)",
+                        ["model", "input", "intervention", "t", "domains", f"Sink_1^{eps:g}", f"Sink_t^{eps:g}"],
+                        rows, {f"Sink_1^{eps:g}": ".2f", f"Sink_t^{eps:g}": ".2f"}))
+
+
+def _mean_of(entries, name):
+    """Mean over entries (domains) of dataset `name`; None if any lacks it or shapes differ."""
+    arrays = [e.get(name) for e in entries]
+    if any(a is None for a in arrays) or len({a.shape for a in arrays}) != 1:
+        return None
+    return np.mean(arrays, axis=0)
+
+
+def _model_input_figures(rep, model, inp, es):
+    domains = [e.domain for e in es]
+    domain_text = domains[0] if len(es) == 1 else f"mean of {len(es)} ({', '.join(domains)})"
+    caption = _entry_caption(es, domain_text)
+    where = f"{model} / {inp}"
+    name = f"{model}_{inp}"
+    La_layers = None
+    al = es[0].get("attention_layers")
+    if al is not None and all(e.get("attention_layers") is not None and
+                              np.array_equal(e.get("attention_layers"), al) for e in es):
+        La_layers = [int(x) for x in al]
+
+    def layer_axis(n):
+        return La_layers if La_layers is not None and len(La_layers) == n else list(range(n))
+
+    # l2 norms of the first token vs the rest: hidden states over all layers, keys/values over attention layers.
+    panels = []
+    for what, prefix in (("hidden states h", "hnorm"), ("keys k", "knorm"), ("values v", "vnorm")):
+        first, rest = _mean_of(es, f"{prefix}_first"), _mean_of(es, f"{prefix}_rest")
+        if first is not None and rest is not None and first.shape == rest.shape:
+            x = list(range(len(first))) if prefix == "hnorm" else layer_axis(len(first))
+            panels.append((what, x, first, rest))
+    if panels:
+        rep.figure(f"{name}_norms", caption + " | l2 norm, first token vs mean of the others (Figs. 2, 11-14)",
+                   figures.first_vs_rest_norms, panels)
+    else:
+        rep.skipped(f"{where}: l2 norms of h/k/v", "no hnorm_/knorm_/vnorm_first and _rest datasets")
+
+    alphas = [e.alpha1() for e in es]
+    if all(x is not None for x in alphas) and len({x.shape for x in alphas}) == 1:
+        a = np.mean(alphas, axis=0)
+        rep.figure(f"{name}_alpha1", caption + " | alpha_1 per layer and head (Figs. 19-24)",
+                   figures.head_layer_heatmap, a, layer_axis(a.shape[0]), "alpha_1")
+    else:
+        rep.skipped(f"{where}: alpha_1 heatmap", "no alpha[L,H,K] dataset (or shapes differ between domains)")
+
+    curves = []
+    mr = _mean_of(es, "massive_ratio")
+    if mr is not None:
+        curves.append(("block output h", np.arange(len(mr)), mr, "o-"))
+    mp = _mean_of(es, "massive_ratio_pre_norm")
+    if mp is not None:
+        curves.append(("before the block's last norm", np.arange(len(mp)), mp, "s--"))
+    if curves:
+        rep.figure(f"{name}_massive_ratio", caption + " | ||h_1|| / mean ||h_t>1|| per layer (Fig. 7)",
+                   figures.per_layer, curves, "massive-activation ratio")
+    else:
+        rep.skipped(f"{where}: massive-activation ratio", "no massive_ratio dataset")
+
+    ltf = _mean_of(es, "last_to_first")
+    if ltf is not None:
+        x = layer_axis(ltf.shape[0])
+        curves = [("mean over heads", x, ltf.mean(axis=1), "o-"), ("max over heads", x, ltf.max(axis=1), "^--"),
+                  ("min over heads", x, ltf.min(axis=1), "v--")]
+        rep.figure(f"{name}_last_to_first", caption + " | attention of the last token to the first, per layer",
+                   figures.per_layer, curves, "A[T-1, 0]")
+    else:
+        rep.skipped(f"{where}: last-token-to-first attention", "no last_to_first dataset")
+
+
+def _map_figures(rep, model, inp, es):
+    """QK cosine / norm-product maps and attention maps of one model and input: the mean over the domains
+    whose maps have the same shape and (layer, head) pairs, one figure per kind and such group."""
+    _map_kind(rep, model, inp, es, ("qk_cos", "qk_normprod"), "qk",
+              " | cos(q_t, k_j) and ||q_t|| ||k_j|| (Figs. 2, 15-18)", ["cos(q_t, k_j)", "||q_t|| ||k_j||"])
+    _map_kind(rep, model, inp, es, ("attention_maps",), "attention", " | attention maps A[t, j] (Figs. 25-26)",
+              ["A[t, j]"])
+
+
+def _map_kind(rep, model, inp, es, names, suffix, what, col_titles):
+    groups = {}  # (shape, pairs) -> [(entry, [stack per name])]
+    for e in es:
+        stacks = [e.map_stack(n) for n in names]
+        if all(m is None for m in stacks):
+            continue
+        if any(m is None for m in stacks) or len({m.shape for m in stacks}) != 1:
+            rep.skipped(f"{e.label()}: {' and '.join(names)} maps", "they need one [P,T,T] shape")
+            continue
+        pairs = e.map_pairs(names[0], stacks[0].shape[0])
+        key = (stacks[0].shape, tuple(pairs) if pairs else None)
+        groups.setdefault(key, []).append((e, stacks))
+    for (shape, pairs), members in groups.items():
+        ents = [e for e, _ in members]
+        means = [np.mean([st[i] for _, st in members], axis=0) for i in range(len(names))]
+        domain_text = ents[0].domain if len(ents) == 1 else \
+            f"mean of {len(ents)} ({', '.join(e.domain for e in ents)})"
+        rows = [(_pair_title(pairs, p), [m[p] for m in means]) for p in range(shape[0])]
+        name = f"{model}_{inp}_{suffix}" if len(groups) == 1 else f"{model}_{inp}_{ents[0].domain}_{suffix}"
+        rep.figure(name, _entry_caption(ents, domain_text) + what +
+                   ("" if pairs else " | (layer, head) pairs not stored"), figures.map_grid, rows, col_titles)
+
+
+def _pair_title(pairs, p):
+    return f"layer {pairs[p][0]} head {pairs[p][1]}" if pairs else f"map {p}"
+
+
+# ------------------------------------------------------------------------------------------ 3. items
+
+def items_section(rep, items):
+    if not items:
+        return
+    rep.heading(2, "3. Survey work items", anchor="items")
+    rows = [[it.id, it.status, attr_text(it.rank) if it.rank is not None else None,
+             _f(it.seconds) if it.seconds is not None and np.ndim(it.seconds) == 0 else None, it.error]
+            for it in sorted(items, key=lambda it: it.id)]
+    failed = [r for r in rows if r[1] != "ok"]
+    rep.para(f"{len(rows)} item(s): {len(rows) - len(failed)} ok, {len(failed)} not ok.")
+    rep.table(Table("items", "Survey items (/items/<id>)", ["id", "status", "rank", "seconds", "error"], rows,
+                    {"seconds": ".1f"}))
+    if failed:
+        rep.notes.append(f"{len(failed)} survey item(s) not ok: " + ", ".join(r[0] for r in failed[:20])
+                         + (" ..." if len(failed) > 20 else ""))
+
+
+# ---------------------------------------------------------------------------------------------- summary
+
+GLOSSARY = [
+    ("alpha_k", "importance score of position k in one head: the mean attention that queries i >= k give to "
+                "key k, alpha_k = 1/(T-k+1) sum_{i>=k} A[i,k]; alpha_1 is the first token's."),
+    ("Sink_k^eps", "percentage of (layer, head) pairs with alpha_k > eps, averaged over the probe sequences "
+                   "(paper Sec. 3.2), in %."),
+    ("Sink_*^eps", "the same for the bias position (learnable sink token x* or key bias k*; Tables 4-5)."),
+    ("valid loss", "mean cross-entropy (nats per token) on the validation shard at that step."),
+    ("massive-activation ratio", "||h_1|| / mean_{t>1} ||h_t|| of each block's output hidden states (Fig. 7; "
+                                 "the survey takes post-norm blocks and the last block before their norm); "
+                                 "'before norm': a post-norm model's residual sum before the block's last "
+                                 "norm."),
+    ("Sink_t (interventions)", "Sink_t^eps at the position t whose embedding replaced or was swapped with the "
+                               "first one (Table 7)."),
+    ("hnorm/knorm/vnorm", "l2 norms of the first token's hidden state / key / value vs the mean over the "
+                          "other tokens, per layer (Figs. 2, 11-14)."),
+    ("last-to-first", "attention of the last query to the first key, A[T-1, 0], per layer and head."),
+    ("natural", "Table 1's natural-language column: the mean of Sink_1^eps over the domains probed."),
+    ("layers, heads", "0-based indices, as the files store them."),
+]
+
+
+def summary_html(files, runs, entries, items, rep, eps):
+    out = ['<h2 id="summary">Summary</h2>', "<h3>Files</h3>", "<ul>"]
+    for rf in files:
+        meta = ", ".join(f"{k}={rf.attrs[k]}" for k in ("sinklab_version", "git_sha", "created_utc")
+                         if rf.attrs.get(k))
+        cmd = rf.attrs.get("command_line", "")
+        out.append(f"<li><code>{html.escape(rf.path)}</code>" + (f" ({html.escape(meta)})" if meta else "")
+                   + (f"<br><code>{html.escape(cmd)}</code>" if cmd else "") + "</li>")
+    out.append("</ul>")
+    labels = _run_labels(runs)
+    out.append(f"<h3>Training runs ({len(runs)})</h3>")
+    if runs:
+        out.append("<ul>")
+        for label, r in zip(labels, runs):
+            bits = []
+            if r.train and "loss" in r.train:
+                bits.append(f"{len(r.train['loss'])} logged steps")
+            if r.eval is not None:
+                bits.append(f"{len(r.eval.step)} evaluations, eps {', '.join(f'{x:g}' for x in r.eval.eps)}")
+            out.append(f"<li>{html.escape(label)} ({html.escape(Path(r.file).name)}): "
+                       f"{html.escape('; '.join(bits) or 'no data')}</li>")
+        out.append("</ul>")
+    else:
+        out.append("<p>none</p>")
+    out.append(f"<h3>Probed models ({len(set(_model_labels(entries)))})</h3>")
+    if entries:
+        out.append("<ul>")
+        mlabels = _model_labels(entries)
+        for m in dict.fromkeys(mlabels):
+            es = [e for lab, e in zip(mlabels, entries) if lab == m]
+            per = [f"{inp} ({sum(e.input == inp for e in es)} domain(s))"
+                   for inp in _ordered_inputs({e.input for e in es})]
+            out.append(f"<li>{html.escape(m)}: {html.escape(', '.join(per))}</li>")
+        out.append("</ul>")
+    else:
+        out.append("<p>none</p>")
+    if items:
+        ok = sum(it.status == "ok" for it in items)
+        out.append(f"<p>Survey items: {len(items)} ({ok} ok).</p>")
+    out.append("<h3>What the numbers mean</h3><ul>")
+    out += [f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in GLOSSARY]
+    out.append("</ul>")
+    proxy = [r.name for r in runs if r.eval is not None and r.eval.proxy] + \
+        sorted({e.model for e in entries if e.proxy})
+    if proxy:
+        out.append("<p>Values marked * are computed from proxy attention scores w_ij / sum_j w_ij (paper "
+                   f"Sec. 7.4, Table 6), as the files say for: {html.escape(', '.join(proxy))}.</p>")
+    else:
+        out.append("<p>No file marks its Sink values as computed from proxy scores (attribute proxy_scores), "
+                   "so no value is marked *. Variants whose attention scores are not a distribution "
+                   "(e.g. sigmoid without normalisation) are measured with proxy scores by the probe even so."
+                   "</p>")
+    out.append(f"<p>Tables at eps = {eps:g}; every table is also in tables/ as Markdown and CSV, every "
+               "figure in figures/ as PNG.</p>")
+    notes = [n for rf in files for n in rf.notes] + rep.notes
+    if notes:
+        out.append("<h3>Notes</h3><ul>")
+        out += [f'<li class="note">{html.escape(n)}</li>' for n in notes]
+        out.append("</ul>")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------- main
+
+def build_report(paths, out_dir, eps=DEFAULT_EPS):
+    """Reads `paths` and writes the report into `out_dir`; returns the Report. ResultsError on bad input."""
+    files = []
+    try:
+        for p in paths:
+            files.append(open_results(p))
+        runs = [r for rf in files for r in rf.runs]
+        entries = [e for rf in files for e in rf.entries]
+        items = [it for rf in files for it in rf.items]
+        try:
+            rep = Report(out_dir)
+        except OSError as e:
+            raise ResultsError(f"-o {out_dir}: cannot create the directory: {e.strerror or e}") from None
+        training_section(rep, runs, eps)
+        models_section(rep, entries, eps)
+        items_section(rep, items)
+        rep.write_html(summary_html(files, runs, entries, items, rep, eps))
+        return rep
+    finally:
+        for rf in files:
+            rf.close()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0])
+    ap.add_argument("files", nargs="+", help="sinklab results files (HDF5)")
+    ap.add_argument("-o", "--out", default="report", help="output directory (default: report)")
+    ap.add_argument("--eps", type=float, default=DEFAULT_EPS, help="threshold of the main tables (default 0.3)")
+    args = ap.parse_args(argv)
+    try:
+        rep = build_report(args.files, args.out, args.eps)
+    except ResultsError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 1
+    print(f"{PROG}: {len(rep.tables)} tables, {len(rep.figures)} figures -> {Path(args.out) / 'index.html'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

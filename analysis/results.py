@@ -1,0 +1,388 @@
+"""Reads sinklab results files (the HDF5 schema of DESIGN.md) into plain numpy arrays, for
+analysis.summary and analysis.report.
+
+    with open_results("results/run/results.h5") as rf:
+        for run in rf.runs: ...        # /runs/<run>/{train,eval}
+        for e in rf.entries: ...       # /models/<model>/<input>/<domain>
+        for item in rf.items: ...      # /items/<id> (survey bookkeeping)
+
+Every dataset but a few core ones is optional: a missing or malformed one reads as None and adds a line
+to the owner's `notes`, so the callers can skip what is not there and say why. Errors a user can cause
+(no such file, not HDF5) raise ResultsError with one line naming the file.
+"""
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+# Attributes that say a Sink metric was computed from proxy scores (paper Sec. 7.4, Table 6 "*"). No
+# writer sets one yet; without one nothing is marked.
+PROXY_ATTRS = ("proxy_scores", "proxy")
+# Attributes worth printing next to a probed model's figures (provenance, quantisation).
+NOTE_ATTRS = ("quantization", "quantisation", "dtype", "model_type", "source", "model_dir", "checkpoint",
+              "intervention", "t", "note")
+DEFAULT_EPS = 0.3
+
+TRAIN_COLUMNS = ("step", "tokens", "loss", "lr", "grad_norm", "tokens_per_s")
+
+
+class ResultsError(Exception):
+    """A results file that cannot be read; str() is one line naming the file."""
+
+
+@dataclass
+class EvalSeries:
+    """/runs/<run>/eval: one row per evaluation."""
+    step: np.ndarray                      # [n] int
+    valid_loss: np.ndarray                # [n]
+    eps: list                             # thresholds of the sink columns
+    sink: np.ndarray                      # [n,E] Sink_1^eps in percent
+    alpha: np.ndarray = None              # [n,L,H] alpha_1
+    massive_ratio: np.ndarray = None      # [n,L]
+    sink_star: np.ndarray = None          # [n,E] Sink of the bias position (sink token / k*)
+    alpha_star: np.ndarray = None         # [n,L,H]
+    massive_ratio_pre_norm: np.ndarray = None  # [n,L] post-norm models: before the block's last norm
+    proxy: bool = False                   # an attribute says the sink columns are proxy scores
+
+
+@dataclass
+class Run:
+    name: str
+    file: str
+    train: dict = None                    # column name -> [steps] array (only the columns present)
+    eval: EvalSeries = None
+    config: str = ""                      # the run's ini text (attr "config")
+    notes: list = field(default_factory=list)
+
+
+@dataclass
+class ProbeEntry:
+    """/models/<model>/<input>/<domain>: one measurement of one model on one input set."""
+    model: str
+    input: str
+    domain: str
+    file: str
+    attrs: dict
+    eps: list
+    sink: np.ndarray                      # [E] Sink_1^eps in percent
+    arrays: dict                          # every other numeric dataset that passed its shape check
+    proxy: bool = False
+    notes: list = field(default_factory=list)
+    _group: object = None                 # the open h5py group: large maps are read on demand
+
+    def get(self, name):
+        """An optional dataset (None when absent)."""
+        return self.arrays.get(name)
+
+    def alpha1(self):
+        """alpha_1 per (attention layer, head): alpha[L,H,K][..., 0]."""
+        a = self.get("alpha")
+        return None if a is None else a[:, :, 0]
+
+    def map_stack(self, name):
+        """[P,T,T] maps (qk_cos, qk_normprod, attention_maps), read from the file when asked."""
+        if self._group is None or name not in self._group:
+            return None
+        ds = self._group[name]
+        if not isinstance(ds, h5py.Dataset) or ds.ndim != 3 or ds.shape[1] != ds.shape[2]:
+            return None
+        return ds[...].astype(np.float64)
+
+    def map_pairs(self, name, count):
+        """The (layer, head) pair of each of the `count` maps of dataset `name`: from an attribute of
+        that dataset ("pairs") or a sibling dataset/attribute (MAP_PAIRS), as an [P,2] integer array or
+        "l:h,l:h" text. None when no source gives exactly `count` pairs."""
+        g = self._group
+        if g is None:
+            return None
+        candidates = []
+        if name in g:
+            candidates += [g[name].attrs[k] for k in ("pairs", "heads") if k in g[name].attrs]
+        for key in MAP_PAIRS.get(name, ()):
+            if key in g.attrs:
+                candidates.append(g.attrs[key])
+            if key in g and isinstance(g[key], h5py.Dataset):
+                candidates.append(g[key][...])
+        for value in candidates:
+            pairs = parse_pairs(value)
+            if pairs is not None and len(pairs) == count:
+                return pairs
+        return None
+
+    def label(self):
+        return f"{self.model} / {self.input} / {self.domain}"
+
+
+@dataclass
+class Item:
+    """/items/<id>: one survey work item."""
+    id: str
+    status: str
+    error: str = ""
+    rank: object = None
+    seconds: object = None
+
+
+@dataclass
+class ResultsFile:
+    path: str
+    attrs: dict
+    runs: list
+    entries: list
+    items: list
+    notes: list
+    _h5: object = None
+
+    def close(self):
+        if self._h5 is not None:
+            self._h5.close()
+            self._h5 = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def attr_text(value):
+    """An attribute as text (h5py gives str, bytes, numpy scalars or arrays)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, np.ndarray):
+        return ",".join(attr_text(v) for v in value.ravel())
+    if isinstance(value, np.generic):
+        return str(value.item())
+    return str(value)
+
+
+def attr_flag(value):
+    """A yes/no attribute: 1, true, yes, on (case-insensitive) are yes."""
+    return attr_text(value).strip().lower() in ("1", "true", "yes", "on", "1.0")
+
+
+def parse_eps(value):
+    """Thresholds from the "0.2,0.3,0.4" attribute text or a numeric array."""
+    if isinstance(value, np.ndarray) and value.dtype.kind in "fiu":
+        return [float(v) for v in value.ravel()]
+    text = attr_text(value)
+    return [float(t) for t in text.replace(";", ",").split(",") if t.strip()]
+
+
+def eps_index(eps, wanted=DEFAULT_EPS):
+    """Index of the threshold equal to `wanted` (else the nearest one); None when there is none."""
+    if not eps:
+        return None
+    return int(np.argmin([abs(e - wanted) for e in eps]))
+
+
+def _proxy(*objects):
+    for obj in objects:
+        for name in PROXY_ATTRS:
+            if obj is not None and name in obj.attrs:
+                return attr_flag(obj.attrs[name])
+    return False
+
+
+def _numeric(group, name, ndim, notes, where):
+    """group[name] as a float/int array of rank `ndim` (None when absent or malformed, with a note)."""
+    if name not in group:
+        return None
+    ds = group[name]
+    if not isinstance(ds, h5py.Dataset) or ds.dtype.kind not in "fiu":
+        notes.append(f"{where}/{name}: not a numeric dataset, ignored")
+        return None
+    if ndim is not None and ds.ndim != ndim:
+        notes.append(f"{where}/{name}: rank {ds.ndim}, expected {ndim}, ignored")
+        return None
+    return ds[...]
+
+
+def _read_train(g, notes, where):
+    cols = {}
+    for name in TRAIN_COLUMNS:
+        a = _numeric(g, name, 1, notes, where)
+        if a is not None:
+            cols[name] = a
+    if not cols:
+        return None
+    n = min(len(a) for a in cols.values())
+    if any(len(a) != n for a in cols.values()):
+        notes.append(f"{where}: columns of unequal length, cut to {n} rows")
+    return {k: v[:n] for k, v in cols.items()}
+
+
+def _read_eval(g, notes, where):
+    step = _numeric(g, "step", 1, notes, where)
+    valid_loss = _numeric(g, "valid_loss", 1, notes, where)
+    sink = _numeric(g, "sink", 2, notes, where)
+    if step is None or valid_loss is None or sink is None:
+        notes.append(f"{where}: needs step, valid_loss and sink[step,eps]; evaluation skipped")
+        return None
+    eps = parse_eps(g.attrs["sink_eps"]) if "sink_eps" in g.attrs else []
+    if len(eps) != sink.shape[1]:
+        notes.append(f"{where}: attribute sink_eps lists {len(eps)} threshold(s) for {sink.shape[1]} sink "
+                     "column(s); thresholds unknown")
+        eps = [float("nan")] * sink.shape[1]
+    optional = {
+        "alpha": _numeric(g, "alpha", 3, notes, where),
+        "massive_ratio": _numeric(g, "massive_ratio", 2, notes, where),
+        "sink_star": _numeric(g, "sink_star", 2, notes, where),
+        "alpha_star": _numeric(g, "alpha_star", 3, notes, where),
+        "massive_ratio_pre_norm": _numeric(g, "massive_ratio_pre_norm", 2, notes, where),
+    }
+    if optional["sink_star"] is not None and optional["sink_star"].shape[1] != sink.shape[1]:
+        notes.append(f"{where}/sink_star: {optional['sink_star'].shape[1]} columns for {sink.shape[1]} "
+                     "thresholds, ignored")
+        optional["sink_star"] = None
+    # A job stopped between two appends can leave one row more in some datasets: keep the common rows.
+    present = [step, valid_loss, sink] + [a for a in optional.values() if a is not None]
+    n = min(len(a) for a in present)
+    if any(len(a) != n for a in present):
+        notes.append(f"{where}: datasets of unequal length, cut to {n} rows")
+    if n == 0:
+        notes.append(f"{where}: no evaluation rows yet")
+        return None
+    cut = {k: (None if v is None else v[:n]) for k, v in optional.items()}
+    return EvalSeries(step=step[:n].astype(np.int64), valid_loss=valid_loss[:n].astype(np.float64),
+                      eps=eps, sink=sink[:n].astype(np.float64), proxy=_proxy(g, g.parent), **cut)
+
+
+# Optional datasets of a probe/survey entry and their rank (shapes as DESIGN.md and sinklab-survey).
+ENTRY_ARRAYS = {
+    "alpha": 3,                    # [La,H,K]
+    "sink_k": 2,                   # [K,E]
+    "sink_star": 1,                # [E]
+    "sink_t": 1,                   # [E] intervention items: Sink_t^eps at the intervention's position
+    "alpha_star": 2,               # [L,H]
+    "massive_ratio": 1,            # [L]
+    "massive_ratio_pre_norm": 1,   # [L]
+    "hnorm_first": 1, "hnorm_rest": 1,   # [L]
+    "knorm_first": 1, "knorm_rest": 1,   # [La]
+    "vnorm_first": 1, "vnorm_rest": 1,   # [La]
+    "last_to_first": 2,            # [La,H]
+    "attention_layers": 1,         # [La] indices of the layers with attention (when not all are)
+}
+MAP_DATASETS = ("qk_cos", "qk_normprod", "attention_maps")
+# Where the (layer, head) pairs of the maps may be stored (dataset or attribute of the entry group).
+MAP_PAIRS = {
+    "qk_cos": ("qk_pairs", "qk_heads"),
+    "qk_normprod": ("qk_pairs", "qk_heads"),
+    "attention_maps": ("attention_pairs", "attention_heads"),
+}
+
+
+def parse_pairs(value):
+    """[(layer, head), ...] from an [P,2] integer array or "l:h,l:h" text; None if neither."""
+    if isinstance(value, np.ndarray) and value.dtype.kind in "iu":
+        if value.ndim == 2 and value.shape[1] == 2:
+            return [(int(a), int(b)) for a, b in value]
+        return None
+    text = attr_text(value).strip()
+    pairs = []
+    for part in filter(None, (t.strip() for t in text.split(","))):
+        bits = part.split(":")
+        if len(bits) != 2:
+            return None
+        try:
+            pairs.append((int(bits[0]), int(bits[1])))
+        except ValueError:
+            return None
+    return pairs
+
+
+def _read_entry(g, model, inp, domain, path):
+    where = g.name
+    notes = []
+    arrays = {}
+    for name, ndim in ENTRY_ARRAYS.items():
+        a = _numeric(g, name, ndim, notes, where)
+        if a is not None:
+            arrays[name] = a if name == "attention_layers" else a.astype(np.float64)
+    sink = _numeric(g, "sink", 1, notes, where)
+    if sink is None and "sink_k" in arrays:
+        sink = arrays["sink_k"][0]  # row 0 of Sink_k^eps is Sink_1^eps
+    if "sink_eps" in g:
+        eps = parse_eps(g["sink_eps"][...])
+    elif "sink_eps" in g.attrs:
+        eps = parse_eps(g.attrs["sink_eps"])
+    else:
+        eps = []
+    if sink is None:
+        notes.append(f"{where}: no sink (or sink_k) dataset")
+        sink = np.zeros(0)
+    if len(eps) != len(sink):
+        if len(sink):
+            notes.append(f"{where}: {len(eps)} threshold(s) in sink_eps for {len(sink)} sink value(s); "
+                         "thresholds unknown")
+        eps = [float("nan")] * len(sink)
+    attrs = {k: g.attrs[k] for k in g.attrs}
+    return ProbeEntry(model=model, input=inp, domain=domain, file=path, attrs=attrs, eps=eps,
+                      sink=np.asarray(sink, dtype=np.float64), arrays=arrays, proxy=_proxy(g),
+                      notes=notes, _group=g)
+
+
+def _read_item(name, g):
+    def value(key):
+        if key in g.attrs:
+            return g.attrs[key]
+        if isinstance(g, h5py.Group) and key in g and isinstance(g[key], h5py.Dataset):
+            v = g[key][()]
+            return v
+        return None
+
+    status, error = value("status"), value("error")
+    return Item(id=name, status=attr_text(status) if status is not None else "",
+                error=attr_text(error) if error is not None else "",
+                rank=value("rank"), seconds=value("seconds"))
+
+
+def open_results(path):
+    """Opens and reads one results file; raises ResultsError (one line naming the file) on bad input."""
+    p = Path(path)
+    if not p.exists():
+        raise ResultsError(f"{path}: no such file")
+    if not p.is_file():
+        raise ResultsError(f"{path}: not a regular file")
+    try:
+        is_h5 = h5py.is_hdf5(str(p))
+    except OSError as e:
+        raise ResultsError(f"{path}: cannot read: {e}") from None
+    if not is_h5:
+        raise ResultsError(f"{path}: not an HDF5 file")
+    try:
+        f = h5py.File(str(p), "r")
+    except OSError as e:
+        raise ResultsError(f"{path}: cannot open as HDF5: {e}") from None
+    notes, runs, entries, items = [], [], [], []
+    try:
+        runs_g = f.get("runs")
+        if isinstance(runs_g, h5py.Group):
+            for name, g in runs_g.items():
+                if not isinstance(g, h5py.Group):
+                    continue
+                run = Run(name=name, file=str(path), config=attr_text(g.attrs.get("config", "")))
+                if isinstance(g.get("train"), h5py.Group):
+                    run.train = _read_train(g["train"], run.notes, g["train"].name)
+                if isinstance(g.get("eval"), h5py.Group):
+                    run.eval = _read_eval(g["eval"], run.notes, g["eval"].name)
+                runs.append(run)
+        models_g = f.get("models")
+        if isinstance(models_g, h5py.Group):
+            for model, mg in models_g.items():
+                for inp, ig in (mg.items() if isinstance(mg, h5py.Group) else ()):
+                    for domain, dg in (ig.items() if isinstance(ig, h5py.Group) else ()):
+                        if isinstance(dg, h5py.Group):
+                            entries.append(_read_entry(dg, model, inp, domain, str(path)))
+        items_g = f.get("items")
+        if isinstance(items_g, h5py.Group):
+            items = [_read_item(name, g) for name, g in items_g.items()]
+    except (OSError, KeyError, ValueError) as e:
+        f.close()
+        raise ResultsError(f"{path}: malformed results file: {e}") from None
+    attrs = {k: attr_text(f.attrs[k]) for k in f.attrs}
+    if not runs and not entries and not items:
+        notes.append(f"{path}: no /runs, /models or /items: nothing to report")
+    return ResultsFile(path=str(path), attrs=attrs, runs=runs, entries=entries, items=items, notes=notes,
+                       _h5=f)

@@ -1,0 +1,117 @@
+// Survey forward throughput of an HF model directory: sinklab's family forward with the sink probe
+// (probe::ModelProbe: every layer's attention probabilities from the taps, alpha, massive activations)
+// over a fixed set of token sequences. bench/run_hf_survey.sh runs it beside transformers eager with
+// output_attentions=True (bench/peers/transformers_forward.py) on the same directory and inputs.
+//
+//   hf_forward --model DIR --ids IDS.safetensors [--batch 100] [--repeat 3] [--threads 0]
+//              [--mode probe|logits] [--max-memory BYTES]
+//
+// IDS.safetensors holds "ids" i32 [N,T]. probe: no logits (the survey's work: transformers' base model
+// with output_attentions on the peer side); logits: the head too, [batch,T,V] per batch (the peer's
+// CausalLM). Prints one line: sequences/s of the best of `repeat` passes over all N sequences, the
+// process's peak RSS (VmHWM) and the load time. seqs_per_cpu_s divides by the CPU time of all threads
+// instead of the wall clock (the better measure on a machine shared with other jobs).
+#include <time.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "backend/memory.hpp"
+#include "core/error.hpp"
+#include "hf/hf_model.hpp"
+#include "io/safetensors.hpp"
+#include "probe/model_probe.hpp"
+
+using namespace sinklab;
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// CPU seconds of every thread of the process: on a machine shared with other jobs this, unlike the
+// wall clock, does not count the time slices others took (spinning OpenMP threads do count).
+double cpu_now() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+long status_kb(const char* key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key, 0) == 0 && line[std::strlen(key)] == ':') return std::stol(line.substr(std::strlen(key) + 1));
+  return -1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return run_main("hf_forward", [&]() {
+    std::string model_dir, ids_path, mode = "probe";
+    int64_t batch = 100, repeat = 3, max_memory = 0;
+    int threads = 0;
+    for (int i = 1; i < argc; i += 2) {
+      const std::string k = argv[i];
+      SL_CHECK(i + 1 < argc, "%s needs a value", k.c_str());
+      const std::string v = argv[i + 1];
+      if (k == "--model") model_dir = v;
+      else if (k == "--ids") ids_path = v;
+      else if (k == "--mode") mode = v;
+      else if (k == "--batch") batch = std::stoll(v);
+      else if (k == "--repeat") repeat = std::stoll(v);
+      else if (k == "--threads") threads = std::stoi(v);
+      else if (k == "--max-memory") max_memory = std::stoll(v);
+      else SL_FAIL("unknown flag %s", k.c_str());
+    }
+    SL_CHECK(!model_dir.empty() && !ids_path.empty(), "usage: hf_forward --model DIR --ids IDS.safetensors [...]");
+    SL_CHECK(mode == "probe" || mode == "logits", "--mode must be probe or logits, got %s", mode.c_str());
+    SL_CHECK(batch >= 1 && repeat >= 1, "--batch and --repeat must be >= 1");
+
+    io::SafetensorsFile ids_file(ids_path);
+    Tensor all_ids = ids_file.view("ids");
+    SL_CHECK(all_ids.dtype == DType::i32 && all_ids.ndim == 2, "%s: ids must be i32 [N,T]", ids_path.c_str());
+    const int64_t N = all_ids.shape[0], T = all_ids.shape[1];
+
+    const double t_load = now();
+    hf::LoadOptions lo;
+    lo.threads = threads;
+    lo.max_memory_bytes = max_memory;
+    std::unique_ptr<hf::HfModel> model = hf::load_model(model_dir, lo);
+    const hf::HfModelInfo& info = model->info();
+    const double load_s = now() - t_load;
+
+    const bool logits_wanted = mode == "logits";
+    Buffer logits_buf;
+    if (logits_wanted) logits_buf = Buffer::for_tensor(DType::f32, {batch, T, int64_t(info.vocab_size)});
+    hf::ForwardOptions opt;
+    opt.want_logits = logits_wanted;
+    probe::ModelProbe probe(info.n_layers, info.n_heads, T, 4);
+    auto pass = [&](int64_t limit) {
+      for (int64_t s0 = 0; s0 < limit; s0 += batch) {
+        const int64_t b = std::min(batch, limit - s0);
+        Tensor logits = logits_wanted ? logits_buf.view(DType::f32, {b, T, int64_t(info.vocab_size)}) : Tensor{};
+        model->forward(all_ids.slice(0, s0, b), &probe, logits, opt);
+      }
+    };
+    pass(std::min(batch, N));  // warm-up: activations allocated, pages touched
+    double best = 1e30, best_cpu = 1e30;
+    for (int64_t r = 0; r < repeat; ++r) {
+      const double t0 = now(), c0 = cpu_now();
+      pass(N);
+      best = std::min(best, now() - t0);
+      best_cpu = std::min(best_cpu, cpu_now() - c0);
+    }
+    const probe::ProbeResult res = probe.result();
+    std::printf("sinklab mode=%s seqs=%lld T=%lld batch=%lld seqs_per_s=%.2f seqs_per_cpu_s=%.2f peak_mib=%.1f "
+                "load_s=%.2f weights_mib=%.1f sink_eps0.3=%.2f\n",
+                mode.c_str(), (long long)N, (long long)T, (long long)batch, double(N) / best, double(N) / best_cpu,
+                double(status_kb("VmHWM")) / 1024.0, load_s, double(info.weight_bytes) / (1 << 20),
+                res.sink.size() > 1 ? res.sink[1] : 0.0);
+    return 0;
+  });
+}

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The survey of pretrained models (paper Sec. 3, Table 8): every (model, input, domain, intervention)
+# item through the dynamic MPI work queue of sinklab-survey, results gathered by rank 0 into one HDF5
+# file. Models run on the CPUs of each rank (one model resident per rank; --max-memory streams layers).
+#   MODEL_ROOT=/path/to/hf SURVEY_INPUTS=data/survey_inputs sbatch slurm/survey.sh [--flag=value ...]
+#   CONFIG=jobs/survey/long_inputs.ini ... for the long-input appendix
+# MODEL_ROOT and SURVEY_INPUTS, when set, override --model-root / --survey-inputs-dir of the job file;
+# OUTPUT defaults to results/survey/<job file name>.h5.
+# Five minutes before the time limit Slurm sends SIGUSR1: the ranks abandon their items in flight,
+# rank 0 commits the results and the job requeues itself; --resume then skips every item recorded ok.
+#SBATCH --job-name=sinklab-survey
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=4
+#SBATCH --cpus-per-task=16
+#SBATCH --time=24:00:00
+#SBATCH --signal=USR1@300
+#SBATCH --requeue
+#SBATCH --output=logs/%x-%j.out
+set -uo pipefail
+SINKLAB_APP=sinklab-survey
+source "$(dirname "$0")/common.sh" 2>/dev/null || source "$SLURM_SUBMIT_DIR/slurm/common.sh"
+
+CONFIG=${CONFIG:-jobs/survey/open_models.ini}
+OUTPUT=${OUTPUT:-results/survey/$(basename "$CONFIG" .ini).h5}
+args=(--config "$CONFIG" --output "$OUTPUT" --resume)
+[ -n "${MODEL_ROOT:-}" ] && args+=(--model-root "$MODEL_ROOT")
+[ -n "${SURVEY_INPUTS:-}" ] && args+=(--survey-inputs-dir "$SURVEY_INPUTS")
+sinklab_srun "$SINKLAB_BIN/sinklab-survey" "${args[@]}" "$@"
+status=$?
+[ $status -eq 0 ] && sinklab_requeue_unless_marker "$OUTPUT" "$OUTPUT.done"
+exit $status

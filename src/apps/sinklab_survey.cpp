@@ -1,0 +1,369 @@
+// sinklab-survey: the attention-sink survey of pretrained models (paper Sec. 3, App. B; the 32 models of
+// Table 8) over natural, random and repeated inputs, with the position interventions of Table 7.
+// Items (model, input, domain, intervention; probe/survey_plan.hpp) go through a dynamic MPI work
+// queue (dist/work_queue.hpp); rank 0 writes every result into one HDF5 file (DESIGN.md schema):
+//   /models/<model>/<input>/<domain>/...   the measurements (probe/survey_run.hpp)
+//   /items/<id>                            attrs status (ok|failed), error, rank, seconds, model, input, domain
+// The file is committed atomically (io/h5.hpp) at most every --commit-every seconds and at the end, so a
+// kill loses at most that much; --resume skips the items recorded ok. A failing item (missing files,
+// unsupported model, bad inputs) is recorded with its error and the survey goes on; the exit status is
+// 1, with a summary, when any item failed. SIGTERM/SIGUSR1 abandon the items in flight, commit and exit
+// 0 (run again with --resume). "<output>.done" is written once every item has been attempted.
+//
+//   mpirun -np 4 sinklab-survey --config jobs/survey/open_models.ini --model-root /models
+//       --survey-inputs-dir data/survey_inputs --output results/survey.h5 --resume
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/options.hpp"
+#include "core/text.hpp"
+#include "core/timer.hpp"
+#include "dist/mpi.hpp"
+#include "dist/work_queue.hpp"
+#include "io/h5.hpp"
+#include "io/result_set.hpp"
+#include "probe/survey_plan.hpp"
+#include "probe/survey_run.hpp"
+#include "train/signals.hpp"
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+using namespace sinklab;
+
+namespace {
+
+struct SurveyOptions {
+  std::string config_text, command_line;
+  std::string model_root, models, inputs, survey_inputs_dir, domains, long_domains, interventions,
+      intervention_inputs, sink_eps, max_memory, qk_maps, attention_maps, output;
+  std::vector<std::string> model_lines;
+  probe::SurveyParams params;
+  double commit_every = 60.0;
+  bool resume = false, dry_run = false;
+};
+
+// "0", "123456", "512M", "16G", "1T" (binary units) -> bytes.
+int64_t parse_bytes(const std::string& text) {
+  size_t end = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &end);
+  } catch (const std::exception&) {
+    end = 0;
+  }
+  const std::string unit = text.substr(end);
+  double scale = 0;
+  if (unit.empty()) scale = 1;
+  else if (unit == "K") scale = 1024.0;
+  else if (unit == "M") scale = 1024.0 * 1024;
+  else if (unit == "G") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "T") scale = 1024.0 * 1024 * 1024 * 1024;
+  SL_CHECK(end > 0 && scale > 0 && v >= 0, "--max-memory: '%s' is not a size (bytes, or a number with K, M, G, T)",
+           text.c_str());
+  return int64_t(v * scale);
+}
+
+bool parse(int argc, char** argv, SurveyOptions& o) {
+  probe::SurveyParams& p = o.params;
+  po::options_description desc("sinklab-survey options (also valid as `name = value` lines in --config)");
+  desc.add_options()
+      ("help", "print this help")
+      ("config", po::value<std::string>(), "ini file with any of these options; flags override it")
+      ("model", po::value(&o.model_lines)->composing(),
+       "a catalogue entry, repeatable: NAME DIR [inputs=FILE] [interventions=LIST|none] (DIR under --model-root)")
+      ("model-root", po::value(&o.model_root)->default_value(""), "directory the catalogue's model directories are under")
+      ("models", po::value(&o.models)->default_value("all"), "catalogue names or model directories, comma-separated (all = the catalogue)")
+      ("inputs", po::value(&o.inputs)->default_value("natural,random,repeat"), "natural | random | repeat | long, comma-separated")
+      ("survey-inputs-dir", po::value(&o.survey_inputs_dir)->default_value(""),
+       "data_prep survey-inputs files (one per tokenizer; matched by tokenizer sha256 unless inputs= names one)")
+      ("domains", po::value(&o.domains)->default_value(""), "Pile domain keys of the natural inputs, comma-separated")
+      ("n-seq", po::value(&p.n_seq)->default_value(100), "sequences per item")
+      ("seq-len", po::value(&p.seq_len)->default_value(64), "tokens per sequence (T)")
+      ("max-k", po::value(&p.max_k)->default_value(8), "positions k = 1..K whose alpha_k and Sink_k are stored")
+      ("sink-eps", po::value(&o.sink_eps)->default_value("0.2,0.3,0.4"), "thresholds of Sink_k^eps, comma-separated")
+      ("batch", po::value(&p.batch)->default_value(16), "sequences of --seq-len tokens per forward pass")
+      ("max-memory", po::value(&o.max_memory)->default_value("0"), "weights resident per rank (0 = all; else layer streaming), e.g. 16G")
+      ("interventions", po::value(&o.interventions)->default_value(""),
+       "replace:t / swap:t of the first position embedding (Table 7), for learned-position models without their own list")
+      ("intervention-inputs", po::value(&o.intervention_inputs)->default_value("repeat"), "inputs the interventions are measured on")
+      ("qk-maps", po::value(&o.qk_maps)->default_value(""), "layer:head pairs (0-based, negative layer from the end) for QK cosine/norm maps")
+      ("attention-maps", po::value(&o.attention_maps)->default_value(""), "layer:head pairs for mean attention maps")
+      ("long-input-len", po::value(&p.long_len)->default_value(4096), "T of the long inputs")
+      ("long-n-seq", po::value(&p.long_n_seq)->default_value(16), "sequences per long-input item")
+      ("long-domains", po::value(&o.long_domains)->default_value("pile_cc"), "domains of the long inputs")
+      ("seed", po::value(&p.seed)->default_value(1234), "seed of the random and repeated inputs")
+      ("output", po::value(&o.output)->default_value("results/survey.h5"), "HDF5 results file")
+      ("commit-every", po::value(&o.commit_every)->default_value(60.0), "seconds between commits of the results file (0 = after every item)")
+      ("resume", po::value(&o.resume)->default_value(false)->implicit_value(true), "continue --output, skipping the items recorded ok")
+      ("dry-run", po::value(&o.dry_run)->default_value(false)->implicit_value(true), "print the configuration and the items, then exit");
+  po::variables_map vm;
+  if (!parse_options(argc, argv, desc, vm)) return false;
+  p.eps = probe::parse_sink_eps(o.sink_eps);
+  p.max_memory = parse_bytes(o.max_memory);
+  p.qk_maps = probe::parse_head_pairs(o.qk_maps, "qk-maps");
+  p.attention_maps = probe::parse_head_pairs(o.attention_maps, "attention-maps");
+  p.survey_inputs_dir = o.survey_inputs_dir;
+  SL_CHECK(p.n_seq >= 1 && p.long_n_seq >= 1, "--n-seq and --long-n-seq must be positive");
+  SL_CHECK(p.seq_len >= 2 && p.long_len >= 2, "--seq-len and --long-input-len must be at least 2");
+  SL_CHECK(p.max_k >= 1 && p.max_k <= p.seq_len, "--max-k must lie in [1, --seq-len]");
+  SL_CHECK(p.batch >= 1, "--batch must be positive");
+  SL_CHECK(o.commit_every >= 0, "--commit-every must be >= 0");
+  SL_CHECK(!o.output.empty(), "--output names no file");
+  o.config_text = options_as_ini(vm, {"config", "help", "dry-run", "resume"});
+  o.command_line = command_line_of(argc, argv);
+  return true;
+}
+
+// The parameters an item's numbers depend on: a resumed file must have been made with the same.
+std::string params_fingerprint(const probe::SurveyParams& p) {
+  std::string eps;
+  for (double e : p.eps) eps += strfmt("%s%g", eps.empty() ? "" : ",", e);
+  return strfmt("n-seq=%lld seq-len=%lld max-k=%d sink-eps=%s batch=%lld seed=%llu long-input-len=%lld long-n-seq=%lld",
+                (long long)p.n_seq, (long long)p.seq_len, p.max_k, eps.c_str(), (long long)p.batch,
+                (unsigned long long)p.seed, (long long)p.long_len, (long long)p.long_n_seq);
+}
+
+// Relative cost of an item for the scheduler and the ETA: weights on disk x tokens.
+double item_cost(const probe::SurveyItem& item, const std::vector<probe::SurveyModel>& models,
+                 const probe::SurveyParams& p, std::map<int, double>& weights) {
+  auto it = weights.find(item.model);
+  if (it == weights.end()) {
+    double bytes = 0;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(models[size_t(item.model)].dir, ec))
+      if (e.path().extension() == ".safetensors") bytes += double(e.file_size(ec));
+    it = weights.emplace(item.model, std::max(bytes, 1e6)).first;
+  }
+  const double tokens = item.input == "long" ? double(p.long_n_seq * p.long_len) : double(p.n_seq * p.seq_len);
+  return it->second * tokens;
+}
+
+// Thrown from the progress hook to abandon the item in flight when the survey is stopping.
+struct Stopped {};
+// Errors of rank 0's bookkeeping inside the progress hook: fatal, never an item's failure.
+struct Fatal : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// An item's outcome as it travels to rank 0: bookkeeping, then the measurements.
+std::string encode(bool ok, const std::string& error, double seconds, const io::ResultSet& data) {
+  io::ResultSet meta;
+  meta.set_attr("", "status", std::string(ok ? "ok" : "failed"));
+  meta.set_attr("", "error", error);
+  meta.set_attr("", "seconds", seconds);
+  return meta.serialize() + data.serialize();
+}
+
+// Rank 0's side: the results file, the record of what is done, progress lines.
+class SurveyWriter {
+ public:
+  SurveyWriter(const SurveyOptions& o, const std::vector<probe::SurveyItem>& items,
+               const std::vector<probe::SurveyModel>& models, std::vector<double> costs)
+      : o_(o), items_(items), models_(models), costs_(std::move(costs)), done_(items.size(), 0) {
+    const fs::path dir = fs::path(o.output).parent_path();
+    std::error_code ec;
+    if (!dir.empty()) fs::create_directories(dir, ec);
+    SL_CHECK(!ec, "--output: cannot create %s: %s", dir.c_str(), ec.message().c_str());
+    const std::string fingerprint = params_fingerprint(o.params);
+    if (fs::exists(o.output)) {
+      SL_CHECK(o.resume, "--output %s exists: pass --resume to continue it, or remove it", o.output.c_str());
+      file_.emplace(io::ResultsFile::open(o.output));
+      SL_CHECK(file_->has_attr("/", "survey_params"), "--resume: %s is not a survey results file", o.output.c_str());
+      const std::string was = file_->attr_string("/", "survey_params");
+      SL_CHECK(was == fingerprint, "--resume: %s was made with %s; this run has %s", o.output.c_str(), was.c_str(),
+               fingerprint.c_str());
+      for (size_t i = 0; i < items_.size(); ++i) {
+        const std::string obj = "/items/" + items_[i].id(models_);
+        done_[i] = file_->exists(obj) && file_->attr_string(obj, "status") == "ok";
+      }
+    } else {
+      io::RootInfo info{SINKLAB_VERSION, "", io::now_utc_iso(), o.command_line, o.config_text};
+      file_.emplace(io::ResultsFile::create(o.output, info));
+      file_->set_attr("/", "survey_params", fingerprint);
+      file_->create_group("/items");
+      file_->create_group("/models");
+    }
+    std::error_code rm;
+    fs::remove(o.output + ".done", rm);
+    for (size_t i = 0; i < items_.size(); ++i)
+      if (done_[i]) ++already_;
+      else pending_cost_ += costs_[i];
+  }
+
+  const std::vector<char>& done() const { return done_; }
+  int64_t already() const { return already_; }
+
+  // The outcome of items_[index], measured by `rank`.
+  void collect(int64_t index, int rank, const std::string& blob) {
+    const probe::SurveyItem& item = items_[size_t(index)];
+    const std::string id = item.id(models_);
+    size_t used = 0;
+    const io::ResultSet meta = io::ResultSet::deserialize(blob, &used);
+    const io::ResultSet data = io::ResultSet::deserialize(std::string_view(blob).substr(used));
+    const bool ok = std::get<std::string>(*meta.find_attr("", "status")) == "ok";
+    const std::string error = std::get<std::string>(*meta.find_attr("", "error"));
+    if (ok) data.write(*file_, item.group(models_));
+    const std::string obj = "/items/" + id;
+    meta.write(*file_, obj);
+    file_->set_attr(obj, "rank", int64_t(rank));
+    file_->set_attr(obj, "model", models_[size_t(item.model)].name);
+    file_->set_attr(obj, "input", item.label());
+    file_->set_attr(obj, "domain", item.domain);
+    if (!ok) {
+      failed_.push_back(id);
+      std::fprintf(stderr, "sinklab-survey: item %s failed: %s\n", id.c_str(), error.c_str());
+      std::fflush(stderr);
+    }
+    ++finished_;
+    done_cost_ += costs_[size_t(index)];
+    const double elapsed = clock_.seconds();
+    const double eta = done_cost_ > 0 ? elapsed * (pending_cost_ - done_cost_) / done_cost_ : 0;
+    log::info("items %lld/%zu, model %s (%s/%s %s), elapsed %s, ETA %s", (long long)(already_ + finished_),
+              items_.size(), models_[size_t(item.model)].name.c_str(), item.label().c_str(), item.domain.c_str(),
+              ok ? "ok" : "FAILED", hms(elapsed).c_str(), hms(eta).c_str());
+    if (o_.commit_every <= 0 || since_commit_.seconds() >= o_.commit_every) commit();
+  }
+
+  void commit() {
+    file_->commit();
+    since_commit_.reset();
+  }
+
+  // Final commit and summary; the exit status.
+  int finish(bool stopped) {
+    commit();
+    const int64_t total = int64_t(items_.size()), done = already_ + finished_;
+    if (stopped) {
+      log::info("survey stopped: %lld of %lld items attempted (%zu failed); run again with --resume to continue %s",
+                (long long)done, (long long)total, failed_.size(), o_.output.c_str());
+      return 0;
+    }
+    std::string summary = strfmt("%lld items, %zu failed -> %s", (long long)total, failed_.size(), o_.output.c_str());
+    std::ofstream(o_.output + ".done") << summary << "\n";
+    if (failed_.empty()) {
+      log::info("survey done: %s", summary.c_str());
+      return 0;
+    }
+    std::string list;
+    for (const std::string& id : failed_) list += (list.empty() ? "" : ", ") + id;
+    std::fprintf(stderr, "sinklab-survey: error: %zu of %lld items failed: %s (errors under /items in %s)\n",
+                 failed_.size(), (long long)total, list.c_str(), o_.output.c_str());
+    return 1;
+  }
+
+ private:
+  const SurveyOptions& o_;
+  const std::vector<probe::SurveyItem>& items_;
+  const std::vector<probe::SurveyModel>& models_;
+  std::vector<double> costs_;
+  std::vector<char> done_;
+  std::optional<io::ResultsFile> file_;
+  std::vector<std::string> failed_;
+  int64_t already_ = 0, finished_ = 0;
+  double pending_cost_ = 0, done_cost_ = 0;
+  Timer clock_, since_commit_;
+};
+
+int run(const SurveyOptions& o, const dist::World& world) {
+  std::vector<probe::SurveyModel> catalogue;
+  for (const std::string& line : o.model_lines) catalogue.push_back(probe::parse_model_line(line, o.model_root));
+  const std::vector<probe::SurveyModel> models = probe::select_models(catalogue, o.models, o.model_root);
+  probe::PlanOptions plan;
+  plan.inputs = split_commas(o.inputs);
+  plan.domains = split_commas(o.domains);
+  plan.long_domains = split_commas(o.long_domains);
+  plan.interventions = probe::parse_interventions(o.interventions, "--interventions");
+  plan.intervention_inputs = split_commas(o.intervention_inputs);
+  const std::vector<probe::SurveyItem> items = probe::plan_items(models, plan);
+  if (o.dry_run) {
+    if (world.is_root()) {
+      std::fputs(o.config_text.c_str(), stdout);
+      std::printf("# %zu models, %zu items\n", models.size(), items.size());
+      for (const probe::SurveyItem& it : items)
+        std::printf("# %s -> %s\n", it.id(models).c_str(), models[size_t(it.model)].dir.c_str());
+    }
+    return 0;
+  }
+  train::install_stop_handlers();
+
+  // Rank 0 opens the results file and tells every rank which items are left.
+  std::map<int, double> weights;
+  std::vector<double> costs;
+  for (const probe::SurveyItem& it : items) costs.push_back(item_cost(it, models, o.params, weights));
+  std::optional<SurveyWriter> writer;
+  std::string done(items.size(), '0');
+  if (world.is_root()) {
+    writer.emplace(o, items, models, costs);
+    for (size_t i = 0; i < items.size(); ++i) done[i] = writer->done()[i] ? '1' : '0';
+  }
+  world.broadcast(done);
+  std::vector<int64_t> pending;  // queue index -> item index
+  std::vector<dist::WorkItem> work;
+  for (size_t i = 0; i < items.size(); ++i)
+    if (done[i] == '0') {
+      pending.push_back(int64_t(i));
+      work.push_back({items[i].model, costs[i]});
+    }
+  if (world.is_root())
+    log::info("survey: %zu models, %zu items (%lld done before), %d ranks -> %s", models.size(), items.size(),
+              (long long)writer->already(), world.size(), o.output.c_str());
+
+  dist::WorkQueue queue(world, work, [&](const dist::WorkResult& r) { writer->collect(pending[size_t(r.item)], r.rank, r.blob); });
+  probe::ModelCache cache(o.params.max_memory);
+  probe::InputsFinder finder(o.params.survey_inputs_dir);
+  const std::function<void()> progress = [&] {
+    try {
+      queue.poll();
+    } catch (const std::exception& e) {
+      throw Fatal(e.what());
+    }
+    if (train::stop_requested()) queue.request_stop();
+    if (queue.stopping()) throw Stopped{};
+  };
+  bool abandoned = false;
+  for (;;) {
+    if (train::stop_requested()) queue.request_stop();
+    const std::optional<int64_t> next = queue.next();
+    if (!next) break;
+    const probe::SurveyItem& item = items[size_t(pending[size_t(*next)])];
+    const probe::SurveyModel& model = models[size_t(item.model)];
+    log::info("measuring %s", item.id(models).c_str());
+    Timer timer;
+    std::string blob;
+    try {
+      const io::ResultSet data = probe::measure_item(item, model, o.params, cache, finder, progress);
+      blob = encode(true, "", timer.seconds(), data);
+    } catch (const Stopped&) {
+      abandoned = true;
+      continue;  // not recorded: --resume measures it again
+    } catch (const Fatal& e) {
+      throw Error(e.what());
+    } catch (const std::exception& e) {
+      blob = encode(false, e.what(), timer.seconds(), io::ResultSet{});
+    }
+    queue.finish(*next, std::move(blob));
+  }
+  if (!world.is_root()) return 0;
+  const bool stopped = abandoned || queue.stopping() || queue.collected() < int64_t(pending.size());
+  return writer->finish(stopped);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto world = dist::World::init(argc, argv);
+  return run_main(
+      "sinklab-survey",
+      [&] {
+        SurveyOptions o;
+        if (!parse(argc, argv, o)) return 0;
+        return run(o, world);
+      },
+      world.abort_hook());
+}

@@ -1,0 +1,25 @@
+// How every binary reads its options: flags on the command line plus an optional `--config file.ini`
+// with the same names (`name = value` lines; flags win), and the effective configuration written back
+// as ini text for the results file.
+#pragma once
+
+#include <boost/program_options.hpp>
+#include <initializer_list>
+#include <string>
+
+namespace sinklab {
+
+// Parses argv, then the --config file when the description has that option and it was given; then
+// notifies. Returns false (after printing the options) for --help. Errors throw sinklab::Error naming
+// the flag or the file.
+bool parse_options(int argc, char** argv, const boost::program_options::options_description& desc,
+                   boost::program_options::variables_map& vm);
+
+// Every option with its value as `name = value` lines, sorted by name, except those in `skip`.
+// Multi-valued options give one line per value.
+std::string options_as_ini(const boost::program_options::variables_map& vm, std::initializer_list<const char*> skip);
+
+// argv joined by spaces.
+std::string command_line_of(int argc, char** argv);
+
+}  // namespace sinklab

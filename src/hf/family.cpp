@@ -1,0 +1,168 @@
+#include "hf/family.hpp"
+
+#include <cmath>
+
+#include "core/error.hpp"
+#include "hf/registry.hpp"
+
+namespace sinklab::hf {
+
+Tensor head_view(Tensor m, int64_t batch, int64_t seq, int64_t col, int64_t heads, int64_t dh) {
+  return m.split_dim(0, batch, seq).slice(2, col, heads * dh).split_dim(2, heads, dh);
+}
+
+int64_t Activations::bytes(const std::vector<Slot>& slots) {
+  int64_t total = 0;
+  for (const Slot& s : slots) {
+    int64_t n = 1;
+    for (int64_t d : s.dims) n *= d;
+    total += aligned_f32_bytes(n);
+  }
+  return total;
+}
+
+void Activations::allocate(const std::vector<Slot>& slots) {
+  const int64_t need = bytes(slots);
+  if (buffer_.bytes() < size_t(need)) {
+    buffer_ = Buffer();  // release first: peak memory is one buffer, not two
+    buffer_ = Buffer(size_t(std::max<int64_t>(need, 64)), Device::cpu());
+  }
+  char* cursor = static_cast<char*>(buffer_.data());
+  for (const Slot& s : slots) {
+    *s.tensor = Tensor::contiguous_view(cursor, DType::f32, s.dims.data(), int(s.dims.size()), Device::cpu());
+    int64_t n = 1;
+    for (int64_t d : s.dims) n *= d;
+    cursor += aligned_f32_bytes(n);
+  }
+}
+
+bool FamilyModel::begin_forward(Tensor ids, Tensor logits, const ForwardOptions& opt) const {
+  const char* dir = info_.dir.c_str();
+  SL_CHECK(ids.defined() && ids.ndim == 2 && ids.dtype == DType::i32 && ids.device.is_cpu() && ids.is_contiguous(),
+           "%s: forward needs contiguous host token ids i32 [B,T], got %s %s", dir, dtype_name(ids.dtype),
+           ids.shape_str().c_str());
+  const int64_t B = ids.shape[0], T = ids.shape[1];
+  SL_CHECK(B >= 1 && T >= 1, "%s: empty batch %s", dir, ids.shape_str().c_str());
+  SL_CHECK(info_.max_positions == 0 || T <= info_.max_positions,
+           "%s: sequences of %lld tokens exceed the model's %lld learned positions", dir, (long long)T,
+           (long long)info_.max_positions);
+  const bool intervene = opt.replace_first_position_with >= 0 || opt.swap_first_position_with >= 0;
+  SL_CHECK(!intervene || info_.learned_positions,
+           "%s: the position interventions (p_1 := p_t, p_1 <-> p_t) need learned positions (gpt2, opt); "
+           "model_type %s has none", dir, info_.model_type.c_str());
+  SL_CHECK(opt.replace_first_position_with < 0 || opt.swap_first_position_with < 0,
+           "%s: replace_first_position_with and swap_first_position_with exclude each other", dir);
+  SL_CHECK(opt.replace_first_position_with < info_.max_positions || info_.max_positions == 0,
+           "%s: p_1 := p_t needs t < %lld learned positions, got t = %lld", dir, (long long)info_.max_positions,
+           (long long)opt.replace_first_position_with);
+  SL_CHECK(opt.swap_first_position_with < T, "%s: p_1 <-> p_t needs t < T = %lld, got t = %lld", dir, (long long)T,
+           (long long)opt.swap_first_position_with);
+  if (!logits.defined() || !opt.want_logits) return false;
+  SL_CHECK(logits.dtype == DType::f32 && logits.device.is_cpu() && logits.is_contiguous() && logits.ndim == 3 &&
+               logits.shape[0] == B && logits.shape[1] == T && logits.shape[2] == info_.vocab_size,
+           "%s: logits must be contiguous host f32 [%lld,%lld,%d], got %s %s", dir, (long long)B, (long long)T,
+           info_.vocab_size, dtype_name(logits.dtype), logits.shape_str().c_str());
+  return true;
+}
+
+void FamilyModel::allocate_activations(int64_t batch, int64_t seq, const std::vector<Activations::Slot>& slots) {
+  store_->check_budget(Activations::bytes(slots), strfmt("a batch of %lld x %lld tokens", (long long)batch,
+                                                         (long long)seq));
+  acts_.allocate(slots);
+  acts_batch_ = batch;
+  acts_seq_ = seq;
+}
+
+void fill_common_info(HfModelInfo& info, const ModelSource& source, const WeightStore& store) {
+  info.model_type = source.config.get_string("model_type");
+  info.dir = source.dir;
+  info.n_layers = store.n_layers();
+  info.vocab_size = int(store.vocab_size());
+  info.weight_bytes = store.weight_bytes();
+  info.attention_layers.clear();
+  for (int l = 0; l < info.n_layers; ++l) info.attention_layers.push_back(l);
+}
+
+std::vector<int32_t> learned_positions(int64_t batch, int64_t seq, const ForwardOptions& opt, int32_t offset) {
+  std::vector<int32_t> row(static_cast<size_t>(seq));
+  for (int64_t t = 0; t < seq; ++t) row[size_t(t)] = int32_t(t);
+  if (opt.replace_first_position_with >= 0) row[0] = int32_t(opt.replace_first_position_with);
+  if (opt.swap_first_position_with >= 0) std::swap(row[0], row[size_t(opt.swap_first_position_with)]);
+  std::vector<int32_t> all(static_cast<size_t>(batch * seq));
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t t = 0; t < seq; ++t) all[size_t(b * seq + t)] = row[size_t(t)] + offset;
+  return all;
+}
+
+ops::Activation activation_from_config(const HfConfig& cfg, const std::string& key, const std::string& fallback) {
+  const std::string name = cfg.get_string(key, fallback);
+  // transformers' ACT2FN names: gelu_new, gelu_pytorch_tanh and gelu_fast are the same tanh formula.
+  if (name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast") return ops::Activation::gelu_tanh;
+  if (name == "gelu") return ops::Activation::gelu_exact;
+  if (name == "relu") return ops::Activation::relu;
+  if (name == "silu" || name == "swish") return ops::Activation::silu;
+  cfg.unsupported(strfmt("%s '%s' (sinklab has gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, relu, silu)",
+                         key.c_str(), name.c_str()));
+}
+
+ops::RopeConfig rope_from_config(const HfConfig& cfg, int64_t head_dim, const RopeKeys& keys) {
+  // transformers >= 5 writes one "rope_parameters" object; older configs (every hub checkpoint of the
+  // survey) have top-level theta / partial keys and an optional "rope_scaling" object.
+  const nlohmann::json& params = cfg.object("rope_parameters");
+  const nlohmann::json& scaling = params.is_null() ? cfg.object("rope_scaling") : params;
+  auto number = [&](const nlohmann::json& obj, const char* key, double fallback) {
+    if (obj.is_null() || !obj.contains(key) || obj[key].is_null()) return fallback;
+    SL_CHECK(obj[key].is_number(), "%s: rope field '%s' must be a number, got %s", cfg.path().c_str(), key,
+             obj[key].dump().c_str());
+    return obj[key].get<double>();
+  };
+  ops::RopeConfig rope;
+  rope.base = number(params, "rope_theta", cfg.get_double(keys.theta_key, cfg.get_double("rope_theta", keys.theta_default)));
+  const double partial =
+      number(params, "partial_rotary_factor", cfg.get_double(keys.partial_key, keys.partial_default));
+  std::string type = "default";
+  if (!scaling.is_null()) {
+    const char* type_key = scaling.contains("rope_type") ? "rope_type" : "type";
+    if (scaling.contains(type_key)) {
+      SL_CHECK(scaling[type_key].is_string(), "%s: rope field '%s' must be a string", cfg.path().c_str(), type_key);
+      type = scaling[type_key].get<std::string>();
+    }
+  }
+  if (type == "llama3") {
+    rope.llama3_factor = number(scaling, "factor", 0.0);
+    rope.llama3_low_freq_factor = number(scaling, "low_freq_factor", 1.0);
+    rope.llama3_high_freq_factor = number(scaling, "high_freq_factor", 4.0);
+    rope.llama3_original_max_position =
+        number(scaling, "original_max_position_embeddings", double(cfg.get_int("max_position_embeddings")));
+    SL_CHECK(rope.llama3_factor > 0.0, "%s: llama3 rope scaling needs a positive 'factor'", cfg.path().c_str());
+    SL_CHECK(rope.llama3_high_freq_factor > rope.llama3_low_freq_factor && rope.llama3_low_freq_factor > 0.0 &&
+                 rope.llama3_original_max_position > 0.0,
+             "%s: llama3 rope scaling needs high_freq_factor > low_freq_factor > 0 and "
+             "original_max_position_embeddings > 0", cfg.path().c_str());
+  } else if (type != "default") {
+    cfg.unsupported(strfmt("rope type '%s' (sinklab has default and llama3)", type.c_str()));
+  }
+  SL_CHECK(rope.base > 0.0, "%s: rope theta must be positive, got %g", cfg.path().c_str(), rope.base);
+  // As transformers: int(head_dim * factor).
+  const int rotary = int(double(head_dim) * partial);
+  if (rotary <= 0 || rotary % 2 != 0 || rotary > head_dim)
+    cfg.unsupported(strfmt("partial rotary factor %g: %d rotary features of a %lld-wide head (must be even, > 0)",
+                           partial, rotary, (long long)head_dim));
+  rope.rotary_dim = rotary;
+  return rope;
+}
+
+std::string find_prefix(const Checkpoint& ckpt, std::initializer_list<const char*> prefixes, const std::string& probe) {
+  for (const char* p : prefixes)
+    if (ckpt.has(p + probe)) return p;
+  SL_FAIL("%s: missing tensor '%s%s'", ckpt.source().c_str(), *prefixes.begin(), probe.c_str());
+}
+
+int64_t positive_int(const HfConfig& cfg, std::initializer_list<const char*> keys) {
+  const int64_t v = cfg.get_int_any(keys);
+  SL_CHECK(v > 0 && v < (int64_t(1) << 31), "%s: field '%s' must be a positive integer, got %lld",
+           cfg.path().c_str(), *keys.begin(), (long long)v);
+  return v;
+}
+
+}  // namespace sinklab::hf

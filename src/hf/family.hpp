@@ -1,0 +1,85 @@
+// Pieces the family files share: the base class holding a model's info and weights, the activation
+// arena of one batch shape, argument checks, learned positions with the Table 7 interventions, and
+// the config.json readers of activations and rotary embeddings.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/memory.hpp"
+#include "backend/ops.hpp"
+#include "hf/checkpoint.hpp"
+#include "hf/hf_model.hpp"
+#include "hf/registry.hpp"
+
+namespace sinklab::hf {
+
+// Per-head view [B,T,heads,dh] of columns [col, col + heads*dh) of a [B*T, width] matrix.
+Tensor head_view(Tensor m, int64_t batch, int64_t seq, int64_t col, int64_t heads, int64_t dh);
+
+// The activations of one forward shape, carved out of one buffer (64-byte aligned). A family lists
+// its tensors as slots; bytes() is what the --max-memory check counts.
+class Activations {
+ public:
+  struct Slot {
+    Tensor* tensor;
+    std::vector<int64_t> dims;  // f32
+  };
+  static int64_t bytes(const std::vector<Slot>& slots);
+  // Points every slot's tensor into the buffer (grown when too small, kept otherwise).
+  void allocate(const std::vector<Slot>& slots);
+
+ private:
+  Buffer buffer_;
+};
+
+// A family model: info, weights, the activations of the last batch shape.
+class FamilyModel : public HfModel {
+ public:
+  const HfModelInfo& info() const override { return info_; }
+
+ protected:
+  // Checks forward()'s arguments (ids i32 [B,T] on the host; logits f32 [B,T,V], contiguous, when
+  // defined) and the position interventions; returns true when logits are to be written.
+  bool begin_forward(Tensor ids, Tensor logits, const ForwardOptions& opt) const;
+  // Allocates the slots for a batch of B x T after checking them against --max-memory.
+  void allocate_activations(int64_t batch, int64_t seq, const std::vector<Activations::Slot>& slots);
+
+  HfModelInfo info_;
+  std::unique_ptr<WeightStore> store_;
+  Activations acts_;
+  int64_t acts_batch_ = 0, acts_seq_ = 0;
+};
+
+// Fills info fields every family sets the same way from the store.
+void fill_common_info(HfModelInfo& info, const ModelSource& source, const WeightStore& store);
+
+// Position ids 0..T-1 of every row of a [B,T] batch (flattened, [B*T]) plus `offset`, with the
+// Table 7 interventions applied to each row: p_1 := p_t (replace) or p_1 <-> p_t (swap).
+std::vector<int32_t> learned_positions(int64_t batch, int64_t seq, const ForwardOptions& opt, int32_t offset);
+
+// An HF activation name (config "activation_function" / "hidden_act") as an op activation.
+ops::Activation activation_from_config(const HfConfig& cfg, const std::string& key, const std::string& fallback);
+
+// Rotary embedding of a config: theta and partial rotary from rope_parameters (transformers >= 5) or
+// from the older top-level keys (theta_key, partial_key) plus rope_scaling; rope types default and
+// llama3 (anything else is an unsupported switch).
+struct RopeKeys {
+  const char* theta_key = "rope_theta";
+  double theta_default = 10000.0;
+  const char* partial_key = "partial_rotary_factor";
+  double partial_default = 1.0;
+};
+ops::RopeConfig rope_from_config(const HfConfig& cfg, int64_t head_dim, const RopeKeys& keys);
+
+// The tensor-name prefix of a checkpoint: the first of `prefixes` under which `probe` exists
+// (transformers' save_pretrained writes "transformer.wte.weight", the original GPT-2 upload "wte.weight").
+// None: "<source>: missing tensor '<prefixes[0]><probe>'".
+std::string find_prefix(const Checkpoint& ckpt, std::initializer_list<const char*> prefixes, const std::string& probe);
+
+// A required positive integer field (the first present of several spellings).
+int64_t positive_int(const HfConfig& cfg, std::initializer_list<const char*> keys);
+
+}  // namespace sinklab::hf

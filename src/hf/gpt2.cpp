@@ -1,0 +1,137 @@
+// GPT-2 (HF model_type gpt2; transformers' modeling_gpt2.py): learned absolute positions, pre-LN
+// blocks, fused q|k|v projection, gelu_new MLP, final LayerNorm, head tied to the token table.
+//
+//   x   = wte[ids] + wpe[positions]
+//   per layer:  a = LN_1(x);  q|k|v = a Wqkv + b;  x += attn(q, k, v) Wo + b
+//               m = LN_2(x);  x += act(m Wfc + b) Wproj + b
+//   logits = LN_f(x) wte^T
+// Weights are Conv1D modules, stored [in, out]: converted to the op API's [out, in] while loading.
+// Attention scale: 1/sqrt(dh) (scale_attn_weights), further / (layer + 1) with
+// scale_attn_by_inverse_layer_idx.
+
+#include <cmath>
+
+#include "core/error.hpp"
+#include "hf/family.hpp"
+
+namespace sinklab::hf {
+namespace {
+
+// Per-layer tensors, in WeightPlan order.
+enum Gpt2Layer : size_t { kLn1W, kLn1B, kQkvW, kQkvB, kOutW, kOutB, kLn2W, kLn2B, kFcW, kFcB, kProjW, kProjB };
+enum Gpt2Resident : size_t { kPositions, kLnFW, kLnFB };
+
+class Gpt2Model final : public FamilyModel {
+ public:
+  explicit Gpt2Model(const ModelSource& src, const LoadOptions& options) {
+    const HfConfig& cfg = src.config;
+    d_ = positive_int(cfg, {"n_embd", "hidden_size"});
+    H_ = positive_int(cfg, {"n_head", "num_attention_heads"});
+    const int64_t L = positive_int(cfg, {"n_layer", "num_hidden_layers"});
+    const int64_t P = positive_int(cfg, {"n_positions", "max_position_embeddings"});
+    F_ = cfg.has("n_inner") ? positive_int(cfg, {"n_inner"}) : 4 * d_;
+    SL_CHECK(d_ % H_ == 0, "%s: n_embd %lld is not a multiple of n_head %lld", cfg.path().c_str(), (long long)d_,
+             (long long)H_);
+    dh_ = d_ / H_;
+    eps_ = cfg.get_double("layer_norm_epsilon", 1e-5);
+    act_ = activation_from_config(cfg, "activation_function", "gelu_new");
+    if (cfg.get_bool("add_cross_attention", false)) cfg.unsupported("add_cross_attention (an encoder-decoder GPT-2)");
+    const bool scale_weights = cfg.get_bool("scale_attn_weights", true);
+    const bool by_layer = cfg.get_bool("scale_attn_by_inverse_layer_idx", false);
+
+    const Checkpoint& ck = *src.weights;
+    const std::string pre = find_prefix(ck, {"transformer.", ""}, "wte.weight");
+    const int64_t V = positive_int(cfg, {"vocab_size"});
+    WeightPlan plan;
+    plan.embedding = pre + "wte.weight";
+    ck.check_shape(plan.embedding, {V, d_});
+    plan.head = cfg.get_bool("tie_word_embeddings", true) ? plan.embedding : "lm_head.weight";
+    plan.resident = {WeightSpec::one(pre + "wpe.weight", {P, d_}), WeightSpec::one(pre + "ln_f.weight", {d_}),
+                     WeightSpec::one(pre + "ln_f.bias", {d_})};
+    for (int64_t l = 0; l < L; ++l) {
+      const std::string p = pre + "h." + std::to_string(l) + ".";
+      plan.layers.push_back({
+          WeightSpec::one(p + "ln_1.weight", {d_}), WeightSpec::one(p + "ln_1.bias", {d_}),
+          WeightSpec::conv1d(p + "attn.c_attn.weight", d_, 3 * d_), WeightSpec::one(p + "attn.c_attn.bias", {3 * d_}),
+          WeightSpec::conv1d(p + "attn.c_proj.weight", d_, d_), WeightSpec::one(p + "attn.c_proj.bias", {d_}),
+          WeightSpec::one(p + "ln_2.weight", {d_}), WeightSpec::one(p + "ln_2.bias", {d_}),
+          WeightSpec::conv1d(p + "mlp.c_fc.weight", d_, F_), WeightSpec::one(p + "mlp.c_fc.bias", {F_}),
+          WeightSpec::conv1d(p + "mlp.c_proj.weight", F_, d_), WeightSpec::one(p + "mlp.c_proj.bias", {d_}),
+      });
+      ops::AttentionSpec spec;
+      spec.scale = (scale_weights ? 1.0 / std::sqrt(double(dh_)) : 1.0) / (by_layer ? double(l + 1) : 1.0);
+      specs_.push_back(spec);
+    }
+    store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options.max_memory_bytes);
+    fill_common_info(info_, src, *store_);
+    info_.n_heads = info_.n_kv_heads = int(H_);
+    info_.d_model = int(d_);
+    info_.max_positions = P;
+    info_.learned_positions = true;
+  }
+
+  void forward(Tensor ids, LayerObserver* observer, Tensor logits, const ForwardOptions& opt) override {
+    const bool want_logits = begin_forward(ids, logits, opt);
+    const int64_t B = ids.shape[0], T = ids.shape[1], N = B * T, d = d_, H = H_, dh = dh_;
+    if (B != acts_batch_ || T != acts_seq_) {
+      allocate_activations(B, T, {{&res_[0], {N, d}}, {&res_[1], {N, d}}, {&mid_, {N, d}}, {&xn_, {N, d}},
+                                  {&mean_, {N}}, {&rstd_, {N}}, {&qkv_, {N, 3 * d}}, {&att_, {N, d}},
+                                  {&tmp_, {N, d}}, {&ffn_, {N, F_}}});
+    }
+    const std::vector<Tensor>& resident = store_->resident();
+
+    // x = wte[ids] + wpe[positions] (positions with the Table 7 interventions).
+    store_->embed(res_[0], ids.reshape({N}));
+    std::vector<int32_t> positions = learned_positions(B, T, opt, 0);
+    ops::embedding_forward(tmp_, Tensor(positions.data(), DType::i32, {N}), resident[kPositions]);
+    ops::add(res_[0], res_[0], tmp_);
+
+    for (int l = 0; l < info_.n_layers; ++l) {
+      const std::vector<Tensor>& w = store_->layer(l);
+      Tensor x_in = res_[l % 2], x_out = res_[(l + 1) % 2];
+      // Attention block: mid = x_in + attn(LN_1(x_in)) Wo + bo.
+      ops::layernorm_forward(xn_, mean_, rstd_, x_in, w[kLn1W], w[kLn1B], eps_);
+      ops::linear_forward(qkv_, xn_, w[kQkvW], w[kQkvB]);
+      Tensor q = head_view(qkv_, B, T, 0, H, dh), k = head_view(qkv_, B, T, d, H, dh),
+             v = head_view(qkv_, B, T, 2 * d, H, dh);
+      ops::attention_forward(head_view(att_, B, T, 0, H, dh), Tensor{}, q, k, v, specs_[size_t(l)]);
+      ops::linear_forward(tmp_, att_, w[kOutW], w[kOutB]);
+      ops::add(mid_, x_in, tmp_);
+      // MLP block: x_out = mid + act(LN_2(mid) Wfc + bfc) Wproj + bproj.
+      ops::layernorm_forward(xn_, mean_, rstd_, mid_, w[kLn2W], w[kLn2B], eps_);
+      ops::linear_forward(ffn_, xn_, w[kFcW], w[kFcB]);
+      ops::activation_forward(ffn_, ffn_, act_);
+      ops::linear_forward(tmp_, ffn_, w[kProjW], w[kProjB]);
+      ops::add(x_out, mid_, tmp_);
+      if (observer) {
+        LayerTaps taps;
+        taps.layer = l;
+        taps.hidden_in = x_in.split_dim(0, B, T);
+        taps.hidden_out = x_out.split_dim(0, B, T);
+        taps.q = q;
+        taps.k = k;
+        taps.v = v;
+        taps.attention = &specs_[size_t(l)];
+        observer->on_layer(taps);
+      }
+    }
+    if (!want_logits) return;
+    ops::layernorm_forward(xn_, mean_, rstd_, res_[info_.n_layers % 2], resident[kLnFW], resident[kLnFB], eps_);
+    store_->head(logits.reshape({N, int64_t(info_.vocab_size)}), xn_);
+  }
+
+ private:
+  int64_t d_ = 0, H_ = 0, dh_ = 0, F_ = 0;
+  double eps_ = 1e-5;
+  ops::Activation act_ = ops::Activation::gelu_tanh;
+  std::vector<ops::AttentionSpec> specs_;
+  Tensor res_[2], mid_, xn_, mean_, rstd_, qkv_, att_, tmp_, ffn_;
+};
+
+}  // namespace
+
+std::unique_ptr<HfModel> load_gpt2(const ModelSource& source, const LoadOptions& options) {
+  return std::make_unique<Gpt2Model>(source, options);
+}
+
+}  // namespace sinklab::hf

@@ -1,0 +1,305 @@
+// Jamba (HF model_type jamba; transformers' modeling_jamba.py): a hybrid of attention and Mamba layers,
+// pre-RMSNorm blocks, mixture-of-experts FFNs on some layers, no position embedding at all.
+//
+//   x = embed[ids]
+//   per layer l:  m = RMSNorm_in(x);  x += mixer_l(m);  f = RMSNorm_ff(x);  x += ffn_l(f)
+//   logits = RMSNorm_final(x) lm_head^T
+// mixer_l: attention when l % attn_layer_period == attn_layer_offset (causal softmax, grouped-query,
+//          scale 1/sqrt(dh), no rotary, no biases), a Mamba mixer otherwise:
+//            x|z = m W_in;  u = act(conv1d_causal(x) + b_conv);  dt|B|C = u W_x
+//            dt, B, C = RMSNorm_dt(dt), RMSNorm_B(B), RMSNorm_C(C)   (Jamba's extra norms)
+//            y = selective_scan(u, dt W_dt, A_log, B, C, D, b_dt, softplus);  out = (y * silu(z)) W_out
+// ffn_l:   a mixture of num_experts SwiGLU experts when l % expert_layer_period == expert_layer_offset
+//          (and num_experts > 1): router top-k of softmax(f W_router), the k weights NOT renormalised;
+//          otherwise one SwiGLU MLP: (act(f W_gate) * f W_up) W_down.
+// This is the sequence path of transformers without a cache (the Mamba state starts from zero), as its
+// PyTorch fallback computes it (JambaMambaMixer with causal_conv1d_fn and mamba_selective_scan, used when
+// the mamba_ssm / causal_conv1d kernels are not installed).
+//
+// Checkpoint names (the hub's layout, which transformers' save_pretrained writes back): experts one
+// module each, feed_forward.experts.<e>.{gate,up,down}_proj.weight, and feed_forward.router.weight.
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "hf/family.hpp"
+
+namespace sinklab::hf {
+namespace {
+
+// Per-layer tensors, in WeightPlan order: the two norms, then the mixer's, then the FFN's.
+constexpr size_t kInputNorm = 0, kPreFfNorm = 1, kMixer = 2;
+// Attention mixer, from kMixer.
+constexpr size_t kQkv = 0, kO = 1, kAttentionCount = 2;
+// Mamba mixer, from kMixer.
+constexpr size_t kInProj = 0, kInProjB = 1, kConvW = 2, kConvB = 3, kXProj = 4, kDtNorm = 5, kBNorm = 6, kCNorm = 7,
+                 kDtProj = 8, kDtBias = 9, kALog = 10, kD = 11, kOutProj = 12, kOutProjB = 13, kMambaCount = 14;
+// FFN, from the FFN base (kMixer + the mixer's count): dense gate|up and down; or the router, then
+// expert e's gate|up at kExperts + 2e and down at kExperts + 2e + 1.
+constexpr size_t kGateUp = 0, kDown = 1;
+constexpr size_t kRouter = 0, kExperts = 1;
+
+class JambaModel final : public FamilyModel {
+ public:
+  JambaModel(const ModelSource& src, const LoadOptions& options) {
+    const HfConfig& cfg = src.config;
+    const char* path = cfg.path().c_str();
+    d_ = positive_int(cfg, {"hidden_size"});
+    H_ = positive_int(cfg, {"num_attention_heads"});
+    Hkv_ = cfg.has("num_key_value_heads") ? positive_int(cfg, {"num_key_value_heads"}) : H_;
+    const int64_t L = positive_int(cfg, {"num_hidden_layers"});
+    const int64_t V = positive_int(cfg, {"vocab_size"});
+    F_ = positive_int(cfg, {"intermediate_size"});
+    dh_ = cfg.has("head_dim") ? positive_int(cfg, {"head_dim"}) : d_ / H_;
+    SL_CHECK(cfg.has("head_dim") || d_ % H_ == 0, "%s: hidden_size %lld is not a multiple of num_attention_heads %lld",
+             path, (long long)d_, (long long)H_);
+    SL_CHECK(H_ % Hkv_ == 0, "%s: num_attention_heads %lld is not a multiple of num_key_value_heads %lld", path,
+             (long long)H_, (long long)Hkv_);
+    eps_ = cfg.get_double("rms_norm_eps", 1e-6);
+    act_ = activation_from_config(cfg, "hidden_act", "silu");
+
+    // Layer pattern (JambaConfig.layers_block_type / layers_num_experts).
+    const int64_t attn_period = cfg.get_int("attn_layer_period", 8), attn_offset = cfg.get_int("attn_layer_offset", 4);
+    const int64_t expert_period = cfg.get_int("expert_layer_period", 2),
+                  expert_offset = cfg.get_int("expert_layer_offset", 1);
+    SL_CHECK(attn_period >= 1 && attn_offset >= 0 && attn_offset < attn_period,
+             "%s: attn_layer_offset %lld must be in [0, attn_layer_period %lld)", path, (long long)attn_offset,
+             (long long)attn_period);
+    SL_CHECK(expert_period >= 1 && expert_offset >= 0 && expert_offset < expert_period,
+             "%s: expert_layer_offset %lld must be in [0, expert_layer_period %lld)", path, (long long)expert_offset,
+             (long long)expert_period);
+    E_ = cfg.has("num_experts") ? positive_int(cfg, {"num_experts"}) : cfg.get_int("num_local_experts", 16);
+    K_ = cfg.get_int("num_experts_per_tok", 2);
+    SL_CHECK(E_ >= 1 && K_ >= 1 && K_ <= E_, "%s: num_experts_per_tok %lld must be in [1, num_experts %lld]", path,
+             (long long)K_, (long long)E_);
+
+    // Mamba mixer sizes.
+    Ns_ = cfg.get_int("mamba_d_state", 16);
+    conv_k_ = cfg.get_int("mamba_d_conv", 4);
+    Di_ = cfg.get_int("mamba_expand", 2) * d_;
+    const nlohmann::json& rank = cfg.json().contains("mamba_dt_rank") ? cfg.json()["mamba_dt_rank"] : nlohmann::json();
+    R_ = (rank.is_null() || (rank.is_string() && rank.get<std::string>() == "auto")) ? (d_ + 15) / 16
+                                                                                     : cfg.get_int("mamba_dt_rank");
+    SL_CHECK(Ns_ >= 1 && conv_k_ >= 1 && Di_ >= 1 && R_ >= 1,
+             "%s: mamba_d_state, mamba_d_conv, mamba_expand and mamba_dt_rank must be positive", path);
+    const bool conv_bias = cfg.get_bool("mamba_conv_bias", true), proj_bias = cfg.get_bool("mamba_proj_bias", false);
+    // AI21's original remote code could leave out the dt/B/C norms; transformers' Jamba always has them.
+    if (!cfg.get_bool("mamba_inner_layernorms", true)) cfg.unsupported("mamba_inner_layernorms false");
+
+    const Checkpoint& ck = *src.weights;
+    WeightPlan plan;
+    plan.embedding = "model.embed_tokens.weight";
+    ck.check_shape(plan.embedding, {V, d_});
+    plan.head = cfg.get_bool("tie_word_embeddings", false) ? plan.embedding : "lm_head.weight";
+    plan.resident = {WeightSpec::one("model.final_layernorm.weight", {d_})};
+    for (int64_t l = 0; l < L; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      const bool attention = l % attn_period == attn_offset;
+      const bool moe = E_ > 1 && l % expert_period == expert_offset;
+      std::vector<WeightSpec> w = {WeightSpec::one(p + "input_layernorm.weight", {d_}),
+                                   WeightSpec::one(p + "pre_ff_layernorm.weight", {d_})};
+      if (attention) {
+        const std::string a = p + "self_attn.";
+        w.push_back(WeightSpec::stacked({{a + "q_proj.weight", {H_ * dh_, d_}},
+                                         {a + "k_proj.weight", {Hkv_ * dh_, d_}},
+                                         {a + "v_proj.weight", {Hkv_ * dh_, d_}}}));
+        w.push_back(WeightSpec::one(a + "o_proj.weight", {d_, H_ * dh_}));
+      } else {
+        const std::string m = p + "mamba.";
+        auto bias = [&](bool present, const std::string& name, int64_t n) {
+          return present ? WeightSpec::one(name, {n}) : WeightSpec::absent();
+        };
+        w.push_back(WeightSpec::one(m + "in_proj.weight", {2 * Di_, d_}));
+        w.push_back(bias(proj_bias, m + "in_proj.bias", 2 * Di_));
+        w.push_back(WeightSpec::one(m + "conv1d.weight", {Di_, 1, conv_k_}));
+        w.push_back(bias(conv_bias, m + "conv1d.bias", Di_));
+        w.push_back(WeightSpec::one(m + "x_proj.weight", {R_ + 2 * Ns_, Di_}));
+        w.push_back(WeightSpec::one(m + "dt_layernorm.weight", {R_}));
+        w.push_back(WeightSpec::one(m + "b_layernorm.weight", {Ns_}));
+        w.push_back(WeightSpec::one(m + "c_layernorm.weight", {Ns_}));
+        w.push_back(WeightSpec::one(m + "dt_proj.weight", {Di_, R_}));
+        w.push_back(WeightSpec::one(m + "dt_proj.bias", {Di_}));
+        w.push_back(WeightSpec::one(m + "A_log", {Di_, Ns_}));
+        w.push_back(WeightSpec::one(m + "D", {Di_}));
+        w.push_back(WeightSpec::one(m + "out_proj.weight", {d_, Di_}));
+        w.push_back(bias(proj_bias, m + "out_proj.bias", d_));
+      }
+      const std::string f = p + "feed_forward.";
+      auto swiglu = [&](const std::string& q) {  // gate|up stacked: one GEMM, then gated_forward on the halves
+        w.push_back(WeightSpec::stacked({{q + "gate_proj.weight", {F_, d_}}, {q + "up_proj.weight", {F_, d_}}}));
+        w.push_back(WeightSpec::one(q + "down_proj.weight", {d_, F_}));
+      };
+      if (moe) {
+        w.push_back(WeightSpec::one(f + "router.weight", {E_, d_}));
+        for (int64_t e = 0; e < E_; ++e) swiglu(f + "experts." + std::to_string(e) + ".");
+      } else {
+        swiglu(f);
+      }
+      plan.layers.push_back(std::move(w));
+      layers_.push_back({attention, moe});
+    }
+    store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options.max_memory_bytes);
+    fill_common_info(info_, src, *store_);
+    info_.n_heads = int(H_);
+    info_.n_kv_heads = int(Hkv_);
+    info_.d_model = int(d_);
+    info_.max_positions = 0;  // no position embedding: any length
+    info_.learned_positions = false;
+    info_.attention_layers.clear();
+    for (int64_t l = 0; l < L; ++l)
+      if (layers_[size_t(l)].attention) info_.attention_layers.push_back(int(l));
+    attention_.scale = 1.0 / std::sqrt(double(dh_));  // causal softmax: the AttentionSpec defaults
+  }
+
+  void forward(Tensor ids, LayerObserver* observer, Tensor logits, const ForwardOptions& opt) override {
+    const bool want_logits = begin_forward(ids, logits, opt);
+    const int64_t B = ids.shape[0], T = ids.shape[1], N = B * T;
+    if (B != acts_batch_ || T != acts_seq_) {
+      allocate_activations(B, T, {{&res_[0], {N, d_}}, {&res_[1], {N, d_}}, {&mid_, {N, d_}}, {&xn_, {N, d_}},
+                                  {&rstd_, {N}}, {&tmp_, {N, d_}},
+                                  // attention
+                                  {&qkv_, {N, (H_ + 2 * Hkv_) * dh_}}, {&att_, {N, H_ * dh_}},
+                                  // Mamba
+                                  {&xz_, {N, 2 * Di_}}, {&conv_, {N, Di_}}, {&dbc_, {N, R_ + 2 * Ns_}},
+                                  {&dt_in_, {N, R_}}, {&b_, {N, Ns_}}, {&c_, {N, Ns_}}, {&dt_, {N, Di_}},
+                                  // FFN (an expert sees at most all N rows)
+                                  {&gate_up_, {N, 2 * F_}}, {&ffn_h_, {N, F_}}, {&router_logits_, {N, E_}},
+                                  {&top_weights_, {N, K_}}, {&rows_in_, {N, d_}}, {&rows_out_, {N, d_}}});
+      top_experts_.assign(size_t(N * K_), 0);
+    }
+
+    store_->embed(res_[0], ids.reshape({N}));
+    for (int l = 0; l < info_.n_layers; ++l) {
+      const std::vector<Tensor>& w = store_->layer(l);
+      const LayerKind kind = layers_[size_t(l)];
+      Tensor x_in = res_[l % 2], x_out = res_[(l + 1) % 2];
+      LayerTaps taps;
+      // Mixer block: mid = x_in + mixer(RMSNorm_in(x_in)).
+      ops::rmsnorm_forward(xn_, rstd_, x_in, w[kInputNorm], eps_);
+      if (kind.attention) {
+        attention_mixer(w, B, T, &taps);
+      } else {
+        mamba_mixer(w, B, T);
+      }
+      ops::add(mid_, x_in, tmp_);
+      // FFN block: x_out = mid + ffn(RMSNorm_ff(mid)).
+      ops::rmsnorm_forward(xn_, rstd_, mid_, w[kPreFfNorm], eps_);
+      const size_t ffn = kMixer + (kind.attention ? kAttentionCount : kMambaCount);
+      if (kind.moe) {
+        moe_ffn(w, ffn, N);
+      } else {
+        swiglu(tmp_, xn_, w[ffn + kGateUp], w[ffn + kDown], N);
+      }
+      ops::add(x_out, mid_, tmp_);
+      if (observer) {
+        taps.layer = l;
+        taps.hidden_in = x_in.split_dim(0, B, T);
+        taps.hidden_out = x_out.split_dim(0, B, T);
+        observer->on_layer(taps);  // Mamba layers: q/k/v undefined, attention nullptr
+      }
+    }
+    if (!want_logits) return;
+    ops::rmsnorm_forward(xn_, rstd_, res_[info_.n_layers % 2], store_->resident()[0], eps_);
+    store_->head(logits.reshape({N, int64_t(info_.vocab_size)}), xn_);
+  }
+
+ private:
+  struct LayerKind {
+    bool attention = false, moe = false;
+  };
+
+  // tmp = attention(xn) W_o: causal grouped-query softmax attention without position embedding.
+  // Fills the attention taps.
+  void attention_mixer(const std::vector<Tensor>& w, int64_t B, int64_t T, LayerTaps* taps) {
+    ops::linear_forward(qkv_, xn_, w[kMixer + kQkv], Tensor{});
+    Tensor q = head_view(qkv_, B, T, 0, H_, dh_), k = head_view(qkv_, B, T, H_ * dh_, Hkv_, dh_),
+           v = head_view(qkv_, B, T, (H_ + Hkv_) * dh_, Hkv_, dh_);
+    ops::attention_forward(head_view(att_, B, T, 0, H_, dh_), Tensor{}, q, k, v, attention_);
+    ops::linear_forward(tmp_, att_, w[kMixer + kO], Tensor{});
+    taps->q = q;
+    taps->k = k;
+    taps->v = v;
+    taps->attention = &attention_;
+  }
+
+  // tmp = Mamba mixer of xn (see the top of the file). Rows are [N = B*T, ...]; the conv and the scan
+  // read them as [B,T,...].
+  void mamba_mixer(const std::vector<Tensor>& w, int64_t B, int64_t T) {
+    const size_t m = kMixer;
+    ops::linear_forward(xz_, xn_, w[m + kInProj], w[m + kInProjB]);
+    Tensor x = xz_.slice(1, 0, Di_).split_dim(0, B, T), z = xz_.slice(1, Di_, Di_);
+    Tensor u = conv_.split_dim(0, B, T);
+    ops::causal_conv1d_forward(u, x, w[m + kConvW].reshape({Di_, conv_k_}), w[m + kConvB]);
+    ops::activation_forward(conv_, conv_, act_);
+    // dt|B|C = u W_x, each through its own RMSNorm.
+    ops::linear_forward(dbc_, conv_, w[m + kXProj], Tensor{});
+    ops::rmsnorm_forward(dt_in_, rstd_, dbc_.slice(1, 0, R_), w[m + kDtNorm], eps_);
+    ops::rmsnorm_forward(b_, rstd_, dbc_.slice(1, R_, Ns_), w[m + kBNorm], eps_);
+    ops::rmsnorm_forward(c_, rstd_, dbc_.slice(1, R_ + Ns_, Ns_), w[m + kCNorm], eps_);
+    // dt = dt_in W_dt; its bias goes into the scan's softplus, as transformers does.
+    ops::linear_forward(dt_, dt_in_, w[m + kDtProj], Tensor{});
+    Tensor dt = dt_.split_dim(0, B, T);
+    ops::selective_scan_forward(dt, u, dt, w[m + kALog], b_.split_dim(0, B, T), c_.split_dim(0, B, T), w[m + kD],
+                                w[m + kDtBias], /*dt_softplus=*/true);  // y written over dt
+    // Output gate y * silu(z) (silu whatever hidden_act is: transformers hard-codes it), then W_out.
+    ops::gated_forward(conv_, z, dt_, ops::Activation::silu);
+    ops::linear_forward(tmp_, conv_, w[m + kOutProj], w[m + kOutProjB]);
+  }
+
+  // out[rows] = (act(in W_gate) * in W_up) W_down for the first `rows` rows of in.
+  void swiglu(Tensor out, Tensor in, Tensor gate_up, Tensor down, int64_t rows) {
+    Tensor gu = gate_up_.slice(0, 0, rows), h = ffn_h_.slice(0, 0, rows);
+    ops::linear_forward(gu, in, gate_up, Tensor{});
+    ops::gated_forward(h, gu.slice(1, 0, F_), gu.slice(1, F_, F_), act_);
+    ops::linear_forward(out, h, down, Tensor{});
+  }
+
+  // tmp = sum over each row's top-k experts e of p_e * expert_e(xn), p the router softmax (not
+  // renormalised over the k). Each expert runs once on the rows routed to it: gathered by
+  // embedding_forward, added back weighted by index_add_rows.
+  void moe_ffn(const std::vector<Tensor>& w, size_t ffn, int64_t N) {
+    ops::linear_forward(router_logits_, xn_, w[ffn + kRouter], Tensor{});
+    Tensor top_experts(top_experts_.data(), DType::i32, {N, K_});
+    ops::moe_router_topk(top_weights_, top_experts, router_logits_);
+    // Host-side dispatch lists: for expert e, its rows (ascending) and their router weights.
+    std::vector<std::vector<int32_t>> rows(static_cast<size_t>(E_));
+    std::vector<std::vector<float>> weights(static_cast<size_t>(E_));
+    const float* tw = top_weights_.ptr<float>();
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t s = 0; s < K_; ++s) {
+        const int32_t e = top_experts_[size_t(n * K_ + s)];
+        rows[size_t(e)].push_back(int32_t(n));
+        weights[size_t(e)].push_back(tw[n * K_ + s]);
+      }
+    ops::fill(tmp_, 0.0);
+    for (int64_t e = 0; e < E_; ++e) {
+      const int64_t n_e = int64_t(rows[size_t(e)].size());
+      if (n_e == 0) continue;
+      Tensor idx(rows[size_t(e)].data(), DType::i32, {n_e}), scale(weights[size_t(e)].data(), DType::f32, {n_e});
+      Tensor in = rows_in_.slice(0, 0, n_e), out = rows_out_.slice(0, 0, n_e);
+      ops::embedding_forward(in, idx, xn_);  // gather the expert's rows
+      swiglu(out, in, w[ffn + kExperts + 2 * size_t(e)], w[ffn + kExperts + 2 * size_t(e) + 1], n_e);
+      ops::index_add_rows(tmp_, out, idx, scale);
+    }
+  }
+
+  int64_t d_ = 0, H_ = 0, Hkv_ = 0, dh_ = 0, F_ = 0, E_ = 1, K_ = 1;
+  int64_t Di_ = 0, Ns_ = 0, R_ = 0, conv_k_ = 0;
+  double eps_ = 1e-6;
+  ops::Activation act_ = ops::Activation::silu;
+  ops::AttentionSpec attention_;
+  std::vector<LayerKind> layers_;
+  Tensor res_[2], mid_, xn_, rstd_, tmp_, qkv_, att_, xz_, conv_, dbc_, dt_in_, b_, c_, dt_;
+  Tensor gate_up_, ffn_h_, router_logits_, top_weights_, rows_in_, rows_out_;
+  std::vector<int32_t> top_experts_;
+};
+
+}  // namespace
+
+std::unique_ptr<HfModel> load_jamba(const ModelSource& source, const LoadOptions& options) {
+  return std::make_unique<JambaModel>(source, options);
+}
+
+}  // namespace sinklab::hf

@@ -1,0 +1,164 @@
+// LLaMA-2/3/3.1 and Mistral (HF model_type llama / mistral; transformers' modeling_llama.py and
+// modeling_mistral.py), and sinklab's own checkpoints (a llama config.json with a "sinklab" section).
+//
+//   x = embed_tokens[ids]
+//   per layer:  x = x + attn(rope(q), rope(k), v) Wo,   q|k|v = RMSNorm_1(x) Wq|Wk|Wv
+//               x = x + (act(m Wg) * (m Wu)) Wd,        m = RMSNorm_2(x)
+//   logits = RMSNorm_f(x) lm_head^T
+// Grouped-query attention (num_key_value_heads < num_attention_heads), rope_theta, Llama-3.1 rope
+// scaling (rope type llama3), optional q/k/v/o and MLP biases (attention_bias, mlp_bias), head_dim
+// other than hidden_size / heads, tied embeddings (Llama-3.2). Mistral: every layer attends to a
+// sliding window of `sliding_window` keys (i - window < j <= i), when the config sets one.
+
+#include <cmath>
+
+#include "core/error.hpp"
+#include "hf/family.hpp"
+
+namespace sinklab::hf {
+namespace {
+
+enum LlamaLayer : size_t { kNorm1, kQkvW, kQkvB, kOutW, kOutB, kNorm2, kGateUpW, kGateUpB, kDownW, kDownB };
+enum LlamaResident : size_t { kFinalNorm };
+
+class LlamaModel final : public FamilyModel {
+ public:
+  LlamaModel(const ModelSource& src, const LoadOptions& options) {
+    const HfConfig& cfg = src.config;
+    const std::string model_type = cfg.get_string("model_type");
+    d_ = positive_int(cfg, {"hidden_size"});
+    H_ = positive_int(cfg, {"num_attention_heads"});
+    Hkv_ = cfg.has("num_key_value_heads") ? positive_int(cfg, {"num_key_value_heads"}) : H_;
+    const int64_t L = positive_int(cfg, {"num_hidden_layers"});
+    const int64_t V = positive_int(cfg, {"vocab_size"});
+    F_ = positive_int(cfg, {"intermediate_size"});
+    SL_CHECK(H_ % Hkv_ == 0, "%s: num_attention_heads %lld is not a multiple of num_key_value_heads %lld",
+             cfg.path().c_str(), (long long)H_, (long long)Hkv_);
+    SL_CHECK(cfg.has("head_dim") || d_ % H_ == 0, "%s: hidden_size %lld is not a multiple of num_attention_heads %lld",
+             cfg.path().c_str(), (long long)d_, (long long)H_);
+    dh_ = cfg.has("head_dim") ? positive_int(cfg, {"head_dim"}) : d_ / H_;
+    eps_ = cfg.get_double("rms_norm_eps", 1e-6);
+    act_ = activation_from_config(cfg, "hidden_act", "silu");
+    rope_ = rope_from_config(cfg, dh_, RopeKeys{});
+    const bool attn_bias = cfg.get_bool("attention_bias", false);
+    const bool mlp_bias = cfg.get_bool("mlp_bias", false);
+    // sinklab's own checkpoints list the variant axes that differ from the default model under
+    // "sinklab"; only the default model is a plain Llama (the survey loads the others through the
+    // trainable model, probe::load_any_model). "attention": "softmax" is what older checkpoints wrote.
+    const nlohmann::json& own = cfg.object("sinklab");
+    if (own.is_object()) {
+      for (const auto& [axis, value] : own.items()) {
+        if (axis == "attention" && value == "softmax") continue;
+        cfg.unsupported(strfmt("sinklab variant %s = %s (the HF loader reads default checkpoints; sinklab-survey "
+                               "loads variants through the trainable model)",
+                               axis.c_str(), value.dump().c_str()));
+      }
+    }
+    if (model_type == "mistral" && cfg.has("sliding_window")) {
+      const int64_t window = cfg.get_int("sliding_window");
+      SL_CHECK(window >= 1, "%s: sliding_window must be >= 1, got %lld", cfg.path().c_str(), (long long)window);
+      spec_.mask = ops::AttnMask::sliding_window;
+      spec_.window = window;
+    }
+    spec_.scale = 1.0 / std::sqrt(double(dh_));
+
+    const Checkpoint& ck = *src.weights;
+    const std::string pre = find_prefix(ck, {"model.", ""}, "embed_tokens.weight");
+    WeightPlan plan;
+    plan.embedding = pre + "embed_tokens.weight";
+    ck.check_shape(plan.embedding, {V, d_});
+    plan.head = cfg.get_bool("tie_word_embeddings", false) ? plan.embedding : "lm_head.weight";
+    plan.resident = {WeightSpec::one(pre + "norm.weight", {d_})};
+    const int64_t q_rows = H_ * dh_, kv_rows = Hkv_ * dh_;
+    for (int64_t l = 0; l < L; ++l) {
+      const std::string p = pre + "layers." + std::to_string(l) + ".";
+      const std::string a = p + "self_attn.", m = p + "mlp.";
+      auto qkv = [&](const char* what, bool matrix) {
+        auto shape = [&](int64_t rows) { return matrix ? std::vector<int64_t>{rows, d_} : std::vector<int64_t>{rows}; };
+        return WeightSpec::stacked({{a + "q_proj." + what, shape(q_rows)},
+                                    {a + "k_proj." + what, shape(kv_rows)},
+                                    {a + "v_proj." + what, shape(kv_rows)}});
+      };
+      plan.layers.push_back({
+          WeightSpec::one(p + "input_layernorm.weight", {d_}),
+          qkv("weight", true),
+          attn_bias ? qkv("bias", false) : WeightSpec::absent(),
+          WeightSpec::one(a + "o_proj.weight", {d_, q_rows}),
+          attn_bias ? WeightSpec::one(a + "o_proj.bias", {d_}) : WeightSpec::absent(),
+          WeightSpec::one(p + "post_attention_layernorm.weight", {d_}),
+          WeightSpec::stacked({{m + "gate_proj.weight", {F_, d_}}, {m + "up_proj.weight", {F_, d_}}}),
+          mlp_bias ? WeightSpec::stacked({{m + "gate_proj.bias", {F_}}, {m + "up_proj.bias", {F_}}})
+                   : WeightSpec::absent(),
+          WeightSpec::one(m + "down_proj.weight", {d_, F_}),
+          mlp_bias ? WeightSpec::one(m + "down_proj.bias", {d_}) : WeightSpec::absent(),
+      });
+    }
+    store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options.max_memory_bytes);
+    fill_common_info(info_, src, *store_);
+    info_.n_heads = int(H_);
+    info_.n_kv_heads = int(Hkv_);
+    info_.d_model = int(d_);
+  }
+
+  void forward(Tensor ids, LayerObserver* observer, Tensor logits, const ForwardOptions& opt) override {
+    const bool want_logits = begin_forward(ids, logits, opt);
+    const int64_t B = ids.shape[0], T = ids.shape[1], N = B * T, d = d_, H = H_, Hkv = Hkv_, dh = dh_;
+    const int64_t qkv_dim = (H + 2 * Hkv) * dh;
+    if (B != acts_batch_ || T != acts_seq_) {
+      allocate_activations(B, T, {{&res_[0], {N, d}}, {&res_[1], {N, d}}, {&mid_, {N, d}}, {&xn_, {N, d}},
+                                  {&rstd_, {N}}, {&qkv_, {N, qkv_dim}}, {&att_, {N, H * dh}}, {&tmp_, {N, d}},
+                                  {&gate_up_, {N, 2 * F_}}, {&ffn_, {N, F_}}});
+    }
+    store_->embed(res_[0], ids.reshape({N}));
+    for (int l = 0; l < info_.n_layers; ++l) {
+      const std::vector<Tensor>& w = store_->layer(l);
+      Tensor x_in = res_[l % 2], x_out = res_[(l + 1) % 2];
+      // Attention block: mid = x_in + attn(rope(q), rope(k), v) Wo.
+      ops::rmsnorm_forward(xn_, rstd_, x_in, w[kNorm1], eps_);
+      ops::linear_forward(qkv_, xn_, w[kQkvW], w[kQkvB]);
+      Tensor q = head_view(qkv_, B, T, 0, H, dh), k = head_view(qkv_, B, T, H * dh, Hkv, dh),
+             v = head_view(qkv_, B, T, (H + Hkv) * dh, Hkv, dh);
+      ops::rope_forward(q, q, Tensor{}, rope_);
+      ops::rope_forward(k, k, Tensor{}, rope_);
+      ops::attention_forward(head_view(att_, B, T, 0, H, dh), Tensor{}, q, k, v, spec_);
+      ops::linear_forward(tmp_, att_, w[kOutW], w[kOutB]);
+      ops::add(mid_, x_in, tmp_);
+      // MLP block: x_out = mid + (act(m Wg) * (m Wu)) Wd, m = RMSNorm_2(mid).
+      ops::rmsnorm_forward(xn_, rstd_, mid_, w[kNorm2], eps_);
+      ops::linear_forward(gate_up_, xn_, w[kGateUpW], w[kGateUpB]);
+      ops::gated_forward(ffn_, gate_up_.slice(1, 0, F_), gate_up_.slice(1, F_, F_), act_);
+      ops::linear_forward(tmp_, ffn_, w[kDownW], w[kDownB]);
+      ops::add(x_out, mid_, tmp_);
+      if (observer) {
+        LayerTaps taps;
+        taps.layer = l;
+        taps.hidden_in = x_in.split_dim(0, B, T);
+        taps.hidden_out = x_out.split_dim(0, B, T);
+        taps.q = q;
+        taps.k = k;
+        taps.v = v;
+        taps.attention = &spec_;
+        observer->on_layer(taps);
+      }
+    }
+    if (!want_logits) return;
+    ops::rmsnorm_forward(xn_, rstd_, res_[info_.n_layers % 2], store_->resident()[kFinalNorm], eps_);
+    store_->head(logits.reshape({N, int64_t(info_.vocab_size)}), xn_);
+  }
+
+ private:
+  int64_t d_ = 0, H_ = 0, Hkv_ = 0, dh_ = 0, F_ = 0;
+  double eps_ = 1e-6;
+  ops::Activation act_ = ops::Activation::silu;
+  ops::RopeConfig rope_;
+  ops::AttentionSpec spec_;
+  Tensor res_[2], mid_, xn_, rstd_, qkv_, att_, tmp_, gate_up_, ffn_;
+};
+
+}  // namespace
+
+std::unique_ptr<HfModel> load_llama(const ModelSource& source, const LoadOptions& options) {
+  return std::make_unique<LlamaModel>(source, options);
+}
+
+}  // namespace sinklab::hf

@@ -1,0 +1,189 @@
+// OPT (HF model_type opt; transformers' modeling_opt.py): learned positions offset by 2, separate
+// q/k/v projections with the query scaled by 1/sqrt(dh) before the scores (the attention itself then
+// uses scale 1), ReLU MLP, head tied to the token table.
+//
+//   x = project_in(embed_tokens[ids]) + embed_positions[positions + 2]
+//   do_layer_norm_before (125M, 1.3B, ...; pre-LN):
+//     x = x + attn(LN_a(x));  x = x + fc2(relu(fc1(LN_f(x))))        ... then the decoder's final LN
+//   not do_layer_norm_before (350M; post-LN, no final LN):
+//     x = LN_a(x + attn(x));  x = LN_f(x + fc2(relu(fc1(x))))
+//   logits = project_out(x) embed_tokens^T
+// project_in/out exist when word_embed_proj_dim != hidden_size (350M: 512 vs 1024).
+
+#include <cmath>
+
+#include "core/error.hpp"
+#include "hf/family.hpp"
+
+namespace sinklab::hf {
+namespace {
+
+enum OptLayer : size_t { kAttnLnW, kAttnLnB, kQkvW, kQkvB, kOutW, kOutB, kMlpLnW, kMlpLnB, kFc1W, kFc1B, kFc2W, kFc2B };
+enum OptResident : size_t { kPositions, kProjectIn, kProjectOut, kFinalLnW, kFinalLnB };
+
+constexpr int32_t kPositionOffset = 2;  // OPTLearnedPositionalEmbedding.offset
+
+class OptModel final : public FamilyModel {
+ public:
+  OptModel(const ModelSource& src, const LoadOptions& options) {
+    const HfConfig& cfg = src.config;
+    d_ = positive_int(cfg, {"hidden_size"});
+    H_ = positive_int(cfg, {"num_attention_heads"});
+    const int64_t L = positive_int(cfg, {"num_hidden_layers"});
+    const int64_t V = positive_int(cfg, {"vocab_size"});
+    const int64_t P = positive_int(cfg, {"max_position_embeddings"});
+    F_ = positive_int(cfg, {"ffn_dim"});
+    wd_ = cfg.has("word_embed_proj_dim") ? positive_int(cfg, {"word_embed_proj_dim"}) : d_;
+    SL_CHECK(d_ % H_ == 0, "%s: hidden_size %lld is not a multiple of num_attention_heads %lld", cfg.path().c_str(),
+             (long long)d_, (long long)H_);
+    dh_ = d_ / H_;
+    act_ = activation_from_config(cfg, "activation_function", "relu");
+    pre_ln_ = cfg.get_bool("do_layer_norm_before", true);
+    final_ln_ = pre_ln_ && !cfg.get_bool("_remove_final_layer_norm", false);
+    const bool bias = cfg.get_bool("enable_bias", true);
+    const bool affine = cfg.get_bool("layer_norm_elementwise_affine", true);
+
+    const Checkpoint& ck = *src.weights;
+    const std::string pre = find_prefix(ck, {"model.decoder.", "decoder."}, "embed_tokens.weight");
+    WeightPlan plan;
+    plan.embedding = pre + "embed_tokens.weight";
+    ck.check_shape(plan.embedding, {V, wd_});
+    plan.head = cfg.get_bool("tie_word_embeddings", true) ? plan.embedding : "lm_head.weight";
+    auto ln = [&](const std::string& name) {  // LayerNorm weight/bias, absent without elementwise affine
+      return affine ? WeightSpec::one(name, {d_}) : WeightSpec::absent();
+    };
+    const bool project = wd_ != d_;
+    plan.resident = {
+        WeightSpec::one(pre + "embed_positions.weight", {P + kPositionOffset, d_}),
+        project ? WeightSpec::one(pre + "project_in.weight", {d_, wd_}) : WeightSpec::absent(),
+        project ? WeightSpec::one(pre + "project_out.weight", {wd_, d_}) : WeightSpec::absent(),
+        final_ln_ ? ln(pre + "final_layer_norm.weight") : WeightSpec::absent(),
+        final_ln_ ? ln(pre + "final_layer_norm.bias") : WeightSpec::absent(),
+    };
+    for (int64_t l = 0; l < L; ++l) {
+      const std::string p = pre + "layers." + std::to_string(l) + ".";
+      const std::string a = p + "self_attn.";
+      auto qkv = [&](const char* what, std::vector<int64_t> shape) {
+        return WeightSpec::stacked({{a + "q_proj." + what, shape}, {a + "k_proj." + what, shape},
+                                    {a + "v_proj." + what, shape}});
+      };
+      plan.layers.push_back({
+          ln(p + "self_attn_layer_norm.weight"), ln(p + "self_attn_layer_norm.bias"),
+          qkv("weight", {d_, d_}), bias ? qkv("bias", {d_}) : WeightSpec::absent(),
+          WeightSpec::one(a + "out_proj.weight", {d_, d_}),
+          bias ? WeightSpec::one(a + "out_proj.bias", {d_}) : WeightSpec::absent(),
+          ln(p + "final_layer_norm.weight"), ln(p + "final_layer_norm.bias"),
+          WeightSpec::one(p + "fc1.weight", {F_, d_}), bias ? WeightSpec::one(p + "fc1.bias", {F_}) : WeightSpec::absent(),
+          WeightSpec::one(p + "fc2.weight", {d_, F_}), bias ? WeightSpec::one(p + "fc2.bias", {d_}) : WeightSpec::absent(),
+      });
+    }
+    store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options.max_memory_bytes);
+    fill_common_info(info_, src, *store_);
+    info_.n_heads = info_.n_kv_heads = int(H_);
+    info_.d_model = int(d_);
+    info_.max_positions = P;
+    info_.learned_positions = true;
+    spec_.scale = 1.0;  // the query is scaled by 1/sqrt(dh) before the scores, as transformers does
+  }
+
+  void forward(Tensor ids, LayerObserver* observer, Tensor logits, const ForwardOptions& opt) override {
+    const bool want_logits = begin_forward(ids, logits, opt);
+    const int64_t B = ids.shape[0], T = ids.shape[1], N = B * T, d = d_, H = H_, dh = dh_;
+    if (B != acts_batch_ || T != acts_seq_) {
+      allocate_activations(B, T, {{&res_[0], {N, d}}, {&res_[1], {N, d}}, {&mid_, {N, d}}, {&pre_norm_, {N, d}},
+                                  {&xn_, {N, d}}, {&mean_, {N}}, {&rstd_, {N}}, {&qkv_, {N, 3 * d}},
+                                  {&att_, {N, d}}, {&tmp_, {N, d}}, {&ffn_, {N, F_}}, {&words_, {N, wd_}}});
+    }
+    const std::vector<Tensor>& resident = store_->resident();
+
+    // x = project_in(embed_tokens[ids]) + embed_positions[positions + 2].
+    if (resident[kProjectIn].defined()) {
+      store_->embed(words_, ids.reshape({N}));
+      ops::linear_forward(res_[0], words_, resident[kProjectIn], Tensor{});
+    } else {
+      store_->embed(res_[0], ids.reshape({N}));
+    }
+    std::vector<int32_t> positions = learned_positions(B, T, opt, kPositionOffset);
+    ops::embedding_forward(tmp_, Tensor(positions.data(), DType::i32, {N}), resident[kPositions]);
+    ops::add(res_[0], res_[0], tmp_);
+
+    const double q_scale = 1.0 / std::sqrt(double(dh));
+    for (int l = 0; l < info_.n_layers; ++l) {
+      const std::vector<Tensor>& w = store_->layer(l);
+      Tensor x_in = res_[l % 2], x_out = res_[(l + 1) % 2];
+      // Attention block. Pre-LN: mid = x_in + attn(LN_a(x_in)). Post-LN: mid = LN_a(x_in + attn(x_in)).
+      Tensor attn_in = x_in;
+      if (pre_ln_) {
+        ops::layernorm_forward(xn_, mean_, rstd_, x_in, w[kAttnLnW], w[kAttnLnB], kLnEps);
+        attn_in = xn_;
+      }
+      ops::linear_forward(qkv_, attn_in, w[kQkvW], w[kQkvB]);
+      Tensor q = head_view(qkv_, B, T, 0, H, dh), k = head_view(qkv_, B, T, d, H, dh),
+             v = head_view(qkv_, B, T, 2 * d, H, dh);
+      ops::scale(q, q_scale);
+      ops::attention_forward(head_view(att_, B, T, 0, H, dh), Tensor{}, q, k, v, spec_);
+      ops::linear_forward(tmp_, att_, w[kOutW], w[kOutB]);
+      if (pre_ln_) {
+        ops::add(mid_, x_in, tmp_);
+      } else {
+        ops::add(pre_norm_, x_in, tmp_);
+        ops::layernorm_forward(mid_, mean_, rstd_, pre_norm_, w[kAttnLnW], w[kAttnLnB], kLnEps);
+      }
+      // MLP block. Pre-LN: x_out = mid + mlp(LN_f(mid)). Post-LN: x_out = LN_f(mid + mlp(mid)).
+      Tensor mlp_in = mid_;
+      if (pre_ln_) {
+        ops::layernorm_forward(xn_, mean_, rstd_, mid_, w[kMlpLnW], w[kMlpLnB], kLnEps);
+        mlp_in = xn_;
+      }
+      ops::linear_forward(ffn_, mlp_in, w[kFc1W], w[kFc1B]);
+      ops::activation_forward(ffn_, ffn_, act_);
+      ops::linear_forward(tmp_, ffn_, w[kFc2W], w[kFc2B]);
+      if (pre_ln_) {
+        ops::add(x_out, mid_, tmp_);
+      } else {
+        ops::add(pre_norm_, mid_, tmp_);  // the residual sum before the layer's last norm (Fig. 7 left)
+        ops::layernorm_forward(x_out, mean_, rstd_, pre_norm_, w[kMlpLnW], w[kMlpLnB], kLnEps);
+      }
+      if (observer) {
+        LayerTaps taps;
+        taps.layer = l;
+        taps.hidden_in = x_in.split_dim(0, B, T);
+        taps.hidden_out = x_out.split_dim(0, B, T);
+        if (!pre_ln_) taps.hidden_pre_norm = pre_norm_.split_dim(0, B, T);
+        taps.q = q;
+        taps.k = k;
+        taps.v = v;
+        taps.attention = &spec_;
+        observer->on_layer(taps);
+      }
+    }
+    if (!want_logits) return;
+    // logits = project_out(LN(x)) embed_tokens^T (the final LN only in pre-LN models).
+    Tensor x = res_[info_.n_layers % 2];
+    if (final_ln_) {
+      ops::layernorm_forward(xn_, mean_, rstd_, x, resident[kFinalLnW], resident[kFinalLnB], kLnEps);
+      x = xn_;
+    }
+    if (resident[kProjectOut].defined()) {
+      ops::linear_forward(words_, x, resident[kProjectOut], Tensor{});
+      x = words_;
+    }
+    store_->head(logits.reshape({N, int64_t(info_.vocab_size)}), x);
+  }
+
+ private:
+  static constexpr double kLnEps = 1e-5;  // nn.LayerNorm's default; OPT's config has no epsilon
+  int64_t d_ = 0, H_ = 0, dh_ = 0, F_ = 0, wd_ = 0;
+  bool pre_ln_ = true, final_ln_ = true;
+  ops::Activation act_ = ops::Activation::relu;
+  ops::AttentionSpec spec_;
+  Tensor res_[2], mid_, pre_norm_, xn_, mean_, rstd_, qkv_, att_, tmp_, ffn_, words_;
+};
+
+}  // namespace
+
+std::unique_ptr<HfModel> load_opt(const ModelSource& source, const LoadOptions& options) {
+  return std::make_unique<OptModel>(source, options);
+}
+
+}  // namespace sinklab::hf

@@ -1,0 +1,162 @@
+#include "probe/survey_plan.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "core/text.hpp"
+
+namespace sinklab::probe {
+namespace {
+
+namespace fs = std::filesystem;
+
+void check_name(const std::string& name, const std::string& where) {
+  SL_CHECK(!name.empty() && name != "." && name != ".." &&
+               name.find_first_of("/: \t") == std::string::npos,
+           "%s: model name '%s' must be non-empty without '/', ':' or spaces", where.c_str(), name.c_str());
+}
+
+std::string resolve_dir(const std::string& dir, const std::string& model_root) {
+  if (fs::path(dir).is_absolute() || model_root.empty()) return dir;
+  return (fs::path(model_root) / dir).string();
+}
+
+}  // namespace
+
+std::string Intervention::tag() const {
+  return std::string(kind == Kind::replace ? "replace_" : "swap_") + std::to_string(t);
+}
+
+std::vector<Intervention> parse_interventions(const std::string& text, const std::string& where) {
+  std::vector<Intervention> out;
+  if (text == "none") return out;
+  for (const std::string& item : split_commas(text)) {
+    const size_t colon = item.find(':');
+    Intervention iv;
+    const std::string kind = item.substr(0, colon);
+    bool ok = colon != std::string::npos && (kind == "replace" || kind == "swap");
+    if (ok) {
+      iv.kind = kind == "replace" ? Intervention::Kind::replace : Intervention::Kind::swap;
+      const char* b = item.data() + colon + 1;
+      const char* e = item.data() + item.size();
+      auto [p, ec] = std::from_chars(b, e, iv.t);
+      ok = ec == std::errc() && p == e && b != e && iv.t >= 2;
+    }
+    SL_CHECK(ok, "%s: '%s' is not replace:t or swap:t (t = the paper's position, >= 2)", where.c_str(), item.c_str());
+    out.push_back(iv);
+  }
+  return out;
+}
+
+SurveyModel parse_model_line(const std::string& line, const std::string& model_root) {
+  const std::string where = "model = " + line;
+  std::istringstream in(line);
+  std::string name, dir, word;
+  in >> name >> dir;
+  SL_CHECK(!dir.empty(), "%s: expected NAME DIR [inputs=FILE] [interventions=LIST]", where.c_str());
+  check_name(name, where);
+  SurveyModel m{name, resolve_dir(dir, model_root), "", std::nullopt};
+  while (in >> word) {
+    const size_t eq = word.find('=');
+    const std::string key = word.substr(0, eq), value = eq == std::string::npos ? "" : word.substr(eq + 1);
+    if (key == "inputs" && !value.empty()) m.inputs = value;
+    else if (key == "interventions" && !value.empty()) m.interventions = parse_interventions(value, where);
+    else SL_FAIL("%s: unknown setting '%s' (inputs=FILE, interventions=LIST|none)", where.c_str(), word.c_str());
+  }
+  return m;
+}
+
+std::vector<SurveyModel> select_models(const std::vector<SurveyModel>& catalogue, const std::string& models,
+                                       const std::string& model_root) {
+  std::vector<SurveyModel> out;
+  if (models == "all") {
+    out = catalogue;
+  } else {
+    for (const std::string& want : split_commas(models)) {
+      auto it = std::find_if(catalogue.begin(), catalogue.end(), [&](const SurveyModel& m) { return m.name == want; });
+      if (it != catalogue.end()) {
+        out.push_back(*it);
+        continue;
+      }
+      // A directory: as given when it exists (or is absolute), else under --model-root.
+      std::string dir = want;
+      if (!fs::path(dir).is_absolute() && !fs::exists(dir)) dir = resolve_dir(dir, model_root);
+      std::string name = fs::path(dir).lexically_normal().filename().string();
+      if (name.empty()) name = fs::path(dir).lexically_normal().parent_path().filename().string();
+      check_name(name, "--models " + want);
+      out.push_back({name, dir, "", std::nullopt});
+    }
+  }
+  SL_CHECK(!out.empty(), "--models selects no model (the config lists %zu)", catalogue.size());
+  std::set<std::string> names;
+  for (const SurveyModel& m : out) SL_CHECK(names.insert(m.name).second, "--models: model '%s' appears twice", m.name.c_str());
+  return out;
+}
+
+bool has_learned_positions(const std::string& dir) {
+  std::ifstream in(fs::path(dir) / "config.json");
+  if (!in.good()) return false;
+  try {
+    const std::string type = nlohmann::json::parse(in).value("model_type", "");
+    return type == "gpt2" || type == "opt";
+  } catch (const nlohmann::json::exception&) {
+    return false;
+  }
+}
+
+std::string SurveyItem::label() const { return intervention ? input + "+" + intervention->tag() : input; }
+
+std::string SurveyItem::id(const std::vector<SurveyModel>& models) const {
+  return models[size_t(model)].name + ":" + label() + ":" + domain;
+}
+
+std::string SurveyItem::group(const std::vector<SurveyModel>& models) const {
+  return "/models/" + models[size_t(model)].name + "/" + label() + "/" + domain;
+}
+
+std::vector<SurveyItem> plan_items(const std::vector<SurveyModel>& models, const PlanOptions& o) {
+  auto domains_of = [&](const std::string& input) -> std::vector<std::string> {
+    if (input == "random" || input == "repeat") return {"-"};
+    if (input == "natural") {
+      SL_CHECK(!o.domains.empty(), "--domains names no domain (needed by the natural inputs)");
+      return o.domains;
+    }
+    if (input == "long") {
+      SL_CHECK(!o.long_domains.empty(), "--long-domains names no domain (needed by the long inputs)");
+      return o.long_domains;
+    }
+    SL_FAIL("--inputs: '%s' is not natural, random, repeat or long", input.c_str());
+  };
+  for (const std::string& input : o.inputs) domains_of(input);  // checks the flags before anything else
+  for (const std::string& d : o.domains) SL_CHECK(d != "-" && d.find('/') == std::string::npos, "--domains: bad domain '%s'", d.c_str());
+  for (const std::string& d : o.long_domains)
+    SL_CHECK(d != "-" && d.find('/') == std::string::npos, "--long-domains: bad domain '%s'", d.c_str());
+
+  std::vector<SurveyItem> items;
+  for (int m = 0; m < int(models.size()); ++m) {
+    for (const std::string& input : o.inputs)
+      for (const std::string& domain : domains_of(input)) items.push_back({m, input, domain, std::nullopt});
+    const SurveyModel& model = models[size_t(m)];
+    const std::vector<Intervention> interventions =
+        model.interventions ? *model.interventions
+                            : (has_learned_positions(model.dir) ? o.interventions : std::vector<Intervention>{});
+    if (interventions.empty()) continue;
+    SL_CHECK(!o.intervention_inputs.empty(), "--intervention-inputs names no input");
+    for (const std::string& input : o.intervention_inputs)
+      for (const std::string& domain : domains_of(input))
+        for (const Intervention& iv : interventions) items.push_back({m, input, domain, iv});
+  }
+  std::set<std::string> ids;
+  for (const SurveyItem& it : items)
+    SL_CHECK(ids.insert(it.id(models)).second, "the survey lists item %s twice (repeated --inputs, domains or interventions?)",
+             it.id(models).c_str());
+  return items;
+}
+
+}  // namespace sinklab::probe

@@ -1,0 +1,82 @@
+// What a survey measures (sinklab-survey, paper Sec. 3 and App. B): the models, and the items — one
+// (model, input, domain, intervention) each — that the work queue hands out and the results file keys
+// by id. Planning reads no model weights, so every rank builds the same list in the same order.
+//
+//   input     natural   data_prep survey inputs of one Pile domain (the model's tokenizer, its default
+//                       special tokens), T = --seq-len
+//             random    T tokens uniform over the tokenizer's vocabulary, special tokens excluded
+//             repeat    one such token repeated T times (paper Table 1 left)
+//             long      natural text of T = --long-input-len tokens (the long-input appendix)
+//   domain    a Pile domain key for natural/long, "-" for random/repeat
+//   intervention (learned-position models, paper Table 7): p_1 := p_t (replace) or p_1 <-> p_t (swap),
+//             t the paper's 1-based position
+//
+// Results: /models/<model>/<input label>/<domain>, the label being the input, or "<input>+<tag>" with an
+// intervention ("repeat+swap_5"); bookkeeping under /items/<id>, id = "<model>:<label>:<domain>".
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace sinklab::probe {
+
+struct Intervention {
+  enum class Kind { replace, swap };
+  Kind kind = Kind::replace;
+  int64_t t = 0;  // 1-based position (>= 2)
+  std::string tag() const;  // "replace_5", "swap_10"
+};
+
+// "replace:5,swap:10" ("" or "none": no intervention). Errors name `where` (a flag or a config line).
+std::vector<Intervention> parse_interventions(const std::string& text, const std::string& where);
+
+struct SurveyModel {
+  std::string name;    // the results' /models/<name>
+  std::string dir;     // model directory (config.json, model.safetensors[.index.json], tokenizer.json)
+  std::string inputs;  // survey inputs file set in the config ("" = found by tokenizer sha256)
+  // Per-model interventions from the config; nullopt: the --interventions list, for models with
+  // learned positions.
+  std::optional<std::vector<Intervention>> interventions;
+};
+
+// A catalogue line (`model = NAME DIR [inputs=FILE] [interventions=LIST|none]` in the config): DIR
+// relative to model_root unless absolute. Names are path-safe (no '/', ':', spaces).
+SurveyModel parse_model_line(const std::string& line, const std::string& model_root);
+
+// The models a --models list selects: "all" = the whole catalogue, else catalogue names or model
+// directories (absolute, relative to the working directory, or else to model_root; named by their
+// last component). A name twice is an error.
+std::vector<SurveyModel> select_models(const std::vector<SurveyModel>& catalogue, const std::string& models,
+                                       const std::string& model_root);
+
+// True when <dir>/config.json names a learned-position family (model_type gpt2 or opt); false when it
+// names another or cannot be read (the item itself reports unreadable models).
+bool has_learned_positions(const std::string& dir);
+
+struct SurveyItem {
+  int model = 0;       // index into the selected models
+  std::string input;   // natural | random | repeat | long
+  std::string domain;  // Pile domain key, or "-"
+  std::optional<Intervention> intervention;
+
+  std::string label() const;  // input, or input+tag
+  std::string id(const std::vector<SurveyModel>& models) const;
+  std::string group(const std::vector<SurveyModel>& models) const;  // "/models/<m>/<label>/<domain>"
+};
+
+struct PlanOptions {
+  std::vector<std::string> inputs;               // modes, in order
+  std::vector<std::string> domains;              // for natural
+  std::vector<std::string> long_domains;         // for long
+  std::vector<Intervention> interventions;       // the global list
+  std::vector<std::string> intervention_inputs;  // the inputs interventions are crossed with
+};
+
+// Per model (in order): each input of `inputs` over its domains, then each intervention over the
+// intervention inputs and their domains. Unknown inputs, empty domain lists an input needs and
+// duplicate ids throw naming the flag.
+std::vector<SurveyItem> plan_items(const std::vector<SurveyModel>& models, const PlanOptions& options);
+
+}  // namespace sinklab::probe

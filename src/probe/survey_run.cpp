@@ -1,0 +1,264 @@
+#include "probe/survey_run.hpp"
+
+#include "probe/own_model.hpp"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "backend/memory.hpp"
+#include "core/error.hpp"
+#include "io/h5.hpp"
+#include "io/sha256.hpp"
+#include "probe/inputs.hpp"
+#include "probe/vocabulary.hpp"
+
+namespace sinklab::probe {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Forwards every layer to the probe, then lets the caller run (poll the queue, check for a stop).
+class ProgressObserver : public LayerObserver {
+ public:
+  ProgressObserver(LayerObserver& inner, const std::function<void()>& progress) : inner_(inner), progress_(progress) {}
+  void on_layer(const LayerTaps& taps) override {
+    inner_.on_layer(taps);
+    if (progress_) progress_();
+  }
+
+ private:
+  LayerObserver& inner_;
+  const std::function<void()>& progress_;
+};
+
+struct Tokens {
+  Buffer buffer;
+  Tensor ids;         // i32 [n, T]
+  int64_t bos = -1;   // the prefix token of natural inputs (-1: none)
+  std::string source; // inputs file or vocabulary description
+};
+
+// Rows [0, n) and columns [0, T) of /<domain>/tokens of a survey inputs file.
+Tokens natural_tokens(const std::string& path, const std::string& domain, int64_t n_requested, int64_t T,
+                      int64_t vocab_size) {
+  io::ResultsFile f = io::ResultsFile::open_read(path);
+  const std::string ds = "/" + domain + "/tokens";
+  SL_CHECK(f.exists(ds), "%s: no domain '%s' (no %s)", path.c_str(), domain.c_str(), ds.c_str());
+  const std::vector<int64_t> dims = f.dims(ds);
+  SL_CHECK(dims.size() == 2, "%s: %s is not [n, T]", path.c_str(), ds.c_str());
+  SL_CHECK(dims[1] >= T, "%s: %s has rows of %lld tokens, %lld needed", path.c_str(), ds.c_str(), (long long)dims[1],
+           (long long)T);
+  const int64_t n = std::min(dims[0], n_requested);
+  SL_CHECK(n >= 1, "%s: domain '%s' has no sequences", path.c_str(), domain.c_str());
+  const io::Array a = f.read_array(ds);
+  Tokens t;
+  t.buffer = Buffer::for_tensor(DType::i32, {n, T});
+  t.ids = t.buffer.view(DType::i32, {n, T});
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < T; ++j) {
+      const double id = a.data[size_t(i * dims[1] + j)];
+      SL_CHECK(id >= 0 && id < double(vocab_size), "%s: %s[%lld, %lld] = %.0f is outside the model's vocabulary (%lld)",
+               path.c_str(), ds.c_str(), (long long)i, (long long)j, id, (long long)vocab_size);
+      t.ids.ptr<int32_t>()[i * T + j] = int32_t(id);
+    }
+  t.bos = f.has_attr("/", "prefix_id") ? f.attr_int("/", "prefix_id") : -1;
+  t.source = path;
+  return t;
+}
+
+template <class T>
+std::vector<T> row(const std::vector<T>& v, size_t r, size_t width) {
+  return std::vector<T>(v.begin() + long(r * width), v.begin() + long((r + 1) * width));
+}
+
+std::vector<int32_t> flatten(const std::vector<HeadPair>& pairs) {
+  std::vector<int32_t> out;
+  for (const HeadPair& p : pairs) out.insert(out.end(), {p.layer, p.head});
+  return out;
+}
+
+}  // namespace
+
+hf::HfModel& ModelCache::get(const SurveyModel& model) {
+  if (model.name != name_ || (!model_ && error_.empty())) {
+    model_.reset();  // release the previous model before loading the next
+    name_ = model.name;
+    error_.clear();
+    try {
+      hf::LoadOptions options;
+      options.max_memory_bytes = max_memory_;
+      model_ = load_any_model(model.dir, options);
+    } catch (const Error& e) {
+      error_ = e.what();
+    }
+  }
+  if (!error_.empty()) throw Error(error_);
+  return *model_;
+}
+
+std::string InputsFinder::find(const SurveyModel& model, int64_t T) {
+  if (!model.inputs.empty()) {
+    const std::string path = fs::path(model.inputs).is_absolute() || dir_.empty() ? model.inputs
+                                                                                  : (fs::path(dir_) / model.inputs).string();
+    SL_CHECK(fs::is_regular_file(path), "%s: no such survey inputs file (inputs= of model %s)", path.c_str(),
+             model.name.c_str());
+    return path;
+  }
+  SL_CHECK(!dir_.empty(), "model %s: no --survey-inputs-dir to find its natural inputs in", model.name.c_str());
+  const std::string tokenizer = (fs::path(model.dir) / "tokenizer.json").string();
+  SL_CHECK(fs::is_regular_file(tokenizer),
+           "%s: no tokenizer.json to match survey inputs by (name the inputs file with inputs= in the config)",
+           model.dir.c_str());
+  if (!indexed_) {
+    SL_CHECK(fs::is_directory(dir_), "--survey-inputs-dir %s is not a directory", dir_.c_str());
+    std::vector<std::string> files;
+    for (const auto& e : fs::directory_iterator(dir_))
+      if (e.is_regular_file() && e.path().extension() == ".h5") files.push_back(e.path().string());
+    std::sort(files.begin(), files.end());
+    for (const std::string& path : files) {
+      try {
+        io::ResultsFile f = io::ResultsFile::open_read(path);
+        entries_.push_back({path, f.attr_string("/", "tokenizer_sha256"), f.attr_int("/", "T")});
+      } catch (const Error&) {
+        // not a survey inputs file: ignored
+      }
+    }
+    indexed_ = true;
+  }
+  const std::string sha = io::sha256_file(tokenizer);
+  const Entry* best = nullptr;
+  int64_t longest = 0;
+  for (const Entry& e : entries_) {
+    if (e.sha != sha) continue;
+    longest = std::max(longest, e.T);
+    if (e.T >= T && (!best || e.T < best->T)) best = &e;
+  }
+  SL_CHECK(longest > 0, "no survey inputs in %s were made with the tokenizer of %s (sha256 %s)", dir_.c_str(),
+           model.dir.c_str(), sha.substr(0, 12).c_str());
+  SL_CHECK(best, "the survey inputs in %s for the tokenizer of %s have T <= %lld, %lld needed", dir_.c_str(),
+           model.dir.c_str(), (long long)longest, (long long)T);
+  return best->path;
+}
+
+io::ResultSet measure_item(const SurveyItem& item, const SurveyModel& model, const SurveyParams& params,
+                           ModelCache& models, InputsFinder& inputs, const std::function<void()>& progress) {
+  hf::HfModel& hf_model = models.get(model);
+  const hf::HfModelInfo& info = hf_model.info();
+  const bool is_long = item.input == "long";
+  const int64_t T = is_long ? params.long_len : params.seq_len;
+  const int64_t n_requested = is_long ? params.long_n_seq : params.n_seq;
+  SL_CHECK(info.max_positions == 0 || T <= info.max_positions, "%s: the model takes at most %lld positions, T = %lld asked",
+           model.dir.c_str(), (long long)info.max_positions, (long long)T);
+
+  hf::ForwardOptions forward;
+  forward.want_logits = false;
+  int K = params.max_k;
+  if (item.intervention) {
+    const Intervention& iv = *item.intervention;
+    SL_CHECK(info.learned_positions, "%s: the %s intervention needs learned position embeddings, which %s models lack",
+             model.dir.c_str(), iv.tag().c_str(), info.model_type.c_str());
+    SL_CHECK(iv.t <= T, "the %s intervention needs T >= %lld (T = %lld)", iv.tag().c_str(), (long long)iv.t, (long long)T);
+    (iv.kind == Intervention::Kind::replace ? forward.replace_first_position_with : forward.swap_first_position_with) =
+        iv.t - 1;
+    K = std::max<int>(K, int(iv.t));
+  }
+  SL_CHECK(K <= T, "--max-k %d exceeds T = %lld", K, (long long)T);
+
+  Tokens tokens;
+  if (item.input == "natural" || is_long) {
+    tokens = natural_tokens(inputs.find(model, T), item.domain, n_requested, T, info.vocab_size);
+  } else {
+    const SamplingVocabulary vocab = sampling_vocabulary(model.dir, info.vocab_size);
+    tokens.buffer = Buffer::for_tensor(DType::i32, {n_requested, T});
+    tokens.ids = tokens.buffer.view(DType::i32, {n_requested, T});
+    if (item.input == "random") random_inputs(tokens.ids, vocab.size, vocab.special, params.seed);
+    else repeat_inputs(tokens.ids, vocab.size, vocab.special, params.seed);
+    tokens.source = vocab.source + strfmt(" (%u ids, %zu special excluded)", vocab.size, vocab.special.size());
+  }
+  const int64_t n = tokens.ids.shape[0];
+
+  SurveyShape shape;
+  shape.n_layers = info.n_layers;
+  shape.attention_layers = info.attention_layers;
+  if (shape.attention_layers.empty())
+    for (int l = 0; l < info.n_layers; ++l) shape.attention_layers.push_back(l);
+  shape.n_heads = info.n_heads;
+  shape.n_kv_heads = info.n_kv_heads > 0 ? info.n_kv_heads : info.n_heads;
+  shape.seq_len = T;
+  shape.max_k = K;
+  shape.eps = params.eps;
+  std::vector<std::string> skipped;
+  std::vector<HeadPair> qk, attn;
+  if (!is_long) {  // [T,T] maps at T = 4096 would be 64 MiB each
+    qk = resolve_head_pairs(params.qk_maps, info.n_layers, shape.attention_layers, info.n_heads, &skipped);
+    attn = resolve_head_pairs(params.attention_maps, info.n_layers, shape.attention_layers, info.n_heads, &skipped);
+  }
+  SurveyProbe probe(shape, qk, attn);
+  ProgressObserver observer(probe, progress);
+  // The same number of tokens per forward pass for every T (long inputs: one sequence at a time).
+  const int64_t batch = std::max<int64_t>(1, params.batch * params.seq_len / T);
+  try {
+    for (int64_t first = 0; first < n; first += batch)
+      hf_model.forward(tokens.ids.slice(0, first, std::min(batch, n - first)), &observer, Tensor{}, forward);
+  } catch (...) {
+    models.drop();  // whatever stopped the pass (an error, a stop request) may have left it mid-layer
+    throw;
+  }
+  const SurveyResult r = probe.result();
+
+  const int64_t L = info.n_layers, La = int64_t(shape.attention_layers.size()), H = info.n_heads;
+  const int64_t E = int64_t(params.eps.size());
+  io::ResultSet set;
+  set.add_array("alpha", {La, H, K}, r.alpha);
+  set.add_array("sink", {E}, row(r.sink_k, 0, size_t(E)));
+  set.add_array("sink_eps", {E}, params.eps);
+  set.add_array("sink_k", {K, E}, r.sink_k);
+  set.add_array("hnorm_first", {L}, r.hnorm_first);
+  set.add_array("hnorm_rest", {L}, r.hnorm_rest);
+  set.add_array("massive_ratio", {L}, r.massive_ratio);
+  if (!r.massive_ratio_pre_norm.empty()) {
+    set.add_array("hnorm_first_pre_norm", {L}, r.hnorm_first_pre_norm);
+    set.add_array("hnorm_rest_pre_norm", {L}, r.hnorm_rest_pre_norm);
+    set.add_array("massive_ratio_pre_norm", {L}, r.massive_ratio_pre_norm);
+  }
+  set.add_array("knorm_first", {La}, r.knorm_first);
+  set.add_array("knorm_rest", {La}, r.knorm_rest);
+  set.add_array("vnorm_first", {La}, r.vnorm_first);
+  set.add_array("vnorm_rest", {La}, r.vnorm_rest);
+  set.add_array("last_to_first", {La, H}, r.last_to_first);
+  set.add_array("attention_layers", {La}, std::vector<int32_t>(shape.attention_layers.begin(), shape.attention_layers.end()));
+  if (!qk.empty()) {
+    const int64_t P = int64_t(qk.size());
+    set.add_array("qk_pairs", {P, 2}, flatten(qk));
+    set.add_array("qk_cos", {P, T, T}, r.qk_cos);
+    set.add_array("qk_normprod", {P, T, T}, r.qk_normprod);
+  }
+  if (!attn.empty()) {
+    const int64_t P = int64_t(attn.size());
+    set.add_array("attention_pairs", {P, 2}, flatten(attn));
+    set.add_array("attention_maps", {P, T, T}, r.attention_maps);
+  }
+  if (item.intervention) {
+    set.add_array("sink_t", {E}, row(r.sink_k, size_t(item.intervention->t - 1), size_t(E)));
+    set.set_attr("", "intervention", std::string(item.intervention->kind == Intervention::Kind::replace ? "replace" : "swap"));
+    set.set_attr("", "t", item.intervention->t);
+  }
+  set.set_attr("", "n_seq", n);
+  set.set_attr("", "n_seq_requested", n_requested);
+  set.set_attr("", "T", T);
+  set.set_attr("", "bos", tokens.bos);
+  set.set_attr("", "input", item.input);
+  set.set_attr("", "domain", item.domain);
+  set.set_attr("", "model_type", info.model_type);
+  set.set_attr("", "model_dir", model.dir);
+  set.set_attr("", "seed", int64_t(params.seed));
+  set.set_attr("", item.input == "natural" || is_long ? "inputs_file" : "vocabulary", tokens.source);
+  if (!skipped.empty()) {
+    std::string s;
+    for (const std::string& x : skipped) s += (s.empty() ? "" : ", ") + x;
+    set.set_attr("", "skipped_pairs", s);
+  }
+  return set;
+}
+
+}  // namespace sinklab::probe

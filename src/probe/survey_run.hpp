@@ -1,0 +1,88 @@
+// Measuring one survey item (survey_plan.hpp): load the model (kept while the same rank measures more
+// items of it), build the inputs, run the forward passes through a SurveyProbe, and return the results
+// as an io::ResultSet for the /models/<model>/<label>/<domain> group (names and attributes below).
+//
+//   alpha[La,H,K] sink[E] sink_eps[E] sink_k[K,E] hnorm_first[L] hnorm_rest[L] massive_ratio[L]
+//   knorm_first[La] knorm_rest[La] vnorm_first[La] vnorm_rest[La] last_to_first[La,H]
+//   attention_layers[La] (int32) — alpha and the k/v arrays index these layers
+//   post-norm models: hnorm_first_pre_norm[L] hnorm_rest_pre_norm[L] massive_ratio_pre_norm[L]
+//   qk_pairs[P,2] (int32) qk_cos[P,T,T] qk_normprod[P,T,T]; attention_pairs[P,2] attention_maps[P,T,T]
+//       (when pairs were asked for and exist in the model; not for long inputs)
+//   intervention items: sink_t[E] = Sink_t^eps at the intervention's position (K is raised to t)
+//   attrs: n_seq (sequences measured), n_seq_requested, T, bos (the prefix token id, -1: none),
+//          input, domain, model_type, model_dir, seed, inputs_file | vocabulary, intervention, t,
+//          skipped_pairs (pairs the model does not have)
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hf/hf_model.hpp"
+#include "io/result_set.hpp"
+#include "probe/survey_metrics.hpp"
+#include "probe/survey_plan.hpp"
+
+namespace sinklab::probe {
+
+struct SurveyParams {
+  int64_t n_seq = 100, seq_len = 64;       // natural / random / repeat
+  int64_t long_n_seq = 16, long_len = 4096;  // long
+  int max_k = 8;
+  std::vector<double> eps = default_sink_eps();
+  int64_t batch = 16;
+  uint64_t seed = 1234;
+  int64_t max_memory = 0;  // bytes, 0 = unbounded (hf::LoadOptions)
+  std::vector<HeadPair> qk_maps, attention_maps;
+  std::string survey_inputs_dir;
+};
+
+// The model a rank holds: loading another releases it first. A model that failed to load keeps its
+// error, so its remaining items fail at once with the same line.
+class ModelCache {
+ public:
+  explicit ModelCache(int64_t max_memory) : max_memory_(max_memory) {}
+  hf::HfModel& get(const SurveyModel& model);
+  // Releases the model (after a forward pass that did not finish: the next item loads it afresh).
+  void drop() {
+    model_.reset();
+    name_.clear();
+    error_.clear();
+  }
+
+ private:
+  int64_t max_memory_;
+  std::string name_, error_;
+  std::unique_ptr<hf::HfModel> model_;
+};
+
+// Survey inputs files (data_prep survey-inputs) by the sha256 of the tokenizer.json they were made
+// with, and by their T; the directory is indexed once.
+class InputsFinder {
+ public:
+  explicit InputsFinder(std::string dir) : dir_(std::move(dir)) {}
+  // The file for `model` with at least T tokens per row: the one the config names, else among the
+  // files of the model's tokenizer the one with the smallest T >= T (ties: by name). Throws saying
+  // what is missing.
+  std::string find(const SurveyModel& model, int64_t T);
+
+ private:
+  struct Entry {
+    std::string path, sha;
+    int64_t T = 0;
+  };
+  std::string dir_;
+  bool indexed_ = false;
+  std::vector<Entry> entries_;
+};
+
+// Measures one item. `progress` is called after every layer of every forward pass (rank 0 serves the
+// work queue from it; throwing from it abandons the item). Errors of the item (files, model, inputs)
+// throw sinklab::Error.
+io::ResultSet measure_item(const SurveyItem& item, const SurveyModel& model, const SurveyParams& params,
+                           ModelCache& models, InputsFinder& inputs, const std::function<void()>& progress);
+
+}  // namespace sinklab::probe

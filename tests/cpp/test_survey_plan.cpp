@@ -1,0 +1,133 @@
+// The survey's plan (probe/survey_plan.hpp): catalogue lines, model selection, interventions, and the
+// item list every rank builds identically.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "probe/survey_plan.hpp"
+
+namespace sinklab::probe {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(SurveyPlan, Interventions) {
+  std::vector<Intervention> v = parse_interventions("replace:5,swap:30", "--interventions");
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[0].kind, Intervention::Kind::replace);
+  EXPECT_EQ(v[0].t, 5);
+  EXPECT_EQ(v[0].tag(), "replace_5");
+  EXPECT_EQ(v[1].tag(), "swap_30");
+  EXPECT_TRUE(parse_interventions("", "--interventions").empty());
+  EXPECT_TRUE(parse_interventions("none", "--interventions").empty());
+  for (const char* bad : {"replace", "replace:", "move:5", "swap:1", "swap:x", "swap:5x", "replace:-3"})
+    EXPECT_NE(error_of([&] { parse_interventions(bad, "--interventions"); }).find("--interventions: '"), std::string::npos)
+        << bad;
+}
+
+TEST(SurveyPlan, CatalogueLines) {
+  SurveyModel m = parse_model_line("gpt2-xl  openai-community/gpt2-xl interventions=replace:5,swap:5 inputs=gpt2.h5", "/models");
+  EXPECT_EQ(m.name, "gpt2-xl");
+  EXPECT_EQ(m.dir, "/models/openai-community/gpt2-xl");
+  EXPECT_EQ(m.inputs, "gpt2.h5");
+  ASSERT_TRUE(m.interventions.has_value());
+  EXPECT_EQ(m.interventions->size(), 2u);
+  m = parse_model_line("own /abs/step_00000040 interventions=none", "/models");
+  EXPECT_EQ(m.dir, "/abs/step_00000040");
+  EXPECT_TRUE(m.interventions.has_value() && m.interventions->empty());
+  EXPECT_FALSE(parse_model_line("a b", "").interventions.has_value());
+  EXPECT_EQ(parse_model_line("a b", "").dir, "b");
+  EXPECT_NE(error_of([] { parse_model_line("lonely", ""); }).find("expected NAME DIR"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_model_line("a/b dir", ""); }).find("'a/b'"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_model_line("a:b dir", ""); }).find("'a:b'"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_model_line("a dir colour=red", ""); }).find("colour=red"), std::string::npos);
+}
+
+class SurveyPlanDirs : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("sinklab_plan_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    for (const char* m : {"gpt", "opt", "llama", "broken"}) fs::create_directories(dir_ / m);
+    std::ofstream(dir_ / "gpt" / "config.json") << R"({"model_type": "gpt2"})";
+    std::ofstream(dir_ / "opt" / "config.json") << R"({"model_type": "opt"})";
+    std::ofstream(dir_ / "llama" / "config.json") << R"({"model_type": "llama"})";
+    std::ofstream(dir_ / "broken" / "config.json") << "{not json";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string root() const { return dir_.string(); }
+  fs::path dir_;
+};
+
+TEST_F(SurveyPlanDirs, SelectModels) {
+  const std::vector<SurveyModel> cat = {parse_model_line("g gpt", root()), parse_model_line("l llama", root())};
+  EXPECT_EQ(select_models(cat, "all", root()).size(), 2u);
+  std::vector<SurveyModel> s = select_models(cat, "l,opt," + (dir_ / "broken").string(), root());
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[0].name, "l");
+  EXPECT_EQ(s[1].name, "opt");  // not in the catalogue: a directory under the model root
+  EXPECT_EQ(s[1].dir, (dir_ / "opt").string());
+  EXPECT_EQ(s[2].name, "broken");  // an absolute directory
+  EXPECT_NE(error_of([&] { select_models(cat, "g,g", root()); }).find("twice"), std::string::npos);
+  EXPECT_NE(error_of([&] { select_models({}, "all", root()); }).find("--models selects no model"), std::string::npos);
+}
+
+TEST_F(SurveyPlanDirs, LearnedPositionsFromConfig) {
+  EXPECT_TRUE(has_learned_positions((dir_ / "gpt").string()));
+  EXPECT_TRUE(has_learned_positions((dir_ / "opt").string()));
+  EXPECT_FALSE(has_learned_positions((dir_ / "llama").string()));
+  EXPECT_FALSE(has_learned_positions((dir_ / "broken").string()));   // the item will say what is wrong
+  EXPECT_FALSE(has_learned_positions((dir_ / "missing").string()));
+}
+
+TEST_F(SurveyPlanDirs, Items) {
+  std::vector<SurveyModel> models = {parse_model_line("g gpt", root()), parse_model_line("l llama", root()),
+                                     parse_model_line("o opt interventions=none", root()),
+                                     parse_model_line("x llama interventions=swap:7", root())};
+  PlanOptions o;
+  o.inputs = {"natural", "random", "long"};
+  o.domains = {"pile_cc", "arxiv"};
+  o.long_domains = {"pile_cc"};
+  o.interventions = parse_interventions("replace:5,swap:5", "--interventions");
+  o.intervention_inputs = {"repeat"};
+  std::vector<SurveyItem> items = plan_items(models, o);
+  std::vector<std::string> ids;
+  for (const SurveyItem& it : items) ids.push_back(it.id(models));
+  const std::vector<std::string> want = {
+      "g:natural:pile_cc", "g:natural:arxiv", "g:random:-", "g:long:pile_cc", "g:repeat+replace_5:-", "g:repeat+swap_5:-",
+      "l:natural:pile_cc", "l:natural:arxiv", "l:random:-", "l:long:pile_cc",  // RoPE: no global interventions
+      "o:natural:pile_cc", "o:natural:arxiv", "o:random:-", "o:long:pile_cc",  // its own list: none
+      "x:natural:pile_cc", "x:natural:arxiv", "x:random:-", "x:long:pile_cc", "x:repeat+swap_7:-"};  // asked for
+  EXPECT_EQ(ids, want);
+  EXPECT_EQ(items[4].group(models), "/models/g/repeat+replace_5/-");
+  EXPECT_EQ(items[4].label(), "repeat+replace_5");
+  EXPECT_EQ(items[0].group(models), "/models/g/natural/pile_cc");
+
+  PlanOptions bad = o;
+  bad.inputs = {"natural", "bogus"};
+  EXPECT_NE(error_of([&] { plan_items(models, bad); }).find("--inputs: 'bogus'"), std::string::npos);
+  bad = o;
+  bad.domains = {};
+  EXPECT_NE(error_of([&] { plan_items(models, bad); }).find("--domains"), std::string::npos);
+  bad = o;
+  bad.inputs = {"random", "random"};
+  EXPECT_NE(error_of([&] { plan_items(models, bad); }).find("g:random:- twice"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sinklab::probe

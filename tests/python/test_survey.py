@@ -1,0 +1,490 @@
+"""End-to-end tests of sinklab-survey on tiny models: the HF fixtures of every family
+(tests/fixtures/hf: GPT-2, OPT, GPT-NeoX, LLaMA with grouped-query attention, Mistral) and sinklab's own
+checkpoint (sinklab-pretrain on the conftest corpus, loaded as a LLaMA model), over natural inputs
+(data_prep survey-inputs through a real tokenizer, matched by its sha256, and explicitly named files),
+random and repeated tokens, and the Table 7 interventions.
+
+- the measurements equal those recomputed from transformers' own attention probabilities and hidden
+  states (the fixture goldens, float64, every family including Jamba, and the Table 7 cases);
+- `mpirun -np 2` writes the same HDF5 content as one process (every dataset and measurement attribute);
+- kill -9 midway, then --resume, gives the same results; so does SIGTERM/SIGUSR1 (exit 0, then --resume);
+- a truncated safetensors file, an unknown model_type and a missing tensor fail their items only, each
+  with one error line, and the survey exits non-zero with a summary;
+- every job file in jobs/survey is a valid configuration; bad flags give one clear line.
+
+The binaries come from $SINKLAB_BIN_DIR (tests/run_all.sh builds them first); the tests skip only when
+they are absent.
+"""
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import SYNTHETIC_VOCAB, _synthetic_documents, assert_same_contents, survey_contents
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(os.environ.get("SINKLAB_BIN_DIR", ROOT / "build" / "bin"))
+SURVEY, PRETRAIN = BIN / "sinklab-survey", BIN / "sinklab-pretrain"
+FIXTURES = ROOT / "tests" / "fixtures" / "hf"
+pytestmark = pytest.mark.skipif(not SURVEY.exists(), reason=f"{SURVEY} not built")
+
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1")
+DOMAINS = ("pile_cc", "arxiv", "github")
+T = 12  # the fixtures' smallest context is 16 positions
+# (name, fixture) of the HF fixture models used; "gpt2" gets a real tokenizer (see `survey_setup`).
+HF_MODELS = (("gpt2", "gpt2"), ("opt", "opt_pre"), ("neox", "neox_rot1_sequential"), ("llama_gqa", "llama_gqa"),
+             ("mistral", "mistral_sliding"))
+# Per run: the flags every survey here shares (the resume checks need them equal).
+COMMON = [f"--seq-len={T}", "--n-seq=24", "--max-k=6", "--batch=4", "--commit-every=0",
+          "--qk-maps=0:1,-1:0,7:0", "--attention-maps=1:0", "--interventions=replace:5,swap:5",
+          f"--domains={','.join(DOMAINS)}", "--inputs=natural,random,repeat"]
+
+
+def _run(cmd, np_=1, check=True, timeout=300):
+    if np_ > 1:
+        cmd = ["mpirun", "-np", str(np_), *map(str, cmd)]
+    proc = subprocess.run(list(map(str, cmd)), env=ENV, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(map(str, cmd))} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def _write_inputs(path, vocab, prefix_id=-1, seed=0):
+    """A survey-inputs file in data_prep's layout (/<domain>/tokens int32 [n, T], root attrs) from the
+    conftest progressions, folded into [0, vocab) and kept clear of the prefix token."""
+    docs = [d for d in _synthetic_documents(300, 10 + seed) if len(d) >= T]
+    with h5py.File(path, "w") as f:
+        f.attrs["T"] = T
+        f.attrs["prefix_id"] = prefix_id
+        f.attrs["tokenizer_sha256"] = "0" * 64
+        for k, domain in enumerate(DOMAINS):
+            rows = np.array([d[:T] for d in docs[k * 30:(k + 1) * 30]], dtype=np.int32) % (vocab - 3) + 3
+            if prefix_id >= 0:
+                rows[:, 0] = prefix_id
+            f.create_dataset(f"{domain}/tokens", data=rows)
+
+
+@pytest.fixture(scope="module")
+def survey_setup(corpus, tmp_path_factory):
+    """A model root with the HF fixtures, a copy of the GPT-2 fixture with a tokenizer, and sinklab's own
+    tiny checkpoint; a survey-inputs directory; a config listing them all."""
+    assert FIXTURES.is_dir(), f"{FIXTURES}: the HF fixtures are missing"
+    d = tmp_path_factory.mktemp("survey")
+    root, inputs = d / "models", d / "inputs"
+    root.mkdir()
+    inputs.mkdir()
+    lines = []
+    for name, fixture in HF_MODELS:
+        src = FIXTURES / fixture
+        vocab = json.loads((src / "config.json").read_text())["vocab_size"]
+        if name == "gpt2":
+            # A tokenizer (WordLevel over data_prep's fixture words, GPT-2's special tokens) beside the
+            # fixture's weights: its inputs come from data_prep survey-inputs and are found by sha256.
+            from data_prep.fixtures import make_model_dir
+            make_model_dir(root / name, "gpt2")
+            for f in ("config.json", "model.safetensors"):
+                shutil.copy(src / f, root / name / f)
+            lines.append(f"model = {name} {name}")
+        else:
+            (root / name).symlink_to(src)
+            _write_inputs(inputs / f"{name}_tokens.h5", vocab, prefix_id=2 if name == "opt" else -1)
+            lines.append(f"model = {name} {name} inputs={name}_tokens.h5")
+    from data_prep.fixtures import make_pile
+    pile = make_pile(d / "pile.jsonl", docs_per_domain=30, n_words=40, domains=list(DOMAINS))
+    _run([sys.executable, "-m", "data_prep", "survey-inputs", "--pile",
+          pile, "--model", root / "gpt2", "--out-dir", inputs, "--n", "24", "--T", str(T)])
+    # sinklab's own checkpoint: a LLaMA model in HF layout without a tokenizer.
+    _run([PRETRAIN, f"--vocab-size={SYNTHETIC_VOCAB}", "--d-model=32", "--n-layers=2", "--n-heads=2",
+          "--ffn-hidden=64", "--context=16", f"--train-data={corpus / 'train.bin'}",
+          f"--valid-data={corpus / 'valid.bin'}", "--steps=30", "--global-batch-tokens=128",
+          "--micro-batch-rows=2", "--lr=3e-3", "--eval-every=0", "--probe-sequences=4", "--probe-length=8",
+          f"--out-dir={d / 'own'}", "--run-name=t"])
+    step = sorted((d / "own" / "checkpoints").glob("step_*"))[-1]
+    _write_inputs(inputs / "own_tokens.h5", SYNTHETIC_VOCAB, seed=1)
+    lines.append(f"model = sinklab_tiny {step} inputs=own_tokens.h5")
+    config = d / "survey.ini"
+    config.write_text("\n".join(lines) + "\n")
+    names = [n for n, _ in HF_MODELS] + ["sinklab_tiny"]
+    return {"dir": d, "root": root, "inputs": inputs, "config": config, "names": names}
+
+
+def _cmd(setup, output, *extra):
+    """The survey of `setup` into `output`; `extra` ("--name=value" or "--name") overrides COMMON."""
+    names = {e.split("=")[0] for e in extra}
+    common = [a for a in COMMON if a.split("=")[0] not in names]
+    return [SURVEY, "--config", setup["config"], "--model-root", setup["root"], "--survey-inputs-dir",
+            setup["inputs"], "--output", output, *common, *extra]
+
+
+@pytest.fixture(scope="module")
+def reference(survey_setup):
+    """One uninterrupted single-process survey: the reference of the other runs."""
+    out = survey_setup["dir"] / "ref" / "survey.h5"  # a parent that does not exist yet
+    proc = _run(_cmd(survey_setup, out))
+    return {"out": out, "proc": proc, "contents": survey_contents(out)}
+
+
+def _n_items(names):
+    # 3 domains + random + repeat per model; replace/swap on repeat for the learned-position ones.
+    return len(names) * (len(DOMAINS) + 2) + 2 * 2
+
+
+def test_layout_and_measurements(survey_setup, reference):
+    out, proc = reference["out"], reference["proc"]
+    names = survey_setup["names"]
+    total = _n_items(names)
+    assert f"items {total}/{total}, model " in proc.stdout and "ETA" in proc.stdout, proc.stdout
+    assert Path(str(out) + ".done").exists()
+    with h5py.File(out, "r") as f:
+        for attr in ("sinklab_version", "created_utc", "command_line", "config", "survey_params"):
+            assert attr in f.attrs, attr
+        assert "model = gpt2 gpt2" in f.attrs["config"] and "seq-len = 12" in f.attrs["config"]
+        assert len(f["items"]) == total
+        for item in f["items"].values():
+            assert item.attrs["status"] == "ok" and item.attrs["error"] == "" and item.attrs["rank"] == 0
+            assert item.attrs["seconds"] >= 0
+        assert sorted(f["models"]) == sorted(names)
+        for name in names:
+            cfg = json.loads((survey_setup["root"] / name / "config.json").read_text()) if name != "sinklab_tiny" else {}
+            for label in ("natural/" + DOMAINS[0], "random/-", "repeat/-"):
+                g = f[f"models/{name}/{label}"]
+                L = g["hnorm_first"].shape[0]
+                La, H, K = g["alpha"].shape
+                assert K == 6 and La == L and g["attention_layers"][:].tolist() == list(range(L))
+                assert g["sink"].shape == (3,) and g["sink_k"].shape == (6, 3)
+                np.testing.assert_array_equal(g["sink"][:], g["sink_k"][0])
+                np.testing.assert_array_equal(g["sink_eps"][:], [0.2, 0.3, 0.4])
+                for k in ("hnorm_rest", "massive_ratio", "knorm_first", "knorm_rest", "vnorm_first", "vnorm_rest"):
+                    assert g[k].shape == (L,), k
+                assert g["last_to_first"].shape == (L, H)
+                a = g["alpha"][:]
+                assert np.all(a[:, :, 0] >= 1.0 / T - 1e-9) and np.all(a <= 1 + 1e-9)  # 1/T <= alpha_1 <= 1
+                assert np.all((g["sink"][:] >= 0) & (g["sink"][:] <= 100))
+                # Pairs 0:1 and -1:0 exist in every model here (>= 2 heads); 7:0 in none.
+                assert g["qk_pairs"][:].tolist() == [[0, 1], [L - 1, 0]]
+                assert g["qk_cos"].shape == (2, T, T) and g["qk_normprod"].shape == (2, T, T)
+                assert np.all(np.abs(g["qk_cos"][:]) <= 1 + 1e-5) and np.all(g["qk_normprod"][:] >= 0)
+                m = g["attention_maps"][0]
+                np.testing.assert_allclose(m.sum(axis=1), 1.0, rtol=1e-5)  # rows of A are distributions
+                assert np.all(np.triu(m, 1) == 0)                           # causal
+                assert g["attention_pairs"][:].tolist() == [[1, 0]]
+                np.testing.assert_allclose(g["last_to_first"][1, 0], m[T - 1, 0], rtol=1e-5)
+                assert g.attrs["skipped_pairs"] == f"7:0 (the model has {L} layers)"
+                assert g.attrs["T"] == T and g.attrs["n_seq"] == 24
+            if cfg.get("model_type") in ("gpt2", "opt"):
+                for label in ("repeat+replace_5", "repeat+swap_5"):
+                    g = f[f"models/{name}/{label}/-"]
+                    assert g.attrs["t"] == 5 and g["sink_t"].shape == (3,)
+                    np.testing.assert_array_equal(g["sink_t"][:], g["sink_k"][4])
+            else:
+                assert "repeat+replace_5" not in f[f"models/{name}"]
+                # Repeated tokens without learned positions: every position computes the same hidden
+                # state (paper App. B.1), so ||h_1|| / mean ||h_t|| = 1 in every layer.
+                np.testing.assert_allclose(f[f"models/{name}/repeat/-/massive_ratio"][:], 1.0, rtol=1e-4)
+        # Natural inputs: gpt2's came through its tokenizer (no prefix for GPT-2), opt's file has a BOS.
+        gpt2 = f[f"models/gpt2/natural/{DOMAINS[0]}"]
+        assert gpt2.attrs["inputs_file"].endswith("gpt2.h5") and gpt2.attrs["bos"] == -1
+        assert f[f"models/opt/natural/{DOMAINS[0]}"].attrs["bos"] == 2
+        assert "special excluded" in f["models/gpt2/random/-"].attrs["vocabulary"]
+
+
+def test_two_ranks_write_what_one_rank_writes(survey_setup, reference, tmp_path):
+    out = tmp_path / "np2.h5"
+    _run(_cmd(survey_setup, out), np_=2)
+    assert_same_contents(survey_contents(out), reference["contents"])
+    with h5py.File(out, "r") as f:
+        ranks = {int(item.attrs["rank"]) for item in f["items"].values()}
+    assert ranks == {0, 1}, ranks  # both ranks measured items
+
+
+def _descendants(pid):
+    """pid and every process below it (OpenMPI's ranks are not in mpirun's process group)."""
+    children = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def _ok_items(path):
+    with h5py.File(path, "r") as f:
+        return sum(item.attrs["status"] == "ok" for item in f["items"].values())
+
+
+def _start_and_wait_for_items(cmd, out, np_, n=2):
+    """Starts a survey and returns it once the committed file records at least n items."""
+    if np_ > 1:
+        cmd = ["mpirun", "-np", str(np_), *cmd]
+    proc = subprocess.Popen(list(map(str, cmd)), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    t0 = time.time()
+    while True:
+        assert proc.poll() is None, "the survey ended before it could be interrupted:\n" + proc.stdout.read()
+        assert time.time() - t0 < 120, "no committed results appeared"
+        if out.exists():
+            try:
+                if _ok_items(out) >= n:
+                    return proc
+            except (OSError, KeyError):
+                pass  # a commit in progress
+        time.sleep(0.002)
+
+
+@pytest.mark.parametrize("np_", [1, 2])
+def test_kill9_then_resume_gives_the_same_results(survey_setup, reference, tmp_path, np_):
+    out = tmp_path / "killed.h5"
+    proc = _start_and_wait_for_items(_cmd(survey_setup, out), out, np_)
+    pids = _descendants(proc.pid)
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.communicate()
+    total = _n_items(survey_setup["names"])
+    done = _ok_items(out)
+    assert 2 <= done < total, f"{done} of {total} items done at the kill: nothing left to resume"
+    assert not Path(str(out) + ".done").exists()
+    resumed = _run(_cmd(survey_setup, out, "--resume"), np_=np_)
+    assert resumed.stdout.count("measuring ") == total - done, resumed.stdout  # only what was missing
+    assert f"({done} done before)" in resumed.stdout
+    assert_same_contents(survey_contents(out), reference["contents"])
+    assert Path(str(out) + ".done").exists()
+
+
+@pytest.mark.parametrize("np_", [1, 2])
+def test_stop_signal_commits_exits_zero_and_resume_completes(survey_setup, reference, tmp_path, np_):
+    out = tmp_path / "stopped.h5"
+    proc = _start_and_wait_for_items(_cmd(survey_setup, out), out, np_)
+    # What Slurm does: SIGTERM (or --signal=USR1) to every rank.
+    ranks = [p for p in _descendants(proc.pid) if Path(f"/proc/{p}/exe").exists()
+             and os.readlink(f"/proc/{p}/exe").endswith("sinklab-survey")]
+    assert len(ranks) == np_, ranks
+    for p in ranks:
+        os.kill(p, signal.SIGTERM if np_ == 1 else signal.SIGUSR1)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stdout + stderr
+    assert "survey stopped" in stdout and "--resume" in stdout, stdout
+    assert not Path(str(out) + ".done").exists()
+    done = _ok_items(out)
+    assert done < _n_items(survey_setup["names"])
+    _run(_cmd(survey_setup, out, "--resume"), np_=np_)
+    assert_same_contents(survey_contents(out), reference["contents"])
+
+
+def _drop_tensor(path, suffix):
+    """Rewrites a safetensors file without its last tensor whose name ends with `suffix` (a valid file,
+    just one tensor short); returns the dropped name."""
+    data = path.read_bytes()
+    n = struct.unpack("<Q", data[:8])[0]
+    header, blob = json.loads(data[8:8 + n]), data[8 + n:]
+    dropped = sorted(k for k in header if k.endswith(suffix))[-1]
+    del header[dropped]
+    kept, offset = [], 0
+    for name, info in sorted(((k, v) for k, v in header.items() if k != "__metadata__"),
+                             key=lambda kv: kv[1]["data_offsets"][0]):
+        b, e = info["data_offsets"]
+        kept.append(blob[b:e])
+        info["data_offsets"] = [offset, offset + e - b]
+        offset += e - b
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    path.write_bytes(struct.pack("<Q", len(text)) + text + b"".join(kept))
+    return dropped
+
+
+def test_broken_models_fail_their_items_only(tmp_path):
+    root = tmp_path / "models"
+    src = FIXTURES / "llama_gqa"
+    for name in ("good", "truncated", "unknown_type", "missing_tensor"):
+        shutil.copytree(src, root / name)
+    weights = root / "truncated" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    cfg = json.loads((src / "config.json").read_text())
+    (root / "unknown_type" / "config.json").write_text(json.dumps({**cfg, "model_type": "no_such_family"}))
+    dropped = _drop_tensor(root / "missing_tensor" / "model.safetensors", "k_proj.weight")
+    out = tmp_path / "r.h5"
+    proc = _run([SURVEY, "--model-root", root, "--models", "good,truncated,unknown_type,missing_tensor",
+                 "--inputs=random", "--n-seq=4", f"--seq-len={T}", "--commit-every=0", "--output", out], check=False)
+    assert proc.returncode != 0
+    errors = proc.stderr.strip().splitlines()
+    failed = {"truncated": "model.safetensors", "unknown_type": "no_such_family", "missing_tensor": dropped}
+    for name, what in failed.items():
+        lines = [l for l in errors if f"item {name}:random:- failed" in l]
+        assert len(lines) == 1 and what in lines[0] and str(root / name) in lines[0], proc.stderr
+    summary = errors[-1]
+    assert "3 of 4 items failed" in summary and all(f"{n}:random:-" in summary for n in failed), summary
+    assert len(errors) == 4, proc.stderr  # one line per failed item and the summary, nothing else
+    with h5py.File(out, "r") as f:
+        assert f["items/good:random:-"].attrs["status"] == "ok"
+        assert f["models/good/random/-/alpha"].shape[0] == 2
+        for name, what in failed.items():
+            item = f[f"items/{name}:random:-"]
+            assert item.attrs["status"] == "failed" and what in item.attrs["error"]
+            assert name not in f["models"]
+    assert Path(str(out) + ".done").exists()  # every item was attempted
+
+
+@pytest.mark.parametrize("job", sorted((ROOT / "jobs" / "survey").glob("*.ini")), ids=lambda p: p.name)
+def test_every_job_file_is_a_valid_configuration(job):
+    proc = _run([SURVEY, "--config", job, "--dry-run"], check=False)
+    assert proc.returncode == 0, f"{job}: {proc.stderr}"
+    assert "seq-len = " in proc.stdout and " items\n" in proc.stdout
+
+
+def test_open_models_job_lists_the_paper_survey():
+    proc = _run([SURVEY, "--config", ROOT / "jobs" / "survey" / "open_models.ini", "--dry-run"])
+    assert "# 32 models, 656 items" in proc.stdout  # 32 x (17 domains + random + repeat) + 4 GPT-2 x 12 interventions
+    assert "# gpt2-xl:repeat+swap_30:- -> openai-community/gpt2-xl" in proc.stdout
+    assert "# jamba-1.5-mini:natural:enron_emails -> ai21labs/AI21-Jamba-1.5-Mini" in proc.stdout
+    assert "opt-13b:repeat+replace_5" not in proc.stdout
+
+
+def test_bad_flags_give_one_clear_line(survey_setup, reference, tmp_path):
+    def one_line(cmd, *words):
+        proc = _run(cmd, check=False)
+        assert proc.returncode != 0 and proc.stderr.count("\n") == 1, proc.stderr
+        for w in words:
+            assert w in proc.stderr, proc.stderr
+
+    out = tmp_path / "x.h5"
+    one_line(_cmd(survey_setup, out, "--qk-maps=1-0"), "--qk-maps", "1-0")
+    one_line(_cmd(survey_setup, out, "--inputs=natural,bogus"), "--inputs", "bogus")
+    one_line(_cmd(survey_setup, out, "--interventions=move:5"), "--interventions", "move:5")
+    one_line(_cmd(survey_setup, out, "--max-memory=lots"), "--max-memory")
+    one_line([SURVEY, "--model", "a/b x"], "a/b")
+    # An existing results file is continued only when asked to, and only with the same parameters.
+    one_line(_cmd(survey_setup, reference["out"]), "--resume", str(reference["out"]))
+    one_line(_cmd(survey_setup, reference["out"], "--resume", "--seq-len=10"), "seq-len=12", "seq-len=10")
+
+
+def test_fixtures_job_covers_every_family(tmp_path):
+    """jobs/survey/fixtures.ini (every HF fixture, Jamba's partial attention included; random/repeat inputs,
+    interventions) on two ranks."""
+    out = tmp_path / "fixtures.h5"
+    proc = _run([SURVEY, "--config", ROOT / "jobs" / "survey" / "fixtures.ini", "--output", out], np_=2)
+    assert "survey done: 36 items, 0 failed" in proc.stdout, proc.stdout
+    with h5py.File(out, "r") as f:
+        types = {f[f"models/{m}/random/-"].attrs["model_type"] for m in f["models"]}
+        assert types == {"gpt2", "opt", "gpt_neox", "llama", "mistral", "jamba"}
+        assert all(item.attrs["status"] == "ok" for item in f["items"].values())
+        jamba = f["models/jamba_tiny/repeat/-"]
+        assert jamba["attention_layers"][:].tolist() == [1, 3] and jamba["alpha"].shape == (2, 4, 6)
+        assert jamba["hnorm_first"].shape == (4,)  # every layer, Mamba ones included
+        assert jamba["qk_pairs"][:].tolist() == [[3, 1]] and "0:0 (layer 0 has no attention)" in jamba.attrs["skipped_pairs"]
+
+
+def _read_safetensors(path):
+    """name -> numpy array (F32, F64, I32) of a safetensors file, and its metadata."""
+    data = Path(path).read_bytes()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    dtypes = {"F32": np.float32, "F64": np.float64, "I32": np.int32}
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        b, e = info["data_offsets"]
+        out[name] = np.frombuffer(data[8 + n + b:8 + n + e], dtype=dtypes[info["dtype"]]).reshape(info["shape"])
+    return out, header.get("__metadata__", {})
+
+
+def _golden_of(fixture):
+    for name in ("golden.safetensors", "jamba_golden.safetensors"):
+        if (fixture / name).exists():
+            return _read_safetensors(fixture / name)
+    raise AssertionError(f"{fixture}: no golden")
+
+
+def _expected_sinks(probs, K, eps):
+    """alpha [La,H,K] (mean over samples) and Sink_k^eps [K,E] (per-sample indicators, as the reference
+    code) from transformers' attention probabilities [La][B,H,T,T]; `near` marks the entries of Sink a
+    float32 run may legitimately count differently (a sample's alpha within 1e-4 of eps)."""
+    A = np.stack([p.astype(np.float64) for p in probs])  # [La,B,H,T,T]
+    n_t = A.shape[-1]
+    alpha = np.stack([A[..., k:, k].sum(axis=-1) / (n_t - k) for k in range(K)], axis=-1)  # [La,B,H,K]
+    sink = np.array([[100.0 * (alpha[..., k] > e).mean() for e in eps] for k in range(K)])
+    near = np.array([[bool((np.abs(alpha[..., k] - e) < 1e-4).any()) for e in eps] for k in range(K)])
+    return alpha.mean(axis=1), sink, near
+
+
+@pytest.mark.parametrize("fixture", sorted(p for p in FIXTURES.iterdir() if p.is_dir()), ids=lambda p: p.name)
+def test_measurements_match_transformers(fixture, tmp_path):
+    """The survey's numbers from transformers' own outputs on the fixture goldens (float64, eager
+    attention): the golden's token ids become a natural-input domain; alpha, Sink_k, last_to_first and
+    attention maps are recomputed from transformers' attention probabilities, the hidden-state norms and
+    massive ratio from its per-layer hidden states; the Table 7 cases through the interventions."""
+    golden, meta = _golden_of(fixture)
+    ids = golden["t13/ids"]
+    B, T13 = ids.shape
+    layers = sorted(int(k.split("/")[-1]) for k in golden if k.startswith("t13/hidden_out/"))
+    att = sorted(int(k.split("/")[-1]) for k in golden if k.startswith("t13/probs/"))
+    with h5py.File(tmp_path / "golden_ids.h5", "w") as f:
+        f.attrs["T"] = T13
+        f.attrs["prefix_id"] = -1
+        f.create_dataset("golden/tokens", data=ids)
+    # Table 7 cases of the golden (0-based position_ids p_0 := p_t / p_0 <-> p_t) within the T tokens,
+    # as the survey's 1-based replace:t+1 / swap:t+1.
+    cases = {c: int(float(meta[f"{c}/position"])) for c in meta.get("cases", "").split(",") if f"{c}/position" in meta}
+    cases = {c: t for c, t in cases.items() if t < T13}
+    flags = ",".join(f"{c.rstrip('0123456789')}:{t + 1}" for c, t in cases.items()) or "none"
+    K, eps = 4, (0.2, 0.3, 0.4)
+    out = tmp_path / "r.h5"
+    _run([SURVEY, "--model", f"m {fixture} inputs={tmp_path / 'golden_ids.h5'} interventions={flags}",
+          "--inputs=natural", "--domains=golden", "--intervention-inputs=natural", f"--seq-len={T13}",
+          f"--n-seq={B}", f"--max-k={K}", "--batch=1", f"--attention-maps={att[0]}:0,{att[-1]}:1",
+          "--commit-every=0", "--output", out])
+    with h5py.File(out, "r") as f:
+        g = f["models/m/natural/golden"]
+        assert g["attention_layers"][:].tolist() == att
+        alpha, sink, near = _expected_sinks([golden[f"t13/probs/{l}"] for l in att], K, eps)
+        np.testing.assert_allclose(g["alpha"][:], alpha, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(np.where(near, 0, g["sink_k"][:]), np.where(near, 0, sink), rtol=1e-12)
+        A = {l: golden[f"t13/probs/{l}"].astype(np.float64) for l in att}
+        np.testing.assert_allclose(g["last_to_first"][:], [A[l][:, :, -1, 0].mean(axis=0) for l in att],
+                                   rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(g["attention_maps"][:], [A[att[0]][:, 0].mean(axis=0), A[att[-1]][:, 1].mean(axis=0)],
+                                   rtol=1e-4, atol=1e-6)
+        def hidden_norms(h):
+            norms = [np.linalg.norm(x.astype(np.float64), axis=-1) for x in h]  # [B,T] per layer
+            return ([n[:, 0].mean() for n in norms], [n[:, 1:].mean() for n in norms],
+                    [(n[:, 0] / n[:, 1:].mean(axis=1)).mean() for n in norms])
+
+        first, rest, massive = hidden_norms([golden[f"t13/hidden_out/{l}"] for l in layers])
+        np.testing.assert_allclose(g["hnorm_first"][:], first, rtol=1e-4)
+        np.testing.assert_allclose(g["hnorm_rest"][:], rest, rtol=1e-4)
+        np.testing.assert_allclose(g["massive_ratio"][:], massive, rtol=1e-4)
+        # Post-norm layers (OPT-350M style) also before their last norm, where transformers' hook saw
+        # hidden_pre_norm.
+        if f"t13/hidden_pre_norm/{layers[0]}" in golden:
+            first, rest, massive = hidden_norms([golden[f"t13/hidden_pre_norm/{l}"] for l in layers])
+            np.testing.assert_allclose(g["hnorm_first_pre_norm"][:], first, rtol=1e-4)
+            np.testing.assert_allclose(g["hnorm_rest_pre_norm"][:], rest, rtol=1e-4)
+            np.testing.assert_allclose(g["massive_ratio_pre_norm"][:], massive, rtol=1e-4)
+        else:
+            assert "massive_ratio_pre_norm" not in g
+        for case, t in cases.items():
+            g = f[f"models/m/natural+{case.rstrip('0123456789')}_{t + 1}/golden"]
+            alpha, sink, near = _expected_sinks([golden[f"{case}/probs/{l}"] for l in att], max(K, t + 1), eps)
+            np.testing.assert_allclose(g["alpha"][:], alpha, rtol=1e-4, atol=1e-6, err_msg=case)
+            np.testing.assert_allclose(np.where(near, 0, g["sink_k"][:]), np.where(near, 0, sink), rtol=1e-12,
+                                       err_msg=case)
+            np.testing.assert_array_equal(g["sink_t"][:], g["sink_k"][t])
