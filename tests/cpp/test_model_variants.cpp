@@ -139,7 +139,16 @@ TEST_P(ModelVariants, LossGradientsAndAttentionMatchTheReference) {
   std::string worst_name;
   for (const auto& [pname, numel] : order) {
     ASSERT_LE(offset + numel, ref_grads.numel());
-    const double err = test::rel_error(model.grad(pname).reshape({numel}), ref_grads.slice(0, offset, numel));
+    Tensor ours = model.grad(pname).reshape({numel}), ref = ref_grads.slice(0, offset, numel);
+    double ref_max = 0, ours_max = 0;
+    for (int64_t i = 0; i < numel; ++i) {
+      ref_max = std::max(ref_max, std::fabs(test::element(ref, i)));
+      ours_max = std::max(ours_max, std::fabs(test::element(ours, i)));
+    }
+    // A gradient that is 0 in exact arithmetic (q, k and the relative bias when every query sees a
+    // single key, T = 1: the softmax of one score is constant) leaves f32 rounding only: held to an
+    // absolute 1e-5 instead of a relative error against a reference that is 0 up to float64 rounding.
+    const double err = ref_max > 1e-12 ? test::rel_error(ours, ref) : ours_max;
     EXPECT_LE(err, 1e-5) << "gradient of " << pname;
     if (err >= worst_grad) {
       worst_grad = err;
