@@ -21,9 +21,10 @@ on, T' = T + 1 with a sink token x*):
       relative learned: table[h, bucket(i-j)]; bucket-index: bucket(i-j) itself (Eq. 6); T5 buckets
       (bidirectional=False): n < B/2 -> n, else min(B/2 + floor(log(n/(B/2))/log(D/(B/2)) (B/2)), B-1)
     visible j: causal j <= i | window i-w < j <= i | prefix j <= i or j < p
-    w_ij = exp(s) | sigmoid(s + b) (b = -log C with sigmoid-bias-log-n) | elu(s) + 1 | s
+    w_ij = exp(s) | sigmoid(s + b) (b = -log C with sigmoid-bias-log-n) | elu(s) + 1 | s | e^s - 1 (softpick)
     Z_i = (sum_j w_ij + w_sink)/alpha | 1 | max(|sum_j w_ij|, 1) | (sum_j w_ij^p)^(1/p)
       sink-logit: w_sink = e^{S_h} (learned per head); softmax-plus-one: e^0 = 1
+      softpick (Zuhri et al. 2025): Z_i = (sum_j |w_ij| + 1e-6)/alpha and the numerator is relu(w_ij)
     o_i = sum_j (w_ij / Z_i) v_j  (+ v_bias_h for attn-bias v); gate: o_h *= sigmoid(a Wg^T) (per head
       or per element); concat -> Wo (head-combine add: (sum_h o_h) Wo^T with Wo [d, dh])
     pre:  x_mid = x + o Wo^T;           x_out = x_mid + FFN(RMSNorm(x_mid) g2)
@@ -63,6 +64,8 @@ f64 = torch.float64
 
 DIMS = dict(vocab=17, d=16, layers=2, heads=4, kv_heads=0, ffn=12, context=11, norm_eps=1e-5, rope_theta=10000.0)
 BATCH, SEQ = 2, 11
+# Softpick's eps (Zuhri et al. 2025: relu(e^s - 1) / (sum_j |e^s - 1| + eps)), in unshifted units.
+SOFTPICK_EPS = 1e-6
 # T5 buckets small enough that T = 11 reaches the exact, the logarithmic and the saturated buckets.
 REL = {"relative-buckets": "8", "relative-max-distance": "10"}
 
@@ -156,6 +159,7 @@ FILES = {
         "softmax_plus_one": case({"softmax-plus-one": "true"}),
         "gate_headwise": case({"attn-gate": "headwise"}),
         "gate_elementwise": case({"attn-gate": "elementwise"}),
+        "softpick": case({"attn-sim": "softpick"}),
         "window4": case({"attn-window": "4"}),
         "prefix3": case({"prefix-length": "3"}),
     },
@@ -376,10 +380,19 @@ def attention(cfg, params, l, a, Tp, probs_out):
         w = torch.sigmoid(s_safe + cfg.sig_b)
     elif cfg.sim == "elu-plus-one":
         w = F.elu(s_safe) + 1.0
+    elif cfg.sim == "softpick":
+        gap = float(s.detach()[vis].abs().min())
+        assert gap > 1e-4, f"softpick score {gap} too close to the kinks of relu / abs at 0"
+        w = torch.exp(s_safe) - 1.0
     else:
         w = s_safe
     w = torch.where(vis, w, torch.zeros_like(w))
-    if cfg.norm == "sum":
+    numer = w
+    if cfg.sim == "softpick":  # P = relu(e^s - 1) / ((sum_j |e^s - 1| + eps) / alpha), visible j only
+        assert cfg.norm == "sum" and not (cfg.sink_logit or cfg.plus_one)
+        numer = torch.clamp(w, min=0.0)
+        Z = (w.abs().sum(-1) + SOFTPICK_EPS) / cfg.alpha
+    elif cfg.norm == "sum":
         R = w.sum(-1)
         if cfg.sink_logit:
             R = R + torch.exp(params[p + "sinks"])[None, :, None]
@@ -396,7 +409,7 @@ def attention(cfg, params, l, a, Tp, probs_out):
     else:  # p-norm
         wp = torch.where(vis, torch.where(vis, w, torch.ones_like(w)) ** cfg.p, torch.zeros_like(w))
         Z = wp.sum(-1) ** (1.0 / cfg.p)
-    P = w / Z[..., None]
+    P = numer / Z[..., None]
     if probs_out is not None:
         probs_out.append(P.detach())
     o = (P @ vh).transpose(1, 2)  # [B,Tp,H,dh]
