@@ -482,6 +482,7 @@ def models_section(rep, entries, eps):
         rep.figure("table1_bars", f"Sink_1^{eps:g} (%) per model and input (Table 1 left / Fig. 4 left)",
                    figures.grouped_bars, models, plain, means, f"Sink_1^{eps:g} (%)")
 
+    _inputs_table(rep, models, inputs, by)
     _per_domain_table(rep, labels, entries, eps)
     _sink_k_table(rep, labels, entries, eps)
     _intervention_table(rep, models, inputs, by, eps)
@@ -494,13 +495,42 @@ def models_section(rep, entries, eps):
                 _map_figures(rep, m, inp, es)
 
 
+def _inputs_table(rep, models, inputs, by):
+    """Where each model's numbers come from (weights file and quantisation, when the survey copied the
+    model directory's notes) and what they were measured on, with the next-token loss (mean over
+    domains) where the survey measured one."""
+    rows = []
+    for m in models:
+        for inp in inputs:
+            es = by.get((m, inp), [])
+            if not es:
+                continue
+            losses = [float(e.attrs["loss"]) for e in es if "loss" in e.attrs]
+            n_seq = [int(e.attrs["n_seq"]) for e in es if "n_seq" in e.attrs]
+            bos = _set_text(("none" if _attr_value(e.attrs, "bos") == "-1" else _attr_value(e.attrs, "bos"))
+                            for e in es if "bos" in e.attrs)
+            rows.append([m, inp, len(es), sum(n_seq) if n_seq else None,
+                         _set_text(_attr_value(e.attrs, "T") for e in es), bos,
+                         float(np.mean(losses)) if len(losses) == len(es) else None,
+                         _set_text(_attr_value(e.attrs, "model_type") for e in es),
+                         _set_text(_attr_value(e.attrs, "source") for e in es),
+                         _set_text(_attr_value(e.attrs, "quantization") for e in es)])
+    if rows:
+        rep.table(Table("inputs", "Inputs, next-token loss and weights per model and input", [
+            "model", "input", "domains", "sequences", "T", "BOS", "loss", "model_type", "source", "quantization"],
+            rows, {"loss": ".4f"}, note="loss: mean next-token cross-entropy (nats per predicted token) over the "
+            "domains; empty where the survey measured none (sinklab's own checkpoints). source / quantization: the "
+            "weights file and its tensor types, from the model directory's sinklab_source.json (data_prep "
+            "gguf-import); '?' where it has none."))
+
+
 def _per_domain_table(rep, labels, entries, eps):
     all_eps = sorted({x for e in entries for x in e.eps if not math.isnan(x)})
     any_star = any(e.get("sink_star") is not None for e in entries)
     cols = ["model", "input", "domain", "n_seq", "T", "bos"] + [_eps_col("Sink_1", x) for x in all_eps]
     if any_star:
         cols += [_eps_col("Sink_*", x) for x in all_eps]
-    cols += ["massive ratio (last layer)", "proxy", "file"]
+    cols += ["loss", "massive ratio (last layer)", "proxy", "file"]
     order = sorted(range(len(entries)), key=lambda k: (
         list(dict.fromkeys(labels)).index(labels[k]), _ordered_inputs({e.input for e in entries}).index(
             entries[k].input), entries[k].domain))
@@ -520,9 +550,11 @@ def _per_domain_table(rep, labels, entries, eps):
                 i = _match_eps(e.eps, x)
                 row.append(None if ss is None or i is None or i >= len(ss) else _f(ss[i]))
         mr = e.get("massive_ratio")
-        row += [None if mr is None or not len(mr) else _f(mr[-1]), "yes" if e.proxy else "", Path(e.file).name]
+        row += [_f(float(e.attrs["loss"])) if "loss" in e.attrs else None,
+                None if mr is None or not len(mr) else _f(mr[-1]), "yes" if e.proxy else "", Path(e.file).name]
         rows.append(row)
     fmts = {c: ".2f" for c in cols if c.startswith(("Sink", "massive"))}
+    fmts["loss"] = ".4f"
     rep.table(Table("per_domain", "Sink_1^eps (%) per model, input and domain", cols, rows, fmts, stars,
                     note=PROXY_NOTE if stars else ""))
 
@@ -694,6 +726,8 @@ GLOSSARY = [
                    "(paper Sec. 3.2), in %."),
     ("Sink_*^eps", "the same for the bias position (learnable sink token x* or key bias k*; Tables 4-5)."),
     ("valid loss", "mean cross-entropy (nats per token) on the validation shard at that step."),
+    ("loss (surveyed models)", "mean next-token cross-entropy (nats per predicted token) over the T-1 predicted "
+                               "positions of the sequences the survey measured."),
     ("massive-activation ratio", "||h_1|| / mean_{t>1} ||h_t|| of each block's output hidden states (Fig. 7; "
                                  "the survey takes post-norm blocks and the last block before their norm); "
                                  "'before norm': a post-norm model's residual sum before the block's last "

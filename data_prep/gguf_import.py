@@ -2,7 +2,8 @@
 
 ``python -m data_prep gguf-import model.gguf -o DIR`` writes DIR/config.json (LlamaForCausalLM),
 DIR/model.safetensors (float32), DIR/tokenizer.json (built with HF ``tokenizers`` from the GGUF's own
-vocabulary, merges and special tokens), tokenizer_config.json and special_tokens_map.json. The result
+vocabulary, merges and special tokens), tokenizer_config.json, special_tokens_map.json and
+sinklab_source.json (provenance: the GGUF file, its sha256, its quantisation, for sinklab-survey). The result
 loads with transformers' ``LlamaForCausalLM.from_pretrained`` and with sinklab's HF loader.
 
 What a GGUF file stores differently from an HF checkpoint, and what this module undoes:
@@ -485,15 +486,48 @@ def build_tokenizer(g: GGUFFile, model_max_length: int) -> ImportedTokenizer:
 # ---------------------------------------------------------------------------------------------------
 
 
+def _role(gguf_name: str) -> str:
+    """What a GGUF tensor is, for the quantisation summary: embedding, output, norms or blocks."""
+    if gguf_name == "token_embd.weight":
+        return "embedding"
+    if gguf_name == "output.weight":
+        return "output"
+    if gguf_name.endswith("norm.weight"):
+        return "norms"
+    return "blocks"
+
+
+def quantization_summary(tensors: dict[str, tuple[str, int]]) -> str:
+    """'Q4_1 (blocks), Q8_0 (embedding), F32 (norms)' from {gguf name: (type name, elements)}: the types,
+    the one holding the most elements first, each with the roles of its tensors; a role split over
+    several types gets its count ('Q4_K (blocks 168/210), Q6_K (blocks 42/210, output)')."""
+    per_role = Counter(_role(name) for name in tensors)
+    elements, roles = Counter(), {}
+    for name, (type_, n) in tensors.items():
+        elements[type_] += n
+        roles.setdefault(type_, Counter())[_role(name)] += 1
+    order = ("blocks", "embedding", "output", "norms")
+    parts = []
+    for type_, _ in sorted(elements.items(), key=lambda kv: (-kv[1], kv[0])):
+        listed = [r if roles[type_][r] == per_role[r] else f"{r} {roles[type_][r]}/{per_role[r]}"
+                  for r in order if roles[type_][r]]
+        parts.append(f"{type_} ({', '.join(listed)})")
+    return ", ".join(parts)
+
+
 def _atomic_write_text(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
 
+# The model directory's provenance notes (source file, its sha256, quantisation), beside config.json.
+SOURCE_NOTES = "sinklab_source.json"
+
+
 def import_gguf(gguf_path: str | Path, out_dir: str | Path) -> dict:
-    """Writes the HF model directory; returns config.json's contents. config.json is written last,
-    so a directory with one is complete."""
+    """Writes the HF model directory (and its provenance notes, SOURCE_NOTES); returns config.json's
+    contents. config.json is written last, so a directory with one is complete."""
     g = GGUFFile(gguf_path)
     cfg = llama_config(g)
     n_layers, n_heads, n_kv = cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
@@ -536,12 +570,23 @@ def import_gguf(gguf_path: str | Path, out_dir: str | Path) -> dict:
     os.replace(out / ".tokenizer.json.tmp", out / "tokenizer.json")
     _atomic_write_text(out / "tokenizer_config.json", json.dumps(tokenizer.tokenizer_config, indent=2) + "\n")
     _atomic_write_text(out / "special_tokens_map.json", json.dumps(tokenizer.special_tokens_map, indent=2) + "\n")
+    sha = sha256_file(g.path)
+    quantization = quantization_summary({name: (type_name(t.tensor_type), int(t.n_elements))
+                                         for name, t in g.tensors.items()})
     cfg["gguf_import"] = {
         "source": g.path.name,
-        "sha256": sha256_file(g.path),
+        "sha256": sha,
         "general.name": g.get("general.name", ""),
         "tensor_types": dict(sorted(Counter(type_name(t.tensor_type) for t in g.tensors.values()).items())),
         "data_prep_version": __version__,
     }
+    # Provenance notes for whoever measures the directory (sinklab-survey copies source, source_sha256
+    # and quantization into its results' attributes).
+    _atomic_write_text(out / SOURCE_NOTES, json.dumps({
+        "source": g.path.name,
+        "source_sha256": sha,
+        "quantization": quantization,
+        "note": f"GGUF file dequantised to float32 by data_prep gguf-import {__version__}",
+    }, indent=2) + "\n")
     _atomic_write_text(out / "config.json", json.dumps(cfg, indent=2) + "\n")
     return cfg

@@ -21,6 +21,7 @@ struct HfModelInfo {
   bool learned_positions = false;  // GPT-2 / OPT: the position interventions of Table 7 apply
   std::vector<int> attention_layers;  // indices of layers that have attention (Jamba: a subset)
   int64_t weight_bytes = 0;    // all weights as f32
+  bool gives_logits = true;    // forward() can write logits (sinklab's own checkpoints in the survey: no)
 };
 
 struct ForwardOptions {

@@ -46,6 +46,7 @@ class OwnModel : public hf::HfModel {
     info_.learned_positions = false;  // the Table 7 interventions are for GPT-2/OPT
     for (int l = 0; l < c.n_layers; ++l) info_.attention_layers.push_back(l);
     info_.weight_bytes = model_.num_parameters() * int64_t(sizeof(float));
+    info_.gives_logits = false;  // the trainable model reports its layers only; the survey measures no loss
   }
 
   const hf::HfModelInfo& info() const override { return info_; }

@@ -57,6 +57,12 @@ std::vector<HeadPair> resolve_head_pairs(const std::vector<HeadPair>& pairs, int
                                          const std::vector<int>& attention_layers, int n_heads,
                                          std::vector<std::string>* skipped);
 
+// Next-token cross-entropy of a batch, in nats, summed: sum over sequences b and positions t < T-1 of
+// -log softmax(logits[b,t])[ids[b,t+1]] (ops::cross_entropy; the last position predicts nothing). The
+// survey's `loss` is the sum over all batches / (n (T-1)). logits f32/f64 [B,T,V], ids i32 [B,T] with
+// ids < V, both contiguous on the host.
+double next_token_loss_sum(Tensor logits, Tensor ids);
+
 struct SurveyShape {
   int n_layers = 0;                   // layers the model reports to the observer
   std::vector<int> attention_layers;  // ascending indices of the layers with attention (at least one)

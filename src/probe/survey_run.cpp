@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "backend/memory.hpp"
 #include "core/error.hpp"
@@ -64,6 +66,30 @@ Tokens natural_tokens(const std::string& path, const std::string& domain, int64_
   t.bos = f.has_attr("/", "prefix_id") ? f.attr_int("/", "prefix_id") : -1;
   t.source = path;
   return t;
+}
+
+// The provenance notes a model directory may carry (data_prep gguf-import writes them): these members
+// of <dir>/sinklab_source.json become attributes of every item of the model.
+constexpr const char* kSourceNotes = "sinklab_source.json";
+constexpr const char* kSourceNoteKeys[] = {"source", "source_sha256", "quantization"};
+
+void add_source_notes(const std::string& dir, io::ResultSet& set) {
+  const std::string path = (fs::path(dir) / kSourceNotes).string();
+  if (!fs::exists(path)) return;
+  std::ifstream in(path);
+  SL_CHECK(in.good(), "%s: cannot open", path.c_str());
+  nlohmann::json notes;
+  try {
+    notes = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    SL_FAIL("%s: not valid JSON (%s)", path.c_str(), e.what());
+  }
+  SL_CHECK(notes.is_object(), "%s: not a JSON object", path.c_str());
+  for (const char* key : kSourceNoteKeys) {
+    if (!notes.contains(key)) continue;
+    SL_CHECK(notes[key].is_string(), "%s: \"%s\" is not a string", path.c_str(), key);
+    set.set_attr("", key, notes[key].get<std::string>());
+  }
 }
 
 template <class T>
@@ -151,7 +177,6 @@ io::ResultSet measure_item(const SurveyItem& item, const SurveyModel& model, con
            model.dir.c_str(), (long long)info.max_positions, (long long)T);
 
   hf::ForwardOptions forward;
-  forward.want_logits = false;
   int K = params.max_k;
   if (item.intervention) {
     const Intervention& iv = *item.intervention;
@@ -196,10 +221,30 @@ io::ResultSet measure_item(const SurveyItem& item, const SurveyModel& model, con
   SurveyProbe probe(shape, qk, attn);
   ProgressObserver observer(probe, progress);
   // The same number of tokens per forward pass for every T (long inputs: one sequence at a time).
-  const int64_t batch = std::max<int64_t>(1, params.batch * params.seq_len / T);
+  int64_t batch = std::max<int64_t>(1, params.batch * params.seq_len / T);
+  // The next-token loss needs the logits [batch,T,V] of a pass: fewer sequences per pass when they would
+  // exceed kMaxLogitsBytes; no loss when one sequence's would (the long inputs: 0.8-2 GiB at T = 4096).
+  const int64_t logits_per_seq = T * int64_t(info.vocab_size) * int64_t(sizeof(float));
+  const bool want_loss = info.gives_logits && logits_per_seq <= kMaxLogitsBytes;
+  forward.want_logits = want_loss;
+  Buffer logits_buffer;
+  if (want_loss) {
+    batch = std::min(batch, kMaxLogitsBytes / logits_per_seq);
+    logits_buffer = Buffer::for_tensor(DType::f32, {std::min(batch, n), T, int64_t(info.vocab_size)});
+  }
+  double loss_sum = 0.0;
   try {
-    for (int64_t first = 0; first < n; first += batch)
-      hf_model.forward(tokens.ids.slice(0, first, std::min(batch, n - first)), &observer, Tensor{}, forward);
+    for (int64_t first = 0; first < n; first += batch) {
+      const int64_t b = std::min(batch, n - first);
+      const Tensor ids = tokens.ids.slice(0, first, b);
+      if (!want_loss) {
+        hf_model.forward(ids, &observer, Tensor{}, forward);
+        continue;
+      }
+      Tensor logits = logits_buffer.view(DType::f32, {b, T, int64_t(info.vocab_size)});
+      hf_model.forward(ids, &observer, logits, forward);
+      loss_sum += next_token_loss_sum(logits, ids);
+    }
   } catch (...) {
     models.drop();  // whatever stopped the pass (an error, a stop request) may have left it mid-layer
     throw;
@@ -209,6 +254,7 @@ io::ResultSet measure_item(const SurveyItem& item, const SurveyModel& model, con
   const int64_t L = info.n_layers, La = int64_t(shape.attention_layers.size()), H = info.n_heads;
   const int64_t E = int64_t(params.eps.size());
   io::ResultSet set;
+  set.add_array("tokens", {n, T}, std::vector<int32_t>(tokens.ids.ptr<int32_t>(), tokens.ids.ptr<int32_t>() + n * T));
   set.add_array("alpha", {La, H, K}, r.alpha);
   set.add_array("sink", {E}, row(r.sink_k, 0, size_t(E)));
   set.add_array("sink_eps", {E}, params.eps);
@@ -243,6 +289,8 @@ io::ResultSet measure_item(const SurveyItem& item, const SurveyModel& model, con
     set.set_attr("", "intervention", std::string(item.intervention->kind == Intervention::Kind::replace ? "replace" : "swap"));
     set.set_attr("", "t", item.intervention->t);
   }
+  if (want_loss) set.set_attr("", "loss", loss_sum / double(n * (T - 1)));
+  add_source_notes(model.dir, set);
   set.set_attr("", "n_seq", n);
   set.set_attr("", "n_seq_requested", n_requested);
   set.set_attr("", "T", T);

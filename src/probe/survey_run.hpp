@@ -9,9 +9,15 @@
 //   qk_pairs[P,2] (int32) qk_cos[P,T,T] qk_normprod[P,T,T]; attention_pairs[P,2] attention_maps[P,T,T]
 //       (when pairs were asked for and exist in the model; not for long inputs)
 //   intervention items: sink_t[E] = Sink_t^eps at the intervention's position (K is raised to t)
+//   tokens[n,T] (int32) — the token ids measured (natural rows as read, random/repeated as generated)
 //   attrs: n_seq (sequences measured), n_seq_requested, T, bos (the prefix token id, -1: none),
 //          input, domain, model_type, model_dir, seed, inputs_file | vocabulary, intervention, t,
-//          skipped_pairs (pairs the model does not have)
+//          skipped_pairs (pairs the model does not have),
+//          loss (f64) — mean next-token cross-entropy in nats over the n (T-1) predicted positions
+//              (next_token_loss_sum); HF models only (sinklab's own checkpoints give no logits), and only
+//              when one sequence's f32 logits [T,V] fit in kMaxLogitsBytes (not the T = 4096 long inputs),
+//          source, source_sha256, quantization — copied from the model directory's sinklab_source.json
+//              when it has one (data_prep gguf-import writes it: GGUF file name, sha256, tensor types)
 #pragma once
 
 #include <cstdint>
@@ -27,6 +33,9 @@
 #include "probe/survey_plan.hpp"
 
 namespace sinklab::probe {
+
+// The most memory one forward pass's logits may take for the next-token loss (per rank).
+constexpr int64_t kMaxLogitsBytes = int64_t(256) << 20;
 
 struct SurveyParams {
   int64_t n_seq = 100, seq_len = 64;       // natural / random / repeat

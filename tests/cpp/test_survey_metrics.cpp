@@ -3,6 +3,8 @@
 // in f32 and f64, fed in two batches; plus a case small enough to check by hand, and the head-pair flags.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "probe/survey_metrics.hpp"
@@ -159,6 +161,30 @@ TEST(SurveyMetrics, HandComputedTwoTokens) {
   EXPECT_EQ(r.qk_cos, (std::vector<float>(4, 0.0f)));  // q = 0 has no angle
   EXPECT_EQ(r.qk_normprod, (std::vector<float>(4, 0.0f)));
   EXPECT_TRUE(r.massive_ratio_pre_norm.empty());  // no post-norm layer
+}
+
+// logits 0 except logit[b,t,v] = v (t = 0) and 2 (t = 1, v = 0): position t predicts ids[b,t+1]; the
+// last position predicts nothing. With V = 3: row (0,1,2) gives -log p(v) = log(1+e+e^2) - v, row
+// (2,0,0) gives log(e^2+2) - (2 if v = 0 else 0).
+TEST(SurveyMetrics, NextTokenLossHandComputed) {
+  for (DType dt : {DType::f32, DType::f64}) {
+    Owned logits(dt, {2, 3, 3}), ids(DType::i32, {2, 3});
+    for (int64_t b = 0; b < 2; ++b) {
+      for (int64_t v = 0; v < 3; ++v) store_from_double(logits.t.data, dt, b * 9 + v, double(v));
+      store_from_double(logits.t.data, dt, b * 9 + 3, 2.0);
+      store_from_double(logits.t.data, dt, b * 9 + 6, 50.0);  // the last position: never read
+    }
+    const int32_t id[] = {7, 2, 0, /**/ 7, 0, 1};  // ids[b,0] is never a target (7 >= V would throw)
+    std::copy(id, id + 6, ids.t.ptr<int32_t>());
+    const double a = std::log(1 + std::exp(1.0) + std::exp(2.0)), c = std::log(std::exp(2.0) + 2);
+    const double expected = (a - 2) + (c - 2) + (a - 0) + (c - 0);
+    EXPECT_NEAR(next_token_loss_sum(logits.t, ids.t), expected, dt == DType::f32 ? 1e-5 : 1e-12) << dtype_name(dt);
+  }
+  // A target outside the vocabulary and mismatched shapes are errors.
+  Owned logits(DType::f32, {1, 2, 3}), ids(DType::i32, {1, 2}), short_ids(DType::i32, {1, 1});
+  ids.t.ptr<int32_t>()[1] = 3;
+  EXPECT_THROW(next_token_loss_sum(logits.t, ids.t), Error);
+  EXPECT_THROW(next_token_loss_sum(logits.t, short_ids.t), Error);
 }
 
 TEST(SurveyMetrics, LayersMustAgree) {

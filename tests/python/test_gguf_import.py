@@ -14,7 +14,7 @@ from gguf import GGMLQuantizationType as Q
 
 from data_prep import DataPrepError
 from data_prep.__main__ import main
-from data_prep.gguf_import import BLOCK_FORMATS, dequantize, import_gguf, unpermute_qk
+from data_prep.gguf_import import BLOCK_FORMATS, dequantize, import_gguf, quantization_summary, unpermute_qk
 from data_prep.safetensors_io import read_safetensors
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -358,6 +358,18 @@ def test_k_quant_file(tmp_path, smollm_tok, qtype):
         np.testing.assert_array_equal(got[name], y, err_msg=name)
 
 
+def test_quantization_summary():
+    norms = {"blk.0.attn_norm.weight": ("F32", 64), "output_norm.weight": ("F32", 64)}
+    assert quantization_summary({"token_embd.weight": ("Q8_0", 6400), "blk.0.attn_q.weight": ("Q4_1", 8192),
+                                 "blk.0.ffn_up.weight": ("Q4_1", 8192), **norms}) == \
+        "Q4_1 (blocks), Q8_0 (embedding), F32 (norms)"
+    # A K-quant mix: one role over several types gets its counts; types by elements held, most first.
+    assert quantization_summary({"token_embd.weight": ("Q4_K", 800), "output.weight": ("Q6_K", 800),
+                                 "blk.0.attn_q.weight": ("Q4_K", 1000), "blk.0.ffn_down.weight": ("Q6_K", 500),
+                                 "blk.0.ffn_up.weight": ("Q4_K", 500), **norms}) == \
+        "Q4_K (blocks 2/3, embedding), Q6_K (blocks 1/3, output), F32 (norms)"
+
+
 def test_config(tmp_path, smollm_tok):
     weights = random_llama(np.random.default_rng(3), vocab=smollm_tok.get_vocab_size())
     path = write_gguf(tmp_path / "m.gguf", weights, smollm_tok, qtype=Q.Q8_0)
@@ -372,6 +384,9 @@ def test_config(tmp_path, smollm_tok):
                 "eos_token_id": vocab["<|im_end|>"]}
     assert {k: cfg[k] for k in expected} == expected
     assert cfg["gguf_import"]["source"] == "m.gguf" and len(cfg["gguf_import"]["sha256"]) == 64
+    notes = json.loads((tmp_path / "hf" / "sinklab_source.json").read_text())
+    assert (notes["source"], notes["source_sha256"]) == ("m.gguf", cfg["gguf_import"]["sha256"])
+    assert notes["quantization"] == "Q8_0 (blocks, embedding), F32 (norms)", notes["quantization"]
     tcfg = json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())
     assert tcfg["bos_token"] == "<|im_start|>" and tcfg["eos_token"] == "<|im_end|>"
     assert tcfg["unk_token"] == "<|endoftext|>" and tcfg["add_bos_token"] is False
@@ -464,6 +479,10 @@ def test_smollm2(tmp_path):
                 "rope_theta": 100000.0, "rms_norm_eps": 1e-5, "max_position_embeddings": 8192}
     assert {k: cfg[k] for k in expected} == expected
     assert cfg["gguf_import"]["tensor_types"] == {"F32": 61, "Q4_1": 210, "Q8_0": 1}
+    notes = json.loads((tmp_path / "smol" / "sinklab_source.json").read_text())
+    assert {k: notes[k] for k in ("source", "source_sha256", "quantization")} == {
+        "source": SMOLLM2.name, "source_sha256": cfg["gguf_import"]["sha256"],
+        "quantization": "Q4_1 (blocks), Q8_0 (embedding), F32 (norms)"}
 
     reader = gguf.GGUFReader(SMOLLM2)
     tokens = reader.fields["tokenizer.ggml.tokens"].contents()

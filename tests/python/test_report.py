@@ -80,6 +80,9 @@ def _write_entry(f, model, inp, domain, rng, survey=False, maps=False):
     g.attrs["bos"] = np.int64(0)
     if survey:
         g.attrs["quantization"] = "bf16"
+        g.attrs["source"] = "m.gguf"
+        d["loss"] = 3 + rng.random()
+        g.attrs["loss"] = d["loss"]
     return d
 
 
@@ -251,6 +254,18 @@ def test_table1_and_per_domain(full):
             assert _num(r[f"Sink_1^{e:g}"]) == pytest.approx(d["sink"][i], rel=1e-12)
         assert _num(r["massive ratio (last layer)"]) == pytest.approx(d["massive_ratio"][-1], rel=1e-12)
         assert r["n_seq"] == "100" and r["T"] == str(T)
+        assert _num(r["loss"]) == (pytest.approx(d["loss"], rel=1e-12) if "loss" in d else None)
+    # Inputs, loss (mean over domains) and weights per model and input.
+    inputs = {(r["model"], r["input"]): r for r in _csv(out / "tables" / "inputs.csv")}
+    assert set(inputs) == {(m, i) for m in ("model_a", "model_b") for i in ("natural", "random", "repeat",
+                                                                             "natural+swap_3")} - {("model_b", "natural+swap_3")}
+    a = inputs[("model_a", "natural")]
+    assert _num(a["loss"]) == pytest.approx(np.mean([models[("model_a", "natural", d)]["loss"]
+                                                     for d in ("pile_cc", "github")]), rel=1e-12)
+    assert (a["domains"], a["sequences"], a["T"], a["BOS"]) == ("2", "200", str(T), "0")
+    assert (a["source"], a["quantization"]) == ("m.gguf", "bf16")
+    b = inputs[("model_b", "random")]
+    assert (b["loss"], b["source"], b["quantization"], b["sequences"]) == ("", "?", "?", "100")
     sk = _csv(out / "tables" / "sink_k.csv")
     a = models[("model_a", "natural", "github")]["sink_k"]
     got = {int(r["k"]): _num(r["Sink_k^0.3"]) for r in sk

@@ -44,6 +44,7 @@ T = 12  # the fixtures' smallest context is 16 positions
 # (name, fixture) of the HF fixture models used; "gpt2" gets a real tokenizer (see `survey_setup`).
 HF_MODELS = (("gpt2", "gpt2"), ("opt", "opt_pre"), ("neox", "neox_rot1_sequential"), ("llama_gqa", "llama_gqa"),
              ("mistral", "mistral_sliding"))
+SOURCE_NOTES = {"source": "m.gguf", "source_sha256": "ab" * 32, "quantization": "Q4_1 (blocks), F32 (norms)"}
 # Per run: the flags every survey here shares (the resume checks need them equal).
 COMMON = [f"--seq-len={T}", "--n-seq=24", "--max-k=6", "--batch=4", "--commit-every=0",
           "--qk-maps=0:1,-1:0,7:0", "--attention-maps=1:0", "--interventions=replace:5,swap:5",
@@ -94,6 +95,8 @@ def survey_setup(corpus, tmp_path_factory):
             make_model_dir(root / name, "gpt2")
             for f in ("config.json", "model.safetensors"):
                 shutil.copy(src / f, root / name / f)
+            # Provenance notes as data_prep gguf-import writes them, to be copied into the results.
+            (root / name / "sinklab_source.json").write_text(json.dumps(SOURCE_NOTES | {"note": "not copied"}))
             lines.append(f"model = {name} {name}")
         else:
             (root / name).symlink_to(src)
@@ -181,6 +184,22 @@ def test_layout_and_measurements(survey_setup, reference):
                 np.testing.assert_allclose(g["last_to_first"][1, 0], m[T - 1, 0], rtol=1e-5)
                 assert g.attrs["skipped_pairs"] == f"7:0 (the model has {L} layers)"
                 assert g.attrs["T"] == T and g.attrs["n_seq"] == 24
+                # The token ids measured; the next-token loss where the model gives logits (HF models).
+                tokens = g["tokens"][:]
+                assert tokens.dtype == np.int32 and tokens.shape == (24, T)
+                if label.startswith("natural"):
+                    inputs = survey_setup["inputs"] / {"gpt2": "gpt2.h5", "sinklab_tiny": "own_tokens.h5"}.get(
+                        name, f"{name}_tokens.h5")
+                    with h5py.File(inputs, "r") as fi:
+                        np.testing.assert_array_equal(tokens, fi[f"{DOMAINS[0]}/tokens"][:24, :T])
+                elif label.startswith("repeat"):
+                    assert np.all(tokens == tokens[:, :1])
+                if name == "sinklab_tiny":
+                    assert "loss" not in g.attrs  # sinklab's own checkpoints give no logits
+                else:
+                    assert 0 < g.attrs["loss"] < 2 * np.log(cfg["vocab_size"]), g.attrs["loss"]
+                notes = {k: g.attrs[k] for k in ("source", "source_sha256", "quantization", "note") if k in g.attrs}
+                assert notes == (SOURCE_NOTES if name == "gpt2" else {}), notes
             if cfg.get("model_type") in ("gpt2", "opt"):
                 for label in ("repeat+replace_5", "repeat+swap_5"):
                     g = f[f"models/{name}/{label}/-"]
@@ -426,12 +445,22 @@ def _expected_sinks(probs, K, eps):
     return alpha.mean(axis=1), sink, near
 
 
+def _next_token_loss(logits, ids):
+    """Mean next-token cross-entropy (float64, numpy) over the T-1 predicted positions of every sequence:
+    -log softmax(logits[b, t])[ids[b, t+1]]."""
+    x = logits[:, :-1].astype(np.float64)
+    m = x.max(axis=-1, keepdims=True)
+    log_probs = x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+    return -np.take_along_axis(log_probs, ids[:, 1:, None].astype(np.int64), axis=-1).mean()
+
+
 @pytest.mark.parametrize("fixture", sorted(p for p in FIXTURES.iterdir() if p.is_dir()), ids=lambda p: p.name)
 def test_measurements_match_transformers(fixture, tmp_path):
     """The survey's numbers from transformers' own outputs on the fixture goldens (float64, eager
     attention): the golden's token ids become a natural-input domain; alpha, Sink_k, last_to_first and
     attention maps are recomputed from transformers' attention probabilities, the hidden-state norms and
-    massive ratio from its per-layer hidden states; the Table 7 cases through the interventions."""
+    massive ratio from its per-layer hidden states, the next-token loss from its logits (numpy
+    log-softmax); the Table 7 cases through the interventions."""
     golden, meta = _golden_of(fixture)
     ids = golden["t13/ids"]
     B, T13 = ids.shape
@@ -468,6 +497,8 @@ def test_measurements_match_transformers(fixture, tmp_path):
             return ([n[:, 0].mean() for n in norms], [n[:, 1:].mean() for n in norms],
                     [(n[:, 0] / n[:, 1:].mean(axis=1)).mean() for n in norms])
 
+        np.testing.assert_allclose(g.attrs["loss"], _next_token_loss(golden["t13/logits"], ids), rtol=2e-6)
+        np.testing.assert_array_equal(g["tokens"][:], ids)
         first, rest, massive = hidden_norms([golden[f"t13/hidden_out/{l}"] for l in layers])
         np.testing.assert_allclose(g["hnorm_first"][:], first, rtol=1e-4)
         np.testing.assert_allclose(g["hnorm_rest"][:], rest, rtol=1e-4)
@@ -488,3 +519,5 @@ def test_measurements_match_transformers(fixture, tmp_path):
             np.testing.assert_allclose(np.where(near, 0, g["sink_k"][:]), np.where(near, 0, sink), rtol=1e-12,
                                        err_msg=case)
             np.testing.assert_array_equal(g["sink_t"][:], g["sink_k"][t])
+            np.testing.assert_allclose(g.attrs["loss"], _next_token_loss(golden[f"{case}/logits"], ids), rtol=2e-6,
+                                       err_msg=case)
