@@ -45,12 +45,14 @@ echo "== softmax vs sigmoid without normalisation, over training"
 .venv/bin/python -m analysis.compare results/demo/softmax/results.h5 results/demo/sigmoid/results.h5
 
 echo "== surveying both checkpoints as HF-format models (sinklab-survey, mpirun -np 2)"
+domains=$(.venv/bin/python -c "import h5py; print(','.join(sorted(h5py.File('data/mini/survey_inputs.h5').keys())))")
 survey_models=()
 for model in softmax sigmoid; do
   step_dir=$(ls -d "results/demo/$model"/checkpoints/step_* | sort | tail -1)
   survey_models+=(--model "tiny_$model $root/$step_dir inputs=$root/data/mini/survey_inputs.h5")
 done
-mpirun -np 2 "$build/bin/sinklab-survey" "${survey_models[@]}" --inputs natural,random,repeat --n-seq 32 \
+mpirun -np 2 "$build/bin/sinklab-survey" "${survey_models[@]}" --inputs natural,random,repeat --domains "$domains" \
+  --n-seq 32 \
   --seq-len 64 --max-k 8 --batch 8 --qk-maps 0:0,-1:0 --attention-maps -1:0 --output results/demo/survey.h5
 
 if [ -x jobs/demo_smollm2.sh ] || [ -f jobs/demo_smollm2.sh ]; then

@@ -118,34 +118,40 @@ double clip_grad_norm(std::span<const Tensor> grads, double max_norm);
 
 // ---------------------------------------------------------------------------------------------------
 // The generic attention operation of DESIGN.md, for q [B,T,H,dh] and k, v [B,S,Hkv,dh] (strided
-// views; H a multiple of Hkv: grouped-query attention), out [B,T,H,dh]:
-//   s_ij = scale * <q_i, k_j>      over the keys j the mask lets query i see
+// views; H a multiple of Hkv: grouped-query attention), out [B,T,H,dh]. The first lead_keys keys of
+// k/v are "lead keys" (learnable KV / K biases, paper Sec. 7.3 Table 4); the other S - lead_keys = T
+// keys are the positional keys j' = j - lead_keys, aligned with the queries:
+//   s_ij = scale * <q_i, k_j> + g_h(i - j')   over the keys j query i sees: every lead key (no bias)
+//                                            and the positional keys the mask lets it see
 //   w_ij = sim(s_ij);  Z_i = norm(w_i.);  o_i = sum_j (w_ij / Z_i) v_j
-// The variant issue adds sim/norm/mask cases to these enums and to attention_math.hpp only
-// (paper Sec. 7.3-7.4, Tables 14-15, Eq. 43-44). Valid combinations: exp needs a normaliser
-// homogeneous in w (sum, p_norm) so that the running-max shift cancels; any other sim takes any norm.
+// (softpick: o_i = sum_j relu(w_ij) / Z_i v_j). The variant issue adds sim/norm/mask cases to these
+// enums and to attention_math.hpp only (paper Sec. 7.3-7.4, Tables 14-15, Eq. 43-44, Appendix A).
+// Valid combinations: exp needs a normaliser homogeneous in w (sum, p_norm) so that the running-max
+// shift cancels; softpick needs sum; any other sim takes any norm (attn_config_error says why not).
 enum class AttnSim : uint8_t {
   exp,           // e^s: softmax numerator, computed with the running max
   sigmoid,       // sigmoid(s + sigmoid_bias)
   elu_plus_one,  // elu(s) + 1
   identity,      // s (signed: pair it with max_abs_sum_one, or one)
+  softpick,      // e^s - 1 (Zuhri et al. 2025): P = relu(e^s - 1) / (sum_j |e^s - 1| + 1e-6); norm sum only
 };
 enum class AttnNorm : uint8_t {
   sum,              // Z = (1/norm_alpha) * sum_j w_ij: rows of P sum to norm_alpha (1: softmax denominator)
+                    // (softpick: Z = (1/norm_alpha) * (sum_j |w_ij| + 1e-6))
   one,              // Z = 1: no normalisation
   max_abs_sum_one,  // Z = max(|sum_j w_ij|, 1)
   p_norm,           // Z = (sum_j w_ij^norm_p)^(1/norm_p)  (Eq. 43; with exp: Eq. 44)
 };
-// Additive position bias on the scores (after the scale), by query head.
+enum class AttnMask : uint8_t {  // on query i and positional key j' (lead keys are always visible)
+  causal,          // j' <= i
+  sliding_window,  // i - window < j' <= i
+  prefix_lm,       // j' < prefix (bidirectional prefix) or j' <= i
+};
+// The additive position bias g_h(n), n = i - j' (paper Appendix A; h is the query head).
 enum class AttnPosBias : uint8_t {
   none,
-  alibi,     // -slope_h * (i - j)
-  relative,  // relative_bias[h, bucket(i - j)] (T5 buckets)
-};
-enum class AttnMask : uint8_t {
-  causal,          // j <= i
-  sliding_window,  // i - window < j <= i
-  prefix_lm,       // j < prefix (bidirectional prefix) or j <= i
+  alibi,     // g_h(n) = -slope_h * n, slope_h of Eq. 7 / the released code (math::attn_alibi_slope)
+  relative,  // T5, unidirectional: g_h(n) = relative_bias[h, bucket(max(n, 0))] (math::attn_relative_bucket)
 };
 
 struct AttentionSpec {
@@ -158,30 +164,34 @@ struct AttentionSpec {
   double sigmoid_bias = 0.0;  // sigmoid: b in sigmoid(s + b) (e.g. -log(n), FlashSigmoid style)
   double norm_alpha = 1.0;    // sum: rows of P sum to alpha (Table 14 left; Z = sum / alpha), > 0
   double norm_p = 1.0;        // p_norm: p > 0
+  // Keys 0..lead_keys-1 of k/v are seen by every query, without position bias (KV biases k*, v*; K
+  // biases: v* = 0). S = lead_keys + T. Their columns are part of attention_probs.
+  int64_t lead_keys = 0;
+  AttnPosBias pos_bias = AttnPosBias::none;
+  // relative: the learned table relative_bias [H, num_buckets] (dtype of q) and the distance from which
+  // on every distance falls into the last bucket. d_relative_bias: optional [H, num_buckets] output of
+  // attention_backward, dL/d relative_bias summed over batch and positions (written, not accumulated).
+  Tensor relative_bias;
+  Tensor d_relative_bias;
+  int64_t relative_max_distance = 128;
   // Learned per-head sink logit S_h (gpt-oss style): an extra "key" every query sees, with score S_h
   // and a zero value vector, so it enters only the normaliser (softmax: Z_i = e^{S_h} + sum_j e^{s_ij}).
   // Optional [H], the dtype of q; not with norm one. d_sink_logit: optional [H] output of
   // attention_backward, dL/dS_h summed over batch and queries (written, not accumulated).
   Tensor sink_logit;
   Tensor d_sink_logit;
-  // Keys every query sees before the sequence's own keys (KV biases): the first lead_keys keys of k/v;
-  // the mask and the position bias apply to (i, j - lead_keys).
-  int64_t lead_keys = 0;
-  AttnPosBias pos_bias = AttnPosBias::none;
-  Tensor relative_bias;    // relative: [H, buckets]
-  Tensor d_relative_bias;  // relative: optional [H, buckets] output of attention_backward (written)
-  int64_t relative_max_distance = 128;
 };
 
 // stats [B,H,T] f32/f64: per-row statistics the backward needs to recompute the weights without
-// storing the T x T matrix (for softmax: the log of the normaliser, m + log(sum exp(s - m)); for
+// storing the T x T matrix (for softmax and softpick: the log of the normaliser, log Z_i; for
 // variants without the running max: the row reduction R_i the normaliser is made of, see
 // attention_math.hpp).
 void attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec);
 void attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, Tensor k, Tensor v,
                         Tensor out, Tensor stats, const AttentionSpec& spec);
-// The normalised attention matrix probs [B,H,T,S] (0 where masked) — what the sink probe measures.
-// For variants whose rows are not a distribution: w/Z as computed (the probe applies proxy scores).
+// The normalised attention matrix probs [B,H,T,S] (0 where masked; the lead keys are columns
+// 0..lead_keys-1) — what the sink probe measures. For variants whose rows are not a distribution:
+// w/Z as computed (softpick: relu(w)/Z; the probe applies proxy scores).
 void attention_probs(Tensor probs, Tensor q, Tensor k, const AttentionSpec& spec);
 
 

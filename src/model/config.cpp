@@ -62,7 +62,8 @@ const Names<ops::AttnSim> kAttnSim{"attn-sim",
                                    {{ops::AttnSim::exp, "exp"},
                                     {ops::AttnSim::sigmoid, "sigmoid"},
                                     {ops::AttnSim::elu_plus_one, "elu-plus-one"},
-                                    {ops::AttnSim::identity, "identity"}}};
+                                    {ops::AttnSim::identity, "identity"},
+                                    {ops::AttnSim::softpick, "softpick"}}};
 const Names<ops::AttnNorm> kAttnNorm{"attn-norm",
                                      {{ops::AttnNorm::sum, "sum"},
                                       {ops::AttnNorm::one, "one"},
@@ -130,7 +131,7 @@ const char* ModelConfig::axis_help(const std::string& flag) {
   if (flag == "k-bias-dims") return "d_a: learnable leading dims of k* (0 = all; Table 13)";
   if (flag == "fixed-value") return "attn-bias k: v* = zero | e1 (m*v') | ones (m*v''), Table 5";
   if (flag == "fixed-value-scale") return "m, the l2 norm of the fixed v*";
-  if (flag == "attn-sim") return "exp | sigmoid | elu-plus-one | identity (Tables 6, 15)";
+  if (flag == "attn-sim") return "exp | sigmoid | elu-plus-one | identity (Tables 6, 15) | softpick (rectified softmax)";
   if (flag == "attn-norm") return "sum | one | max-abs-sum-one | p-norm";
   if (flag == "qk-kernel") return "identity | elu-plus-one | mlp: feature map of q and k (Table 15)";
   if (flag == "attn-alpha") return "attn-norm sum: rows sum to alpha (Table 14 left)";
@@ -250,6 +251,7 @@ void ModelConfig::validate() const {
   ops::AttentionSpec spec = attention_spec();
   math::AttnConfig ac = math::attn_config(spec);
   ac.sink = sink_logit || softmax_plus_one;
+  if (pos_emb == PosEmb::relative) ac.num_buckets = relative_buckets;  // the table the model will pass
   if (const char* why = math::attn_config_error(ac))
     SL_FAIL("--attn-sim %s --attn-norm %s: %s", kAttnSim.name(attn_sim), kAttnNorm.name(attn_norm), why);
 }

@@ -4,18 +4,26 @@
 // rows of one head, t = 0..T-1, form a row-major matrix with leading dimension stride[1], which BLAS
 // reads in place (a head slice of a fused [B*T, (H+2Hkv)*dh] QKV buffer costs no copy).
 //
+// Key segments: the L = lead_keys lead keys (always visible) and the positional keys [kb, ke) the
+// block's rows may see are two column segments of one score block [rows, L + ke - kb]; every product
+// with K or V below is one gemm per segment (the lead one is absent when L = 0), so a sliding window
+// still skips the keys between the lead keys and its window.
+//
 // Forward, one (b, h) per OpenMP task, query blocks of kBlock rows:
-//   S_blk = scale * Q_blk K[kb:ke]^T       (gemm; [kb,ke) = union of the block rows' visible keys)
-//   per row: shift m (running max, exp only), w~ = sim(s; m) where visible else 0, R = sum term(w~)
-//            (+ the head's sink logit term), Z~ = finish(R), stat = m + log Z~ (exp) or R
-//            (the generic pieces of attention_math.hpp)
-//   O_blk = diag(1/Z~) (W~ V[kb:ke])       (gemm, then the dh-long rows are scaled, not the n-long ones)
+//   S_blk = scale * Q_blk [K[0:L]; K[kb:ke]]^T   (gemm; [kb,ke) = union of the block rows' visible keys)
+//           + the position bias g_h(i - j') on the positional columns (ALiBi / T5 relative)
+//   per row: shift m (running max: exp, softpick), w~ = sim(s; m) where visible else 0,
+//            R = sum term(w~) (+ the head's sink logit term, + softpick's eps), Z~ = finish(R),
+//            stat = m + log Z~ (running max) or R; the row keeps numer(w~) (the generic pieces of
+//            attention_math.hpp)
+//   O_blk = diag(1/Z~) (W~ [V[0:L]; V[kb:ke]])   (gemm, then the dh-long rows are scaled, not the n-long ones)
 // Backward, one (b, kv head) per task so that dk/dv of a group are written by one thread only (race
 // free without atomics); within it every query head of the group and every query block:
 //   S_blk = scale Q_blk K^T, P = prob(S, stat) (recomputed: no T x T storage between the passes),
 //   dP = dO_blk V^T, D_i = dO_i . o_i, dS = dscore(S, P, stat, dP, D),
 //   dV += P^T dO_blk, dQ_blk = scale dS K, dK += scale dS^T Q_blk     (gemms)
-//   (sink logit: dS_h += dscore of the sink column with dP = 0, summed over b after the loop)
+//   (sink logit: dS_h += dscore of the sink column with dP = 0, summed over b after the loop;
+//   relative bias: dS summed per distance i - j' for each (b, h), into buckets after the loop)
 // Whole visible key ranges per query block (rather than key blocks with online rescaling) keep the
 // loops simple; the scratch is 2 x kBlock x S values per thread.
 //
@@ -104,18 +112,22 @@ Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
     SL_CHECK(v.dtype == q.dtype, "%s: v is %s but q is %s", op, dtype_name(v.dtype), dtype_name(q.dtype));
   }
   SL_CHECK(k.dtype == q.dtype, "%s: k is %s but q is %s", op, dtype_name(k.dtype), dtype_name(q.dtype));
+  const char* invalid = math::attn_config_error(math::attn_config(spec));
+  SL_CHECK(invalid == nullptr, "%s: invalid attention variant: %s", op, invalid);
+  SL_CHECK(d.S >= spec.lead_keys, "%s: k has fewer keys (%lld) than lead_keys (%lld)", op, (long long)d.S,
+           (long long)spec.lead_keys);
   switch (spec.mask) {
     case ops::AttnMask::causal:
     case ops::AttnMask::sliding_window:
     case ops::AttnMask::prefix_lm:
-      SL_CHECK(d.S == d.T, "%s: the attention masks need as many keys as queries (S=%lld, T=%lld)", op,
-               (long long)d.S, (long long)d.T);
+      // Query i and positional key j' = i are the same position: the masks and the position bias
+      // are defined for aligned sequences only.
+      SL_CHECK(d.S - spec.lead_keys == d.T,
+               "%s: the attention masks need as many positional keys as queries (S - lead_keys = %lld - %lld, "
+               "T = %lld)",
+               op, (long long)d.S, (long long)spec.lead_keys, (long long)d.T);
       break;
   }
-  SL_CHECK(spec.lead_keys == 0 && spec.pos_bias == ops::AttnPosBias::none,
-           "%s: lead keys and position biases are not implemented on this backend yet", op);
-  const char* invalid = math::attn_config_error(math::attn_config(spec));
-  SL_CHECK(invalid == nullptr, "%s: invalid attention variant: %s", op, invalid);
   if (spec.sink_logit.defined()) {
     check_shape(spec.sink_logit, {d.H}, op, "sink_logit");
     SL_CHECK(spec.sink_logit.dtype == q.dtype, "%s: sink_logit is %s but q is %s", op,
@@ -126,6 +138,19 @@ Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
     check_shape(spec.d_sink_logit, {d.H}, op, "d_sink_logit");
     SL_CHECK(spec.d_sink_logit.dtype == q.dtype, "%s: d_sink_logit is %s but q is %s", op,
              dtype_name(spec.d_sink_logit.dtype), dtype_name(q.dtype));
+  }
+  if (spec.pos_bias == ops::AttnPosBias::relative) {
+    SL_CHECK(spec.relative_bias.ndim == 2 && spec.relative_bias.shape[0] == d.H,
+             "%s: relative_bias must be [H=%lld, num_buckets], got %s", op, (long long)d.H,
+             spec.relative_bias.shape_str().c_str());
+    SL_CHECK(spec.relative_bias.dtype == q.dtype, "%s: relative_bias is %s but q is %s", op,
+             dtype_name(spec.relative_bias.dtype), dtype_name(q.dtype));
+  }
+  if (spec.d_relative_bias.defined()) {
+    SL_CHECK(spec.relative_bias.defined(), "%s: d_relative_bias given without relative_bias", op);
+    check_shape(spec.d_relative_bias, {d.H, spec.relative_bias.shape[1]}, op, "d_relative_bias");
+    SL_CHECK(spec.d_relative_bias.dtype == q.dtype, "%s: d_relative_bias is %s but q is %s", op,
+             dtype_name(spec.d_relative_bias.dtype), dtype_name(q.dtype));
   }
   SL_CHECK(spec.scale >= 0.0 && std::isfinite(spec.scale), "%s: scale must be finite and >= 0 (0 = 1/sqrt(dh))",
            op);
@@ -149,7 +174,8 @@ double scale_of(const ops::AttentionSpec& spec, int64_t dh) {
   return spec.scale > 0.0 ? spec.scale : 1.0 / std::sqrt(double(dh));
 }
 
-// The key range [kb, ke) visible to any of the query rows [i0, i1).
+// The positional key range [kb, ke) (key indices) visible to any of the query rows [i0, i1); the lead
+// keys [0, lead_keys) come on top.
 void block_keys(const math::AttnConfig& mask, int64_t i0, int64_t i1, int64_t S, int64_t* kb, int64_t* ke) {
   *kb = S;
   *ke = 0;
@@ -173,7 +199,8 @@ math::AttnConfig loop_config(const ops::AttentionSpec& spec) {
 bool is_plain_softmax(const ops::AttentionSpec& spec) {
   const math::AttnConfig c = math::attn_config(spec), plain{};
   return c.sim == plain.sim && c.norm == plain.norm && c.mask == plain.mask && c.sink == plain.sink &&
-         c.sigmoid_bias == plain.sigmoid_bias && c.norm_alpha == plain.norm_alpha && c.norm_p == plain.norm_p;
+         c.sigmoid_bias == plain.sigmoid_bias && c.norm_alpha == plain.norm_alpha && c.norm_p == plain.norm_p &&
+         c.lead_keys == plain.lead_keys && c.pos_bias == plain.pos_bias;
 }
 
 // Calls fn(std::true_type{}) for plain softmax and fn(std::false_type{}) otherwise (the kPlain argument
@@ -190,45 +217,95 @@ T sink_of(const ops::AttentionSpec& spec, int64_t h) {
   return spec.sink_logit.defined() ? spec.sink_logit.ptr<T>()[h * spec.sink_logit.stride[0]] : T(0);
 }
 
-// Turns one row of scores s[0..n) (keys kb..kb+n-1, query i) into probabilities in place (0 where
-// masked) and returns the row statistic (attention_math.hpp; sink: the head's sink logit, used when
-// spec.sink_logit is defined). With inv_out set, the row is left as shifted weights w~
-// and 1/Z~ is stored there instead (the forward scales the n-times shorter output row).
+// The position bias g_h(n), n = i - j', of one call, tabulated once: ALiBi slopes per query head; for
+// the relative bias the bucket of every distance n = 0..T-1 (the largest one: positional keys are
+// aligned with the queries) and the table expanded per distance.
+template <class T>
+struct PosBias {
+  ops::AttnPosBias kind = ops::AttnPosBias::none;
+  int64_t n_dist = 0;            // distances 0..n_dist-1
+  std::vector<T> slope;          // alibi: [H]
+  std::vector<int64_t> bucket;   // relative: [T]
+  std::vector<T> by_distance;    // relative: [H, T], relative_bias[h, bucket[n]]
+
+  PosBias(const ops::AttentionSpec& spec, int64_t H, int64_t T_queries) : kind(spec.pos_bias), n_dist(T_queries) {
+    if (kind == ops::AttnPosBias::alibi) {
+      for (int64_t h = 0; h < H; ++h) slope.push_back(T(math::attn_alibi_slope(h, H)));
+    } else if (kind == ops::AttnPosBias::relative) {
+      const Tensor& rb = spec.relative_bias;
+      const int64_t nb = rb.shape[1];
+      for (int64_t n = 0; n < n_dist; ++n)
+        bucket.push_back(math::attn_relative_bucket(n, nb, spec.relative_max_distance));
+      by_distance.resize(size_t(H * n_dist));
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t n = 0; n < n_dist; ++n)
+          by_distance[size_t(h * n_dist + n)] = rb.ptr<T>()[h * rb.stride[0] + bucket[size_t(n)] * rb.stride[1]];
+    }
+  }
+
+  // Adds g_h(i - jp) to s[c] for the positional keys jp = jp0 + c, c in [0, n).
+  void add(int64_t h, int64_t i, int64_t jp0, T* s, int64_t n) const {
+    if (kind == ops::AttnPosBias::alibi) {
+      const T m = slope[size_t(h)];
+#pragma omp simd
+      for (int64_t c = 0; c < n; ++c) s[c] += m * T(jp0 + c - i);  // -slope * (i - j')
+    } else if (kind == ops::AttnPosBias::relative) {
+      const T* g = by_distance.data() + h * n_dist;
+      for (int64_t c = 0; c < n; ++c) s[c] += g[std::max<int64_t>(i - jp0 - c, 0)];
+    }
+  }
+};
+
+// Turns one row of scores into probabilities in place (0 where masked) and returns the row statistic
+// (attention_math.hpp; sink: the head's sink logit, used when spec.sink_logit is defined). The row
+// holds the L lead keys in s[0..L) and the positional keys kb, kb+1, ... in s[L..n). With inv_out set,
+// the row is left as numer(w~) and 1/Z~ is stored there instead (the forward scales the n-times
+// shorter output row).
 template <class T, bool kPlain>
 T normalise_row(const ops::AttentionSpec& spec, T* s, int64_t n, int64_t i, int64_t kb, int64_t S, T sink,
                 T* inv_out = nullptr) {
   // Local copies: the enums must not be re-read through a reference the stores could alias (that
   // would keep the loops below from vectorising).
   const math::AttnConfig cfg = loop_config<kPlain>(spec);
-  const int64_t jb = std::max<int64_t>(math::attn_key_begin(cfg, i, S) - kb, 0);
-  const int64_t je = std::clamp<int64_t>(math::attn_key_end(cfg, i, S) - kb, jb, n);
+  const int64_t L = cfg.lead_keys;
+  const int64_t jp0 = kb - 2 * L;  // column c >= L holds positional key jp0 + c
+  const int64_t jb = L + std::max<int64_t>(math::attn_key_begin(cfg, i, S) - kb, 0);
+  const int64_t je = std::clamp<int64_t>(L + math::attn_key_end(cfg, i, S) - kb, jb, n);
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   T m = T(0);
   if (math::attn_uses_max(cfg)) {
     m = kNegInf;
+    for (int64_t j = 0; j < L; ++j) m = std::max(m, s[j]);
 #pragma omp simd reduction(max : m)
-    for (int64_t j = jb; j < je; ++j) m = std::max(m, math::attn_visible(cfg, i, kb + j) ? s[j] : kNegInf);
+    for (int64_t j = jb; j < je; ++j) m = std::max(m, math::attn_visible_pos(cfg, i, jp0 + j) ? s[j] : kNegInf);
     if (cfg.sink) m = std::max(m, sink);
-    if (!(m > kNegInf)) m = T(0);  // no visible key
+    m = math::attn_shift(cfg, m);
   }
   // 16 f32 lanes of partial sums (softmax terms lie in [0, 1]; the other variants' goldens hold to
   // ~3e-7 relative in f32): accurate enough, twice as fast as double.
   T acc = T(0);
-  for (int64_t j = 0; j < jb; ++j) s[j] = T(0);
+  for (int64_t j = 0; j < L; ++j) {
+    const T w = math::attn_sim(cfg, s[j], m);
+    s[j] = math::attn_numer(cfg, w);
+    acc += math::attn_norm_term(cfg, w);
+  }
+  for (int64_t j = L; j < jb; ++j) s[j] = T(0);
 #pragma omp simd reduction(+ : acc)
   for (int64_t j = jb; j < je; ++j) {
-    const bool vis = math::attn_visible(cfg, i, kb + j);
+    const bool vis = math::attn_visible_pos(cfg, i, jp0 + j);
     const T w = vis ? math::attn_sim(cfg, s[j], m) : T(0);
-    s[j] = w;
+    s[j] = math::attn_numer(cfg, w);
     acc += vis ? math::attn_norm_term(cfg, w) : T(0);
   }
   for (int64_t j = je; j < n; ++j) s[j] = T(0);
   if (cfg.sink) acc += math::attn_norm_term(cfg, math::attn_sim(cfg, sink, m));
+  acc += math::attn_norm_offset(cfg, m);
   const double z = math::attn_norm_finish(cfg, double(acc));
   const T inv = T(math::attn_inv_norm(z));
   if (inv_out) {
     *inv_out = inv;
   } else {
+    for (int64_t j = 0; j < L; ++j) s[j] *= inv;
 #pragma omp simd
     for (int64_t j = jb; j < je; ++j) s[j] *= inv;
   }
@@ -244,6 +321,31 @@ struct Scratch {
   }
 };
 
+// C[rows, n] (leading dimension n) = alpha * A[rows, dh] . [X[0:L]; X[kb:kb+n-L]]^T: the product of a
+// query-side block with the keys (or values) of both segments, one gemm per segment.
+template <class T>
+void gemm_keys(int64_t rows, int64_t n, int64_t L, int64_t dh, T alpha, const T* A, int64_t lda, const Heads<T>& X,
+               int64_t b, int64_t g, int64_t kb, T* C) {
+  if (L > 0) gemm<T>(false, true, rows, L, dh, alpha, A, lda, X.at(b, 0, g), X.ld, T(0), C, n);
+  gemm<T>(false, true, rows, n - L, dh, alpha, A, lda, X.at(b, kb, g), X.ld, T(0), C + L, n);
+}
+
+// Y[rows, dh] = alpha * C[rows, n] . [X[0:L]; X[kb:kb+n-L]] + beta * Y.
+template <class T>
+void gemm_from_keys(int64_t rows, int64_t n, int64_t L, int64_t dh, T alpha, const T* C, const Heads<T>& X, int64_t b,
+                    int64_t g, int64_t kb, T beta, T* Y, int64_t ldy) {
+  if (L > 0) gemm<T>(false, false, rows, dh, L, alpha, C, n, X.at(b, 0, g), X.ld, beta, Y, ldy);
+  if (n > L) gemm<T>(false, false, rows, dh, n - L, alpha, C + L, n, X.at(b, kb, g), X.ld, L > 0 ? T(1) : beta, Y, ldy);
+}
+
+// dX[0:L] and dX[kb:kb+n-L] += alpha * C[rows, n]^T . A[rows, dh].
+template <class T>
+void gemm_to_keys(int64_t rows, int64_t n, int64_t L, int64_t dh, T alpha, const T* C, const T* A, int64_t lda,
+                  const Heads<T>& dX, int64_t b, int64_t g, int64_t kb) {
+  if (L > 0) gemm<T>(true, false, L, dh, rows, alpha, C, n, A, lda, T(1), dX.at(b, 0, g), dX.ld);
+  gemm<T>(true, false, n - L, dh, rows, alpha, C + L, n, A, lda, T(1), dX.at(b, kb, g), dX.ld);
+}
+
 template <class T, bool kPlain>
 void forward_impl(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const ops::AttentionSpec& spec,
                   const Dims& d) {
@@ -253,9 +355,12 @@ void forward_impl(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const 
   RowStat<T> L{stats.defined() ? stats.ptr<T>() : nullptr, stats.stride[0], stats.stride[1], stats.stride[2]};
   const T scale = T(scale_of(spec, d.dh));
   const int64_t group = d.H / d.Hkv;
+  const PosBias<T> bias(spec, d.H, d.T);
 #pragma omp parallel if (d.B * d.H * d.T * d.S * d.dh > 32768)
   {
     Scratch<T> scratch(d.S, false);
+    const math::AttnConfig cfg = loop_config<kPlain>(spec);
+    const int64_t lead = cfg.lead_keys;
 #pragma omp for collapse(2) schedule(dynamic)
     for (int64_t b = 0; b < d.B; ++b)
       for (int64_t h = 0; h < d.H; ++h) {
@@ -263,17 +368,18 @@ void forward_impl(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const 
         for (int64_t i0 = 0; i0 < d.T; i0 += kBlock) {
           const int64_t rows = std::min(kBlock, d.T - i0);
           int64_t kb, ke;
-          block_keys(loop_config<kPlain>(spec), i0, i0 + rows, d.S, &kb, &ke);
-          const int64_t n = ke - kb;
+          block_keys(cfg, i0, i0 + rows, d.S, &kb, &ke);
+          const int64_t n = lead + ke - kb;
           T* s = scratch.s.data();
-          gemm<T>(false, true, rows, n, d.dh, scale, Q.at(b, i0, h), Q.ld, K.at(b, kb, g), K.ld, T(0), s, n);
+          gemm_keys<T>(rows, n, lead, d.dh, scale, Q.at(b, i0, h), Q.ld, K, b, g, kb, s);
           T inv[kBlock];
           for (int64_t r = 0; r < rows; ++r) {
+            if (cfg.pos_bias != ops::AttnPosBias::none) bias.add(h, i0 + r, kb - lead, s + r * n + lead, n - lead);
             T stat = normalise_row<T, kPlain>(spec, s + r * n, n, i0 + r, kb, d.S, sink_of<T>(spec, h), &inv[r]);
             if (L.base) *L.at(b, h, i0 + r) = stat;
           }
           if (n > 0) {
-            gemm<T>(false, false, rows, d.dh, n, T(1), s, n, V.at(b, kb, g), V.ld, T(0), O.at(b, i0, h), O.ld);
+            gemm_from_keys<T>(rows, n, lead, d.dh, T(1), s, V, b, g, kb, T(0), O.at(b, i0, h), O.ld);
             for (int64_t r = 0; r < rows; ++r) {
               T* o = O.at(b, i0 + r, h);
               const T c = inv[r];
@@ -298,8 +404,12 @@ void backward_impl(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, T
   const RowStat<T> L{stats.ptr<T>(), stats.stride[0], stats.stride[1], stats.stride[2]};
   const T scale = T(scale_of(spec, d.dh));
   const int64_t group = d.H / d.Hkv;
+  const PosBias<T> bias(spec, d.H, d.T);
   // dL/dS_h per (b, h), summed over b after the parallel loop (tasks of different b share h).
   std::vector<double> d_sink(spec.sink_logit.defined() ? size_t(d.B * d.H) : 0, 0.0);
+  // Relative bias: dL/dg per (b, h) and distance n = 0..T-1, into buckets after the loop.
+  const bool want_d_rel = spec.d_relative_bias.defined();
+  std::vector<double> d_dist(want_d_rel ? size_t(d.B * d.H * d.T) : 0, 0.0);
 #pragma omp parallel if (d.B * d.H * d.T * d.S * d.dh > 32768)
   {
     Scratch<T> scratch(d.S, true);
@@ -307,6 +417,7 @@ void backward_impl(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, T
     // reference, which hides plain softmax's constant configuration from the compiler (the score loop
     // below then did not vectorise: measured 1.5x slower).
     const math::AttnConfig cfg = loop_config<kPlain>(spec);
+    const int64_t lead = cfg.lead_keys;
 #pragma omp for collapse(2) schedule(dynamic)
     for (int64_t b = 0; b < d.B; ++b)
       for (int64_t g = 0; g < d.Hkv; ++g) {
@@ -318,11 +429,13 @@ void backward_impl(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, T
         for (int64_t h = g * group; h < (g + 1) * group; ++h) {
           const T sink = sink_of<T>(spec, h);
           double d_sink_bh = 0.0;
+          double* d_dist_bh = want_d_rel ? d_dist.data() + (b * d.H + h) * d.T : nullptr;
           for (int64_t i0 = 0; i0 < d.T; i0 += kBlock) {
             const int64_t rows = std::min(kBlock, d.T - i0);
             int64_t kb, ke;
             block_keys(cfg, i0, i0 + rows, d.S, &kb, &ke);
-            const int64_t n = ke - kb;
+            const int64_t n = lead + ke - kb;
+            const int64_t jp0 = kb - 2 * lead;  // column c >= lead holds positional key jp0 + c
             if (n == 0) {
               if (dQ.base)
                 for (int64_t r = 0; r < rows; ++r) std::fill_n(dQ.at(b, i0 + r, h), d.dh, T(0));
@@ -330,15 +443,16 @@ void backward_impl(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, T
             }
             T* s = scratch.s.data();
             T* dp = scratch.dp.data();
-            gemm<T>(false, true, rows, n, d.dh, scale, Q.at(b, i0, h), Q.ld, K.at(b, kb, g), K.ld, T(0), s, n);
-            gemm<T>(false, true, rows, n, d.dh, T(1), dO.at(b, i0, h), dO.ld, V.at(b, kb, g), V.ld, T(0), dp, n);
+            gemm_keys<T>(rows, n, lead, d.dh, scale, Q.at(b, i0, h), Q.ld, K, b, g, kb, s);
+            gemm_keys<T>(rows, n, lead, d.dh, T(1), dO.at(b, i0, h), dO.ld, V, b, g, kb, dp);
             for (int64_t r = 0; r < rows; ++r) {
               const int64_t i = i0 + r;
               T* sr = s + r * n;
               T* dpr = dp + r * n;
+              if (cfg.pos_bias != ops::AttnPosBias::none) bias.add(h, i, kb - lead, sr + lead, n - lead);
               const T stat = *L.at(b, h, i);
-              const int64_t jb = std::max<int64_t>(math::attn_key_begin(cfg, i, d.S) - kb, 0);
-              const int64_t je = std::clamp<int64_t>(math::attn_key_end(cfg, i, d.S) - kb, jb, n);
+              const int64_t jb = lead + std::max<int64_t>(math::attn_key_begin(cfg, i, d.S) - kb, 0);
+              const int64_t je = std::clamp<int64_t>(lead + math::attn_key_end(cfg, i, d.S) - kb, jb, n);
               const bool empty = math::attn_row_empty(cfg, stat);
               const T inv_z = math::attn_row_inv_norm(cfg, stat);
               const T row_sum = math::attn_row_sum(cfg, stat);
@@ -347,29 +461,37 @@ void backward_impl(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, T
               const T* go = dO.at(b, i, h);
 #pragma omp simd reduction(+ : D)
               for (int64_t c = 0; c < d.dh; ++c) D += double(o[c]) * double(go[c]);
-              for (int64_t j = 0; j < jb; ++j) sr[j] = dpr[j] = T(0);
+              for (int64_t j = lead; j < jb; ++j) sr[j] = dpr[j] = T(0);
               for (int64_t j = je; j < n; ++j) sr[j] = dpr[j] = T(0);
               if (empty) {
+                for (int64_t j = 0; j < lead; ++j) sr[j] = dpr[j] = T(0);
                 for (int64_t j = jb; j < je; ++j) sr[j] = dpr[j] = T(0);
                 continue;
               }
               const T Dt = T(D);
               if (cfg.sink) {
                 const T p_sink = math::attn_prob(cfg, sink, stat, inv_z);
-                d_sink_bh += double(math::attn_dscore(cfg, sink, p_sink, inv_z, row_sum, T(0), Dt));
+                d_sink_bh += double(math::attn_dscore(cfg, sink, p_sink, stat, inv_z, row_sum, T(0), Dt));
+              }
+              for (int64_t j = 0; j < lead; ++j) {
+                const T p = math::attn_prob(cfg, sr[j], stat, inv_z);
+                dpr[j] = math::attn_dscore(cfg, sr[j], p, stat, inv_z, row_sum, dpr[j], Dt);
+                sr[j] = p;
               }
 #pragma omp simd
               for (int64_t j = jb; j < je; ++j) {
-                const bool vis = math::attn_visible(cfg, i, kb + j);
+                const bool vis = math::attn_visible_pos(cfg, i, jp0 + j);
                 const T p = vis ? math::attn_prob(cfg, sr[j], stat, inv_z) : T(0);
-                const T ds = vis ? math::attn_dscore(cfg, sr[j], p, inv_z, row_sum, dpr[j], Dt) : T(0);
+                const T ds = vis ? math::attn_dscore(cfg, sr[j], p, stat, inv_z, row_sum, dpr[j], Dt) : T(0);
                 sr[j] = p;
                 dpr[j] = ds;
               }
+              if (d_dist_bh)
+                for (int64_t j = jb; j < je; ++j) d_dist_bh[std::max<int64_t>(i - jp0 - j, 0)] += double(dpr[j]);
             }
-            if (dV.base) gemm<T>(true, false, n, d.dh, rows, T(1), s, n, dO.at(b, i0, h), dO.ld, T(1), dV.at(b, kb, g), dV.ld);
-            if (dQ.base) gemm<T>(false, false, rows, d.dh, n, scale, dp, n, K.at(b, kb, g), K.ld, T(0), dQ.at(b, i0, h), dQ.ld);
-            if (dK.base) gemm<T>(true, false, n, d.dh, rows, scale, dp, n, Q.at(b, i0, h), Q.ld, T(1), dK.at(b, kb, g), dK.ld);
+            if (dV.base) gemm_to_keys<T>(rows, n, lead, d.dh, T(1), s, dO.at(b, i0, h), dO.ld, dV, b, g, kb);
+            if (dQ.base) gemm_from_keys<T>(rows, n, lead, d.dh, scale, dp, K, b, g, kb, T(0), dQ.at(b, i0, h), dQ.ld);
+            if (dK.base) gemm_to_keys<T>(rows, n, lead, d.dh, scale, dp, Q.at(b, i0, h), Q.ld, dK, b, g, kb);
           }
           if (cfg.sink) d_sink[size_t(b * d.H + h)] = d_sink_bh;
         }
@@ -383,6 +505,17 @@ void backward_impl(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, T
       ds[h * spec.d_sink_logit.stride[0]] = T(acc);
     }
   }
+  if (want_d_rel) {
+    const Tensor& dr = spec.d_relative_bias;
+    const int64_t nb = dr.shape[1];
+    std::vector<double> acc(size_t(nb), 0.0);
+    for (int64_t h = 0; h < d.H; ++h) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t b = 0; b < d.B; ++b)
+        for (int64_t n = 0; n < d.T; ++n) acc[size_t(bias.bucket[size_t(n)])] += d_dist[size_t((b * d.H + h) * d.T + n)];
+      for (int64_t c = 0; c < nb; ++c) dr.ptr<T>()[h * dr.stride[0] + c * dr.stride[1]] = T(acc[size_t(c)]);
+    }
+  }
 }
 
 template <class T, bool kPlain>
@@ -393,9 +526,12 @@ void probs_impl(Tensor probs, Tensor q, Tensor k, const ops::AttentionSpec& spec
   const RowStat<T> P{probs.ptr<T>(), probs.stride[0], probs.stride[1], probs.stride[2]};
   const T scale = T(scale_of(spec, d.dh));
   const int64_t group = d.H / d.Hkv;
+  const PosBias<T> bias(spec, d.H, d.T);
 #pragma omp parallel if (d.B * d.H * d.T * d.S * d.dh > 32768)
   {
     Scratch<T> scratch(d.S, false);
+    const math::AttnConfig cfg = loop_config<kPlain>(spec);
+    const int64_t lead = cfg.lead_keys;
 #pragma omp for collapse(2) schedule(dynamic)
     for (int64_t b = 0; b < d.B; ++b)
       for (int64_t h = 0; h < d.H; ++h) {
@@ -403,15 +539,18 @@ void probs_impl(Tensor probs, Tensor q, Tensor k, const ops::AttentionSpec& spec
         for (int64_t i0 = 0; i0 < d.T; i0 += kBlock) {
           const int64_t rows = std::min(kBlock, d.T - i0);
           int64_t kb, ke;
-          block_keys(loop_config<kPlain>(spec), i0, i0 + rows, d.S, &kb, &ke);
-          const int64_t n = ke - kb;
+          block_keys(cfg, i0, i0 + rows, d.S, &kb, &ke);
+          const int64_t n = lead + ke - kb;
           T* s = scratch.s.data();
-          gemm<T>(false, true, rows, n, d.dh, scale, Q.at(b, i0, h), Q.ld, K.at(b, kb, g), K.ld, T(0), s, n);
+          gemm_keys<T>(rows, n, lead, d.dh, scale, Q.at(b, i0, h), Q.ld, K, b, g, kb, s);
           for (int64_t r = 0; r < rows; ++r) {
-            normalise_row<T, kPlain>(spec, s + r * n, n, i0 + r, kb, d.S, sink_of<T>(spec, h));
+            T* sr = s + r * n;
+            if (cfg.pos_bias != ops::AttnPosBias::none) bias.add(h, i0 + r, kb - lead, sr + lead, n - lead);
+            normalise_row<T, kPlain>(spec, sr, n, i0 + r, kb, d.S, sink_of<T>(spec, h));
             T* row = P.at(b, h, i0 + r);
-            std::fill_n(row, kb, T(0));
-            std::copy_n(s + r * n, n, row + kb);
+            std::copy_n(sr, lead, row);
+            std::fill_n(row + lead, kb - lead, T(0));
+            std::copy_n(sr + lead, n - lead, row + kb);
             std::fill_n(row + ke, d.S - ke, T(0));
           }
         }

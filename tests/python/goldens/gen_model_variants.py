@@ -1,0 +1,589 @@
+"""Golden files for the model-variant test (tests/cpp/test_model_variants.cpp): every value of every
+variant axis of sinklab's trainable model (issue #5), on a tiny 2-layer model.
+
+Reference: an explicit float64 torch module written from the paper's formulas (Gu et al., ICLR 2025:
+App. A for the positional embeddings, Eq. 3 for post-norm, Sec. 7.2-7.4 with Tables 4-6 and App. C
+Tables 11-15, Eq. 43-44) and the semantics in the project's notes; it shares no code with sinklab.
+Only the default model has an outside check: its logits must equal Hugging Face's LlamaForCausalLM
+(eager, float64) on the same weights, and the T5 buckets must equal transformers'
+T5Attention._relative_position_bucket. Every case's gradient is also checked against finite
+differences (torch.autograd.gradcheck, float64, fast mode) before anything is written.
+
+The model, per layer l (pre-norm; the positions t = 0..T'-1 are those of the sequence the model runs
+on, T' = T + 1 with a sink token x*):
+    h0 = W_E[x] (+ P[t]: sinusoidal sin/cos interleaved, w_i = 10000^(-2i/d); learned E_pos[t])
+    a = RMSNorm(x) g1  (post-norm: a = x)          rstd = 1/sqrt(mean(x^2) + eps)
+    q, k, v = a Wq^T, a Wk^T, a Wv^T -> heads; rope: HF "rotate half", theta, positions t
+    kernel: q, k := elu(q)+1, elu(k)+1 | relu(q W1^T) W2^T, relu(k W1^T) W2^T (after RoPE)
+    kv/k biases: a lead key k*_h = [k_bias_h (d_a dims), 0...] and value v*_h (kv: v_bias_h; k: fixed
+      zero | m e1 | m [1..1]/sqrt(dh)) every query sees; no RoPE, no position bias, never masked
+    s_ij = <q_i, k_j>/sqrt(dh) + bias_h(i - j)     alibi: -m_h (i-j), m_h = 2^(-8h/H) (Eq. 7, h = 1..H)
+      relative learned: table[h, bucket(i-j)]; bucket-index: bucket(i-j) itself (Eq. 6); T5 buckets
+      (bidirectional=False): n < B/2 -> n, else min(B/2 + floor(log(n/(B/2))/log(D/(B/2)) (B/2)), B-1)
+    visible j: causal j <= i | window i-w < j <= i | prefix j <= i or j < p
+    w_ij = exp(s) | sigmoid(s + b) (b = -log C with sigmoid-bias-log-n) | elu(s) + 1 | s
+    Z_i = (sum_j w_ij + w_sink)/alpha | 1 | max(|sum_j w_ij|, 1) | (sum_j w_ij^p)^(1/p)
+      sink-logit: w_sink = e^{S_h} (learned per head); softmax-plus-one: e^0 = 1
+    o_i = sum_j (w_ij / Z_i) v_j  (+ v_bias_h for attn-bias v); gate: o_h *= sigmoid(a Wg^T) (per head
+      or per element); concat -> Wo (head-combine add: (sum_h o_h) Wo^T with Wo [d, dh])
+    pre:  x_mid = x + o Wo^T;           x_out = x_mid + FFN(RMSNorm(x_mid) g2)
+    post: x_mid = RMSNorm(x + o Wo^T) g1; x_out = RMSNorm(x_mid + FFN(x_mid)) g2; no final norm
+    FFN gated: (act(f Wgate^T) * f Wup^T) Wdown^T (swiglu silu, geglu erf-gelu, reglu relu);
+        plain: act(f Wup^T) Wdown^T (swish, gelu, relu)
+final: RMSNorm(x) g_final (pre-norm only) -> logits = x W_head^T; the sink token's row is dropped;
+loss = SUM of cross-entropy over the counted targets: target >= 0 and, for prefix-length p > 1, input
+position >= p - 1.
+
+Layout: one JSON index model_variants.json (per case: its golden file, the dimensions, the axis flags
+that differ from the default as flag -> text, batch and sequence length, and the parameter list
+[name, shape] the model must have) and three safetensors files (model_variants_{arch,bias,attn}).
+Weights are shared by the cases of a file: "w/<name>/<shape>" (f32, drawn from a seed of the name and
+shape). Per case: "<case>/inputs", "<case>/targets" (i32 [B,T]), "<case>/loss" (f64 [1], the sum),
+"<case>/counted" (i32 [1]), "<case>/grad" (f32, rounded from float64: every parameter's gradient,
+flattened, concatenated in the order of the case's parameter list) and "<case>/probs0" (f32
+[1,H,T',S'], layer 0's w/Z of batch row 0, S' = lead keys + T'). The sizes (d = 16, ffn = 12, vocab
+17) keep the ~70 cases' gradients within the golden-size budget (< 1.5 MB in all).
+
+Usage: python gen_model_variants.py OUT_DIR
+"""
+import json
+import math
+import os
+import sys
+import zlib
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from golden_io import save_golden
+
+torch.set_num_threads(1)  # a fixed reduction order: byte-reproducible goldens
+f64 = torch.float64
+
+DIMS = dict(vocab=17, d=16, layers=2, heads=4, kv_heads=0, ffn=12, context=11, norm_eps=1e-5, rope_theta=10000.0)
+BATCH, SEQ = 2, 11
+# T5 buckets small enough that T = 11 reaches the exact, the logarithmic and the saturated buckets.
+REL = {"relative-buckets": "8", "relative-max-distance": "10"}
+
+# Every variant axis with its default (the paper's default model), as flag -> text value.
+DEFAULT_AXES = {
+    "pos-emb": "rope", "relative-bias": "learned", "relative-buckets": "32", "relative-max-distance": "128",
+    "norm-placement": "pre", "ffn": "swiglu", "head-combine": "concat", "attn-bias": "none",
+    "bias-per-head": "true", "k-bias-dims": "0", "fixed-value": "zero", "fixed-value-scale": "1",
+    "attn-sim": "exp", "attn-norm": "sum", "qk-kernel": "identity", "attn-alpha": "1", "attn-p": "1",
+    "sigmoid-bias": "0", "sigmoid-bias-log-n": "false", "sink-logit": "false", "softmax-plus-one": "false",
+    "attn-gate": "none", "attn-window": "0", "prefix-length": "1",
+}
+
+
+def case(axes=None, seq=SEQ, **dims):
+    return dict(axes=dict(axes or {}), seq=seq, dims=dict(DIMS, **dims))
+
+
+def attn(sim, norm, **more):
+    return {"attn-sim": sim, "attn-norm": norm, **more}
+
+
+FILES = {
+    "arch": {
+        "default": case(),
+        "default_t1": case(seq=1),
+        "pos_none": case({"pos-emb": "none"}),
+        "pos_sinusoidal": case({"pos-emb": "sinusoidal"}),
+        "pos_learned": case({"pos-emb": "learned"}),
+        "pos_relative_learned": case({"pos-emb": "relative", **REL}),  # relative-bias learned is the default
+        "pos_relative_bucket": case({"pos-emb": "relative", "relative-bias": "bucket-index", **REL}),
+        "pos_alibi": case({"pos-emb": "alibi"}),
+        "norm_post": case({"norm-placement": "post"}),
+        "ffn_relu": case({"ffn": "relu"}),
+        "ffn_gelu": case({"ffn": "gelu"}),
+        "ffn_swish": case({"ffn": "swish"}),
+        "ffn_reglu": case({"ffn": "reglu"}),
+        "ffn_geglu": case({"ffn": "geglu"}),
+        "heads1": case(heads=1),
+        "heads2": case(heads=2),
+        "heads8": case(heads=8),
+        "head_add": case({"head-combine": "add"}),
+        "head_add_h2": case({"head-combine": "add"}, heads=2),
+        "gqa_alibi": case({"pos-emb": "alibi"}, kv_heads=2),
+        "post_gelu": case({"norm-placement": "post", "ffn": "gelu"}),
+        "post_gate": case({"norm-placement": "post", "attn-gate": "elementwise"}),  # the gate reads x_in
+        "relative_learned_t1": case({"pos-emb": "relative", **REL}, seq=1),
+    },
+    "bias": {
+        "sink_token": case({"attn-bias": "sink-token"}),
+        "sink_token_t1": case({"attn-bias": "sink-token"}, seq=1),
+        "sink_token_learned_pe": case({"attn-bias": "sink-token", "pos-emb": "learned"}),
+        "alibi_sink_token": case({"attn-bias": "sink-token", "pos-emb": "alibi"}),
+        "kv": case({"attn-bias": "kv"}),
+        "kv_t1": case({"attn-bias": "kv"}, seq=1),
+        "kv_shared": case({"attn-bias": "kv", "bias-per-head": "false"}),
+        "kv_dims1": case({"attn-bias": "kv", "k-bias-dims": "1"}),
+        "k_zero": case({"attn-bias": "k"}),
+        "k_e1_m5": case({"attn-bias": "k", "fixed-value": "e1", "fixed-value-scale": "5"}),
+        "k_ones_m5": case({"attn-bias": "k", "fixed-value": "ones", "fixed-value-scale": "5"}),
+        "k_shared": case({"attn-bias": "k", "bias-per-head": "false"}),
+        "k_dims3": case({"attn-bias": "k", "k-bias-dims": "3"}),
+        "v": case({"attn-bias": "v"}),
+        "v_shared": case({"attn-bias": "v", "bias-per-head": "false"}),
+        "kv_alibi": case({"attn-bias": "kv", "pos-emb": "alibi"}),
+        "kv_gate": case({"attn-bias": "kv", "attn-gate": "elementwise"}),
+        "kv_window4": case({"attn-bias": "kv", "attn-window": "4"}),
+        "v_gate": case({"attn-bias": "v", "attn-gate": "headwise"}),  # gate after the v bias
+    },
+    "attn": {
+        # Table 15, row by row (the first row, exp + sum, is the default case)
+        "sigmoid_one": case(attn("sigmoid", "one")),
+        "sigmoid_sum": case(attn("sigmoid", "sum")),
+        "elu_one": case(attn("elu-plus-one", "one")),
+        "elu_sum": case(attn("elu-plus-one", "sum")),
+        "kernel_elu_sum": case(attn("identity", "sum", **{"qk-kernel": "elu-plus-one"})),
+        "kernel_elu_one": case(attn("identity", "one", **{"qk-kernel": "elu-plus-one"})),
+        "identity_maxabs": case(attn("identity", "max-abs-sum-one")),
+        "identity_one": case(attn("identity", "one")),
+        "kernel_mlp_maxabs": case(attn("identity", "max-abs-sum-one", **{"qk-kernel": "mlp"})),
+        "kernel_mlp_one": case(attn("identity", "one", **{"qk-kernel": "mlp"})),
+        # Table 14 left
+        "alpha_0.2": case({"attn-alpha": "0.2"}),
+        "alpha_2": case({"attn-alpha": "2"}),
+        # Eq. 43-44
+        **{f"pnorm_exp_{p}": case(attn("exp", "p-norm", **{"attn-p": p})) for p in ("0.25", "0.5", "2", "3")},
+        **{f"pnorm_sigmoid_{p}": case(attn("sigmoid", "p-norm", **{"attn-p": p})) for p in ("0.25", "0.5", "2", "3")},
+        "sigmoid_log_n": case(attn("sigmoid", "one", **{"sigmoid-bias-log-n": "true"})),
+        "sigmoid_bias": case(attn("sigmoid", "sum", **{"sigmoid-bias": "-1.5"})),
+        "sink_logit": case({"sink-logit": "true"}),
+        "softmax_plus_one": case({"softmax-plus-one": "true"}),
+        "gate_headwise": case({"attn-gate": "headwise"}),
+        "gate_elementwise": case({"attn-gate": "elementwise"}),
+        "window4": case({"attn-window": "4"}),
+        "prefix3": case({"prefix-length": "3"}),
+    },
+}
+
+
+class Cfg:
+    """The case's configuration in typed form (from the flag texts, as the C++ set_axis reads them)."""
+
+    def __init__(self, dims, axes):
+        a = dict(DEFAULT_AXES, **axes)
+        assert set(a) == set(DEFAULT_AXES), f"unknown axis in {axes}"
+        self.V, self.d, self.L = dims["vocab"], dims["d"], dims["layers"]
+        self.H = dims["heads"]
+        self.Hkv = dims["kv_heads"] or self.H
+        self.F, self.C = dims["ffn"], dims["context"]
+        self.eps, self.theta = dims["norm_eps"], dims["rope_theta"]
+        self.dh = self.d // self.H
+        self.pos = a["pos-emb"]
+        self.rel_mode, self.buckets, self.max_dist = a["relative-bias"], int(a["relative-buckets"]), int(
+            a["relative-max-distance"])
+        self.post = a["norm-placement"] == "post"
+        self.ffn = a["ffn"]
+        self.add_heads = a["head-combine"] == "add"
+        self.bias = a["attn-bias"]
+        self.per_head = a["bias-per-head"] == "true"
+        self.d_a = int(a["k-bias-dims"]) or self.dh
+        self.fixed, self.m = a["fixed-value"], float(a["fixed-value-scale"])
+        self.sim, self.norm, self.kernel = a["attn-sim"], a["attn-norm"], a["qk-kernel"]
+        self.alpha, self.p = float(a["attn-alpha"]), float(a["attn-p"])
+        self.sig_b = -math.log(self.C) if a["sigmoid-bias-log-n"] == "true" else float(a["sigmoid-bias"])
+        self.sink_logit = a["sink-logit"] == "true"
+        self.plus_one = a["softmax-plus-one"] == "true"
+        self.gate = a["attn-gate"]
+        self.window, self.prefix = int(a["attn-window"]), int(a["prefix-length"])
+        self.lead_pos = 1 if self.bias == "sink-token" else 0
+        self.lead_keys = 1 if self.bias in ("kv", "k") else 0
+        if self.sink_logit or self.plus_one:
+            assert self.sim == "exp" and self.norm == "sum", "sink logits are written for softmax only"
+
+    def param_shapes(self):
+        """[(name, shape)] of the model's parameters, from the notes' names."""
+        d, V, F_, H, Hkv, dh = self.d, self.V, self.F, self.H, self.Hkv, self.dh
+        out = [("model.embed_tokens.weight", (V, d))]
+        if self.pos == "learned":
+            out.append(("model.embed_positions.weight", (self.C + self.lead_pos, d)))
+        if self.bias == "sink-token":
+            out.append(("model.sink_token", (d,)))
+        if self.pos == "relative" and self.rel_mode == "learned":
+            out.append(("model.relative_attention_bias.weight", (H, self.buckets)))
+        nb = H if self.per_head else 1
+        for l in range(self.L):
+            p = f"model.layers.{l}."
+            out += [(p + "input_layernorm.weight", (d,)), (p + "self_attn.q_proj.weight", (H * dh, d)),
+                    (p + "self_attn.k_proj.weight", (Hkv * dh, d)), (p + "self_attn.v_proj.weight", (Hkv * dh, d))]
+            if self.kernel == "mlp":
+                out += [(p + "self_attn.kernel_mlp1.weight", (dh, dh)), (p + "self_attn.kernel_mlp2.weight", (dh, dh))]
+            if self.lead_keys:
+                out.append((p + "self_attn.k_bias", (nb, self.d_a)))
+            if self.bias in ("kv", "v"):
+                out.append((p + "self_attn.v_bias", (nb, dh)))
+            if self.sink_logit:
+                out.append((p + "self_attn.sinks", (H,)))
+            if self.gate != "none":
+                out.append((p + "self_attn.gate_proj.weight", (H if self.gate == "headwise" else H * dh, d)))
+            out += [(p + "self_attn.o_proj.weight", (d, dh if self.add_heads else H * dh)),
+                    (p + "post_attention_layernorm.weight", (d,))]
+            if self.ffn in ("swiglu", "geglu", "reglu"):
+                out.append((p + "mlp.gate_proj.weight", (F_, d)))
+            out += [(p + "mlp.up_proj.weight", (F_, d)), (p + "mlp.down_proj.weight", (d, F_))]
+        if not self.post:
+            out.append(("model.norm.weight", (d,)))
+        out.append(("lm_head.weight", (V, d)))
+        return out
+
+
+def weight_values(name, shape):
+    """f32-representable weights drawn from a seed of (name, shape): the same in every case."""
+    rng = np.random.default_rng(zlib.crc32(f"{name}/{shape}".encode()))
+    n = rng.standard_normal(shape)
+    if name.endswith("layernorm.weight") or name == "model.norm.weight":
+        w = 1.0 + 0.1 * n  # RMSNorm gains
+    elif name.endswith("self_attn.sinks") or name.endswith("relative_attention_bias.weight"):
+        w = 1.0 * n  # logits / score biases: large enough to matter against ~T keys
+    else:
+        w = 0.3 * n
+    return w.astype(np.float32)
+
+
+# ------------------------------------------------------------------------------------------------
+# Reference pieces
+
+
+def rmsnorm(x, g, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g
+
+
+def rope(x, theta):
+    """HF Llama rotate-half RoPE on x [B,T,heads,dh], positions 0..T-1: feature i pairs with i + dh/2."""
+    T, dh = x.shape[1], x.shape[-1]
+    half = dh // 2
+    inv_freq = 1.0 / theta ** (torch.arange(0, dh, 2, dtype=f64) / dh)
+    ang = torch.arange(T, dtype=f64)[:, None] * inv_freq[None, :]  # [T, dh/2]
+    cos, sin = ang.cos()[None, :, None, :], ang.sin()[None, :, None, :]
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def sinusoidal(T, d):
+    """App. A Eq. 5 (0-based i): P[t, 2i] = sin(t w_i), P[t, 2i+1] = cos(t w_i), w_i = 1/10000^(2i/d)."""
+    P = torch.zeros(T, d, dtype=f64)
+    for t in range(T):
+        for i in range(d // 2):
+            w = 1.0 / 10000.0 ** (2.0 * i / d)
+            P[t, 2 * i] = math.sin(t * w)
+            P[t, 2 * i + 1] = math.cos(t * w)
+    return P
+
+
+def t5_bucket(n, buckets, max_distance):
+    """Paper Eq. 6 / T5 (bidirectional=False) bucket of the distance n = i - j >= 0."""
+    half = buckets // 2
+    if n < half:
+        return n
+    big = half + int(math.log(n / half) / math.log(max_distance / half) * (buckets - half))
+    return min(big, buckets - 1)
+
+
+def alibi_slopes(H):
+    """Paper Eq. 7: m_h = 2^(-h * 2^(3 - log2 H)), h = 1..H (H a power of two here)."""
+    assert H & (H - 1) == 0
+    return [2.0 ** (-h * 2.0 ** (3 - math.log2(H))) for h in range(1, H + 1)]
+
+
+def position_bias(cfg, Tp, params):
+    """[H, Tp, Tp] additive score bias of query i and real key j (or None)."""
+    if cfg.pos == "alibi":
+        i = torch.arange(Tp, dtype=f64)[:, None]
+        j = torch.arange(Tp, dtype=f64)[None, :]
+        m = torch.tensor(alibi_slopes(cfg.H), dtype=f64)[:, None, None]
+        return -m * (i - j)[None]
+    if cfg.pos == "relative":
+        idx = torch.tensor([[t5_bucket(max(i - j, 0), cfg.buckets, cfg.max_dist) for j in range(Tp)]
+                            for i in range(Tp)])  # [Tp, Tp]
+        if cfg.rel_mode == "bucket-index":
+            return idx.to(f64)[None].expand(cfg.H, Tp, Tp)
+        table = params["model.relative_attention_bias.weight"]  # [H, buckets]
+        return table[:, idx]
+    return None
+
+
+def visible(cfg, Tp):
+    i = torch.arange(Tp)[:, None]
+    j = torch.arange(Tp)[None, :]
+    if cfg.window > 0:
+        return (j <= i) & (j > i - cfg.window)
+    if cfg.prefix > 1:
+        return (j <= i) | (j < cfg.prefix + cfg.lead_pos)
+    return j <= i
+
+
+def act(name, x):
+    if name in ("swiglu", "swish"):
+        return x * torch.sigmoid(x)
+    if name in ("geglu", "gelu"):
+        return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+    return torch.clamp(x, min=0.0)  # relu, reglu
+
+
+def attention(cfg, params, l, a, Tp, probs_out):
+    """One attention block on its input a [B,Tp,d] -> [B,Tp,d] (after Wo)."""
+    B = a.shape[0]
+    H, Hkv, dh = cfg.H, cfg.Hkv, cfg.dh
+    p = f"model.layers.{l}.self_attn."
+    q = (a @ params[p + "q_proj.weight"].T).view(B, Tp, H, dh)
+    k = (a @ params[p + "k_proj.weight"].T).view(B, Tp, Hkv, dh)
+    v = (a @ params[p + "v_proj.weight"].T).view(B, Tp, Hkv, dh)
+    if cfg.pos == "rope":
+        q, k = rope(q, cfg.theta), rope(k, cfg.theta)
+    if cfg.kernel == "elu-plus-one":
+        q, k = F.elu(q) + 1.0, F.elu(k) + 1.0
+    elif cfg.kernel == "mlp":
+        W1, W2 = params[p + "kernel_mlp1.weight"], params[p + "kernel_mlp2.weight"]
+        q = torch.clamp(q @ W1.T, min=0.0) @ W2.T
+        k = torch.clamp(k @ W1.T, min=0.0) @ W2.T
+    # query head h reads kv head h // (H / Hkv); [B,H,Tp,dh]
+    qh = q.transpose(1, 2)
+    kh = k.repeat_interleave(H // Hkv, dim=2).transpose(1, 2)
+    vh = v.repeat_interleave(H // Hkv, dim=2).transpose(1, 2)
+    scale = 1.0 / math.sqrt(dh)
+    s = scale * (qh @ kh.transpose(-1, -2))  # [B,H,Tp,Tp]
+    bias = position_bias(cfg, Tp, params)
+    if bias is not None:
+        s = s + bias[None]
+    vis = visible(cfg, Tp)[None, None].expand(B, H, Tp, Tp)
+    if cfg.lead_keys:
+        kb = params[p + "k_bias"].expand(H, cfg.d_a)  # shared: [1, d_a] broadcast to every head
+        kstar = torch.cat([kb, torch.zeros(H, dh - cfg.d_a, dtype=f64)], dim=1)  # [H, dh]
+        if cfg.bias == "kv":
+            vstar = params[p + "v_bias"].expand(H, dh)
+        elif cfg.fixed == "zero":
+            vstar = torch.zeros(H, dh, dtype=f64)
+        elif cfg.fixed == "e1":
+            vstar = torch.zeros(H, dh, dtype=f64)
+            vstar[:, 0] = cfg.m
+        else:  # ones
+            vstar = torch.full((H, dh), cfg.m / math.sqrt(dh), dtype=f64)
+        s_lead = scale * (qh * kstar[None, :, None, :]).sum(-1, keepdim=True)  # [B,H,Tp,1]
+        s = torch.cat([s_lead, s], dim=-1)
+        vis = torch.cat([torch.ones(B, H, Tp, 1, dtype=torch.bool), vis], dim=-1)
+        vh = torch.cat([vstar[None, :, None, :].expand(B, H, 1, dh), vh], dim=2)
+    # similarity; masked entries are exactly 0 (computed on a harmless stand-in so no inf/nan reaches
+    # the gradient through torch.where)
+    s_safe = torch.where(vis, s, torch.zeros_like(s))
+    if cfg.sim == "exp":
+        w = torch.exp(s_safe)
+    elif cfg.sim == "sigmoid":
+        w = torch.sigmoid(s_safe + cfg.sig_b)
+    elif cfg.sim == "elu-plus-one":
+        w = F.elu(s_safe) + 1.0
+    else:
+        w = s_safe
+    w = torch.where(vis, w, torch.zeros_like(w))
+    if cfg.norm == "sum":
+        R = w.sum(-1)
+        if cfg.sink_logit:
+            R = R + torch.exp(params[p + "sinks"])[None, :, None]
+        elif cfg.plus_one:
+            R = R + 1.0
+        Z = R / cfg.alpha
+    elif cfg.norm == "one":
+        Z = torch.ones(B, H, Tp, dtype=f64)
+    elif cfg.norm == "max-abs-sum-one":
+        R = w.sum(-1)
+        gap = float((R.detach().abs() - 1.0).abs().min())
+        assert gap > 1e-4, f"|R| = 1 +- {gap}: too close to the kink of max(|R|, 1)"
+        Z = torch.clamp(R.abs(), min=1.0)
+    else:  # p-norm
+        wp = torch.where(vis, torch.where(vis, w, torch.ones_like(w)) ** cfg.p, torch.zeros_like(w))
+        Z = wp.sum(-1) ** (1.0 / cfg.p)
+    P = w / Z[..., None]
+    if probs_out is not None:
+        probs_out.append(P.detach())
+    o = (P @ vh).transpose(1, 2)  # [B,Tp,H,dh]
+    if cfg.bias == "v":
+        o = o + params[p + "v_bias"].expand(H, dh)[None, None]
+    if cfg.gate == "headwise":
+        o = o * torch.sigmoid(a @ params[p + "gate_proj.weight"].T)[..., None]
+    elif cfg.gate == "elementwise":
+        o = o * torch.sigmoid(a @ params[p + "gate_proj.weight"].T).view(B, Tp, H, dh)
+    o = o.sum(2) if cfg.add_heads else o.reshape(B, Tp, H * dh)
+    return o @ params[p + "o_proj.weight"].T
+
+
+def ffn(cfg, params, l, f):
+    p = f"model.layers.{l}.mlp."
+    up = f @ params[p + "up_proj.weight"].T
+    if cfg.ffn in ("swiglu", "geglu", "reglu"):
+        h = act(cfg.ffn, f @ params[p + "gate_proj.weight"].T) * up
+    else:
+        h = act(cfg.ffn, up)
+    return h @ params[p + "down_proj.weight"].T
+
+
+def forward(cfg, params, ids, targets, probs_out=None, return_logits=False):
+    """Sum of the counted cross-entropies (float64 scalar) and their count."""
+    B, T = ids.shape
+    h = params["model.embed_tokens.weight"][ids]  # [B,T,d]
+    if cfg.bias == "sink-token":
+        h = torch.cat([params["model.sink_token"].expand(B, 1, cfg.d), h], dim=1)
+    Tp = T + cfg.lead_pos
+    if cfg.pos == "sinusoidal":
+        h = h + sinusoidal(Tp, cfg.d)[None]
+    elif cfg.pos == "learned":
+        h = h + params["model.embed_positions.weight"][:Tp][None]
+    x = h
+    for l in range(cfg.L):
+        g1 = params[f"model.layers.{l}.input_layernorm.weight"]
+        g2 = params[f"model.layers.{l}.post_attention_layernorm.weight"]
+        out = probs_out if l == 0 else None
+        if cfg.post:
+            x_mid = rmsnorm(x + attention(cfg, params, l, x, Tp, out), g1, cfg.eps)
+            x = rmsnorm(x_mid + ffn(cfg, params, l, x_mid), g2, cfg.eps)
+        else:
+            x_mid = x + attention(cfg, params, l, rmsnorm(x, g1, cfg.eps), Tp, out)
+            x = x_mid + ffn(cfg, params, l, rmsnorm(x_mid, g2, cfg.eps))
+    if not cfg.post:
+        x = rmsnorm(x, params["model.norm.weight"], cfg.eps)
+    logits = (x @ params["lm_head.weight"].T)[:, cfg.lead_pos:]  # [B,T,V]
+    if return_logits:
+        return logits
+    counted = targets >= 0
+    if cfg.prefix > 1:
+        counted = counted & (torch.arange(T)[None, :] >= cfg.prefix - 1)
+    logp = torch.log_softmax(logits, dim=-1)
+    picked = logp.gather(-1, targets.clamp(min=0)[..., None])[..., 0]
+    return -(picked * counted).sum(), int(counted.sum())
+
+
+# ------------------------------------------------------------------------------------------------
+# Outside checks of the reference
+
+
+def check_default_against_hf(cfg, params, ids):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    hf_cfg = LlamaConfig(vocab_size=cfg.V, hidden_size=cfg.d, intermediate_size=cfg.F, num_hidden_layers=cfg.L,
+                         num_attention_heads=cfg.H, num_key_value_heads=cfg.Hkv, max_position_embeddings=cfg.C,
+                         rms_norm_eps=cfg.eps, rope_theta=cfg.theta, attention_bias=False, mlp_bias=False,
+                         tie_word_embeddings=False, attn_implementation="sdpa")
+    model = LlamaForCausalLM(hf_cfg).double()
+    # transformers runs RMSNorm, the RoPE angles and eager attention's softmax in float32 even in a
+    # float64 model; for an exact comparison they run in float64 here: SDPA attention (float64 math),
+    # and RMSNorm / RoPE tables with the same formulas without the downcasts.
+    rms_cls, rot_cls = type(model.model.norm), type(model.model.rotary_emb)
+    saved = rms_cls.forward, rot_cls.forward
+
+    def rms_f64(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
+
+    def rot_f64(self, x, position_ids):
+        dim = cfg.dh
+        inv_freq = 1.0 / (cfg.theta ** (torch.arange(0, dim, 2, dtype=f64) / dim))
+        freqs = position_ids[..., None].to(f64) * inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos(), emb.sin()
+
+    rms_cls.forward, rot_cls.forward = rms_f64, rot_f64
+    try:
+        with torch.no_grad():
+            hf_params = dict(model.named_parameters())
+            assert set(hf_params) == set(params), "default parameter names differ from HF Llama's"
+            for name, t in params.items():
+                hf_params[name].copy_(t)
+            ref = model(input_ids=ids).logits
+    finally:
+        rms_cls.forward, rot_cls.forward = saved
+    mine = forward(cfg, {n: t.detach() for n, t in params.items()}, ids, None, return_logits=True)
+    err = float((mine - ref).abs().max() / ref.abs().max())
+    assert err < 1e-12, f"explicit default model vs HF Llama: rel. diff {err}"
+    return err
+
+
+def check_buckets_against_t5():
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    for buckets, max_distance in ((8, 10), (32, 128), (8, 16)):
+        n = torch.arange(0, 300)
+        hf = T5Attention._relative_position_bucket(-n, bidirectional=False, num_buckets=buckets,
+                                                   max_distance=max_distance)
+        mine = torch.tensor([t5_bucket(int(i), buckets, max_distance) for i in n])
+        assert torch.equal(hf, mine), f"T5 buckets differ for B={buckets} D={max_distance}"
+
+
+def make_batch(name, cfg, T):
+    rng = np.random.default_rng(zlib.crc32(("batch/" + name).encode()))
+    ids = rng.integers(0, cfg.V, size=(BATCH, T)).astype(np.int32)
+    targets = rng.integers(0, cfg.V, size=(BATCH, T)).astype(np.int32)
+    # Not-counted targets: the last of row 0, and (T > 2) an early one of row 1.
+    targets[0, T - 1] = -1
+    if T > 2:
+        targets[1, 1] = -1
+    return ids, targets
+
+
+def run_case(name, spec, tensors, weights):
+    cfg = Cfg(spec["dims"], spec["axes"])
+    shapes = cfg.param_shapes()
+    params = {}
+    for pname, shape in shapes:
+        key = f"w/{pname}/{'x'.join(map(str, shape))}"
+        if key not in weights:
+            weights[key] = weight_values(pname, shape)
+        params[pname] = torch.from_numpy(weights[key].astype(np.float64)).requires_grad_(True)
+    ids_np, tgt_np = make_batch(name, cfg, spec["seq"])
+    ids, tgt = torch.from_numpy(ids_np).long(), torch.from_numpy(tgt_np).long()
+    probs = []
+    loss, counted = forward(cfg, params, ids, tgt, probs)
+    loss.backward()
+    assert counted > 0
+    # The reference's own gradient, by finite differences (float64, random directions).
+    names = [n for n, _ in shapes]
+
+    def loss_of(*ts):
+        return forward(cfg, dict(zip(names, ts)), ids, tgt)[0]
+
+    inputs = tuple(params[n].detach().clone().requires_grad_(True) for n in names)
+    assert torch.autograd.gradcheck(loss_of, inputs, eps=1e-6, atol=1e-7, rtol=1e-5, fast_mode=True), name
+    tensors[f"{name}/inputs"] = ids_np
+    tensors[f"{name}/targets"] = tgt_np
+    tensors[f"{name}/loss"] = np.array([float(loss.detach())], dtype=np.float64)
+    tensors[f"{name}/counted"] = np.array([counted], dtype=np.int32)
+    # every gradient, flattened and concatenated in the order of the index's parameter list
+    tensors[f"{name}/grad"] = np.concatenate([params[n].grad.numpy().ravel() for n in names]).astype(np.float32)
+    tensors[f"{name}/probs0"] = probs[0][:1].numpy().astype(np.float32)  # batch row 0 (file size)
+    if name == "default":
+        err = check_default_against_hf(cfg, params, ids)
+        print(f"  default model vs HF LlamaForCausalLM logits: rel. diff {err:.1e}")
+    return dict(dims=spec["dims"], axes=spec["axes"], batch=BATCH, seq=spec["seq"],
+                params=[[n, list(s)] for n, s in shapes])
+
+
+def main(out_dir):
+    check_buckets_against_t5()
+    index = {"cases": {}}
+    total = 0
+    for file_key, cases in FILES.items():
+        fname = f"model_variants_{file_key}.safetensors"
+        tensors, weights = {}, {}
+        for name, spec in cases.items():
+            entry = run_case(name, spec, tensors, weights)
+            entry["file"] = fname
+            index["cases"][name] = entry
+        path = os.path.join(out_dir, fname)
+        save_golden(path, {**weights, **tensors}, {})
+        size = os.path.getsize(path)
+        total += size
+        print(f"wrote {path} ({size} bytes, {len(cases)} cases)")
+    path = os.path.join(out_dir, "model_variants.json")
+    with open(path, "w") as f:  # one line per case
+        f.write('{"cases": {\n')
+        f.write(",\n".join(json.dumps(n) + ": " + json.dumps(e, sort_keys=True, separators=(",", ":"))
+                           for n, e in index["cases"].items()))
+        f.write("\n}}\n")
+    with open(path) as f:
+        assert json.load(f) == index
+    print(f"wrote {path}; {len(index['cases'])} cases, {total} bytes of safetensors")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
