@@ -11,8 +11,9 @@ import argparse
 import sys
 from dataclasses import dataclass
 
-import h5py
 import numpy as np
+
+from analysis.results import ResultsError, open_results
 
 
 @dataclass
@@ -36,27 +37,28 @@ def _config(text):
 
 
 def read_runs(path, eps):
-    """The runs of one results file that have evaluations, Sink_1 at `eps`."""
+    """The runs of one results file that have evaluations, Sink_1 at `eps` (through analysis.results)."""
     runs = []
-    with h5py.File(path, "r") as f:
-        for name, g in f.get("runs", {}).items():
-            if "eval" not in g:
+    with open_results(path) as rf:
+        for run in rf.runs:
+            ev = run.eval
+            if ev is None:
                 continue
-            ev = g["eval"]
-            eps_list = [float(e) for e in str(ev.attrs.get("sink_eps", "")).split(",") if e]
-            matches = [i for i, e in enumerate(eps_list) if abs(e - eps) < 1e-9]
+            matches = [i for i, e in enumerate(ev.eps) if abs(e - eps) < 1e-9]
             if not matches:
-                raise SystemExit(f"{path}: run {name} has Sink_1 at eps {eps_list}, not at --eps {eps:g}")
-            cfg = _config(str(g.attrs.get("config", "")))
+                raise SystemExit(f"{path}: run {run.name} has Sink_1 at eps {ev.eps}, not at --eps {eps:g}")
+            cfg = _config(run.config)
             sim, norm = cfg.get("attn-sim", "exp"), cfg.get("attn-norm", "sum")
-            proxy = norm != "sum" or float(cfg.get("attn-alpha", "1")) != 1.0
+            # The probe measures proxy scores whenever the weights are not a distribution (probe/model_probe).
+            proxy = ev.proxy or norm != "sum" or float(cfg.get("attn-alpha", "1")) != 1.0
             train_line = ""
-            if "train" in g and len(g["train/loss"]):
-                loss, tps = g["train/loss"][:], g["train/tokens_per_s"][:]
-                train_line = (f"{len(loss)} steps, train loss {loss[0]:.4f} -> {loss[-1]:.4f}, "
-                              f"median {np.median(tps):.0f} tokens/s")
-            runs.append(Run(name, f"{sim}, Z = {norm}", proxy, ev["step"][:], ev["valid_loss"][:],
-                            ev["sink"][:, matches[0]], train_line))
+            if run.train and len(run.train.get("loss", [])):
+                loss = run.train["loss"]
+                train_line = f"{len(loss)} steps, train loss {loss[0]:.4f} -> {loss[-1]:.4f}"
+                if "tokens_per_s" in run.train:
+                    train_line += f", median {np.median(run.train['tokens_per_s']):.0f} tokens/s"
+            runs.append(Run(run.name, f"{sim}, Z = {norm}", proxy, ev.step, ev.valid_loss, ev.sink[:, matches[0]],
+                            train_line))
     return runs
 
 
@@ -89,7 +91,11 @@ def main(argv):
     parser.add_argument("results", nargs="+", help="results.h5 files of sinklab-pretrain")
     parser.add_argument("--eps", type=float, default=0.3, help="threshold of Sink_1^eps (one the runs measured)")
     args = parser.parse_args(argv)
-    runs = [r for path in args.results for r in read_runs(path, args.eps)]
+    try:
+        runs = [r for path in args.results for r in read_runs(path, args.eps)]
+    except ResultsError as e:
+        print(f"analysis.compare: {e}", file=sys.stderr)
+        return 1
     if not runs:
         print("analysis.compare: no run with evaluations in " + ", ".join(args.results), file=sys.stderr)
         return 1

@@ -61,6 +61,8 @@ def test_side_by_side_rows_and_proxy_mark(tmp_path):
     # alpha != 1 also measures proxy scores.
     _write(tmp_path / "c.h5", "alpha", [0], [8.0], [[0, 0, 0]], "attn-sim = exp\nattn-norm = sum\nattn-alpha = 0.2\n")
     assert compare.read_runs(tmp_path / "c.h5", 0.3)[0].proxy
+    # A file that is not there: one line naming it, exit 1.
+    assert compare.main([str(tmp_path / "missing.h5")]) == 1
 
 
 @pytest.mark.skipif(not PRETRAIN.exists(), reason=f"{PRETRAIN} not built")
