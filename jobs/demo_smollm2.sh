@@ -13,7 +13,8 @@
 #      When results/demo/survey.h5 exists (jobs/demo.sh surveyed the tiny models into it), the survey
 #      continues it (--resume) with the parameters recorded in it, so both surveys share T, K, n-seq, eps;
 #   4. prints a Table-1-style line (Sink_1^eps per input, loss, provenance).
-# Wall time on the 2-core development machine: see the end of this file's output ("took ...").
+# Wall time on the 2-core development machine (it prints "took ..."): 44 s when the machine was otherwise
+# idle, 88-174 s with other jobs on it (load 5-9); the whole jobs/demo.sh took 904 s (15 min, load ~6.5).
 #
 #   [SINKLAB_BUILD_DIR=build] [N_NATURAL=16] bash jobs/demo_smollm2.sh
 set -euo pipefail
