@@ -11,12 +11,6 @@ ModelProbe::ModelProbe(int n_layers, int n_heads, int64_t seq_len, int max_k, st
       pre_norm_sums_(size_t(n_layers), 0.0),
       seq_len_(seq_len) {}
 
-namespace {
-// Whether the probe measures proxy scores instead of the rows as computed (paper Sec. 7.4), and
-// whether those take |w| (similarities that can be negative).
-bool needs_proxy(const ops::AttentionSpec& s) { return s.norm != ops::AttnNorm::sum || s.norm_alpha != 1.0; }
-bool signed_weights(const ops::AttentionSpec& s) { return s.sim == ops::AttnSim::identity; }
-}  // namespace
 
 void ModelProbe::on_layer(const LayerTaps& taps) {
   const int64_t lead = taps.lead_positions, text = seq_len_;
@@ -31,8 +25,8 @@ void ModelProbe::on_layer(const LayerTaps& taps) {
   if (probs_buffer_.bytes() < size_t(need) * sizeof(float)) probs_buffer_ = Buffer(size_t(need) * sizeof(float), Device::cpu());
   Tensor probs = probs_buffer_.view(DType::f32, {B, H, Tm, S});
   ops::attention_probs(probs, taps.q, taps.k, spec);
-  if (needs_proxy(spec)) {
-    proxy_scores(probs, probs, signed_weights(spec));
+  if (measured_by_proxy(spec)) {
+    proxy_scores(probs, probs, proxy_takes_abs(spec));
     proxy_ = true;
   }
   // The text block: rows and key columns of x_1..x_T.

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/ops.hpp"
 #include "core/tensor.hpp"
 
 namespace sinklab::probe {
@@ -53,6 +54,13 @@ double sink_from_alpha(const double* alpha, int64_t n_heads_total, int K, int p,
 // whole row (masked entries must be 0, as attention_probs writes them). out has w's shape and may be
 // w itself.
 void proxy_scores(Tensor out, const Tensor& w, bool absolute);
+// Whether an attention variant's rows are measured through proxy scores (they are not a distribution:
+// norm one / max(|sum|,1) / p-norm, or rows summing to alpha != 1), and whether the proxy takes |w|
+// (similarities that can be negative). One rule for the trainer's probe and the survey.
+inline bool measured_by_proxy(const ops::AttentionSpec& s) {
+  return s.norm != ops::AttnNorm::sum || s.norm_alpha != 1.0;
+}
+inline bool proxy_takes_abs(const ops::AttentionSpec& s) { return s.sim == ops::AttnSim::identity; }
 
 // Accumulates alpha over samples for every (layer, head) and K positions.
 class SinkAccumulator {

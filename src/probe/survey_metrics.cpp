@@ -58,12 +58,6 @@ Tensor kv_rows(const Tensor& x, int64_t b, Buffer& scratch) {
   return Tensor(scratch.data(), x.dtype, {S, width});
 }
 
-// Whether attention rows are distributions as they stand; if not, the sink metric reads proxy scores
-// (DESIGN.md: w_ij / (sum_j w_ij + 1e-8), |w| for signed kernels).
-bool rows_are_distributions(const ops::AttentionSpec& spec) {
-  return spec.norm == ops::AttnNorm::sum && spec.norm_alpha == 1.0;
-}
-
 }  // namespace
 
 std::vector<HeadPair> parse_head_pairs(const std::string& text, const char* flag) {
@@ -224,8 +218,8 @@ void SurveyProbe::add_attention(int a, const LayerTaps& taps) {
   if (alpha_buffer_.bytes() < alpha_bytes) alpha_buffer_ = Buffer(alpha_bytes, Device::cpu());
   Tensor probs = probs_buffer_.view(q.dtype, {B, 1, T, S});
   Tensor alpha = alpha_buffer_.view(DType::f64, {B, H, K});
-  const bool proxy = !rows_are_distributions(*taps.attention);
-  const bool signed_kernel = taps.attention->sim == ops::AttnSim::identity;
+  const bool proxy = measured_by_proxy(*taps.attention);
+  const bool signed_kernel = proxy_takes_abs(*taps.attention);
   const size_t TT = size_t(T * T);
   for (int64_t h = 0; h < H; ++h) {
     ops::AttentionSpec spec = *taps.attention;
