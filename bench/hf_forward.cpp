@@ -25,6 +25,7 @@
 #include "hf/hf_model.hpp"
 #include "io/safetensors.hpp"
 #include "probe/model_probe.hpp"
+#include "probe/survey_metrics.hpp"
 
 using namespace sinklab;
 
@@ -52,7 +53,7 @@ long status_kb(const char* key) {
 
 int main(int argc, char** argv) {
   return run_main("hf_forward", [&]() {
-    std::string model_dir, ids_path, mode = "probe";
+    std::string model_dir, ids_path, mode = "probe", probe_kind = "survey";
     int64_t batch = 100, repeat = 3, max_memory = 0;
     int threads = 0;
     for (int i = 1; i < argc; i += 2) {
@@ -62,6 +63,7 @@ int main(int argc, char** argv) {
       if (k == "--model") model_dir = v;
       else if (k == "--ids") ids_path = v;
       else if (k == "--mode") mode = v;
+      else if (k == "--probe") probe_kind = v;
       else if (k == "--batch") batch = std::stoll(v);
       else if (k == "--repeat") repeat = std::stoll(v);
       else if (k == "--threads") threads = std::stoi(v);
@@ -70,6 +72,7 @@ int main(int argc, char** argv) {
     }
     SL_CHECK(!model_dir.empty() && !ids_path.empty(), "usage: hf_forward --model DIR --ids IDS.safetensors [...]");
     SL_CHECK(mode == "probe" || mode == "logits", "--mode must be probe or logits, got %s", mode.c_str());
+    SL_CHECK(probe_kind == "survey" || probe_kind == "model", "--probe must be survey or model, got %s", probe_kind.c_str());
     SL_CHECK(batch >= 1 && repeat >= 1, "--batch and --repeat must be >= 1");
 
     io::SafetensorsFile ids_file(ids_path);
@@ -90,12 +93,26 @@ int main(int argc, char** argv) {
     if (logits_wanted) logits_buf = Buffer::for_tensor(DType::f32, {batch, T, int64_t(info.vocab_size)});
     hf::ForwardOptions opt;
     opt.want_logits = logits_wanted;
-    probe::ModelProbe probe(info.n_layers, info.n_heads, T, 4);
+    // survey: sinklab-survey's observer with its defaults (K = 8, no QK or attention maps); model: the
+    // trainer's lighter ModelProbe (alpha, Sink_1, massive activations only).
+    std::unique_ptr<LayerObserver> observer;
+    if (probe_kind == "survey") {
+      probe::SurveyShape shape;
+      shape.n_layers = info.n_layers;
+      for (int l = 0; l < info.n_layers; ++l) shape.attention_layers.push_back(l);
+      shape.n_heads = info.n_heads;
+      shape.n_kv_heads = info.n_kv_heads;
+      shape.seq_len = T;
+      shape.max_k = int(std::min<int64_t>(8, T));
+      observer = std::make_unique<probe::SurveyProbe>(shape);
+    } else {
+      observer = std::make_unique<probe::ModelProbe>(info.n_layers, info.n_heads, T, 4);
+    }
     auto pass = [&](int64_t limit) {
       for (int64_t s0 = 0; s0 < limit; s0 += batch) {
         const int64_t b = std::min(batch, limit - s0);
         Tensor logits = logits_wanted ? logits_buf.view(DType::f32, {b, T, int64_t(info.vocab_size)}) : Tensor{};
-        model->forward(all_ids.slice(0, s0, b), &probe, logits, opt);
+        model->forward(all_ids.slice(0, s0, b), observer.get(), logits, opt);
       }
     };
     pass(std::min(batch, N));  // warm-up: activations allocated, pages touched
@@ -106,12 +123,14 @@ int main(int argc, char** argv) {
       best = std::min(best, now() - t0);
       best_cpu = std::min(best_cpu, cpu_now() - c0);
     }
-    const probe::ProbeResult res = probe.result();
+    double sink1 = 0.0;  // Sink_1^0.3 of layer 1 head 0 (model) / row 0, eps 0.3 (survey): a sanity print
+    if (auto* sp = dynamic_cast<probe::SurveyProbe*>(observer.get())) sink1 = sp->result().sink_k.at(1);
+    else if (auto* mp = dynamic_cast<probe::ModelProbe*>(observer.get())) { const auto r = mp->result(); sink1 = r.sink.size() > 1 ? r.sink[1] : 0.0; }
     std::printf("sinklab mode=%s seqs=%lld T=%lld batch=%lld seqs_per_s=%.2f seqs_per_cpu_s=%.2f peak_mib=%.1f "
-                "load_s=%.2f weights_mib=%.1f sink_eps0.3=%.2f\n",
+                "load_s=%.2f weights_mib=%.1f probe=%s sink_eps0.3=%.2f\n",
                 mode.c_str(), (long long)N, (long long)T, (long long)batch, double(N) / best, double(N) / best_cpu,
                 double(status_kb("VmHWM")) / 1024.0, load_s, double(info.weight_bytes) / (1 << 20),
-                res.sink.size() > 1 ? res.sink[1] : 0.0);
+                probe_kind.c_str(), sink1);
     return 0;
   });
 }

@@ -49,7 +49,8 @@ class Backend {
   virtual void gated_backward(Tensor d_gate, Tensor d_up, Tensor d_out, Tensor gate, Tensor up, Activation act);
   virtual void cross_entropy(Tensor losses, Tensor d_logits, Tensor logits, Tensor targets, int ignore_index, double grad_scale);
   virtual void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& s);
-  virtual void attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec);
+  virtual void attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec,
+                                 Tensor probs);
   virtual void attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor stats, const AttentionSpec& spec);
   virtual void attention_probs(Tensor probs, Tensor q, Tensor k, const AttentionSpec& spec);
   // State-space (Mamba) layers and mixture-of-experts routing.

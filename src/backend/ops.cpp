@@ -96,7 +96,9 @@ void Backend::gated_forward(Tensor, Tensor, Tensor, Activation) { no_kernel("gat
 void Backend::gated_backward(Tensor, Tensor, Tensor, Tensor, Tensor, Activation) { no_kernel("gated_backward"); }
 void Backend::cross_entropy(Tensor, Tensor, Tensor, Tensor, int, double) { no_kernel("cross_entropy"); }
 void Backend::adamw_update(Tensor, Tensor, Tensor, Tensor, const AdamWStep&) { no_kernel("adamw_update"); }
-void Backend::attention_forward(Tensor, Tensor, Tensor, Tensor, Tensor, const AttentionSpec&) { no_kernel("attention_forward"); }
+void Backend::attention_forward(Tensor, Tensor, Tensor, Tensor, Tensor, const AttentionSpec&, Tensor) {
+  no_kernel("attention_forward");
+}
 void Backend::attention_backward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, const AttentionSpec&) { no_kernel("attention_backward"); }
 void Backend::attention_probs(Tensor, Tensor, Tensor, const AttentionSpec&) { no_kernel("attention_probs"); }
 void Backend::causal_conv1d_forward(Tensor, Tensor, Tensor, Tensor) { no_kernel("causal_conv1d_forward"); }
@@ -258,10 +260,11 @@ void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep
   return backend.adamw_update(param, grad, m, v, s);
 }
 
-void attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec) {
-  Backend& backend = backend_for({out, stats, q, k, v}, "attention_forward");
+void attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec,
+                       Tensor probs) {
+  Backend& backend = backend_for({out, stats, q, k, v, probs}, "attention_forward");
   OpTimer timer("attention_forward", backend);
-  return backend.attention_forward(out, stats, q, k, v, spec);
+  return backend.attention_forward(out, stats, q, k, v, spec, probs);
 }
 
 void attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor stats, const AttentionSpec& spec) {

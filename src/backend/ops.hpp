@@ -186,7 +186,10 @@ struct AttentionSpec {
 // storing the T x T matrix (for softmax and softpick: the log of the normaliser, log Z_i; for
 // variants without the running max: the row reduction R_i the normaliser is made of, see
 // attention_math.hpp).
-void attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec);
+// probs: optional [B,H,T,S] output, the matrix attention_probs would write (bit for bit), formed in the
+// same pass so that a probe need not recompute it (the survey's forward: ~10 % of its time at T = 64).
+void attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec,
+                       Tensor probs = Tensor{});
 void attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, Tensor k, Tensor v,
                         Tensor out, Tensor stats, const AttentionSpec& spec);
 // The normalised attention matrix probs [B,H,T,S] (0 where masked; the lead keys are columns

@@ -94,7 +94,8 @@ class Gpt2Model final : public FamilyModel {
       ops::linear_forward(qkv_, xn_, w[kQkvW], w[kQkvB]);
       Tensor q = head_view(qkv_, B, T, 0, H, dh), k = head_view(qkv_, B, T, d, H, dh),
              v = head_view(qkv_, B, T, 2 * d, H, dh);
-      ops::attention_forward(head_view(att_, B, T, 0, H, dh), Tensor{}, q, k, v, specs_[size_t(l)]);
+      Tensor probs = observer_probs(observer, l, q, k);
+      ops::attention_forward(head_view(att_, B, T, 0, H, dh), Tensor{}, q, k, v, specs_[size_t(l)], probs);
       ops::linear_forward(tmp_, att_, w[kOutW], w[kOutB]);
       ops::add(mid_, x_in, tmp_);
       // MLP block: x_out = mid + act(LN_2(mid) Wfc + bfc) Wproj + bproj.
@@ -103,17 +104,7 @@ class Gpt2Model final : public FamilyModel {
       ops::activation_forward(ffn_, ffn_, act_);
       ops::linear_forward(tmp_, ffn_, w[kProjW], w[kProjB]);
       ops::add(x_out, mid_, tmp_);
-      if (observer) {
-        LayerTaps taps;
-        taps.layer = l;
-        taps.hidden_in = x_in.split_dim(0, B, T);
-        taps.hidden_out = x_out.split_dim(0, B, T);
-        taps.q = q;
-        taps.k = k;
-        taps.v = v;
-        taps.attention = &specs_[size_t(l)];
-        observer->on_layer(taps);
-      }
+      if (observer) observer->on_layer(attention_taps(l, B, x_in, x_out, q, k, v, &specs_[size_t(l)], probs));
     }
     if (!want_logits) return;
     ops::layernorm_forward(xn_, mean_, rstd_, res_[info_.n_layers % 2], resident[kLnFW], resident[kLnFB], eps_);

@@ -103,7 +103,8 @@ class NeoxModel final : public FamilyModel {
              v = interleaved(qkv_, B, T, H, dh, 2);
       ops::rope_forward(q, q, Tensor{}, rope_);
       ops::rope_forward(k, k, Tensor{}, rope_);
-      ops::attention_forward(head_view(att_, B, T, 0, H, dh), Tensor{}, q, k, v, spec_);
+      Tensor probs = observer_probs(observer, l, q, k);
+      ops::attention_forward(head_view(att_, B, T, 0, H, dh), Tensor{}, q, k, v, spec_, probs);
       ops::linear_forward(attn_out_, att_, w[kDenseW], w[kDenseB]);
       // MLP input: x_in (parallel) or x_in + a (sequential).
       Tensor mlp_in = x_in;
@@ -122,17 +123,7 @@ class NeoxModel final : public FamilyModel {
       } else {
         ops::add(x_out, mlp_out_, mid_);
       }
-      if (observer) {
-        LayerTaps taps;
-        taps.layer = l;
-        taps.hidden_in = x_in.split_dim(0, B, T);
-        taps.hidden_out = x_out.split_dim(0, B, T);
-        taps.q = q;
-        taps.k = k;
-        taps.v = v;
-        taps.attention = &spec_;
-        observer->on_layer(taps);
-      }
+      if (observer) observer->on_layer(attention_taps(l, B, x_in, x_out, q, k, v, &spec_, probs));
     }
     if (!want_logits) return;
     const std::vector<Tensor>& resident = store_->resident();

@@ -179,7 +179,7 @@ class JambaModel final : public FamilyModel {
       // Mixer block: mid = x_in + mixer(RMSNorm_in(x_in)).
       ops::rmsnorm_forward(xn_, rstd_, x_in, w[kInputNorm], eps_);
       if (kind.attention) {
-        attention_mixer(w, B, T, &taps);
+        attention_mixer(w, l, B, T, observer, &taps);
       } else {
         mamba_mixer(w, B, T);
       }
@@ -211,17 +211,20 @@ class JambaModel final : public FamilyModel {
   };
 
   // tmp = attention(xn) W_o: causal grouped-query softmax attention without position embedding.
-  // Fills the attention taps.
-  void attention_mixer(const std::vector<Tensor>& w, int64_t B, int64_t T, LayerTaps* taps) {
+  // Fills the attention taps (the attention matrix in the observer's buffer, when it gives one).
+  void attention_mixer(const std::vector<Tensor>& w, int layer, int64_t B, int64_t T, LayerObserver* observer,
+                       LayerTaps* taps) {
     ops::linear_forward(qkv_, xn_, w[kMixer + kQkv], Tensor{});
     Tensor q = head_view(qkv_, B, T, 0, H_, dh_), k = head_view(qkv_, B, T, H_ * dh_, Hkv_, dh_),
            v = head_view(qkv_, B, T, (H_ + Hkv_) * dh_, Hkv_, dh_);
-    ops::attention_forward(head_view(att_, B, T, 0, H_, dh_), Tensor{}, q, k, v, attention_);
+    Tensor probs = observer_probs(observer, layer, q, k);
+    ops::attention_forward(head_view(att_, B, T, 0, H_, dh_), Tensor{}, q, k, v, attention_, probs);
     ops::linear_forward(tmp_, att_, w[kMixer + kO], Tensor{});
     taps->q = q;
     taps->k = k;
     taps->v = v;
     taps->attention = &attention_;
+    taps->probs = probs;
   }
 
   // tmp = Mamba mixer of xn (see the top of the file). Rows are [N = B*T, ...]; the conv and the scan

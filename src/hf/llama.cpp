@@ -120,7 +120,8 @@ class LlamaModel final : public FamilyModel {
              v = head_view(qkv_, B, T, (H + Hkv) * dh, Hkv, dh);
       ops::rope_forward(q, q, Tensor{}, rope_);
       ops::rope_forward(k, k, Tensor{}, rope_);
-      ops::attention_forward(head_view(att_, B, T, 0, H, dh), Tensor{}, q, k, v, spec_);
+      Tensor probs = observer_probs(observer, l, q, k);
+      ops::attention_forward(head_view(att_, B, T, 0, H, dh), Tensor{}, q, k, v, spec_, probs);
       ops::linear_forward(tmp_, att_, w[kOutW], w[kOutB]);
       ops::add(mid_, x_in, tmp_);
       // MLP block: x_out = mid + (act(m Wg) * (m Wu)) Wd, m = RMSNorm_2(mid).
@@ -129,17 +130,7 @@ class LlamaModel final : public FamilyModel {
       ops::gated_forward(ffn_, gate_up_.slice(1, 0, F_), gate_up_.slice(1, F_, F_), act_);
       ops::linear_forward(tmp_, ffn_, w[kDownW], w[kDownB]);
       ops::add(x_out, mid_, tmp_);
-      if (observer) {
-        LayerTaps taps;
-        taps.layer = l;
-        taps.hidden_in = x_in.split_dim(0, B, T);
-        taps.hidden_out = x_out.split_dim(0, B, T);
-        taps.q = q;
-        taps.k = k;
-        taps.v = v;
-        taps.attention = &spec_;
-        observer->on_layer(taps);
-      }
+      if (observer) observer->on_layer(attention_taps(l, B, x_in, x_out, q, k, v, &spec_, probs));
     }
     if (!want_logits) return;
     ops::rmsnorm_forward(xn_, rstd_, res_[info_.n_layers % 2], store_->resident()[kFinalNorm], eps_);

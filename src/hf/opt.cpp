@@ -121,7 +121,8 @@ class OptModel final : public FamilyModel {
       Tensor q = head_view(qkv_, B, T, 0, H, dh), k = head_view(qkv_, B, T, d, H, dh),
              v = head_view(qkv_, B, T, 2 * d, H, dh);
       ops::scale(q, q_scale);
-      ops::attention_forward(head_view(att_, B, T, 0, H, dh), Tensor{}, q, k, v, spec_);
+      Tensor probs = observer_probs(observer, l, q, k);
+      ops::attention_forward(head_view(att_, B, T, 0, H, dh), Tensor{}, q, k, v, spec_, probs);
       ops::linear_forward(tmp_, att_, w[kOutW], w[kOutB]);
       if (pre_ln_) {
         ops::add(mid_, x_in, tmp_);
@@ -145,15 +146,8 @@ class OptModel final : public FamilyModel {
         ops::layernorm_forward(x_out, mean_, rstd_, pre_norm_, w[kMlpLnW], w[kMlpLnB], kLnEps);
       }
       if (observer) {
-        LayerTaps taps;
-        taps.layer = l;
-        taps.hidden_in = x_in.split_dim(0, B, T);
-        taps.hidden_out = x_out.split_dim(0, B, T);
+        LayerTaps taps = attention_taps(l, B, x_in, x_out, q, k, v, &spec_, probs);
         if (!pre_ln_) taps.hidden_pre_norm = pre_norm_.split_dim(0, B, T);
-        taps.q = q;
-        taps.k = k;
-        taps.v = v;
-        taps.attention = &spec_;
         observer->on_layer(taps);
       }
     }

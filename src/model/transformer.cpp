@@ -318,7 +318,7 @@ ops::AttentionSpec Transformer::layer_spec(int l, bool backward) const {
 
 // One attention block's mixing, from a.qkv to the input of o_proj:
 //   rope(q, k) -> phi(q), phi(k) -> [k*; k], [v*; v] -> attention -> + v* -> * sigmoid(gate) -> combine.
-void Transformer::attention_forward(int l, const ops::AttentionSpec& spec) {
+Tensor Transformer::attention_forward(int l, const ops::AttentionSpec& spec, LayerObserver* observer) {
   LayerActs& a = layers_[size_t(l)];
   const LayerIndex& li = layer_index_[size_t(l)];
   const int64_t B = batch_, T = seq_, N = B * T, H = cfg_.n_heads, dh = cfg_.head_dim(), Hkv = cfg_.kv_heads();
@@ -368,12 +368,14 @@ void Transformer::attention_forward(int l, const ops::AttentionSpec& spec) {
     v = a.v_ext;
     (void)S;
   }
-  ops::attention_forward(head_view(a.att, B, T, 0, H, dh), a.stats, q, k, v, spec);
+  Tensor probs = observer_probs(observer, l, q, k);
+  ops::attention_forward(head_view(a.att, B, T, 0, H, dh), a.stats, q, k, v, spec, probs);
   if (cfg_.attn_bias == AttnBias::v) {  // V biases: o_h + v*_h (Table 4, last row)
     const int64_t per_head = cfg_.bias_per_head ? 1 : 0;
     ops::add(head_view(a.att_biased, B, T, 0, H, dh), head_view(a.att, B, T, 0, H, dh),
              strided(at(li.v_bias, false), {B, T, H, dh}, {0, 0, per_head * dh, 1}));
   }
+  return probs;
 }
 
 void Transformer::forward_layers(Tensor inputs, LayerObserver* observer) {
@@ -398,7 +400,7 @@ void Transformer::forward_layers(Tensor inputs, LayerObserver* observer) {
       attn_in = a.xn1;
     }
     ops::linear_forward(a.qkv, attn_in, weight(li.qkv, qkv_dim, d, false), Tensor{});
-    attention_forward(l, spec);
+    const Tensor probs = attention_forward(l, spec, observer);
     Tensor heads_out = cfg_.attn_bias == AttnBias::v ? a.att_biased : a.att;  // [N, H*dh]
     Tensor o_in = heads_out;
     if (li.gate >= 0) {  // gated attention: o *= sigmoid(attn_in W_g^T), per head or per element
@@ -442,16 +444,13 @@ void Transformer::forward_layers(Tensor inputs, LayerObserver* observer) {
       ops::add(x_out, a.x_mid, tmp_);
     }
     if (observer) {
-      LayerTaps taps;
-      taps.layer = l;
-      taps.hidden_in = a.x_in.split_dim(0, B, T);
-      taps.hidden_out = x_out.split_dim(0, B, T);
-      if (post) taps.hidden_pre_norm = a.pre_norm2.split_dim(0, B, T);
+      // q, k, v as attention_forward passed them to the op.
       const bool kernel = cfg_.qk_kernel != QkKernel::identity;
-      taps.q = head_view(kernel ? a.feat : a.qkv, B, T, 0, H, dh);
-      taps.k = cfg_.lead_keys() > 0 ? a.k_ext : head_view(kernel ? a.feat : a.qkv, B, T, H * dh, Hkv, dh);
-      taps.v = cfg_.lead_keys() > 0 ? a.v_ext : head_view(a.qkv, B, T, (H + Hkv) * dh, Hkv, dh);
-      taps.attention = &spec;
+      LayerTaps taps = attention_taps(
+          l, B, a.x_in, x_out, head_view(kernel ? a.feat : a.qkv, B, T, 0, H, dh),
+          cfg_.lead_keys() > 0 ? a.k_ext : head_view(kernel ? a.feat : a.qkv, B, T, H * dh, Hkv, dh),
+          cfg_.lead_keys() > 0 ? a.v_ext : head_view(a.qkv, B, T, (H + Hkv) * dh, Hkv, dh), &spec, probs);
+      if (post) taps.hidden_pre_norm = a.pre_norm2.split_dim(0, B, T);
       taps.lead_positions = cfg_.lead_positions();
       observer->on_layer(taps);
     }

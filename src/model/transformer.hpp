@@ -60,7 +60,8 @@ class Transformer {
   void embed(Tensor inputs);
   void embed_backward(Tensor inputs);
   void forward_layers(Tensor inputs, LayerObserver* observer);
-  void attention_forward(int l, const ops::AttentionSpec& spec);
+  // Returns the attention matrix when the observer supplied a buffer for it (LayerObserver::probs_output).
+  Tensor attention_forward(int l, const ops::AttentionSpec& spec, LayerObserver* observer);
   ops::AttentionSpec layer_spec(int l, bool backward) const;
   Tensor model_targets(Tensor targets);
   double head_loss(Tensor targets, double grad_scale, bool backward, int64_t* counted);

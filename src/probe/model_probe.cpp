@@ -12,6 +12,13 @@ ModelProbe::ModelProbe(int n_layers, int n_heads, int64_t seq_len, int max_k, st
       seq_len_(seq_len) {}
 
 
+Tensor ModelProbe::probs_output(int, const std::array<int64_t, 4>& shape, DType dtype, Device device) {
+  if (dtype != DType::f32 || !device.is_cpu()) return Tensor{};
+  const size_t bytes = size_t(shape[0] * shape[1] * shape[2] * shape[3]) * sizeof(float);
+  if (probs_buffer_.bytes() < bytes) probs_buffer_ = Buffer(bytes, Device::cpu());
+  return probs_buffer_.view(DType::f32, {shape[0], shape[1], shape[2], shape[3]});
+}
+
 void ModelProbe::on_layer(const LayerTaps& taps) {
   const int64_t lead = taps.lead_positions, text = seq_len_;
   const int64_t B = taps.q.shape[0], Tm = taps.q.shape[1], H = taps.q.shape[2], d = taps.hidden_out.shape[2];
@@ -20,11 +27,12 @@ void ModelProbe::on_layer(const LayerTaps& taps) {
   SL_CHECK(taps.q.device.is_cpu(), "the sink probe needs CPU activations (device probing arrives with the CUDA issue)");
   const ops::AttentionSpec& spec = *taps.attention;
   const int64_t S = taps.k.shape[1], bias_cols = spec.lead_keys + lead;
-  // The probe runs on the host: device activations are copied over first.
-  const int64_t need = B * H * Tm * S;
-  if (probs_buffer_.bytes() < size_t(need) * sizeof(float)) probs_buffer_ = Buffer(size_t(need) * sizeof(float), Device::cpu());
-  Tensor probs = probs_buffer_.view(DType::f32, {B, H, Tm, S});
-  ops::attention_probs(probs, taps.q, taps.k, spec);
+  Tensor probs = taps.probs;
+  if (!probs.defined()) {
+    probs = probs_output(taps.layer, {B, H, Tm, S}, DType::f32, Device::cpu());
+    ops::attention_probs(probs, taps.q, taps.k, spec);
+  }
+  SL_CHECK(probs.dtype == DType::f32 && probs.is_contiguous(), "the sink probe needs an f32 contiguous attention matrix");
   if (measured_by_proxy(spec)) {
     proxy_scores(probs, probs, proxy_takes_abs(spec));
     proxy_ = true;

@@ -35,6 +35,9 @@ struct ProbeResult {
 class ModelProbe : public LayerObserver {
  public:
   ModelProbe(int n_layers, int n_heads, int64_t seq_len, int max_k, std::vector<double> eps = default_sink_eps());
+  // The model's attention op fills the probe's buffer (f32 host activations; otherwise the probe forms
+  // the matrix from q and k itself).
+  Tensor probs_output(int layer, const std::array<int64_t, 4>& shape, DType dtype, Device device) override;
   void on_layer(const LayerTaps& taps) override;
   // Data-parallel probes: `allreduce_sum` is applied to every accumulated array in turn, after which
   // each rank holds the global sums.

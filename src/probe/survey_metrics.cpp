@@ -190,6 +190,14 @@ void SurveyProbe::on_layer(const LayerTaps& taps) {
   }
 }
 
+Tensor SurveyProbe::probs_output(int, const std::array<int64_t, 4>& shape, DType dtype, Device device) {
+  if ((dtype != DType::f32 && dtype != DType::f64) || !device.is_cpu()) return Tensor{};
+  const size_t bytes = size_t(shape[0] * shape[1] * shape[2] * shape[3]) * dtype_size(dtype);
+  if (bytes > kFusedProbsMaxBytes) return Tensor{};
+  if (fused_probs_buffer_.bytes() < bytes) fused_probs_buffer_ = Buffer(bytes, Device::cpu());
+  return fused_probs_buffer_.view(dtype, {shape[0], shape[1], shape[2], shape[3]});
+}
+
 void SurveyProbe::add_attention(int a, const LayerTaps& taps) {
   const Tensor &q = taps.q, &k = taps.k, &v = taps.v;
   for (const auto& [t, name] : {std::pair{&q, "q"}, std::pair{&k, "k"}, std::pair{&v, "v"}}) check_host_float(*t, name);
@@ -211,12 +219,19 @@ void SurveyProbe::add_attention(int a, const LayerTaps& taps) {
     vnorm_rest_[size_t(a)] += vn.rest;
   }
 
-  // One head at a time: probs [B,1,T,S].
-  const size_t probs_bytes = size_t(B * T * S) * dtype_size(q.dtype);
+  // One head at a time: probs [B,1,T,S], the head's slice of the matrix the attention op formed
+  // (taps.probs) or formed here.
+  const bool fused = taps.probs.defined();
+  if (fused)
+    SL_CHECK(taps.probs.ndim == 4 && taps.probs.shape[0] == B && taps.probs.shape[1] == H && taps.probs.shape[2] == T &&
+                 taps.probs.shape[3] == S,
+             "survey probe: layer %d: attention matrix %s, expected [%lld,%lld,%lld,%lld]", taps.layer,
+             taps.probs.shape_str().c_str(), (long long)B, (long long)H, (long long)T, (long long)S);
+  const size_t probs_bytes = fused ? 0 : size_t(B * T * S) * dtype_size(q.dtype);
   if (probs_buffer_.bytes() < probs_bytes) probs_buffer_ = Buffer(probs_bytes, Device::cpu());
   const size_t alpha_bytes = size_t(B * H * K) * sizeof(double);
   if (alpha_buffer_.bytes() < alpha_bytes) alpha_buffer_ = Buffer(alpha_bytes, Device::cpu());
-  Tensor probs = probs_buffer_.view(q.dtype, {B, 1, T, S});
+  Tensor probs = fused ? Tensor{} : probs_buffer_.view(q.dtype, {B, 1, T, S});
   Tensor alpha = alpha_buffer_.view(DType::f64, {B, H, K});
   const bool proxy = measured_by_proxy(*taps.attention);
   const bool signed_kernel = proxy_takes_abs(*taps.attention);
@@ -224,7 +239,8 @@ void SurveyProbe::add_attention(int a, const LayerTaps& taps) {
   for (int64_t h = 0; h < H; ++h) {
     ops::AttentionSpec spec = *taps.attention;
     if (spec.sink_logit.defined()) spec.sink_logit = spec.sink_logit.slice(0, h, 1);
-    ops::attention_probs(probs, q.slice(2, h, 1), k.slice(2, h / group, 1), spec);
+    if (fused) probs = taps.probs.slice(1, h, 1);
+    else ops::attention_probs(probs, q.slice(2, h, 1), k.slice(2, h / group, 1), spec);
     if (proxy) proxy_scores(probs, probs, signed_kernel);
     for (int64_t b = 0; b < B; ++b) {
       const Tensor A = probs.slice(0, b, 1).reshape({T, S});

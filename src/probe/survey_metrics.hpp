@@ -91,7 +91,11 @@ class SurveyProbe : public LayerObserver {
  public:
   // The pairs must exist in the model (resolve_head_pairs); otherwise sinklab::Error.
   SurveyProbe(SurveyShape shape, std::vector<HeadPair> qk_maps = {}, std::vector<HeadPair> attention_maps = {});
+  // The model's attention op fills the whole matrix [B,H,T,S] in this buffer when it is at most
+  // kFusedProbsMaxBytes (host f32/f64); larger ones (long inputs) are formed one head at a time here.
+  Tensor probs_output(int layer, const std::array<int64_t, 4>& shape, DType dtype, Device device) override;
   void on_layer(const LayerTaps& taps) override;
+  static constexpr size_t kFusedProbsMaxBytes = size_t(64) << 20;
   // Means over the sequences seen (every layer must have seen the same ones).
   SurveyResult result() const;
 
@@ -113,7 +117,7 @@ class SurveyProbe : public LayerObserver {
   bool has_pre_norm_ = false;
   std::vector<double> knorm_first_, knorm_rest_, vnorm_first_, vnorm_rest_, last_to_first_;
   std::vector<double> qk_cos_, qk_normprod_, attention_maps_;
-  Buffer probs_buffer_, alpha_buffer_, rows_buffer_;
+  Buffer probs_buffer_, alpha_buffer_, rows_buffer_, fused_probs_buffer_;
 };
 
 }  // namespace sinklab::probe

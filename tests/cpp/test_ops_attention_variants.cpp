@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <ostream>
 #include <set>
@@ -185,6 +186,18 @@ TEST_P(AttentionVariantsVsTorch, OutputsProbsStatsAndGradients) {
   ops::attention_forward(out, stats, q, k, v, spec);
   ops::attention_probs(probs, q, k, spec);
   ops::attention_backward(dq, dk, dv, dout, q, k, v, out, stats, spec);
+  // The forward's optional probs output is attention_probs' matrix bit for bit (every element written,
+  // including the masked zeros), and asking for it leaves out and stats unchanged.
+  {
+    Owned fused(dt, {B, H, T, S}), out2(dt, {B, T, H, dh}), stats2(dt, {B, H, T});
+    ops::fill(fused, -5.0);
+    ops::attention_forward(out2, stats2, q, k, v, spec, fused);
+    const size_t bytes = size_t(fused.t.numel()) * dtype_size(dt);
+    EXPECT_EQ(std::memcmp(fused.t.data, probs.t.data, bytes), 0) << "attention_forward's probs";
+    EXPECT_EQ(std::memcmp(out2.t.data, out.t.data, size_t(out.t.numel()) * dtype_size(dt)), 0) << "out with probs";
+    EXPECT_EQ(std::memcmp(stats2.t.data, stats.t.data, size_t(stats.t.numel()) * dtype_size(dt)), 0)
+        << "stats with probs";
+  }
 
   // probs: all rows, or the rows listed in "<in>/prow" for the long shape.
   Tensor probs_ref = g.raw(c + "/probs");

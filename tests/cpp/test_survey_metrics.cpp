@@ -37,8 +37,10 @@ std::vector<HeadPair> pairs_of(const Tensor& t) {
 
 // Runs the golden model's taps through a SurveyProbe in dtype dt, sequences [0,2) then [2,3).
 // padded_kv: k and v are views of a [B,T,Hkv,dh+1] buffer (a head's features are not followed by the
-// next head's, so they cannot be read as one [T, Hkv*dh] matrix).
-SurveyResult run_golden(const Golden& g, DType dt, bool padded_kv) {
+// next head's, so they cannot be read as one [T, Hkv*dh] matrix). fused: the attention matrix comes in
+// the probe's own buffer (probs_output), filled by ops::attention_forward as a model fills it, instead
+// of being formed by the probe one head at a time.
+SurveyResult run_golden(const Golden& g, DType dt, bool padded_kv, bool fused = false) {
   Owned hidden = g.get("in/hidden_out", dt), pre = g.get("in/hidden_pre_norm", dt);
   Owned q = g.get("in/q", dt), k = g.get("in/k", dt), v = g.get("in/v", dt);
   const int64_t L = hidden.t.shape[0], B = hidden.t.shape[1], T = hidden.t.shape[2], d = hidden.t.shape[3];
@@ -81,6 +83,12 @@ SurveyResult run_golden(const Golden& g, DType dt, bool padded_kv) {
         taps.k = kv_view(k, kp, a).slice(0, b0, n);
         taps.v = kv_view(v, vp, a).slice(0, b0, n);
         taps.attention = &spec;
+        if (fused) {
+          taps.probs = observer_probs(&probe, int(l), taps.q, taps.k);
+          EXPECT_TRUE(taps.probs.defined());
+          Owned out(dt, {n, T, H, dh});
+          ops::attention_forward(out, Tensor{}, taps.q, taps.k, taps.v, spec, taps.probs);
+        }
       }
       probe.on_layer(taps);
     }
@@ -120,6 +128,21 @@ TEST(SurveyMetrics, MatchesNumpyReference) {
   }
   SCOPED_TRACE("k, v with a gap between heads");
   expect_matches_golden(g, run_golden(g, DType::f64, true), test::tol(DType::f64));
+}
+
+// The matrix a model's attention op forms in the probe's buffer gives the same numbers, bit for bit, as
+// the probe's own per-head matrices.
+TEST(SurveyMetrics, FusedAttentionMatrixGivesTheSameResult) {
+  Golden g("survey_metrics.safetensors");
+  for (DType dt : test::kDtypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    const SurveyResult own = run_golden(g, dt, false), fused = run_golden(g, dt, false, true);
+    expect_matches_golden(g, fused, test::tol(dt));
+    EXPECT_EQ(fused.alpha, own.alpha);
+    EXPECT_EQ(fused.sink_k, own.sink_k);
+    EXPECT_EQ(fused.last_to_first, own.last_to_first);
+    EXPECT_EQ(fused.attention_maps, own.attention_maps);
+  }
 }
 
 // T = 2, one head, q = 0: every row is uniform over the keys it sees, A = [[1, 0], [1/2, 1/2]].

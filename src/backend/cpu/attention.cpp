@@ -170,6 +170,12 @@ void check_stats(const Tensor& stats, const Dims& d, const Tensor& q, const char
   SL_CHECK(stats.dtype == q.dtype, "%s: stats is %s but q is %s", op, dtype_name(stats.dtype), dtype_name(q.dtype));
 }
 
+void check_probs(const Tensor& probs, const Dims& d, const Tensor& q, const char* op) {
+  check_shape(probs, {d.B, d.H, d.T, d.S}, op, "probs");
+  SL_CHECK(probs.dtype == q.dtype, "%s: probs is %s but q is %s", op, dtype_name(probs.dtype), dtype_name(q.dtype));
+  SL_CHECK(probs.stride[3] == 1 || d.S == 1, "%s: the last dimension of probs must be contiguous", op);
+}
+
 double scale_of(const ops::AttentionSpec& spec, int64_t dh) {
   return spec.scale > 0.0 ? spec.scale : 1.0 / std::sqrt(double(dh));
 }
@@ -346,13 +352,26 @@ void gemm_to_keys(int64_t rows, int64_t n, int64_t L, int64_t dh, T alpha, const
   gemm<T>(true, false, n - L, dh, rows, alpha, C + L, n, A, lda, T(1), dX.at(b, kb, g), dX.ld);
 }
 
+// One probability row of attention_probs' layout [S] from a forward score row s[n] (numer(w~), the
+// positional keys [kb, ke) after the lead ones) and its 1/Z~: the products normalise_row forms without
+// inv_out, so the row equals attention_probs' bit for bit.
+template <class T>
+void store_probs_row(T* row, const T* s, T inv, int64_t n, int64_t lead, int64_t kb, int64_t ke, int64_t S) {
+  for (int64_t j = 0; j < lead; ++j) row[j] = s[j] * inv;
+  std::fill_n(row + lead, kb - lead, T(0));
+#pragma omp simd
+  for (int64_t j = lead; j < n; ++j) row[kb - lead + j] = s[j] * inv;
+  std::fill_n(row + ke, S - ke, T(0));
+}
+
 template <class T, bool kPlain>
 void forward_impl(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const ops::AttentionSpec& spec,
-                  const Dims& d) {
+                  Tensor probs, const Dims& d) {
   const char* op = "attention_forward";
   const Heads<T> Q = heads_of<T>(q, op, "q"), K = heads_of<T>(k, op, "k"), V = heads_of<T>(v, op, "v"),
                  O = heads_of<T>(out, op, "out");
   RowStat<T> L{stats.defined() ? stats.ptr<T>() : nullptr, stats.stride[0], stats.stride[1], stats.stride[2]};
+  RowStat<T> P{probs.defined() ? probs.ptr<T>() : nullptr, probs.stride[0], probs.stride[1], probs.stride[2]};
   const T scale = T(scale_of(spec, d.dh));
   const int64_t group = d.H / d.Hkv;
   const PosBias<T> bias(spec, d.H, d.T);
@@ -377,6 +396,7 @@ void forward_impl(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const 
             if (cfg.pos_bias != ops::AttnPosBias::none) bias.add(h, i0 + r, kb - lead, s + r * n + lead, n - lead);
             T stat = normalise_row<T, kPlain>(spec, s + r * n, n, i0 + r, kb, d.S, sink_of<T>(spec, h), &inv[r]);
             if (L.base) *L.at(b, h, i0 + r) = stat;
+            if (P.base) store_probs_row(P.at(b, h, i0 + r), s + r * n, inv[r], n, lead, kb, ke, d.S);
           }
           if (n > 0) {
             gemm_from_keys<T>(rows, n, lead, d.dh, T(1), s, V, b, g, kb, T(0), O.at(b, i0, h), O.ld);
@@ -522,7 +542,6 @@ template <class T, bool kPlain>
 void probs_impl(Tensor probs, Tensor q, Tensor k, const ops::AttentionSpec& spec, const Dims& d) {
   const char* op = "attention_probs";
   const Heads<T> Q = heads_of<T>(q, op, "q"), K = heads_of<T>(k, op, "k");
-  SL_CHECK(probs.stride[3] == 1 || d.S == 1, "%s: the last dimension of probs must be contiguous", op);
   const RowStat<T> P{probs.ptr<T>(), probs.stride[0], probs.stride[1], probs.stride[2]};
   const T scale = T(scale_of(spec, d.dh));
   const int64_t group = d.H / d.Hkv;
@@ -560,15 +579,19 @@ void probs_impl(Tensor probs, Tensor q, Tensor k, const ops::AttentionSpec& spec
 
 }  // namespace
 
-void CpuBackend::attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec) {
+void CpuBackend::attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec,
+                                   Tensor probs) {
   const char* op = "attention_forward";
   SL_CHECK(v.defined(), "%s: v is required", op);
   Dims d = check_qkv(op, q, k, v, spec);
   check_like(out, q, op, "out", "q");
   SL_CHECK(out.defined(), "%s: out is required", op);
   if (stats.defined()) check_stats(stats, d, q, op);
+  if (probs.defined()) check_probs(probs, d, q, op);
   dispatch_float(q.dtype, op, [&](auto zero) {
-    with_plain_softmax(spec, [&](auto plain) { forward_impl<decltype(zero), plain()>(out, stats, q, k, v, spec, d); });
+    with_plain_softmax(spec, [&](auto plain) {
+      forward_impl<decltype(zero), plain()>(out, stats, q, k, v, spec, probs, d);
+    });
   });
 }
 
@@ -594,8 +617,7 @@ void CpuBackend::attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d
 void CpuBackend::attention_probs(Tensor probs, Tensor q, Tensor k, const AttentionSpec& spec) {
   const char* op = "attention_probs";
   Dims d = check_qkv(op, q, k, Tensor{}, spec);
-  check_shape(probs, {d.B, d.H, d.T, d.S}, op, "probs");
-  SL_CHECK(probs.dtype == q.dtype, "%s: probs is %s but q is %s", op, dtype_name(probs.dtype), dtype_name(q.dtype));
+  check_probs(probs, d, q, op);
   dispatch_float(q.dtype, op, [&](auto zero) {
     with_plain_softmax(spec, [&](auto plain) { probs_impl<decltype(zero), plain()>(probs, q, k, spec, d); });
   });
