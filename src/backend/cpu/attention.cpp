@@ -17,6 +17,7 @@
 //            stat = m + log Z~ (running max) or R; the row keeps numer(w~) (the generic pieces of
 //            attention_math.hpp)
 //   O_blk = diag(1/Z~) (W~ [V[0:L]; V[kb:ke]])   (gemm, then the dh-long rows are scaled, not the n-long ones)
+//   probs (optional; attention_probs runs only this part of the pass): rows numer(w~) / Z~
 // Backward, one (b, kv head) per task so that dk/dv of a group are written by one thread only (race
 // free without atomics); within it every query head of the group and every query block:
 //   S_blk = scale Q_blk K^T, P = prob(S, stat) (recomputed: no T x T storage between the passes),
@@ -262,14 +263,14 @@ struct PosBias {
   }
 };
 
-// Turns one row of scores into probabilities in place (0 where masked) and returns the row statistic
-// (attention_math.hpp; sink: the head's sink logit, used when spec.sink_logit is defined). The row
-// holds the L lead keys in s[0..L) and the positional keys kb, kb+1, ... in s[L..n). With inv_out set,
-// the row is left as numer(w~) and 1/Z~ is stored there instead (the forward scales the n-times
-// shorter output row).
+// Turns one row of scores into the numerators numer(w~) of its weights in place (0 where masked),
+// stores 1/Z~ in *inv_out (the weights are s[j] * inv: the forward scales the n-times shorter output
+// row instead) and returns the row statistic (attention_math.hpp; sink: the head's sink logit, used
+// when spec.sink_logit is defined). The row holds the L lead keys in s[0..L) and the positional keys
+// kb, kb+1, ... in s[L..n).
 template <class T, bool kPlain>
 T normalise_row(const ops::AttentionSpec& spec, T* s, int64_t n, int64_t i, int64_t kb, int64_t S, T sink,
-                T* inv_out = nullptr) {
+                T* inv_out) {
   // Local copies: the enums must not be re-read through a reference the stores could alias (that
   // would keep the loops below from vectorising).
   const math::AttnConfig cfg = loop_config<kPlain>(spec);
@@ -307,14 +308,7 @@ T normalise_row(const ops::AttentionSpec& spec, T* s, int64_t n, int64_t i, int6
   if (cfg.sink) acc += math::attn_norm_term(cfg, math::attn_sim(cfg, sink, m));
   acc += math::attn_norm_offset(cfg, m);
   const double z = math::attn_norm_finish(cfg, double(acc));
-  const T inv = T(math::attn_inv_norm(z));
-  if (inv_out) {
-    *inv_out = inv;
-  } else {
-    for (int64_t j = 0; j < L; ++j) s[j] *= inv;
-#pragma omp simd
-    for (int64_t j = jb; j < je; ++j) s[j] *= inv;
-  }
+  *inv_out = T(math::attn_inv_norm(z));
   return T(math::attn_stat(cfg, double(m), double(acc)));
 }
 
@@ -352,9 +346,8 @@ void gemm_to_keys(int64_t rows, int64_t n, int64_t L, int64_t dh, T alpha, const
   gemm<T>(true, false, n - L, dh, rows, alpha, C + L, n, A, lda, T(1), dX.at(b, kb, g), dX.ld);
 }
 
-// One probability row of attention_probs' layout [S] from a forward score row s[n] (numer(w~), the
-// positional keys [kb, ke) after the lead ones) and its 1/Z~: the products normalise_row forms without
-// inv_out, so the row equals attention_probs' bit for bit.
+// One row of the probs layout [S] (lead keys, then every positional key, 0 where not visible) from a
+// normalised score row s[n] (numer(w~): the lead keys, then the positional keys [kb, ke)) and its 1/Z~.
 template <class T>
 void store_probs_row(T* row, const T* s, T inv, int64_t n, int64_t lead, int64_t kb, int64_t ke, int64_t S) {
   for (int64_t j = 0; j < lead; ++j) row[j] = s[j] * inv;
@@ -364,10 +357,12 @@ void store_probs_row(T* row, const T* s, T inv, int64_t n, int64_t lead, int64_t
   std::fill_n(row + ke, S - ke, T(0));
 }
 
+// The forward pass, and attention_probs: with out (and v) undefined only the score rows are formed,
+// so the matrix a forward hands out and attention_probs' are the same products.
 template <class T, bool kPlain>
 void forward_impl(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const ops::AttentionSpec& spec,
                   Tensor probs, const Dims& d) {
-  const char* op = "attention_forward";
+  const char* op = out.defined() ? "attention_forward" : "attention_probs";
   const Heads<T> Q = heads_of<T>(q, op, "q"), K = heads_of<T>(k, op, "k"), V = heads_of<T>(v, op, "v"),
                  O = heads_of<T>(out, op, "out");
   RowStat<T> L{stats.defined() ? stats.ptr<T>() : nullptr, stats.stride[0], stats.stride[1], stats.stride[2]};
@@ -398,6 +393,7 @@ void forward_impl(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const 
             if (L.base) *L.at(b, h, i0 + r) = stat;
             if (P.base) store_probs_row(P.at(b, h, i0 + r), s + r * n, inv[r], n, lead, kb, ke, d.S);
           }
+          if (O.base == nullptr) continue;  // attention_probs
           if (n > 0) {
             gemm_from_keys<T>(rows, n, lead, d.dh, T(1), s, V, b, g, kb, T(0), O.at(b, i0, h), O.ld);
             for (int64_t r = 0; r < rows; ++r) {
@@ -538,45 +534,6 @@ void backward_impl(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, T
   }
 }
 
-template <class T, bool kPlain>
-void probs_impl(Tensor probs, Tensor q, Tensor k, const ops::AttentionSpec& spec, const Dims& d) {
-  const char* op = "attention_probs";
-  const Heads<T> Q = heads_of<T>(q, op, "q"), K = heads_of<T>(k, op, "k");
-  const RowStat<T> P{probs.ptr<T>(), probs.stride[0], probs.stride[1], probs.stride[2]};
-  const T scale = T(scale_of(spec, d.dh));
-  const int64_t group = d.H / d.Hkv;
-  const PosBias<T> bias(spec, d.H, d.T);
-#pragma omp parallel if (d.B * d.H * d.T * d.S * d.dh > 32768)
-  {
-    Scratch<T> scratch(d.S, false);
-    const math::AttnConfig cfg = loop_config<kPlain>(spec);
-    const int64_t lead = cfg.lead_keys;
-#pragma omp for collapse(2) schedule(dynamic)
-    for (int64_t b = 0; b < d.B; ++b)
-      for (int64_t h = 0; h < d.H; ++h) {
-        const int64_t g = h / group;
-        for (int64_t i0 = 0; i0 < d.T; i0 += kBlock) {
-          const int64_t rows = std::min(kBlock, d.T - i0);
-          int64_t kb, ke;
-          block_keys(cfg, i0, i0 + rows, d.S, &kb, &ke);
-          const int64_t n = lead + ke - kb;
-          T* s = scratch.s.data();
-          gemm_keys<T>(rows, n, lead, d.dh, scale, Q.at(b, i0, h), Q.ld, K, b, g, kb, s);
-          for (int64_t r = 0; r < rows; ++r) {
-            T* sr = s + r * n;
-            if (cfg.pos_bias != ops::AttnPosBias::none) bias.add(h, i0 + r, kb - lead, sr + lead, n - lead);
-            normalise_row<T, kPlain>(spec, sr, n, i0 + r, kb, d.S, sink_of<T>(spec, h));
-            T* row = P.at(b, h, i0 + r);
-            std::copy_n(sr, lead, row);
-            std::fill_n(row + lead, kb - lead, T(0));
-            std::copy_n(sr + lead, n - lead, row + kb);
-            std::fill_n(row + ke, d.S - ke, T(0));
-          }
-        }
-      }
-  }
-}
-
 }  // namespace
 
 void CpuBackend::attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec,
@@ -619,7 +576,9 @@ void CpuBackend::attention_probs(Tensor probs, Tensor q, Tensor k, const Attenti
   Dims d = check_qkv(op, q, k, Tensor{}, spec);
   check_probs(probs, d, q, op);
   dispatch_float(q.dtype, op, [&](auto zero) {
-    with_plain_softmax(spec, [&](auto plain) { probs_impl<decltype(zero), plain()>(probs, q, k, spec, d); });
+    with_plain_softmax(spec, [&](auto plain) {
+      forward_impl<decltype(zero), plain()>(Tensor{}, Tensor{}, q, k, Tensor{}, spec, probs, d);
+    });
   });
 }
 
