@@ -11,6 +11,10 @@
 // CausalLM). Prints one line: sequences/s of the best of `repeat` passes over all N sequences, the
 // process's peak RSS (VmHWM) and the load time. seqs_per_cpu_s divides by the CPU time of all threads
 // instead of the wall clock (the better measure on a machine shared with other jobs).
+//
+// Under mpirun the ranks split the N sequences into contiguous shares, as sinklab-survey's ranks share
+// its items: a pass starts on a barrier and lasts until the slowest rank is done; CPU time and peak
+// RSS are summed over the ranks (every rank holds its own copy of the weights).
 #include <time.h>
 
 #include <chrono>
@@ -21,6 +25,7 @@
 #include <string>
 
 #include "backend/memory.hpp"
+#include "dist/mpi.hpp"
 #include "core/error.hpp"
 #include "hf/hf_model.hpp"
 #include "io/safetensors.hpp"
@@ -52,6 +57,7 @@ long status_kb(const char* key) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  auto world = dist::World::init(argc, argv);
   return run_main("hf_forward", [&]() {
     std::string model_dir, ids_path, mode = "probe", probe_kind = "survey";
     int64_t batch = 100, repeat = 3, max_memory = 0;
@@ -79,6 +85,9 @@ int main(int argc, char** argv) {
     Tensor all_ids = ids_file.view("ids");
     SL_CHECK(all_ids.dtype == DType::i32 && all_ids.ndim == 2, "%s: ids must be i32 [N,T]", ids_path.c_str());
     const int64_t N = all_ids.shape[0], T = all_ids.shape[1];
+    // This rank's share of the sequences: [first, first + mine).
+    const int64_t first = N * world.rank() / world.size(), mine = N * (world.rank() + 1) / world.size() - first;
+    SL_CHECK(mine >= 1, "%lld sequences cannot be shared by %d ranks", (long long)N, world.size());
 
     const double t_load = now();
     hf::LoadOptions lo;
@@ -112,25 +121,30 @@ int main(int argc, char** argv) {
       for (int64_t s0 = 0; s0 < limit; s0 += batch) {
         const int64_t b = std::min(batch, limit - s0);
         Tensor logits = logits_wanted ? logits_buf.view(DType::f32, {b, T, int64_t(info.vocab_size)}) : Tensor{};
-        model->forward(all_ids.slice(0, s0, b), observer.get(), logits, opt);
+        model->forward(all_ids.slice(0, first + s0, b), observer.get(), logits, opt);
       }
     };
-    pass(std::min(batch, N));  // warm-up: activations allocated, pages touched
+    pass(std::min(batch, mine));  // warm-up: activations allocated, pages touched
     double best = 1e30, best_cpu = 1e30;
     for (int64_t r = 0; r < repeat; ++r) {
+      world.barrier();
       const double t0 = now(), c0 = cpu_now();
-      pass(N);
-      best = std::min(best, now() - t0);
-      best_cpu = std::min(best_cpu, cpu_now() - c0);
+      pass(mine);
+      const double wall = now() - t0, cpu = cpu_now() - c0;
+      best = std::min(best, world.allreduce_max(wall));
+      best_cpu = std::min(best_cpu, world.allreduce_sum(cpu));
     }
+    const double peak_mib = world.allreduce_sum(double(status_kb("VmHWM")) / 1024.0);
+    const double load_max_s = world.allreduce_max(load_s);
     double sink1 = 0.0;  // Sink_1^0.3 of layer 1 head 0 (model) / row 0, eps 0.3 (survey): a sanity print
     if (auto* sp = dynamic_cast<probe::SurveyProbe*>(observer.get())) sink1 = sp->result().sink_k.at(1);
     else if (auto* mp = dynamic_cast<probe::ModelProbe*>(observer.get())) { const auto r = mp->result(); sink1 = r.sink.size() > 1 ? r.sink[1] : 0.0; }
-    std::printf("sinklab mode=%s seqs=%lld T=%lld batch=%lld seqs_per_s=%.2f seqs_per_cpu_s=%.2f peak_mib=%.1f "
-                "load_s=%.2f weights_mib=%.1f probe=%s sink_eps0.3=%.2f\n",
-                mode.c_str(), (long long)N, (long long)T, (long long)batch, double(N) / best, double(N) / best_cpu,
-                double(status_kb("VmHWM")) / 1024.0, load_s, double(info.weight_bytes) / (1 << 20),
-                probe_kind.c_str(), sink1);
+    if (world.is_root())
+      std::printf("sinklab mode=%s seqs=%lld T=%lld batch=%lld ranks=%d seqs_per_s=%.2f seqs_per_cpu_s=%.2f "
+                  "peak_mib=%.1f load_s=%.2f weights_mib=%.1f probe=%s sink_eps0.3=%.2f\n",
+                  mode.c_str(), (long long)N, (long long)T, (long long)batch, world.size(), double(N) / best,
+                  double(N) / best_cpu, peak_mib, load_max_s, double(info.weight_bytes) / (1 << 20),
+                  probe_kind.c_str(), sink1);
     return 0;
-  });
+  }, world.abort_hook());
 }
