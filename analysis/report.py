@@ -413,15 +413,26 @@ def _ordered_inputs(inputs):
     return known + sorted(i for i in inputs if i not in INPUT_ORDER)
 
 
+def _tool(e):
+    """The program that measured an entry (the file's command_line), or "?" where the file does not say."""
+    return e.tool or "?"
+
+
 def _model_labels(entries):
-    """Model names, with the file's name added where two files hold the same (model, input, domain)."""
-    seen, clash = {}, set()
+    """Model names, with the measuring program added where one name comes from two programs (sinklab-probe's
+    and sinklab-survey's numbers are not pooled), and the file's name where two files hold the same
+    (model, input, domain)."""
+    tools = {}
     for e in entries:
-        key = (e.model, e.input, e.domain)
+        tools.setdefault(e.model, set()).add(_tool(e))
+    names = [f"{e.model} [{_tool(e)}]" if len(tools[e.model]) > 1 else e.model for e in entries]
+    seen, clash = {}, set()
+    for name, e in zip(names, entries):
+        key = (name, e.input, e.domain)
         if key in seen and seen[key] != e.file:
-            clash.add(e.model)
+            clash.add(name)
         seen.setdefault(key, e.file)
-    return [f"{e.model} [{Path(e.file).name}]" if e.model in clash else e.model for e in entries]
+    return [f"{name} [{Path(e.file).name}]" if name in clash else name for name, e in zip(names, entries)]
 
 
 def models_section(rep, entries, eps):
@@ -509,7 +520,7 @@ def _inputs_table(rep, models, inputs, by):
             n_seq = [int(e.attrs["n_seq"]) for e in es if "n_seq" in e.attrs]
             bos = _set_text(("none" if _attr_value(e.attrs, "bos") == "-1" else _attr_value(e.attrs, "bos"))
                             for e in es if "bos" in e.attrs)
-            rows.append([m, inp, len(es), sum(n_seq) if n_seq else None,
+            rows.append([m, inp, _set_text(_tool(e) for e in es), len(es), sum(n_seq) if n_seq else None,
                          _set_text(_attr_value(e.attrs, "T") for e in es), bos,
                          float(np.mean(losses)) if len(losses) == len(es) else None,
                          _set_text(_attr_value(e.attrs, "model_type") for e in es),
@@ -517,8 +528,9 @@ def _inputs_table(rep, models, inputs, by):
                          _set_text(_attr_value(e.attrs, "quantization") for e in es)])
     if rows:
         rep.table(Table("inputs", "Inputs, next-token loss and weights per model and input", [
-            "model", "input", "domains", "sequences", "T", "BOS", "loss", "model_type", "source", "quantization"],
-            rows, {"loss": ".4f"}, note="loss: mean next-token cross-entropy (nats per predicted token) over the "
+            "model", "input", "measured by", "domains", "sequences", "T", "BOS", "loss", "model_type", "source",
+            "quantization"], rows, {"loss": ".4f"}, note="measured by: the program that wrote the file (its "
+            "command_line attribute). loss: mean next-token cross-entropy (nats per predicted token) over the "
             "domains; empty where the survey measured none (sinklab's own checkpoints). source / quantization: the "
             "weights file and its tensor types, from the model directory's sinklab_source.json (data_prep "
             "gguf-import); '?' where it has none."))
@@ -530,7 +542,7 @@ def _per_domain_table(rep, labels, entries, eps):
     cols = ["model", "input", "domain", "n_seq", "T", "bos"] + [_eps_col("Sink_1", x) for x in all_eps]
     if any_star:
         cols += [_eps_col("Sink_*", x) for x in all_eps]
-    cols += ["loss", "massive ratio (last layer)", "proxy", "file"]
+    cols += ["loss", "massive ratio (last layer)", "proxy", "measured by", "file"]
     order = sorted(range(len(entries)), key=lambda k: (
         list(dict.fromkeys(labels)).index(labels[k]), _ordered_inputs({e.input for e in entries}).index(
             entries[k].input), entries[k].domain))
@@ -551,7 +563,8 @@ def _per_domain_table(rep, labels, entries, eps):
                 row.append(None if ss is None or i is None or i >= len(ss) else _f(ss[i]))
         mr = e.get("massive_ratio")
         row += [_f(float(e.attrs["loss"])) if "loss" in e.attrs else None,
-                None if mr is None or not len(mr) else _f(mr[-1]), "yes" if e.proxy else "", Path(e.file).name]
+                None if mr is None or not len(mr) else _f(mr[-1]), "yes" if e.proxy else "", _tool(e),
+                Path(e.file).name]
         rows.append(row)
     fmts = {c: ".2f" for c in cols if c.startswith(("Sink", "massive"))}
     fmts["loss"] = ".4f"
@@ -774,7 +787,8 @@ def summary_html(files, runs, entries, items, rep, eps):
             es = [e for lab, e in zip(mlabels, entries) if lab == m]
             per = [f"{inp} ({sum(e.input == inp for e in es)} domain(s))"
                    for inp in _ordered_inputs({e.input for e in es})]
-            out.append(f"<li>{html.escape(m)}: {html.escape(', '.join(per))}</li>")
+            by = _set_text(_tool(e) for e in es)
+            out.append(f"<li>{html.escape(m)}: {html.escape(', '.join(per))}; measured by {html.escape(by)}</li>")
         out.append("</ul>")
     else:
         out.append("<p>none</p>")

@@ -69,6 +69,7 @@ class ProbeEntry:
     arrays: dict                          # every other numeric dataset that passed its shape check
     proxy: bool = False
     notes: list = field(default_factory=list)
+    tool: str = ""                        # the program that wrote the file (sinklab-probe, sinklab-survey)
     _group: object = None                 # the open h5py group: large maps are read on demand
 
     def get(self, name):
@@ -338,6 +339,13 @@ def _read_item(name, g):
                 rank=value("rank"), seconds=value("seconds"))
 
 
+def writer_of(command_line):
+    """The program named by a root command_line attribute ("sinklab-probe", or the first word of the
+    survey's argv, e.g. ".../bin/sinklab-survey --config ..."): the file name of its first word."""
+    words = command_line.split()
+    return Path(words[0]).name if words else ""
+
+
 def open_results(path):
     """Opens and reads one results file; raises ResultsError (one line naming the file) on bad input."""
     p = Path(path)
@@ -382,6 +390,9 @@ def open_results(path):
         f.close()
         raise ResultsError(f"{path}: malformed results file: {e}") from None
     attrs = {k: attr_text(f.attrs[k]) for k in f.attrs}
+    tool = writer_of(attrs.get("command_line", ""))
+    for e in entries:
+        e.tool = tool
     if not runs and not entries and not items:
         notes.append(f"{path}: no /runs, /models or /items: nothing to report")
     return ResultsFile(path=str(path), attrs=attrs, runs=runs, entries=entries, items=items, notes=notes,

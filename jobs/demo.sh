@@ -3,7 +3,8 @@
 # models on it with 2 MPI ranks each -- softmax attention, and sigmoid attention without normalisation
 # (the paper's sink-free operation, Sec. 7.4), same size, data and schedule -- probes both checkpoints
 # with natural, random and repeated-token inputs, prints their valid loss and Sink_1^eps side by side
-# over training, surveys both checkpoints as HF-format models with sinklab-survey (mpirun -np 2), then
+# over training, surveys both checkpoints as HF-format models with sinklab-survey (mpirun -np 2; named
+# tiny_<model>_hf, so that the report keeps the survey's rows apart from the probe's tiny_<model>), then
 # surveys a real pretrained model, SmolLM2-135M (jobs/demo_smollm2.sh), and writes the report
 # (report/demo/index.html). CPU only. SINKLAB_BUILD_DIR picks the build directory (default build).
 set -euo pipefail
@@ -44,12 +45,12 @@ echo
 echo "== softmax vs sigmoid without normalisation, over training"
 .venv/bin/python -m analysis.compare results/demo/softmax/results.h5 results/demo/sigmoid/results.h5
 
-echo "== surveying both checkpoints as HF-format models (sinklab-survey, mpirun -np 2)"
+echo "== surveying both checkpoints as HF-format models tiny_{softmax,sigmoid}_hf (sinklab-survey, mpirun -np 2)"
 domains=$(.venv/bin/python -c "import h5py; print(','.join(sorted(h5py.File('data/mini/survey_inputs.h5').keys())))")
 survey_models=()
 for model in softmax sigmoid; do
   step_dir=$(ls -d "results/demo/$model"/checkpoints/step_* | sort | tail -1)
-  survey_models+=(--model "tiny_$model $root/$step_dir inputs=$root/data/mini/survey_inputs.h5")
+  survey_models+=(--model "tiny_${model}_hf $root/$step_dir inputs=$root/data/mini/survey_inputs.h5")
 done
 mpirun -np 2 "$build/bin/sinklab-survey" "${survey_models[@]}" --inputs natural,random,repeat --domains "$domains" \
   --n-seq 32 \

@@ -30,6 +30,7 @@ class Backend {
   virtual void accumulate(Tensor dst, Tensor src, double alpha);
   virtual void scale(Tensor x, double factor);
   virtual double sum_squares(Tensor x);
+  virtual void column_sum(Tensor out, Tensor in, bool accumulate);
   virtual void fill_normal(Tensor out, uint64_t seed, uint64_t stream, double mean, double std);
   virtual void fill_uniform(Tensor out, uint64_t seed, uint64_t stream, double low, double high);
   virtual void linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bias);
@@ -69,5 +70,9 @@ class Backend {
 Backend& backend_for(Device device);
 Backend& backend_for(std::initializer_list<Tensor> tensors, const char* op);
 bool cuda_available();  // a CUDA build and at least one usable device
+
+// column_sum's operands (ops.hpp), checked by every backend: same dtype, out at least 1-D, and out's dims
+// are the trailing dims of in. Returns L, the number of in rows that add into each out row.
+int64_t check_column_sum(const Tensor& out, const Tensor& in);
 
 }  // namespace sinklab

@@ -77,6 +77,7 @@ void Backend::add(Tensor, Tensor, Tensor) { no_kernel("add"); }
 void Backend::accumulate(Tensor, Tensor, double) { no_kernel("accumulate"); }
 void Backend::scale(Tensor, double) { no_kernel("scale"); }
 double Backend::sum_squares(Tensor) { no_kernel("sum_squares"); }
+void Backend::column_sum(Tensor, Tensor, bool) { no_kernel("column_sum"); }
 void Backend::fill_normal(Tensor, uint64_t, uint64_t, double, double) { no_kernel("fill_normal"); }
 void Backend::fill_uniform(Tensor, uint64_t, uint64_t, double, double) { no_kernel("fill_uniform"); }
 void Backend::linear_forward(Tensor, Tensor, Tensor, Tensor) { no_kernel("linear_forward"); }
@@ -144,6 +145,12 @@ double sum_squares(Tensor x) {
   Backend& backend = backend_for({x}, "sum_squares");
   OpTimer timer("sum_squares", backend);
   return backend.sum_squares(x);
+}
+
+void column_sum(Tensor out, Tensor in, bool accumulate) {
+  Backend& backend = backend_for({out, in}, "column_sum");
+  OpTimer timer("column_sum", backend);
+  return backend.column_sum(out, in, accumulate);
 }
 
 void fill_normal(Tensor out, uint64_t seed, uint64_t stream, double mean, double std) {

@@ -28,6 +28,12 @@ void add(Tensor out, Tensor a, Tensor b);     // out = a + b (residual add; back
 void accumulate(Tensor dst, Tensor src, double alpha = 1.0);  // dst += alpha * src
 void scale(Tensor x, double factor);          // x *= factor
 double sum_squares(Tensor x);                 // sum of x^2, accumulated in double (grad norm pieces)
+// Sum over the leading dimensions of `in` that `out` lacks: in [L..., out...] -> out [out...] (written, or
+// added to when accumulate). out [C], in [R, C]: column sums (the gradient of a bias added to every row);
+// out [H, C], in [B, T, H, C]: per-head sums over batch and positions. in and out strided rows.
+// Each element sums its rows in row order, in double (f32 too): the result is the same for any number
+// of threads, and the CUDA kernel's is the CPU's bit for bit.
+void column_sum(Tensor out, Tensor in, bool accumulate = false);
 
 // Random fill from the Philox stream (seed, stream): element i gets value i of the stream, so CPU and
 // CUDA fills are identical.

@@ -73,10 +73,13 @@ void FamilyModel::allocate_activations(int64_t batch, int64_t seq, const std::ve
   acts_seq_ = seq;
 }
 
-void fill_common_info(HfModelInfo& info, const ModelSource& source, const WeightStore& store) {
+void fill_common_info(HfModelInfo& info, const ModelSource& source, const WeightStore& store, const HeadShape& shape) {
   info.model_type = source.config.get_string("model_type");
   info.dir = source.dir;
   info.n_layers = store.n_layers();
+  info.n_heads = int(shape.heads);
+  info.n_kv_heads = int(shape.kv_heads);
+  info.d_model = int(shape.d_model);
   info.vocab_size = int(store.vocab_size());
   info.weight_bytes = store.weight_bytes();
   info.attention_layers.clear();
@@ -163,6 +166,25 @@ int64_t positive_int(const HfConfig& cfg, std::initializer_list<const char*> key
   SL_CHECK(v > 0 && v < (int64_t(1) << 31), "%s: field '%s' must be a positive integer, got %lld",
            cfg.path().c_str(), *keys.begin(), (long long)v);
   return v;
+}
+
+HeadShape head_shape(const HfConfig& cfg, bool grouped_query, std::initializer_list<const char*> width_keys,
+                     std::initializer_list<const char*> head_keys) {
+  HeadShape s;
+  s.d_model = positive_int(cfg, width_keys);
+  s.heads = positive_int(cfg, head_keys);
+  s.kv_heads = s.heads;
+  if (grouped_query && cfg.has("num_key_value_heads")) s.kv_heads = positive_int(cfg, {"num_key_value_heads"});
+  SL_CHECK(s.heads % s.kv_heads == 0, "%s: num_attention_heads %lld is not a multiple of num_key_value_heads %lld",
+           cfg.path().c_str(), (long long)s.heads, (long long)s.kv_heads);
+  if (grouped_query && cfg.has("head_dim")) {
+    s.head_dim = positive_int(cfg, {"head_dim"});
+  } else {
+    SL_CHECK(s.d_model % s.heads == 0, "%s: %s %lld is not a multiple of %s %lld", cfg.path().c_str(),
+             *width_keys.begin(), (long long)s.d_model, *head_keys.begin(), (long long)s.heads);
+    s.head_dim = s.d_model / s.heads;
+  }
+  return s;
 }
 
 }  // namespace sinklab::hf

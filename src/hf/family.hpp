@@ -53,8 +53,6 @@ class FamilyModel : public HfModel {
   int64_t acts_batch_ = 0, acts_seq_ = 0;
 };
 
-// Fills info fields every family sets the same way from the store.
-void fill_common_info(HfModelInfo& info, const ModelSource& source, const WeightStore& store);
 
 // Position ids 0..T-1 of every row of a [B,T] batch (flattened, [B*T]) plus `offset`, with the
 // Table 7 interventions applied to each row: p_1 := p_t (replace) or p_1 <-> p_t (swap).
@@ -81,5 +79,21 @@ std::string find_prefix(const Checkpoint& ckpt, std::initializer_list<const char
 
 // A required positive integer field (the first present of several spellings).
 int64_t positive_int(const HfConfig& cfg, std::initializer_list<const char*> keys);
+
+// The attention geometry of a config, checked as every family needs it: width d_model and query heads
+// (required positive integers under the first present of width_keys / head_keys; GPT-2 spells them
+// n_embd, n_head), key/value heads and head size. With grouped_query (Llama-style configs) kv_heads is
+// num_key_value_heads (default: heads, which must be a multiple of it) and head_dim the config's head_dim
+// (default: d_model / heads); otherwise kv_heads = heads and head_dim = d_model / heads. Where head_dim
+// comes from d_model / heads, d_model must be a multiple of heads.
+struct HeadShape {
+  int64_t d_model = 0, heads = 0, kv_heads = 0, head_dim = 0;
+};
+HeadShape head_shape(const HfConfig& cfg, bool grouped_query,
+                     std::initializer_list<const char*> width_keys = {"hidden_size"},
+                     std::initializer_list<const char*> head_keys = {"num_attention_heads"});
+
+// Fills the info fields every family sets the same way, from the store and the config's head shape.
+void fill_common_info(HfModelInfo& info, const ModelSource& source, const WeightStore& store, const HeadShape& shape);
 
 }  // namespace sinklab::hf

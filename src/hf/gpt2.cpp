@@ -25,14 +25,13 @@ class Gpt2Model final : public FamilyModel {
  public:
   explicit Gpt2Model(const ModelSource& src, const LoadOptions& options) {
     const HfConfig& cfg = src.config;
-    d_ = positive_int(cfg, {"n_embd", "hidden_size"});
-    H_ = positive_int(cfg, {"n_head", "num_attention_heads"});
+    const HeadShape shape = head_shape(cfg, false, {"n_embd", "hidden_size"}, {"n_head", "num_attention_heads"});
+    d_ = shape.d_model;
+    H_ = shape.heads;
+    dh_ = shape.head_dim;
     const int64_t L = positive_int(cfg, {"n_layer", "num_hidden_layers"});
     const int64_t P = positive_int(cfg, {"n_positions", "max_position_embeddings"});
     F_ = cfg.has("n_inner") ? positive_int(cfg, {"n_inner"}) : 4 * d_;
-    SL_CHECK(d_ % H_ == 0, "%s: n_embd %lld is not a multiple of n_head %lld", cfg.path().c_str(), (long long)d_,
-             (long long)H_);
-    dh_ = d_ / H_;
     eps_ = cfg.get_double("layer_norm_epsilon", 1e-5);
     act_ = activation_from_config(cfg, "activation_function", "gelu_new");
     if (cfg.get_bool("add_cross_attention", false)) cfg.unsupported("add_cross_attention (an encoder-decoder GPT-2)");
@@ -63,9 +62,7 @@ class Gpt2Model final : public FamilyModel {
       specs_.push_back(spec);
     }
     store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options.max_memory_bytes);
-    fill_common_info(info_, src, *store_);
-    info_.n_heads = info_.n_kv_heads = int(H_);
-    info_.d_model = int(d_);
+    fill_common_info(info_, src, *store_, shape);
     info_.max_positions = P;
     info_.learned_positions = true;
   }

@@ -30,14 +30,13 @@ class NeoxModel final : public FamilyModel {
  public:
   NeoxModel(const ModelSource& src, const LoadOptions& options) {
     const HfConfig& cfg = src.config;
-    d_ = positive_int(cfg, {"hidden_size"});
-    H_ = positive_int(cfg, {"num_attention_heads"});
+    const HeadShape shape = head_shape(cfg, false);
+    d_ = shape.d_model;
+    H_ = shape.heads;
+    dh_ = shape.head_dim;
     const int64_t L = positive_int(cfg, {"num_hidden_layers"});
     const int64_t V = positive_int(cfg, {"vocab_size"});
     F_ = positive_int(cfg, {"intermediate_size"});
-    SL_CHECK(d_ % H_ == 0, "%s: hidden_size %lld is not a multiple of num_attention_heads %lld", cfg.path().c_str(),
-             (long long)d_, (long long)H_);
-    dh_ = d_ / H_;
     eps_ = cfg.get_double("layer_norm_eps", 1e-5);
     act_ = activation_from_config(cfg, "hidden_act", "gelu");
     parallel_ = cfg.get_bool("use_parallel_residual", true);
@@ -78,9 +77,7 @@ class NeoxModel final : public FamilyModel {
       plan.layers.push_back(std::move(layer));
     }
     store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options.max_memory_bytes);
-    fill_common_info(info_, src, *store_);
-    info_.n_heads = info_.n_kv_heads = int(H_);
-    info_.d_model = int(d_);
+    fill_common_info(info_, src, *store_, shape);
     spec_.scale = 1.0 / std::sqrt(double(dh_));
   }
 

@@ -46,17 +46,14 @@ class JambaModel final : public FamilyModel {
   JambaModel(const ModelSource& src, const LoadOptions& options) {
     const HfConfig& cfg = src.config;
     const char* path = cfg.path().c_str();
-    d_ = positive_int(cfg, {"hidden_size"});
-    H_ = positive_int(cfg, {"num_attention_heads"});
-    Hkv_ = cfg.has("num_key_value_heads") ? positive_int(cfg, {"num_key_value_heads"}) : H_;
+    const HeadShape shape = head_shape(cfg, true);
+    d_ = shape.d_model;
+    H_ = shape.heads;
+    Hkv_ = shape.kv_heads;
+    dh_ = shape.head_dim;
     const int64_t L = positive_int(cfg, {"num_hidden_layers"});
     const int64_t V = positive_int(cfg, {"vocab_size"});
     F_ = positive_int(cfg, {"intermediate_size"});
-    dh_ = cfg.has("head_dim") ? positive_int(cfg, {"head_dim"}) : d_ / H_;
-    SL_CHECK(cfg.has("head_dim") || d_ % H_ == 0, "%s: hidden_size %lld is not a multiple of num_attention_heads %lld",
-             path, (long long)d_, (long long)H_);
-    SL_CHECK(H_ % Hkv_ == 0, "%s: num_attention_heads %lld is not a multiple of num_key_value_heads %lld", path,
-             (long long)H_, (long long)Hkv_);
     eps_ = cfg.get_double("rms_norm_eps", 1e-6);
     act_ = activation_from_config(cfg, "hidden_act", "silu");
 
@@ -141,10 +138,7 @@ class JambaModel final : public FamilyModel {
       layers_.push_back({attention, moe});
     }
     store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options.max_memory_bytes);
-    fill_common_info(info_, src, *store_);
-    info_.n_heads = int(H_);
-    info_.n_kv_heads = int(Hkv_);
-    info_.d_model = int(d_);
+    fill_common_info(info_, src, *store_, shape);
     info_.max_positions = 0;  // no position embedding: any length
     info_.learned_positions = false;
     info_.attention_layers.clear();

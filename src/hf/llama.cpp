@@ -26,17 +26,14 @@ class LlamaModel final : public FamilyModel {
   LlamaModel(const ModelSource& src, const LoadOptions& options) {
     const HfConfig& cfg = src.config;
     const std::string model_type = cfg.get_string("model_type");
-    d_ = positive_int(cfg, {"hidden_size"});
-    H_ = positive_int(cfg, {"num_attention_heads"});
-    Hkv_ = cfg.has("num_key_value_heads") ? positive_int(cfg, {"num_key_value_heads"}) : H_;
+    const HeadShape shape = head_shape(cfg, true);
+    d_ = shape.d_model;
+    H_ = shape.heads;
+    Hkv_ = shape.kv_heads;
+    dh_ = shape.head_dim;
     const int64_t L = positive_int(cfg, {"num_hidden_layers"});
     const int64_t V = positive_int(cfg, {"vocab_size"});
     F_ = positive_int(cfg, {"intermediate_size"});
-    SL_CHECK(H_ % Hkv_ == 0, "%s: num_attention_heads %lld is not a multiple of num_key_value_heads %lld",
-             cfg.path().c_str(), (long long)H_, (long long)Hkv_);
-    SL_CHECK(cfg.has("head_dim") || d_ % H_ == 0, "%s: hidden_size %lld is not a multiple of num_attention_heads %lld",
-             cfg.path().c_str(), (long long)d_, (long long)H_);
-    dh_ = cfg.has("head_dim") ? positive_int(cfg, {"head_dim"}) : d_ / H_;
     eps_ = cfg.get_double("rms_norm_eps", 1e-6);
     act_ = activation_from_config(cfg, "hidden_act", "silu");
     rope_ = rope_from_config(cfg, dh_, RopeKeys{});
@@ -94,10 +91,7 @@ class LlamaModel final : public FamilyModel {
       });
     }
     store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options.max_memory_bytes);
-    fill_common_info(info_, src, *store_);
-    info_.n_heads = int(H_);
-    info_.n_kv_heads = int(Hkv_);
-    info_.d_model = int(d_);
+    fill_common_info(info_, src, *store_, shape);
   }
 
   void forward(Tensor ids, LayerObserver* observer, Tensor logits, const ForwardOptions& opt) override {

@@ -27,16 +27,15 @@ class OptModel final : public FamilyModel {
  public:
   OptModel(const ModelSource& src, const LoadOptions& options) {
     const HfConfig& cfg = src.config;
-    d_ = positive_int(cfg, {"hidden_size"});
-    H_ = positive_int(cfg, {"num_attention_heads"});
+    const HeadShape shape = head_shape(cfg, false);
+    d_ = shape.d_model;
+    H_ = shape.heads;
+    dh_ = shape.head_dim;
     const int64_t L = positive_int(cfg, {"num_hidden_layers"});
     const int64_t V = positive_int(cfg, {"vocab_size"});
     const int64_t P = positive_int(cfg, {"max_position_embeddings"});
     F_ = positive_int(cfg, {"ffn_dim"});
     wd_ = cfg.has("word_embed_proj_dim") ? positive_int(cfg, {"word_embed_proj_dim"}) : d_;
-    SL_CHECK(d_ % H_ == 0, "%s: hidden_size %lld is not a multiple of num_attention_heads %lld", cfg.path().c_str(),
-             (long long)d_, (long long)H_);
-    dh_ = d_ / H_;
     act_ = activation_from_config(cfg, "activation_function", "relu");
     pre_ln_ = cfg.get_bool("do_layer_norm_before", true);
     final_ln_ = pre_ln_ && !cfg.get_bool("_remove_final_layer_norm", false);
@@ -78,9 +77,7 @@ class OptModel final : public FamilyModel {
       });
     }
     store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options.max_memory_bytes);
-    fill_common_info(info_, src, *store_);
-    info_.n_heads = info_.n_kv_heads = int(H_);
-    info_.d_model = int(d_);
+    fill_common_info(info_, src, *store_, shape);
     info_.max_positions = P;
     info_.learned_positions = true;
     spec_.scale = 1.0;  // the query is scaled by 1/sqrt(dh) before the scores, as transformers does

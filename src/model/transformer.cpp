@@ -225,7 +225,6 @@ void Transformer::ensure_activations(int64_t batch, int64_t input_seq) {
     rstdf_ = alloc({N});
     logits_ = alloc({head_chunk_rows_, V});
     losses_ = alloc({N});
-    ones_ = alloc({1, N * H});
     tmp_ = alloc({N, d});
     d_res_ = alloc({N, d});
     d_tmp_ = alloc({N, d});
@@ -245,7 +244,6 @@ void Transformer::ensure_activations(int64_t batch, int64_t input_seq) {
     d_ffn_in_ = alloc({N, ffn_in});
     d_ffn_h_ = alloc({N, F});
     d_xf_ = alloc({N, d});
-    bias_scratch_ = alloc({1, H * dh});
     d_sinks_ = alloc({H});
     d_relative_ = alloc({H, cfg_.relative_buckets});
   };
@@ -254,7 +252,6 @@ void Transformer::ensure_activations(int64_t batch, int64_t input_seq) {
   arena = Arena(acts_buffer_.data(), acts_buffer_.bytes(), device_);
   counting = false;
   plan();
-  ops::fill(ones_, 1.0);
   targets_buffer_ = Buffer(size_t(N) * sizeof(int32_t), device_);
   targets_ = targets_buffer_.view(DType::i32, {batch, seq});
   batch_ = batch;
@@ -523,11 +520,11 @@ void Transformer::attention_backward(int l, Tensor d_att_rows) {
   const ops::AttentionSpec spec = layer_spec(l, true);
   const bool kernel = cfg_.qk_kernel != QkKernel::identity, lead = cfg_.lead_keys() > 0;
 
-  // v bias added to every head's output: dv* = column sums of d_att (over rows, and heads when shared).
+  // v bias added to every head's output: dv* [H|1, dh] += sums of d_att [B,T,H,dh] over batch and positions
+  // (and heads when shared).
   if (cfg_.attn_bias == AttnBias::v) {
     Tensor dvb = at(li.v_bias, true);
-    if (cfg_.bias_per_head) ops::matmul(dvb.reshape({1, H * dh}), ones_.slice(1, 0, N), d_att_rows, false, false, 1.0, 1.0);
-    else ops::matmul(dvb, ones_.slice(1, 0, N * H), d_att_rows.reshape({N * H, dh}), false, false, 1.0, 1.0);
+    ops::column_sum(cfg_.bias_per_head ? dvb : dvb.reshape({dh}), head_view(d_att_rows, B, T, 0, H, dh), true);
   }
   Tensor q = head_view(kernel ? a.feat : a.qkv, B, T, 0, H, dh);
   Tensor k = lead ? a.k_ext : head_view(kernel ? a.feat : a.qkv, B, T, H * dh, Hkv, dh);
@@ -542,19 +539,16 @@ void Transformer::attention_backward(int l, Tensor d_att_rows) {
   if (lead) {
     ops::copy(dk_seq, d_k_ext_.slice(1, 1, T));
     ops::copy(dv_seq, d_v_ext_.slice(1, 1, T));
-    const int64_t S = T + 1;
-    // dk* = sum over the batch of row 0 of dK_ext (and over heads when shared), first d_a dims.
-    auto reduce_lead_row = [&](Tensor d_ext, int64_t param, int64_t dims) {
-      Tensor rows = strided(d_ext, {B, H * dh}, {S * H * dh, 1});
-      ops::matmul(bias_scratch_, ones_.slice(1, 0, B), rows, false, false);
-      Tensor per_head = bias_scratch_.reshape({H, dh}).slice(1, 0, dims);
+    // dk* [H|1, dims] += sum over the batch of lead key 0 of dK_ext [B,S,H,dh] (and over heads when shared),
+    // its first dims features (d_a for k*, dh for v*); dv* likewise from dV_ext.
+    auto reduce_lead_key = [&](Tensor d_ext, int64_t param) {
       Tensor g = at(param, true);
-      if (cfg_.bias_per_head) ops::accumulate(g, per_head);
-      else
-        for (int64_t h = 0; h < H; ++h) ops::accumulate(g, per_head.slice(0, h, 1));
+      const int64_t dims = g.shape[1];
+      Tensor lead_key = d_ext.slice(1, 0, 1).slice(3, 0, dims);  // [B,1,H,dims]
+      ops::column_sum(cfg_.bias_per_head ? g : g.reshape({dims}), lead_key, true);
     };
-    reduce_lead_row(d_k_ext_, li.k_bias, at(li.k_bias, false).shape[1]);
-    if (cfg_.attn_bias == AttnBias::kv) reduce_lead_row(d_v_ext_, li.v_bias, dh);
+    reduce_lead_key(d_k_ext_, li.k_bias);
+    if (cfg_.attn_bias == AttnBias::kv) reduce_lead_key(d_v_ext_, li.v_bias);
   }
   if (kernel) {
     Tensor d_rows_out = d_feat_.reshape({N * (H + Hkv), dh}), rows_in = a.feat_in.reshape({N * (H + Hkv), dh});

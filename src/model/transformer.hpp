@@ -92,9 +92,9 @@ class Transformer {
   int64_t batch_ = 0, seq_ = 0, input_seq_ = 0;  // seq_ = T' = input_seq_ + lead positions
   Buffer acts_buffer_, targets_buffer_;
   std::vector<LayerActs> layers_;
-  Tensor x_final_in_, xf_, rstdf_, logits_, losses_, ones_, targets_;
+  Tensor x_final_in_, xf_, rstdf_, logits_, losses_, targets_;
   Tensor d_res_, d_tmp_, d_xn_, d_attn_in_, d_qkv_, d_feat_, d_feat_hidden_, d_k_ext_, d_v_ext_, d_att_, d_att_gated_,
-      d_att_sum_, d_gate_logits_, d_gate_small_, d_pre_, d_ffn_in_, d_ffn_h_, d_xf_, tmp_, bias_scratch_, d_sinks_,
+      d_att_sum_, d_gate_logits_, d_gate_small_, d_pre_, d_ffn_in_, d_ffn_h_, d_xf_, tmp_, d_sinks_,
       d_relative_;
   int64_t head_chunk_rows_ = 0;
 };

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "hf/hf_model.hpp"
 #include "model/transformer.hpp"
 #include "probe/model_probe.hpp"
@@ -30,6 +32,8 @@ namespace sinklab {
 namespace {
 
 namespace fs = std::filesystem;
+using test::max_abs_diff;
+using test::nmse;
 using test::Owned;
 
 const std::string kFixtures = std::string(SINKLAB_SOURCE_DIR) + "/tests/fixtures/hf";
@@ -40,40 +44,6 @@ std::vector<std::string> fixture_names() {
     if (fs::exists(e.path() / "golden.safetensors")) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   return names;
-}
-
-std::vector<std::string> split_cases(const std::string& s) {
-  std::vector<std::string> out;
-  std::string cur;
-  for (char c : s) {
-    if (c == ',') {
-      out.push_back(cur);
-      cur.clear();
-    } else {
-      cur += c;
-    }
-  }
-  if (!cur.empty()) out.push_back(cur);
-  return out;
-}
-
-double nmse(const Tensor& a, const Tensor& ref) {
-  EXPECT_EQ(a.numel(), ref.numel());
-  double err = 0.0, norm = 0.0;
-  for (int64_t i = 0; i < ref.numel(); ++i) {
-    const double r = test::element(ref, i), d = test::element(a, i) - r;
-    err += d * d;
-    norm += r * r;
-  }
-  return norm > 0 ? err / norm : err;
-}
-
-double max_abs_diff(const Tensor& a, const Tensor& ref) {
-  EXPECT_EQ(a.numel(), ref.numel()) << a.shape_str() << " vs " << ref.shape_str();
-  double worst = 0.0;
-  for (int64_t i = 0; i < ref.numel(); ++i)
-    worst = std::max(worst, std::fabs(test::element(a, i) - test::element(ref, i)));
-  return worst;
 }
 
 // Copies what a probe sees of every layer: hidden states, q/k/v, and the attention probabilities the
@@ -120,7 +90,7 @@ TEST_P(HfFamily, MatchesTransformers) {
   std::unique_ptr<hf::HfModel> model = hf::load_model(dir);
   const hf::HfModelInfo& info = model->info();
   io::SafetensorsFile golden(dir + "/golden.safetensors");
-  const std::vector<std::string> cases = split_cases(golden.metadata().at("cases"));
+  const std::vector<std::string> cases = test::split_commas(golden.metadata().at("cases"));
   ASSERT_GE(cases.size(), 2u);
   EXPECT_EQ(info.dir, dir);
   EXPECT_EQ(int(info.attention_layers.size()), info.n_layers);
@@ -445,6 +415,34 @@ TEST(HfFamilies, UnsupportedSwitches) {
   ASSERT_NE(at, std::string::npos);
   std::ofstream(dir + "/config.json") << text.substr(0, at) + "\"yarn\"" + text.substr(at + 8);
   expect_load_error(dir, {dir + "/config.json: unsupported rope type 'yarn'"});
+}
+
+// The head geometry every family checks (hf::head_shape): width a multiple of the heads (under the family's
+// spelling of the fields), query heads a multiple of the key/value heads.
+TEST(HfFamilies, HeadShapeErrors) {
+  TempDir tmp("heads");
+  int copies = 0;
+  auto edit_config = [&](const std::string& fixture, const nlohmann::json& changes) {
+    const std::string dir = tmp.path + "/" + fixture + "_" + std::to_string(copies++);
+    fs::copy(kFixtures + "/" + fixture, dir, fs::copy_options::recursive);
+    nlohmann::json cfg = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
+    for (const auto& [key, value] : changes.items()) {
+      if (value.is_null()) cfg.erase(key);
+      else cfg[key] = value;
+    }
+    std::ofstream(dir + "/config.json") << cfg.dump();
+    return dir;
+  };
+  std::string dir = edit_config("gpt2", {{"n_head", 5}});
+  expect_load_error(dir, {dir + "/config.json: n_embd 32 is not a multiple of n_head 5"});
+  dir = edit_config("opt_pre", {{"num_attention_heads", 7}});
+  expect_load_error(dir, {dir + "/config.json: hidden_size ", " is not a multiple of num_attention_heads 7"});
+  dir = edit_config("llama_gqa", {{"num_key_value_heads", 4}});
+  expect_load_error(dir, {dir + "/config.json: num_attention_heads 6 is not a multiple of num_key_value_heads 4"});
+  dir = edit_config("llama_gqa", {{"num_attention_heads", 7}, {"num_key_value_heads", 7}, {"head_dim", nullptr}});
+  expect_load_error(dir, {dir + "/config.json: hidden_size 48 is not a multiple of num_attention_heads 7"});
+  dir = edit_config("llama_gqa", {{"num_key_value_heads", 0}});
+  expect_load_error(dir, {dir + "/config.json: field 'num_key_value_heads' must be a positive integer, got 0"});
 }
 
 TEST(HfFamilies, MaxMemoryTooSmall) {

@@ -31,6 +31,8 @@ namespace sinklab {
 namespace {
 
 namespace fs = std::filesystem;
+using test::max_abs_diff;
+using test::nmse;
 using test::Owned;
 
 const std::string kFixture = std::string(SINKLAB_SOURCE_DIR) + "/tests/fixtures/hf/jamba_tiny";
@@ -60,24 +62,6 @@ class Recorder final : public LayerObserver {
   }
   std::vector<Layer> layers;
 };
-
-double nmse(const Tensor& a, const Tensor& ref) {
-  EXPECT_EQ(a.numel(), ref.numel());
-  double err = 0.0, norm = 0.0;
-  for (int64_t i = 0; i < ref.numel(); ++i) {
-    const double r = test::element(ref, i), d = test::element(a, i) - r;
-    err += d * d;
-    norm += r * r;
-  }
-  return err / norm;
-}
-
-double max_abs_diff(const Tensor& a, const Tensor& ref) {
-  EXPECT_EQ(a.numel(), ref.numel());
-  double m = 0.0;
-  for (int64_t i = 0; i < ref.numel(); ++i) m = std::max(m, std::fabs(test::element(a, i) - test::element(ref, i)));
-  return m;
-}
 
 TEST(HfJamba, Info) {
   auto model = hf::load_model(kFixture);

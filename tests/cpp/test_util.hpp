@@ -75,6 +75,42 @@ inline double rel_error(const Tensor& a, const Tensor& ref) {
   return max_ref > 0 ? max_err / max_ref : max_err;
 }
 
+// Normalised mean squared error sum (a - ref)^2 / sum ref^2 (the HF families' logits bound).
+inline double nmse(const Tensor& a, const Tensor& ref) {
+  EXPECT_EQ(a.numel(), ref.numel()) << a.shape_str() << " vs " << ref.shape_str();
+  double err = 0.0, norm = 0.0;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const double r = element(ref, i), d = element(a, i) - r;
+    err += d * d;
+    norm += r * r;
+  }
+  return norm > 0 ? err / norm : err;
+}
+
+// max_i |a_i - ref_i| (bounds on probabilities, which have a natural scale of 1).
+inline double max_abs_diff(const Tensor& a, const Tensor& ref) {
+  EXPECT_EQ(a.numel(), ref.numel()) << a.shape_str() << " vs " << ref.shape_str();
+  double worst = 0.0;
+  for (int64_t i = 0; i < ref.numel(); ++i) worst = std::max(worst, std::fabs(element(a, i) - element(ref, i)));
+  return worst;
+}
+
+// "a,b,c" -> {"a", "b", "c"} (a golden file's "cases" metadata).
+inline std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s) {
+    if (c == ',') {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
 inline std::string golden_path(const std::string& file) { return std::string(SINKLAB_GOLDEN_DIR) + "/" + file; }
 
 // A golden file: tensors under "<case>/<name>", scalar parameters in the metadata as "<case>/<name>".
@@ -91,15 +127,8 @@ class Golden {
     return std::stod(it->second);
   }
   std::vector<std::string> cases() const {
-    std::vector<std::string> out;
     auto it = st_.metadata().find("cases");
-    if (it == st_.metadata().end()) return out;
-    std::string s = it->second, cur;
-    for (char c : s) {
-      if (c == ',') { out.push_back(cur); cur.clear(); } else { cur += c; }
-    }
-    if (!cur.empty()) out.push_back(cur);
-    return out;
+    return it == st_.metadata().end() ? std::vector<std::string>{} : split_commas(it->second);
   }
 
  private:

@@ -254,6 +254,7 @@ def test_table1_and_per_domain(full):
             assert _num(r[f"Sink_1^{e:g}"]) == pytest.approx(d["sink"][i], rel=1e-12)
         assert _num(r["massive ratio (last layer)"]) == pytest.approx(d["massive_ratio"][-1], rel=1e-12)
         assert r["n_seq"] == "100" and r["T"] == str(T)
+        assert r["measured by"] == "sinklab-survey" and r["file"] == "models.h5"
         assert _num(r["loss"]) == (pytest.approx(d["loss"], rel=1e-12) if "loss" in d else None)
     # Inputs, loss (mean over domains) and weights per model and input.
     inputs = {(r["model"], r["input"]): r for r in _csv(out / "tables" / "inputs.csv")}
@@ -321,6 +322,40 @@ def test_training_only_and_sparse_files(files, tmp_path):
     rows = _csv(tmp_path / "b" / "tables" / "table1.csv")
     assert rows == [{"model": "tiny", "natural": "5.0", "random": ""}]
     assert "/models/tiny/random/-: no sink (or sink_k) dataset" in page
+
+
+def test_probe_and_survey_of_one_name_are_kept_apart(tmp_path):
+    """The same model name measured by sinklab-probe in one file and by sinklab-survey in another (as the demo
+    once named both tiny_softmax): two rows, each saying which program measured it, not one pooled row. Two
+    survey files of one model (different domains) still pool into one row."""
+    rng = np.random.default_rng(11)
+    truth = {}
+    with h5py.File(tmp_path / "probe.h5", "w") as f:
+        _root_attrs(f, "sinklab-probe")
+        truth["probe"] = _write_entry(f, "tiny_softmax", "natural", "valid", rng)
+    for name, domain in (("survey.h5", "pile_cc"), ("survey_more.h5", "github")):
+        with h5py.File(tmp_path / name, "w") as f:
+            _root_attrs(f, "/work/build/bin/sinklab-survey --model x --output " + name)
+            truth[domain] = _write_entry(f, "tiny_softmax", "natural", domain, rng, survey=True)
+    out = tmp_path / "report"
+    proc = _report([tmp_path / "probe.h5", tmp_path / "survey.h5", tmp_path / "survey_more.h5"], out)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {r["model"]: r for r in _csv(out / "tables" / "table1.csv")}
+    assert set(rows) == {"tiny_softmax [sinklab-probe]", "tiny_softmax [sinklab-survey]"}
+    assert _num(rows["tiny_softmax [sinklab-probe]"]["natural"]) == pytest.approx(truth["probe"]["sink"][1])
+    assert _num(rows["tiny_softmax [sinklab-survey]"]["natural"]) == pytest.approx(
+        np.mean([truth[d]["sink"][1] for d in ("pile_cc", "github")]), rel=1e-12)
+    per = {(r["model"], r["domain"]): r for r in _csv(out / "tables" / "per_domain.csv")}
+    assert {k: (r["measured by"], r["file"]) for k, r in per.items()} == {
+        ("tiny_softmax [sinklab-probe]", "valid"): ("sinklab-probe", "probe.h5"),
+        ("tiny_softmax [sinklab-survey]", "pile_cc"): ("sinklab-survey", "survey.h5"),
+        ("tiny_softmax [sinklab-survey]", "github"): ("sinklab-survey", "survey_more.h5")}
+    inputs = {r["model"]: r for r in _csv(out / "tables" / "inputs.csv")}
+    assert inputs["tiny_softmax [sinklab-survey]"]["measured by"] == "sinklab-survey"
+    assert inputs["tiny_softmax [sinklab-survey]"]["domains"] == "2"
+    assert inputs["tiny_softmax [sinklab-probe]"]["measured by"] == "sinklab-probe"
+    page = (out / "index.html").read_text()
+    assert "tiny_softmax [sinklab-probe]: natural (1 domain(s)); measured by sinklab-probe" in page
 
 
 def test_bad_input_is_one_line(files, tmp_path):

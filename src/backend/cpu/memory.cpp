@@ -1,5 +1,6 @@
-// Memory-level CPU ops: allocation, fill, copy/convert, residual add, scaling, random fills.
+// Memory-level CPU ops: allocation, fill, copy/convert, residual add, scaling, sums, random fills.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -117,6 +118,34 @@ double CpuBackend::sum_squares(Tensor x) {
       total += s;
     }
     return total;
+  });
+}
+
+// out[o, c] (= or +=) sum over l < L of in[l*O + o, c]: out read as O rows of C, in as L*O rows of C.
+// The work is cut into tiles of (out row, up to 64 columns); a tile walks its L rows in order into
+// double accumulators (one per column: the inner loop vectorises over contiguous columns), so every
+// sum has the same order, and the same bits, for any number of threads.
+void CpuBackend::column_sum(Tensor out, Tensor in, bool accumulate) {
+  const char* op = "column_sum";
+  const int64_t L = check_column_sum(out, in);
+  dispatch_float(out.dtype, op, [&](auto zero) {
+    using T = decltype(zero);
+    Rows ro = rows_of(out, op, "out"), ri = rows_of(in, op, "in");
+    const int64_t O = ro.rows, C = ro.cols;
+    constexpr int64_t kTile = 64;
+    const int64_t tiles_per_row = (C + kTile - 1) / kTile, tiles = O * tiles_per_row;
+#pragma omp parallel for schedule(static) if (ri.rows * ri.cols > 16384)
+    for (int64_t tile = 0; tile < tiles; ++tile) {
+      const int64_t o = tile / tiles_per_row, c0 = (tile % tiles_per_row) * kTile, n = std::min(kTile, C - c0);
+      double sum[kTile] = {};
+      for (int64_t l = 0; l < L; ++l) {
+        const T* x = in.ptr<T>() + ri.offset(l * O + o) + c0;
+#pragma omp simd
+        for (int64_t c = 0; c < n; ++c) sum[c] += double(x[c]);
+      }
+      T* y = out.ptr<T>() + ro.offset(o) + c0;
+      for (int64_t c = 0; c < n; ++c) y[c] = T(accumulate ? double(y[c]) + sum[c] : sum[c]);
+    }
   });
 }
 

@@ -4,7 +4,7 @@
 //
 // What runs on the device (everything else keeps the Backend default, which throws "no <op> kernel"):
 //   memory ops: fill, copy (H2D / D2H / D2D / peer; dtype conversion f32/f64/bf16/f16/i32 as the CPU
-//   does it), add, accumulate, scale, sum_squares, fill_normal, fill_uniform (bit-identical to the CPU:
+//   does it), add, accumulate, scale, sum_squares, column_sum (bit-identical to the CPU), fill_normal, fill_uniform (bit-identical to the CPU:
 //   same Philox stream, element i in row-major logical order), and the elementwise ops over the shared
 //   *_math.hpp functions: activation_forward/backward, gated_forward/backward, adamw_update.
 // Arithmetic ops take f32 tensors only (bf16/f16/f64 are storage for copy/fill). Tensors may have
@@ -44,6 +44,7 @@ class CudaBackend final : public Backend {
   void accumulate(Tensor dst, Tensor src, double alpha) override;
   void scale(Tensor x, double factor) override;
   double sum_squares(Tensor x) override;
+  void column_sum(Tensor out, Tensor in, bool accumulate) override;
   void fill_normal(Tensor out, uint64_t seed, uint64_t stream, double mean, double std) override;
   void fill_uniform(Tensor out, uint64_t seed, uint64_t stream, double low, double high) override;
   void activation_forward(Tensor out, Tensor in, Activation act) override;

@@ -1,5 +1,5 @@
 // Memory-level CUDA ops: fill, copy/convert between any devices, residual add, accumulate, scale,
-// sum of squares, Philox random fills (bit-identical to the CPU backend's).
+// sum of squares, column sums, Philox random fills (bit-identical to the CPU backend's).
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -75,6 +75,19 @@ __global__ void sum_partials_kernel(const double* partials, int n, double* out) 
 }
 
 // Element i (logical row-major index) gets value i of the Philox stream, as on the CPU.
+// out[o, c] (= or +=) sum over l < L of in[l*O + o, c]. One thread per output element, summing its L
+// rows in order in double, as the CPU backend does: the two agree bit for bit. Neighbouring threads
+// read neighbouring columns of a row (coalesced). The sums it serves (bias gradients) are small.
+__global__ void column_sum_kernel(float* out, DevRows ro, const float* in, DevRows ri, int64_t L, bool accumulate) {
+  SL_GRID_LOOP(i, ro.numel) {
+    const int64_t o = i / ro.cols, c = i - o * ro.cols;
+    double sum = 0.0;
+    for (int64_t l = 0; l < L; ++l) sum += double(in[ri.offset((l * ro.rows + o) * ro.cols + c)]);
+    float* y = out + ro.offset(i);
+    *y = float(accumulate ? double(*y) + sum : sum);
+  }
+}
+
 __global__ void fill_normal_kernel(void* out, DType dt, DevRows ro, uint64_t seed, uint64_t stream,
                                    double mean, double std) {
   SL_GRID_LOOP(i, ro.numel) {
@@ -304,6 +317,19 @@ double CudaBackend::sum_squares(Tensor x) {
   CUDA_CHECK(cudaMemcpyAsync(&result, partials + blocks, sizeof(double), cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   return result;
+}
+
+void CudaBackend::column_sum(Tensor out, Tensor in, bool accumulate) {
+  const char* op = "column_sum";
+  const int64_t L = check_column_sum(out, in);
+  check_device_f32(*this, out, op, "out");
+  check_device_f32(*this, in, op, "in");
+  DevRows ro = rows_of(out, op, "out"), ri = rows_of(in, op, "in");
+  if (ro.numel == 0) return;
+  DeviceGuard guard(index_);
+  column_sum_kernel<<<grid_for(ro.numel), kThreads, 0, stream_>>>(out.ptr<float>(), ro, in.ptr<float>(), ri, L,
+                                                                  accumulate);
+  CUDA_CHECK_LAUNCH(op);
 }
 
 void CudaBackend::fill_normal(Tensor out, uint64_t seed, uint64_t stream, double mean, double std) {

@@ -1,7 +1,7 @@
 // CUDA backend against the CPU reference (label "gpu"): copies and dtype conversions in every
-// direction, Philox fills bit-identical to the CPU, the arithmetic and elementwise ops at f32 accuracy,
-// and the "no kernel" error of an op the CUDA backend does not implement yet. Every test skips when no
-// CUDA device is usable (CPU-only builds, machines without a GPU or with an old driver).
+// direction, Philox fills and column sums bit-identical to the CPU, the arithmetic and elementwise ops at
+// f32 accuracy, and the "no kernel" error of an op the CUDA backend does not implement yet. Every test
+// skips when no CUDA device is usable (CPU-only builds, machines without a GPU or with an old driver).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -298,6 +298,38 @@ TEST(CudaBackend, AdamWMatchesCpu) {
     EXPECT_LE(rel_error(to_host(dm.t, DType::f32).t, m.t), kTol) << "m";
     EXPECT_LE(rel_error(to_host(dv.t, DType::f32).t, v.t), kTol) << "v";
   }
+}
+
+// column_sum sums each element's rows in order in double on both backends: the same bits as the CPU,
+// for column sums of odd shapes, per-head sums over several leading dims, strided views, and +=.
+TEST(CudaBackend, ColumnSumIsBitIdenticalToCpu) {
+  if (!sinklab::cuda_available()) GTEST_SKIP() << "no usable CUDA device";
+  struct Case {
+    std::vector<int64_t> in_dims, out_dims;
+  };
+  const std::vector<Case> cases = {{{1, 7}, {7}},           {{37, 1}, {1}},         {{1031, 129}, {129}},
+                                   {{3, 11, 4, 13}, {4, 13}}, {{3, 11, 4, 13}, {13}}};
+  uint64_t stream = 60;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(Owned(DType::f32, c.in_dims).t.shape_str());
+    Owned in = random_host(DType::f32, c.in_dims, stream++);
+    Dev din = to_device(in.t, DType::f32);
+    for (bool accumulate : {false, true}) {
+      Owned out = random_host(DType::f32, c.out_dims, stream++);
+      Dev dout = to_device(out.t, DType::f32);
+      ops::column_sum(out.t, in.t, accumulate);
+      ops::column_sum(dout.t, din.t, accumulate);
+      EXPECT_TRUE(same_bits(to_host(dout.t, DType::f32).t, out.t)) << (accumulate ? "+=" : "=");
+    }
+  }
+  // Lead key 0, first 5 of 8 features, of a [B, S, H, dh] tensor: a strided [B, 1, H, 5] view.
+  Owned keys = random_host(DType::f32, {6, 9, 3, 8}, stream++);
+  Dev dkeys = to_device(keys.t, DType::f32);
+  Owned out(DType::f32, {3, 5});
+  Dev dout = to_device(out.t, DType::f32);
+  ops::column_sum(out.t, keys.t.slice(1, 0, 1).slice(3, 0, 5), true);
+  ops::column_sum(dout.t, dkeys.t.slice(1, 0, 1).slice(3, 0, 5), true);
+  EXPECT_TRUE(same_bits(to_host(dout.t, DType::f32).t, out.t)) << "strided";
 }
 
 TEST(CudaBackend, OpWithoutKernelThrowsNamingTheOp) {
