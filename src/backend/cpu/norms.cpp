@@ -66,12 +66,13 @@ Acc rmsnorm_row_forward(T* out, const T* x, const T* w, int64_t d, Acc eps) {
 #pragma omp simd reduction(+ : ss)
   for (int64_t i = 0; i < d; ++i) ss += Acc(x[i]) * Acc(x[i]);
   const Acc r = math::rms_rstd(ss, d, eps);
+  const T rt = T(r);  // the scaling in T, as in layernorm_row_forward
   if (w) {
 #pragma omp simd
-    for (int64_t i = 0; i < d; ++i) out[i] = T(Acc(x[i]) * r * Acc(w[i]));
+    for (int64_t i = 0; i < d; ++i) out[i] = x[i] * rt * w[i];
   } else {
 #pragma omp simd
-    for (int64_t i = 0; i < d; ++i) out[i] = T(Acc(x[i]) * r);
+    for (int64_t i = 0; i < d; ++i) out[i] = x[i] * rt;
   }
   return r;
 }
@@ -89,12 +90,16 @@ void layernorm_row_forward(T* out, Acc* mean_out, Acc* rstd_out, const T* x, con
 #pragma omp simd reduction(+ : ss)
   for (int64_t i = 0; i < d; ++i) ss += (Acc(x[i]) - mu) * (Acc(x[i]) - mu);
   const Acc r = math::ln_rstd(ss, d, eps);
+  // Normalise + affine in T: for f32 twice the lanes of double (Pythia-14M, 1 thread: 130 -> 77 us a
+  // call). The mean enters as a T pair hi + lo, so a row whose mean is large next to its spread keeps
+  // the precision of the double mean.
+  const T mh = T(mu), ml = T(mu - Acc(mh)), rt = T(r);
   if (w && b) {
 #pragma omp simd
-    for (int64_t i = 0; i < d; ++i) out[i] = T((Acc(x[i]) - mu) * r * Acc(w[i]) + Acc(b[i]));
+    for (int64_t i = 0; i < d; ++i) out[i] = ((x[i] - mh) - ml) * rt * w[i] + b[i];
   } else {
 #pragma omp simd
-    for (int64_t i = 0; i < d; ++i) out[i] = T((Acc(x[i]) - mu) * r * (w ? Acc(w[i]) : 1.0) + (b ? Acc(b[i]) : 0.0));
+    for (int64_t i = 0; i < d; ++i) out[i] = ((x[i] - mh) - ml) * rt * (w ? w[i] : T(1)) + (b ? b[i] : T(0));
   }
   *mean_out = mu;
   *rstd_out = r;
