@@ -55,11 +55,11 @@ void accumulate_over_rows(T* dparam_a, T* dparam_b, int64_t rows, int64_t cols, 
   }
 }
 
-// The forward rows of norm_math.hpp's rmsnorm_row_forward / layernorm_row_forward (same formulas, same
-// scalar pieces), with the row sums as `omp simd` reductions: the compiler does not reorder a plain
-// double sum, so those loops ran one dependent add at a time (the Pythia-14M LayerNorm, 1280 rows of
-// 128, spent 340 us of a 1-thread call in them). The lanes keep double accumulators, and the lane
-// order is fixed, so results still do not depend on the thread count.
+// The forward rows of norm_math.hpp's rmsnorm_row_forward / layernorm_row_forward (same formulas and
+// scalar pieces, the output pass in T), with the row sums as `omp simd` reductions: the compiler does
+// not reorder a plain double sum, so those loops ran one dependent add at a time (the Pythia-14M
+// LayerNorm, 1280 rows of 128, spent 340 us of a 1-thread call in them). The lanes keep double
+// accumulators, and the lane order is fixed, so results still do not depend on the thread count.
 template <class T>
 Acc rmsnorm_row_forward(T* out, const T* x, const T* w, int64_t d, Acc eps) {
   Acc ss = 0.0;
