@@ -248,6 +248,32 @@ TEST(OpsNorms, ParallelPathMatchesSerialSum) {
   }
 }
 
+// f32 rows whose mean (1e4) is large next to their spread (1): the f32 LayerNorm keeps its 1e-5 bound
+// against a double reference on the same inputs (the CPU op normalises in f32 with the double mean
+// split into a hi + lo pair; with the mean rounded to one float the error here is 1.2e-3).
+TEST(OpsNorms, LayernormF32RowsWithLargeMean) {
+  const int64_t n = 9, d = 200;
+  Owned x(DType::f32, {n, d}), out(DType::f32, {n, d}), mean(DType::f32, {n}), rstd(DType::f32, {n}),
+      w(DType::f32, {d}), b(DType::f32, {d}), want(DType::f64, {n, d});
+  test::randn(x, 21);
+  test::randn(w, 22);
+  test::randn(b, 23);
+  for (int64_t i = 0; i < n * d; ++i) x.data<float>()[i] += 1e4f * float(1 + i / d);
+  ops::layernorm_forward(out, mean, rstd, x, w, b, 1e-5);
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xr = x.data<float>() + i * d;
+    double m = 0, v = 0;
+    for (int64_t c = 0; c < d; ++c) m += double(xr[c]);
+    m /= double(d);
+    for (int64_t c = 0; c < d; ++c) v += (double(xr[c]) - m) * (double(xr[c]) - m);
+    const double rs = 1.0 / std::sqrt(v / double(d) + 1e-5);
+    for (int64_t c = 0; c < d; ++c)
+      want.data<double>()[i * d + c] =
+          (double(xr[c]) - m) * rs * double(w.data<float>()[c]) + double(b.data<float>()[c]);
+  }
+  EXPECT_LE(rel_error(out, want), 1e-5);
+}
+
 TEST(OpsNorms, BadArgumentsThrow) {
   Owned x(DType::f32, {4, 12}), out(DType::f32, {4, 12}), rstd(DType::f32, {4}), w(DType::f32, {11});
   EXPECT_THROW(ops::rmsnorm_forward(out, rstd, x, w, 1e-5), Error);          // weight width

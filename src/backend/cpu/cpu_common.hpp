@@ -18,14 +18,16 @@ struct Rows {
   int64_t lead_shape[kMaxDims] = {};
   int64_t lead_stride[kMaxDims] = {};
 
-  // Element offset of the first element of row r.
+  // Element offset of the first element of row r (0 <= r < rows). The outermost index is what is left
+  // of r, so a [N, d] tensor (the common case) costs no integer division per row.
   int64_t offset(int64_t r) const {
+    if (lead_ndim == 0) return 0;
     int64_t off = 0;
-    for (int d = lead_ndim - 1; d >= 0; --d) {
+    for (int d = lead_ndim - 1; d > 0; --d) {
       off += (r % lead_shape[d]) * lead_stride[d];
       r /= lead_shape[d];
     }
-    return off;
+    return off + r * lead_stride[0];
   }
 };
 

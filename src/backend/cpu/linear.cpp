@@ -6,6 +6,7 @@
 
 
 #include <algorithm>
+#include <cstring>
 #include <initializer_list>
 #include <type_traits>
 
@@ -80,8 +81,13 @@ void CpuBackend::linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bia
       const T* b = bias.ptr<T>();
       const int64_t bs = bias.stride[0];
 #pragma omp parallel for schedule(static) if (M * N > 16384)
-      for (int64_t r = 0; r < M; ++r)
-        for (int64_t c = 0; c < N; ++c) o[r * y.ld + c] = b[c * bs];
+      for (int64_t r = 0; r < M; ++r) {
+        if (bs == 1) {
+          std::memcpy(o + r * y.ld, b, size_t(N) * sizeof(T));
+        } else {
+          for (int64_t c = 0; c < N; ++c) o[r * y.ld + c] = b[c * bs];
+        }
+      }
       beta = T(1);
     }
     gemm<T>(false, true, M, N, K, T(1), static_cast<const T*>(x.ptr), x.ld, static_cast<const T*>(w.ptr), w.ld,
