@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
+
+#include <omp.h>
 
 #include "core/error.hpp"
 #include "core/text.hpp"
@@ -26,12 +29,6 @@ void check_float_cpu(const Tensor& t, const char* op, const char* arg) {
 inline double load(const Tensor& t, int64_t off) {
   return t.dtype == DType::f64 ? t.ptr<double>()[off] : double(t.ptr<float>()[off]);
 }
-inline void store(const Tensor& t, int64_t off, double v) {
-  if (t.dtype == DType::f64)
-    t.ptr<double>()[off] = v;
-  else
-    t.ptr<float>()[off] = float(v);
-}
 
 // Element offset of row r of t viewed as [rows, last] (row-major over the leading dims).
 int64_t row_offset(const Tensor& t, int64_t r) {
@@ -43,23 +40,48 @@ int64_t row_offset(const Tensor& t, int64_t r) {
   return off;
 }
 
-// alpha of one head from a [T,S] matrix at base offset `base` with strides (si, sj).
-void alpha_of(const Tensor& t, int64_t base, int64_t si, int64_t sj, int64_t T, int K, double* out) {
-  for (int p = 0; p < K; ++p) {
-    double s = 0.0;
-    for (int64_t i = p; i < T; ++i) s += load(t, base + i * si + p * sj);
-    out[p] = s / double(T - p);
+// alpha of one head from a [T,S] matrix at base offset `base` with strides (si, sj). Row by row (each
+// row's first K entries are adjacent when sj = 1); every column's sum still runs over i in ascending order.
+template <typename F>
+void alpha_of(const F* a, int64_t si, int64_t sj, int64_t T, int K, double* out) {
+  std::fill(out, out + K, 0.0);
+  for (int64_t i = 0; i < T; ++i) {
+    const F* row = a + i * si;
+    const int64_t n = std::min<int64_t>(K, i + 1);  // columns p <= i
+    for (int64_t p = 0; p < n; ++p) out[p] += double(row[p * sj]);
   }
+  for (int p = 0; p < K; ++p) out[p] /= double(T - p);
+}
+void alpha_of(const Tensor& t, int64_t base, int64_t si, int64_t sj, int64_t T, int K, double* out) {
+  if (t.dtype == DType::f64) alpha_of(t.ptr<double>() + base, si, sj, T, K, out);
+  else alpha_of(t.ptr<float>() + base, si, sj, T, K, out);
 }
 
-double row_norm(const Tensor& x, int64_t r) {
+// sum_j x[j]^2 over n entries `stride` apart, accumulated in double (vectorised when adjacent).
+template <typename F>
+double sum_squares(const F* x, int64_t n, int64_t stride) {
   double s = 0.0;
-  for (int64_t j = 0; j < x.shape[1]; ++j) {
-    double v = load(x, r * x.stride[0] + j * x.stride[1]);
-    s += v * v;
+  if (stride == 1) {
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < n; ++j) s += double(x[j]) * double(x[j]);
+  } else {
+    for (int64_t j = 0; j < n; ++j) s += double(x[j * stride]) * double(x[j * stride]);
   }
+  return s;
+}
+
+// l2 norm of row r of x [T,d] or [T,G,d] (a row of the latter is its G vectors concatenated).
+template <typename F>
+double row_norm(const Tensor& x, int64_t r) {
+  const F* row = x.ptr<F>() + r * x.stride[0];
+  if (x.ndim == 2) return std::sqrt(sum_squares(row, x.shape[1], x.stride[1]));
+  double s = 0.0;
+  for (int64_t g = 0; g < x.shape[1]; ++g) s += sum_squares(row + g * x.stride[1], x.shape[2], x.stride[2]);
   return std::sqrt(s);
 }
+
+// Work (elements read) below which a loop stays on one thread: a parallel region costs microseconds.
+constexpr int64_t kParallelMinWork = int64_t(1) << 15;
 
 }  // namespace
 
@@ -95,19 +117,28 @@ void proxy_scores(Tensor out, const Tensor& w, bool absolute) {
   const int64_t S = w.shape[w.ndim - 1];
   const int64_t rows = S > 0 ? w.numel() / S : 0;
   const int64_t ws = w.stride[w.ndim - 1], os = out.stride[out.ndim - 1];
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t wo = row_offset(w, r), oo = row_offset(out, r);
-    double z = 0.0;
-    for (int64_t j = 0; j < S; ++j) {
-      double v = load(w, wo + j * ws);
-      z += absolute ? std::fabs(v) : v;
+  auto rows_of = [&](auto* wp, auto* op) {
+    // Rows are independent (each row's sum runs over j in order), so threads split them freely.
+#pragma omp parallel for schedule(static) if (rows * S >= kParallelMinWork && !omp_in_parallel())
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto* wr = wp + row_offset(w, r);
+      auto* orow = op + row_offset(out, r);
+      double z = 0.0;
+      for (int64_t j = 0; j < S; ++j) {
+        const double v = double(wr[j * ws]);
+        z += absolute ? std::fabs(v) : v;
+      }
+      const double inv = 1.0 / (z + 1e-8);
+      for (int64_t j = 0; j < S; ++j) {
+        const double v = double(wr[j * ws]);
+        orow[j * os] = static_cast<std::remove_reference_t<decltype(*orow)>>((absolute ? std::fabs(v) : v) * inv);
+      }
     }
-    const double inv = 1.0 / (z + 1e-8);
-    for (int64_t j = 0; j < S; ++j) {
-      double v = load(w, wo + j * ws);
-      store(out, oo + j * os, (absolute ? std::fabs(v) : v) * inv);
-    }
-  }
+  };
+  if (w.dtype == DType::f64 && out.dtype == DType::f64) rows_of(w.ptr<double>(), out.ptr<double>());
+  else if (w.dtype == DType::f32 && out.dtype == DType::f32) rows_of(w.ptr<float>(), out.ptr<float>());
+  else if (w.dtype == DType::f32) rows_of(w.ptr<float>(), out.ptr<double>());
+  else rows_of(w.ptr<double>(), out.ptr<float>());
 }
 
 // ---- SinkAccumulator ----------------------------------------------------------------------------
@@ -224,14 +255,20 @@ void SinkAccumulator::merge(const SinkAccumulator& o) {
 
 FirstVsRest first_vs_rest_norms(const Tensor& x) {
   check_float_cpu(x, "first_vs_rest_norms", "x");
-  SL_CHECK(x.ndim == 2 && x.shape[0] >= 1, "first_vs_rest_norms: x must be [T,d] with T >= 1, got %s",
-           x.shape_str().c_str());
+  SL_CHECK((x.ndim == 2 || x.ndim == 3) && x.shape[0] >= 1,
+           "first_vs_rest_norms: x must be [T,d] or [T,G,d] with T >= 1, got %s", x.shape_str().c_str());
+  const int64_t T = x.shape[0], width = x.numel() / T;
+  // Every row's norm first (in parallel for long inputs), then their sum in row order: the same number
+  // whatever the thread count.
+  std::vector<double> norms(static_cast<size_t>(T));
+#pragma omp parallel for schedule(static) if (T * width >= 8 * kParallelMinWork && !omp_in_parallel())
+  for (int64_t t = 0; t < T; ++t)
+    norms[size_t(t)] = x.dtype == DType::f64 ? row_norm<double>(x, t) : row_norm<float>(x, t);
   FirstVsRest r;
-  r.first = row_norm(x, 0);
-  const int64_t T = x.shape[0];
+  r.first = norms[0];
   if (T > 1) {
     double s = 0.0;
-    for (int64_t t = 1; t < T; ++t) s += row_norm(x, t);
+    for (int64_t t = 1; t < T; ++t) s += norms[size_t(t)];
     r.rest = s / double(T - 1);
   }
   return r;

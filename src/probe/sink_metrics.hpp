@@ -112,7 +112,9 @@ class SinkAccumulator {
 double massive_ratio(const Tensor& x);
 
 // l2 norm of row 0 and the mean l2 norm of rows 1..T-1 of x [T,d] (hidden states, keys or values of
-// one layer; for per-head k/v pass a [T, dh] view). rest = 0 when T == 1.
+// one layer; for per-head k/v pass a [T, dh] view), or of x [T,G,d] read as [T, G*d] (all kv heads of a
+// position as one vector, any strides: no copy). rest = 0 when T == 1. The row sums are accumulated in
+// double, vectorised; long inputs split rows over threads, with the same result for any thread count.
 struct FirstVsRest {
   double first = 0.0;
   double rest = 0.0;

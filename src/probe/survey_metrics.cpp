@@ -35,28 +35,19 @@ Tensor matrix_of(const Tensor& x, int64_t b) {
   return m;
 }
 
-// Sequence b of k or v [B, S, Hkv, dh] as [S, Hkv*dh]: every kv head's vector of a position in one row.
-// A view when the head and feature dimensions are adjacent in memory, else a copy into `scratch`.
-Tensor kv_rows(const Tensor& x, int64_t b, Buffer& scratch) {
-  const int64_t S = x.shape[1], width = x.shape[2] * x.shape[3];
+// Sequence b of k or v [B, S, Hkv, dh] as a view [S, Hkv, dh] (first_vs_rest_norms reads each position's
+// kv heads as one vector).
+Tensor kv_rows(const Tensor& x, int64_t b) {
   Tensor m = x;
   m.data = static_cast<char*>(x.data) + b * x.stride[0] * dtype_size(x.dtype);
-  m.ndim = 2;
-  m.shape = {S, width};
-  if (x.stride[2] == x.shape[3] * x.stride[3]) {
-    m.stride = {x.stride[1], x.stride[3]};
-    return m;
-  }
-  const size_t bytes = size_t(S * width) * dtype_size(x.dtype);
-  if (scratch.bytes() < bytes) scratch = Buffer(bytes, Device::cpu());
-  const int64_t base = b * x.stride[0], Hkv = x.shape[2], dh = x.shape[3];
-  for (int64_t s = 0; s < S; ++s)
-    for (int64_t h = 0; h < Hkv; ++h)
-      for (int64_t e = 0; e < dh; ++e)
-        store_from_double(scratch.data(), x.dtype, s * width + h * dh + e,
-                          at(x, base + s * x.stride[1] + h * x.stride[2] + e * x.stride[3]));
-  return Tensor(scratch.data(), x.dtype, {S, width});
+  m.ndim = 3;
+  m.shape = {x.shape[1], x.shape[2], x.shape[3]};
+  m.stride = {x.stride[1], x.stride[2], x.stride[3]};
+  return m;
 }
+
+// Work (elements read) below which the per-sequence / per-head loops stay on one thread.
+constexpr int64_t kParallelMinWork = int64_t(1) << 15;
 
 }  // namespace
 
@@ -161,17 +152,22 @@ void SurveyProbe::on_layer(const LayerTaps& taps) {
   SL_CHECK(taps.lead_positions == 0 && (taps.attention == nullptr || taps.attention->lead_keys == 0),
            "survey probe: layer %d has lead positions or keys (a sink token, k*/v* biases); sinklab-probe "
            "measures such models", l);
+  // Each sequence's norms in parallel, then summed in sequence order (the same for any thread count).
   auto add_norms = [&](const Tensor& r, const char* what, std::vector<double>& first, std::vector<double>& rest,
                        std::vector<double>& massive) {
     check_host_float(r, what);
     SL_CHECK(r.ndim == 3 && r.shape[1] == T, "survey probe: %s %s, expected [B,%lld,d]", what, r.shape_str().c_str(),
              (long long)T);
-    for (int64_t b = 0; b < r.shape[0]; ++b) {
-      const Tensor x = matrix_of(r, b);
-      const FirstVsRest n = first_vs_rest_norms(x);
-      first[size_t(l)] += n.first;
-      rest[size_t(l)] += n.rest;
-      massive[size_t(l)] += massive_ratio(x);
+    const int64_t B = r.shape[0];
+    std::vector<FirstVsRest> n(static_cast<size_t>(B));
+#pragma omp parallel for schedule(static) if (B > 1 && r.numel() >= kParallelMinWork)
+    for (int64_t b = 0; b < B; ++b) n[size_t(b)] = first_vs_rest_norms(matrix_of(r, b));
+    for (int64_t b = 0; b < B; ++b) {
+      SL_CHECK(n[size_t(b)].rest > 0.0, "survey probe: layer %d: %s rows 1..T-1 of sequence %lld are all zero", l,
+               what, (long long)b);
+      first[size_t(l)] += n[size_t(b)].first;
+      rest[size_t(l)] += n[size_t(b)].rest;
+      massive[size_t(l)] += n[size_t(b)].first / n[size_t(b)].rest;  // massive_ratio
     }
   };
   add_norms(taps.hidden_out, "hidden_out", hnorm_first_, hnorm_rest_, massive_);
@@ -210,17 +206,20 @@ void SurveyProbe::add_attention(int a, const LayerTaps& taps) {
            (long long)B, (long long)T, (long long)Hkv);
   const int64_t S = k.shape[1], group = H / Hkv;
 
+  std::vector<FirstVsRest> kn(static_cast<size_t>(B)), vn(static_cast<size_t>(B));
+#pragma omp parallel for schedule(static) if (B > 1 && 2 * k.numel() >= kParallelMinWork)
   for (int64_t b = 0; b < B; ++b) {
-    const FirstVsRest kn = first_vs_rest_norms(kv_rows(k, b, rows_buffer_));
-    knorm_first_[size_t(a)] += kn.first;
-    knorm_rest_[size_t(a)] += kn.rest;
-    const FirstVsRest vn = first_vs_rest_norms(kv_rows(v, b, rows_buffer_));
-    vnorm_first_[size_t(a)] += vn.first;
-    vnorm_rest_[size_t(a)] += vn.rest;
+    kn[size_t(b)] = first_vs_rest_norms(kv_rows(k, b));
+    vn[size_t(b)] = first_vs_rest_norms(kv_rows(v, b));
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    knorm_first_[size_t(a)] += kn[size_t(b)].first;
+    knorm_rest_[size_t(a)] += kn[size_t(b)].rest;
+    vnorm_first_[size_t(a)] += vn[size_t(b)].first;
+    vnorm_rest_[size_t(a)] += vn[size_t(b)].rest;
   }
 
-  // One head at a time: probs [B,1,T,S], the head's slice of the matrix the attention op formed
-  // (taps.probs) or formed here.
+  // The matrix the attention op formed (taps.probs, all heads), or one head at a time formed here.
   const bool fused = taps.probs.defined();
   if (fused)
     SL_CHECK(taps.probs.ndim == 4 && taps.probs.shape[0] == B && taps.probs.shape[1] == H && taps.probs.shape[2] == T &&
@@ -231,34 +230,49 @@ void SurveyProbe::add_attention(int a, const LayerTaps& taps) {
   if (probs_buffer_.bytes() < probs_bytes) probs_buffer_ = Buffer(probs_bytes, Device::cpu());
   const size_t alpha_bytes = size_t(B * H * K) * sizeof(double);
   if (alpha_buffer_.bytes() < alpha_bytes) alpha_buffer_ = Buffer(alpha_bytes, Device::cpu());
-  Tensor probs = fused ? Tensor{} : probs_buffer_.view(q.dtype, {B, 1, T, S});
   Tensor alpha = alpha_buffer_.view(DType::f64, {B, H, K});
+  std::vector<double> last_to_first(size_t(B * H));
   const bool proxy = measured_by_proxy(*taps.attention);
   const bool signed_kernel = proxy_takes_abs(*taps.attention);
   const size_t TT = size_t(T * T);
-  for (int64_t h = 0; h < H; ++h) {
-    ops::AttentionSpec spec = *taps.attention;
-    if (spec.sink_logit.defined()) spec.sink_logit = spec.sink_logit.slice(0, h, 1);
-    if (fused) probs = taps.probs.slice(1, h, 1);
-    else ops::attention_probs(probs, q.slice(2, h, 1), k.slice(2, h / group, 1), spec);
-    if (proxy) proxy_scores(probs, probs, signed_kernel);
-    for (int64_t b = 0; b < B; ++b) {
-      const Tensor A = probs.slice(0, b, 1).reshape({T, S});
-      importance_scores(A, K, alpha.ptr<double>() + (b * H + h) * K);
-      last_to_first_[size_t(a * H + h)] += at(A, (T - 1) * S);
-    }
+  // Heads h0 .. h0+Hn-1 of probs [B,Hn,T,S]: proxy scores where the rows are not a distribution, alpha
+  // and A[T-1,0] of every (sequence, head) in parallel (each lands in its own slot), then the maps.
+  auto measure_heads = [&](const Tensor& probs, int64_t h0) {
+    const int64_t Hn = probs.shape[1];
+#pragma omp parallel for collapse(2) schedule(static) if (B * Hn > 1 && probs.numel() >= kParallelMinWork)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t hn = 0; hn < Hn; ++hn) {
+        const Tensor A = probs.slice(0, b, 1).slice(1, hn, 1).reshape({T, S});
+        if (proxy) proxy_scores(A, A, signed_kernel);
+        importance_scores(A, K, alpha.ptr<double>() + (b * H + h0 + hn) * K);
+        last_to_first[size_t(b * H + h0 + hn)] = at(A, (T - 1) * S);
+      }
     for (size_t p = 0; p < attention_pairs_.size(); ++p) {
-      if (attention_pairs_[p].layer != taps.layer || attention_pairs_[p].head != h) continue;
+      const int64_t hn = attention_pairs_[p].head - h0;
+      if (attention_pairs_[p].layer != taps.layer || hn < 0 || hn >= Hn) continue;
       double* map = attention_maps_.data() + p * TT;
       for (int64_t b = 0; b < B; ++b) {
-        const Tensor A = probs.slice(0, b, 1).reshape({T, S});
+        const Tensor A = probs.slice(0, b, 1).slice(1, hn, 1).reshape({T, S});
         for (int64_t i = 0; i < T; ++i)
           for (int64_t j = 0; j < T; ++j) map[i * T + j] += at(A, i * S + j);
       }
     }
-    for (size_t p = 0; p < qk_pairs_.size(); ++p)
-      if (qk_pairs_[p].layer == taps.layer && qk_pairs_[p].head == h) add_qk_map(p, taps, int(h));
+  };
+  if (fused) {
+    measure_heads(taps.probs, 0);
+  } else {
+    Tensor probs = probs_buffer_.view(q.dtype, {B, 1, T, S});
+    for (int64_t h = 0; h < H; ++h) {
+      ops::AttentionSpec spec = *taps.attention;
+      if (spec.sink_logit.defined()) spec.sink_logit = spec.sink_logit.slice(0, h, 1);
+      ops::attention_probs(probs, q.slice(2, h, 1), k.slice(2, h / group, 1), spec);
+      measure_heads(probs, h);
+    }
   }
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t b = 0; b < B; ++b) last_to_first_[size_t(a * H + h)] += last_to_first[size_t(b * H + h)];
+  for (size_t p = 0; p < qk_pairs_.size(); ++p)
+    if (qk_pairs_[p].layer == taps.layer) add_qk_map(p, taps, qk_pairs_[p].head);
   sink_.add_alpha(a, alpha);
 }
 

@@ -22,8 +22,11 @@
 //     qk_cos[t,j] = mean_b cos(q_t, k_j),  qk_normprod[t,j] = mean_b ||q_t|| ||k_j||
 //     attention_map[t,j] = mean_b A[t,j]   (0 above the diagonal)
 //
-// Activations must be on the host (f32 or f64). Attention probabilities are formed one head at a time,
-// so the scratch memory is B*T*S values whatever the number of heads (T = 4096: 64 MiB per sequence).
+// Activations must be on the host (f32 or f64). The attention matrix is the one the model's attention op
+// formed (probs_output) when it fits kFusedProbsMaxBytes; else it is formed here one head at a time, so
+// the scratch memory is B*T*S values whatever the number of heads (T = 4096: 64 MiB per sequence).
+// Sequences and (sequence, head) pairs are measured in parallel (OpenMP) into their own slots and
+// summed in index order: the result does not depend on the number of threads.
 // Rows whose weights are not a distribution (norm one, max(|sum|,1), p-norm, alpha != 1) are read as
 // the paper's proxy scores, as ModelProbe does. Models with lead positions or lead keys (a learnable
 // sink token, k*/v* biases: sinklab's own variants, measured by sinklab-probe) are refused.
@@ -117,7 +120,7 @@ class SurveyProbe : public LayerObserver {
   bool has_pre_norm_ = false;
   std::vector<double> knorm_first_, knorm_rest_, vnorm_first_, vnorm_rest_, last_to_first_;
   std::vector<double> qk_cos_, qk_normprod_, attention_maps_;
-  Buffer probs_buffer_, alpha_buffer_, rows_buffer_, fused_probs_buffer_;
+  Buffer probs_buffer_, alpha_buffer_, fused_probs_buffer_;
 };
 
 }  // namespace sinklab::probe

@@ -2,9 +2,11 @@
 // paper's definitions (tests/python/goldens/gen_survey_metrics.py -> tests/golden/survey_metrics.safetensors),
 // in f32 and f64, fed in two batches; plus a case small enough to check by hand, and the head-pair flags.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "probe/survey_metrics.hpp"
@@ -208,6 +210,63 @@ TEST(SurveyMetrics, NextTokenLossHandComputed) {
   ids.t.ptr<int32_t>()[1] = 3;
   EXPECT_THROW(next_token_loss_sum(logits.t, ids.t), Error);
   EXPECT_THROW(next_token_loss_sum(logits.t, short_ids.t), Error);
+}
+
+// Sequences and (sequence, head) pairs are measured in parallel into their own slots and summed in index
+// order: one thread and two give the same numbers, bit for bit. The shapes are large enough that every
+// parallel loop of the probe runs parallel (kParallelMinWork), with the fused matrix, the per-head
+// fallback and proxy scores (sigmoid rows) all exercised.
+TEST(SurveyMetrics, ResultDoesNotDependOnTheThreadCount) {
+  const int64_t B = 6, T = 96, H = 4, Hkv = 2, dh = 16, d = 64;
+  for (DType dt : test::kDtypes)
+    for (bool fused : {true, false})
+      for (ops::AttnSim sim : {ops::AttnSim::exp, ops::AttnSim::sigmoid}) {
+        SCOPED_TRACE(std::string(dtype_name(dt)) + (fused ? " fused" : " per head") +
+                     (sim == ops::AttnSim::exp ? " softmax" : " sigmoid"));
+        Owned hidden(dt, {B, T, d}), q(dt, {B, T, H, dh}), k(dt, {B, T, Hkv, dh}), v(dt, {B, T, Hkv, dh});
+        test::randn(hidden, 21), test::randn(q, 22), test::randn(k, 23), test::randn(v, 24);
+        ops::AttentionSpec spec;
+        spec.sim = sim;
+        if (sim == ops::AttnSim::sigmoid) spec.norm = ops::AttnNorm::one;
+        auto run = [&](int threads) {
+          omp_set_num_threads(threads);
+          SurveyShape shape;
+          shape.n_layers = 1;
+          shape.attention_layers = {0};
+          shape.n_heads = int(H);
+          shape.n_kv_heads = int(Hkv);
+          shape.seq_len = T;
+          shape.max_k = 8;
+          SurveyProbe probe(shape, {{0, 1}}, {{0, 3}});
+          LayerTaps taps;
+          taps.hidden_in = taps.hidden_out = hidden.t;
+          taps.q = q.t, taps.k = k.t, taps.v = v.t;
+          taps.attention = &spec;
+          if (fused) {
+            taps.probs = observer_probs(&probe, 0, q.t, k.t);
+            EXPECT_TRUE(taps.probs.defined());
+            Owned out(dt, {B, T, H, dh});
+            ops::attention_forward(out, Tensor{}, q.t, k.t, v.t, spec, taps.probs);
+          }
+          probe.on_layer(taps);
+          return probe.result();
+        };
+        const int before = omp_get_max_threads();
+        const SurveyResult one = run(1), two = run(2);
+        omp_set_num_threads(before);
+        EXPECT_EQ(one.alpha, two.alpha);
+        EXPECT_EQ(one.sink_k, two.sink_k);
+        EXPECT_EQ(one.hnorm_first, two.hnorm_first);
+        EXPECT_EQ(one.hnorm_rest, two.hnorm_rest);
+        EXPECT_EQ(one.massive_ratio, two.massive_ratio);
+        EXPECT_EQ(one.knorm_first, two.knorm_first);
+        EXPECT_EQ(one.knorm_rest, two.knorm_rest);
+        EXPECT_EQ(one.vnorm_first, two.vnorm_first);
+        EXPECT_EQ(one.vnorm_rest, two.vnorm_rest);
+        EXPECT_EQ(one.last_to_first, two.last_to_first);
+        EXPECT_EQ(one.qk_cos, two.qk_cos);
+        EXPECT_EQ(one.attention_maps, two.attention_maps);
+      }
 }
 
 TEST(SurveyMetrics, LayersMustAgree) {
