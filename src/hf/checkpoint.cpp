@@ -333,6 +333,14 @@ WeightStore::WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan
              ck.file(*t).path().c_str(), t->c_str());
   }
   const bool tied = plan_.head == plan_.embedding;
+  // The head is applied in chunks of head_chunk_rows_ rows in both modes (streaming: one chunk fills the
+  // layer buffer), so the resident and the streamed logits come from the same GEMM calls: OpenBLAS's
+  // kernels for a matrix edge may accumulate in another order than its full tiles (AVX2 sgemm does), so
+  // one [N, V] GEMM and three [N, V/3] GEMMs need not agree in the last bit. The layer buffer holds at
+  // least 64 head rows (or the whole vocabulary), and always a layer.
+  const int64_t min_head_chunk = std::min<int64_t>(vocab_, 64) * aligned_f32_bytes(d_head_);
+  layer_bytes_ = std::max({layer_bytes_, min_head_chunk, int64_t(64)});
+  head_chunk_rows_ = std::max<int64_t>(1, layer_bytes_ / aligned_f32_bytes(d_head_));
   const int64_t emb_bytes = aligned_f32_bytes(vocab_ * d_embed_);
   const int64_t head_bytes = tied ? 0 : aligned_f32_bytes(vocab_ * d_head_);
   weight_bytes_ = resident_bytes + emb_bytes + head_bytes;
@@ -354,12 +362,9 @@ WeightStore::WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan
     return;
   }
 
-  // Streaming: resident tensors once, then one layer buffer. The buffer must also hold a useful chunk
-  // of head rows; it always holds at least one since a layer has d x d matrices.
+  // Streaming: resident tensors once, then one layer buffer (which also takes the head's row chunks).
   // The mapped pages of the block being converted (plus a page either side).
   staging_bytes_ = largest_stored + 2 * int64_t(::sysconf(_SC_PAGESIZE));
-  const int64_t min_head_chunk = std::min<int64_t>(vocab_, 64) * aligned_f32_bytes(d_head_);
-  layer_bytes_ = std::max({layer_bytes_, min_head_chunk, int64_t(64)});
   held_bytes_ = resident_bytes + layer_bytes_ + staging_bytes_;
   SL_CHECK(held_bytes_ <= max_memory_,
            "--max-memory %s is too small for %s: the resident weights (%s), one layer (%s) and the mapped block "
@@ -450,20 +455,18 @@ void WeightStore::head(Tensor logits, Tensor x) {
            (long long)d_head_);
   SL_CHECK(logits.ndim == 2 && logits.shape[0] == x.shape[0] && logits.shape[1] == vocab_,
            "head: logits %s must be [%lld, %lld]", logits.shape_str().c_str(), (long long)x.shape[0], (long long)vocab_);
-  if (!streaming()) {
-    ops::linear_forward(logits, x, head_, Tensor{});
-    return;
-  }
-  // Row chunks of the head through the layer buffer: logits[:, v0:v1] = x . head[v0:v1]^T.
-  const int64_t chunk = std::max<int64_t>(1, layer_bytes_ / aligned_f32_bytes(d_head_));
-  current_layer_ = -1;  // the buffer no longer holds a layer
+  // Row chunks of the head: logits[:, v0:v1] = x . head[v0:v1]^T, the same calls in both modes
+  // (streaming: each chunk converted into the layer buffer first).
+  const int64_t chunk = head_chunk_rows_;
+  if (streaming()) current_layer_ = -1;  // the buffer no longer holds a layer
   float* buf = static_cast<float*>(layer_buffer_.data());
   for (int64_t v0 = 0; v0 < vocab_; v0 += chunk) {
     const int64_t n = std::min(chunk, vocab_ - v0);
-    convert_part(plan_.head, v0, n, buf, false, true);
-    ops::linear_forward(logits.slice(1, v0, n), x, Tensor(buf, DType::f32, {n, d_head_}), Tensor{});
+    Tensor rows = head_.defined() ? head_.slice(0, v0, n) : Tensor(buf, DType::f32, {n, d_head_});
+    if (streaming()) convert_part(plan_.head, v0, n, buf, false, true);
+    ops::linear_forward(logits.slice(1, v0, n), x, rows, Tensor{});
   }
-  ckpt_->release_all();
+  if (streaming()) ckpt_->release_all();
 }
 
 void WeightStore::check_budget(int64_t activation_bytes, const std::string& what) const {

@@ -162,6 +162,7 @@ class WeightStore {
   int64_t max_memory_ = 0;
   int64_t vocab_ = 0, d_embed_ = 0, d_head_ = 0;
   int64_t weight_bytes_ = 0, held_bytes_ = 0, layer_bytes_ = 0, staging_bytes_ = 0;
+  int64_t head_chunk_rows_ = 1;  // rows of the head per GEMM, in both modes (see the constructor)
   Buffer resident_buffer_, layer_buffer_;
   std::vector<Tensor> resident_;
   std::vector<std::vector<Tensor>> layers_;  // all layers (unbounded) or slot 0 reused (streaming)
