@@ -30,3 +30,29 @@ sinklab_requeue_unless_marker() {
   fi
 }
 sinklab_requeue_unless_done() { sinklab_requeue_unless_marker "$1" "$1/DONE"; }
+
+# The pre-training jobs (pretrain.sh, pretrain_1b.sh): sinklab-pretrain on CONFIG (default $1) over the
+# allocation, resuming from OUT_DIR's newest checkpoint, requeued until OUT_DIR/DONE exists. The output
+# directory is the one the job file names (out-dir = ..., which every file under jobs/pretrain sets), so
+# that `CONFIG=<another job> sbatch` never resumes another run's checkpoints; OUT_DIR=... or --out-dir
+# among the script's arguments overrides it.
+sinklab_run_pretraining() {
+  local config=${CONFIG:-$1}; shift
+  [ -f "$config" ] || { echo "slurm: CONFIG=$config: no such job file" >&2; return 2; }
+  local out_dir="" given=0 prev="" arg
+  for arg in "$@"; do
+    case "$arg" in --out-dir=*) out_dir=${arg#--out-dir=}; given=1 ;; esac
+    [ "$prev" = "--out-dir" ] && { out_dir=$arg; given=1; }
+    prev=$arg
+  done
+  if [ $given -eq 0 ]; then
+    out_dir=${OUT_DIR:-$(sed -n 's/^[[:space:]]*out-dir[[:space:]]*=[[:space:]]*\([^#]*\).*$/\1/p' "$config" | tail -n 1 | sed 's/[[:space:]]*$//')}
+    [ -n "$out_dir" ] || out_dir=results/$(basename "$config" .ini)
+    set -- --out-dir "$out_dir" "$@"
+  fi
+  echo "slurm: $config -> $out_dir"
+  sinklab_srun "$SINKLAB_BIN/sinklab-pretrain" --config "$config" --device "${DEVICE:-cuda}" --resume "$@"
+  local status=$?
+  [ $status -eq 0 ] && sinklab_requeue_unless_done "$out_dir"
+  return $status
+}

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Generic pre-training job: CONFIG=jobs/pretrain/<x>.ini sbatch slurm/pretrain.sh [--flag=value ...]
 # (the 60M default and every variant job file, jobs/pretrain/INDEX.md). Resources are overridable on the
-# sbatch line. Results go to OUT_DIR, by default results/<the config's path under jobs/pretrain>, e.g.
-# results/table02_weight_decay/wd_0.5 (the out-dir the generated job files name themselves).
+# sbatch line. Results go where the job file's out-dir says (OUT_DIR=... or --out-dir=... overrides it),
+# e.g. results/table02_weight_decay/wd_0.5.
 #SBATCH --job-name=sinklab-pretrain
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=8
@@ -15,10 +15,5 @@
 set -uo pipefail
 source "$(dirname "$0")/common.sh" 2>/dev/null || source "$SLURM_SUBMIT_DIR/slurm/common.sh"
 
-CONFIG=${CONFIG:-jobs/pretrain/60m_default.ini}
-config_rel=${CONFIG#*jobs/pretrain/}
-OUT_DIR=${OUT_DIR:-results/${config_rel%.ini}}
-sinklab_srun "$SINKLAB_BIN/sinklab-pretrain" --config "$CONFIG" --out-dir "$OUT_DIR" --device "${DEVICE:-cuda}" --resume "$@"
-status=$?
-[ $status -eq 0 ] && sinklab_requeue_unless_done "$OUT_DIR"
-exit $status
+sinklab_run_pretraining jobs/pretrain/60m_default.ini "$@"
+exit $?

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <initializer_list>
+#include <string>
 
 #include "backend/ops.hpp"
 
@@ -70,6 +71,10 @@ class Backend {
 Backend& backend_for(Device device);
 Backend& backend_for(std::initializer_list<Tensor> tensors, const char* op);
 bool cuda_available();  // a CUDA build and at least one usable device
+// The CPU BLAS that multiplies matrices here, e.g. "OpenBLAS 0.3.21 (Zen kernels, 2 threads)". Its
+// kernels differ per CPU (OpenBLAS picks them at run time; OPENBLAS_CORETYPE forces one) and give other
+// last bits for the same GEMM: runs are bit-for-bit reproducible only with the same kernels and threads.
+std::string cpu_blas_description();
 
 // column_sum's operands (ops.hpp), checked by every backend: same dtype, out at least 1-D, and out's dims
 // are the trailing dims of in. Returns L, the number of in rows that add into each out row.

@@ -4,6 +4,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -29,12 +30,30 @@ int env_int(const char* name, int fallback) {
   return end && *end == '\0' ? int(x) : fallback;
 }
 
+// Whether a launcher started this process as one rank of a job: mpirun/mpiexec (OpenMPI's variables,
+// PMIx or PMI), srun with a PMI plugin, or several tasks of a Slurm step. SINKLAB_MPI=1 forces MPI for
+// other launchers, SINKLAB_MPI=0 forbids it.
+bool started_by_a_launcher() {
+  if (const char* forced = std::getenv("SINKLAB_MPI"); forced && *forced) return std::string(forced) != "0";
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"})
+    if (std::getenv(name)) return true;
+  return env_int("SLURM_STEP_NUM_TASKS", 1) > 1;
+}
+
 }  // namespace
 
 World World::init(int& argc, char**& argv) {
   World w;
   int initialized = 0;
   MPI_Initialized(&initialized);
+  if (!initialized && !started_by_a_launcher()) {
+    // One process on its own: rank 0 of 1 without MPI. OpenMPI's singleton start forks a daemon per
+    // process (~0.5 s) and fails now and then when several start at once ("Unable to start a daemon on
+    // the local node", seen in the test suite's parallel runs); a job of one needs no MPI at all.
+    log::set_rank(0, 1);
+    return w;
+  }
+  w.mpi_active_ = true;
   if (!initialized) {
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
@@ -67,11 +86,21 @@ World::~World() {
   if (!finalized) MPI_Finalize();
 }
 
-void World::barrier() const { MPI_Barrier(MPI_COMM_WORLD); }
+// Without MPI (a job of one) every collective is the identity: the sum, maximum, broadcast or gather
+// over one rank is that rank's own data.
+void World::barrier() const {
+  if (mpi_active_) MPI_Barrier(MPI_COMM_WORLD);
+}
 
-void World::allreduce_sum(float* data, size_t n) const { allreduce_chunks(data, n, MPI_FLOAT, MPI_SUM); }
-void World::allreduce_sum(double* data, size_t n) const { allreduce_chunks(data, n, MPI_DOUBLE, MPI_SUM); }
-void World::allreduce_sum(int64_t* data, size_t n) const { allreduce_chunks(data, n, MPI_INT64_T, MPI_SUM); }
+void World::allreduce_sum(float* data, size_t n) const {
+  if (mpi_active_) allreduce_chunks(data, n, MPI_FLOAT, MPI_SUM);
+}
+void World::allreduce_sum(double* data, size_t n) const {
+  if (mpi_active_) allreduce_chunks(data, n, MPI_DOUBLE, MPI_SUM);
+}
+void World::allreduce_sum(int64_t* data, size_t n) const {
+  if (mpi_active_) allreduce_chunks(data, n, MPI_INT64_T, MPI_SUM);
+}
 
 double World::allreduce_sum(double value) const {
   allreduce_sum(&value, 1);
@@ -82,12 +111,13 @@ int64_t World::allreduce_sum(int64_t value) const {
   return value;
 }
 double World::allreduce_max(double value) const {
-  allreduce_chunks(&value, 1, MPI_DOUBLE, MPI_MAX);
+  if (mpi_active_) allreduce_chunks(&value, 1, MPI_DOUBLE, MPI_MAX);
   return value;
 }
 
 void World::broadcast(std::vector<uint8_t>& bytes, int root) const {
   SL_CHECK(root >= 0 && root < size_, "broadcast: root %d outside [0, %d)", root, size_);
+  if (!mpi_active_) return;
   uint64_t n = bytes.size();
   MPI_Bcast(&n, 1, MPI_UINT64_T, root, MPI_COMM_WORLD);
   bytes.resize(size_t(n));
@@ -106,6 +136,7 @@ void World::broadcast(std::string& text, int root) const {
 std::vector<std::string> World::gather(const std::string& blob, int root) const {
   SL_CHECK(root >= 0 && root < size_, "gather: root %d outside [0, %d)", root, size_);
   SL_CHECK(blob.size() <= size_t(INT_MAX), "gather: a blob of %zu bytes is too large", blob.size());
+  if (!mpi_active_) return {blob};
   int mine = int(blob.size());
   std::vector<int> counts(rank_ == root ? size_t(size_) : 0);
   MPI_Gather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT, root, MPI_COMM_WORLD);
@@ -132,7 +163,7 @@ std::vector<std::string> World::gather(const std::string& blob, int root) const 
 void World::abort(int code) const {
   std::fflush(stdout);
   std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, code == 0 ? 1 : code);
+  if (mpi_active_) MPI_Abort(MPI_COMM_WORLD, code == 0 ? 1 : code);
   std::_Exit(code == 0 ? 1 : code);  // MPI_Abort does not return; this keeps [[noreturn]] honest
 }
 

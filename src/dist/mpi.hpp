@@ -1,5 +1,6 @@
 // The MPI world of a sinklab job: start-up/shut-down, rank facts and the few host collectives the
-// binaries need. Single-process runs (no mpirun) work too: MPI singleton init gives rank 0 of 1.
+// binaries need. A process that no launcher started (no mpirun/srun variables) runs as rank 0 of 1
+// without initialising MPI at all; its collectives are the identity (SINKLAB_MPI=1/0 overrides).
 //
 //   int main(int argc, char** argv) {
 //     auto world = sinklab::dist::World::init(argc, argv);
@@ -22,15 +23,17 @@ namespace sinklab::dist {
 
 class World {
  public:
-  // MPI_Init_thread(MPI_THREAD_FUNNELED) (unless MPI is already initialised: then this World neither
-  // initialises nor finalises it), rank facts, and log::set_rank(rank, size).
+  // MPI_Init_thread(MPI_THREAD_FUNNELED) when a launcher started the process (unless MPI is already
+  // initialised: then this World neither initialises nor finalises it), rank facts, and
+  // log::set_rank(rank, size). Without a launcher: rank 0 of 1, no MPI.
+  // mpi_active() says which; comm() may be used only when it is true.
   static World init(int& argc, char**& argv);
   // Finalises MPI when this World initialised it (after a barrier-free MPI_Finalize).
   ~World();
   World(const World&) = delete;
   World& operator=(const World&) = delete;
   World(World&& o) noexcept
-      : owns_mpi_(o.owns_mpi_), rank_(o.rank_), size_(o.size_), local_rank_(o.local_rank_), local_size_(o.local_size_) {
+      : owns_mpi_(o.owns_mpi_), mpi_active_(o.mpi_active_), rank_(o.rank_), size_(o.size_), local_rank_(o.local_rank_), local_size_(o.local_size_) {
     o.owns_mpi_ = false;
   }
   World& operator=(World&&) = delete;
@@ -38,6 +41,7 @@ class World {
   int rank() const { return rank_; }
   int size() const { return size_; }
   bool is_root() const { return rank_ == 0; }
+  bool mpi_active() const { return mpi_active_; }
   // Rank among the processes of this node (MPI_Comm_split_type SHARED; falls back to
   // OMPI_COMM_WORLD_LOCAL_RANK / SLURM_LOCALID) and the number of them: the GPU index of this rank.
   int local_rank() const { return local_rank_; }
@@ -71,6 +75,7 @@ class World {
  private:
   World() = default;
   bool owns_mpi_ = false;
+  bool mpi_active_ = false;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
 };
 

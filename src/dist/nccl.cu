@@ -30,7 +30,7 @@ NcclComm::NcclComm(const World& world, int device) : rank_(world.rank()), size_(
   ncclUniqueId id;
   std::memset(&id, 0, sizeof id);
   if (world.rank() == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-  MPI_Bcast(&id, int(sizeof id), MPI_BYTE, 0, world.comm());
+  if (world.mpi_active()) MPI_Bcast(&id, int(sizeof id), MPI_BYTE, 0, world.comm());  // a job of one: no MPI
   ncclComm_t comm = nullptr;
   nccl_check(ncclCommInitRank(&comm, size_, id, rank_), "ncclCommInitRank");
   comm_ = comm;

@@ -101,7 +101,7 @@ void WorkQueue::serve_one(int source) {
 }
 
 void WorkQueue::poll() {
-  if (!world_.is_root()) return;
+  if (!world_.is_root() || world_.size() == 1) return;  // nobody to serve (and perhaps no MPI)
   for (;;) {
     int flag = 0;
     MPI_Status status;

@@ -1,6 +1,8 @@
 #include "model/config.hpp"
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "backend/attention_math.hpp"
@@ -81,9 +83,13 @@ bool parse_bool(const std::string& flag, const std::string& v) {
   SL_FAIL("--%s: '%s' is not true or false", flag.c_str(), v.c_str());
 }
 
+// The shortest decimal text that reads back as exactly x ("1e-05", not "1.0000000000000001e-05").
 std::string number_text(double x) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", x);
+  for (int digits = 6; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, x);
+    if (std::strtod(buf, nullptr) == x) break;
+  }
   return buf;
 }
 
@@ -116,6 +122,18 @@ std::vector<std::pair<std::string, std::string>> ModelConfig::axes() const {
       {"attn-window", std::to_string(attn_window)},
       {"prefix-length", std::to_string(prefix_length)},
   };
+}
+
+std::vector<std::pair<std::string, std::string>> ModelConfig::settings() const {
+  std::vector<std::pair<std::string, std::string>> s = {
+      {"vocab-size", std::to_string(vocab_size)}, {"d-model", std::to_string(d_model)},
+      {"n-layers", std::to_string(n_layers)},     {"n-heads", std::to_string(n_heads)},
+      {"n-kv-heads", std::to_string(kv_heads())}, {"ffn-hidden", std::to_string(ffn_hidden)},
+      {"context", std::to_string(context)},       {"rope-theta", number_text(rope_theta)},
+      {"norm-eps", number_text(norm_eps)},
+  };
+  for (auto& axis : axes()) s.push_back(std::move(axis));
+  return s;
 }
 
 const char* ModelConfig::axis_help(const std::string& flag) {

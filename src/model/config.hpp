@@ -96,6 +96,10 @@ struct ModelConfig {
   void set_axis(const std::string& flag, const std::string& value);
   // Every variant axis as (flag name, text value), in a fixed order.
   std::vector<std::pair<std::string, std::string>> axes() const;
+  // The whole model as (flag name, text value): the shape flags (vocab-size ... norm-eps, n-kv-heads
+  // resolved), then axes(). Two configs with equal settings build the same model; a resumed run must
+  // match its checkpoint in every one.
+  std::vector<std::pair<std::string, std::string>> settings() const;
   static const char* axis_help(const std::string& flag);
 };
 

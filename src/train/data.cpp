@@ -190,6 +190,17 @@ std::vector<uint64_t> ChunkSampler::fill_batch(const BatchLayout& layout, uint64
   return chunks;
 }
 
+std::string ChunkSampler::content_text() const {
+  uint64_t tokens = 0;
+  std::string crcs;
+  for (const auto& shard : shards_) {
+    tokens += shard->size();
+    crcs += strfmt(" %08x", shard->header().crc32);
+  }
+  return strfmt("%zu shard%s, %llu tokens, crc32%s", shards_.size(), shards_.size() == 1 ? "" : "s",
+                (unsigned long long)tokens, crcs.c_str());
+}
+
 std::string ChunkSampler::fingerprint() const {
   std::string s = strfmt("context=%lld seed=%llu max_tokens=%llu shuffle=%d n_tokens=%llu n_chunks=%llu shards=",
                          (long long)cfg_.context, (unsigned long long)cfg_.seed,

@@ -115,6 +115,8 @@ class ChunkSampler {
   // One line that identifies the data a run saw (shards, sizes, C, seed, budget): stored in checkpoints
   // so a resume with different data can be detected.
   std::string fingerprint() const;
+  // The shards' content in words, for messages: "2 shards, 1048576 tokens, crc32 0a1b2c3d 4e5f6a7b".
+  std::string content_text() const;
 
  private:
   DataConfig cfg_;

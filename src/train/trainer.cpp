@@ -5,10 +5,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 
+#include "backend/backend.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/text.hpp"
 #include "core/timer.hpp"
 #include "io/h5.hpp"
 #include "model/transformer.hpp"
@@ -54,6 +57,8 @@ class Trainer {
 
  private:
   void resume_or_init();
+  std::vector<std::pair<std::string, std::string>> run_settings() const;
+  void check_same_run(const CheckpointInfo& info, const std::map<std::string, std::string>& state) const;
   double train_step(int64_t step, double* grad_norm);
   Evaluation evaluate();
   void log_eval(int64_t n_done, const Evaluation& e);
@@ -172,11 +177,12 @@ void Trainer::resume_or_init() {
   CheckpointInfo info = open_checkpoint(*latest);
   SL_CHECK(info.world == world_size_, "%s was written by %d ranks; resume it with the same number (got %d)",
            latest->c_str(), info.world, world_size_);
+  const std::string state_path = rank_state_path(info, rank_);
+  io::SafetensorsFile state(state_path);
+  check_same_run(info, state.metadata());
   std::vector<io::NamedTensor> weights;
   for (const auto& spec : model_.specs()) weights.push_back({spec.name, model_.param(spec.name)});
   load_weights(info, weights);
-  const std::string state_path = rank_state_path(info, rank_);
-  io::SafetensorsFile state(state_path);
   auto fp = state.metadata().find("data_fingerprint");
   SL_CHECK(fp != state.metadata().end() && fp->second == train_data_.fingerprint(),
            "%s: the checkpoint was trained on different data (%s) than --train-data now (%s)", state_path.c_str(),
@@ -187,6 +193,49 @@ void Trainer::resume_or_init() {
            state_path.c_str(), (long long)optimizer_->step_count(), (long long)start_step_);
   model_.zero_grads();
   log::info0("resumed from %s (step %lld)", latest->c_str(), (long long)start_step_);
+}
+
+// What a resumed job must share with the run it continues, as (flag, value): the model (stored as the
+// checkpoint's config.json) and the training data with its interventions, order and batch (stored in
+// rank 0's state file as "run:<flag>"). The data fingerprint covers the data too, but says less.
+std::vector<std::pair<std::string, std::string>> Trainer::run_settings() const {
+  std::string resample;
+  for (int64_t p : cfg_.resample_positions) resample += strfmt("%s%lld", resample.empty() ? "" : ",", (long long)p);
+  return {
+      {"train-data", train_data_.content_text()},
+      {"valid-data", valid_data_.content_text()},
+      {"max-train-tokens", std::to_string(cfg_.max_train_tokens)},
+      {"resample-positions", resample},
+      {"fixed-token-position", std::to_string(cfg_.fixed_token_position)},
+      {"fixed-token-id", std::to_string(cfg_.fixed_token_position > 0 ? cfg_.fixed_token_id : 0)},
+      {"seed", std::to_string(cfg_.seed)},
+      {"global-batch-tokens", std::to_string(cfg_.global_batch_tokens)},
+  };
+}
+
+// Refuses, with one line naming the setting and both values, a checkpoint of another run: a resume
+// into it would train a different model or data from the checkpoint's weights without a word.
+void Trainer::check_same_run(const CheckpointInfo& info, const std::map<std::string, std::string>& state) const {
+  const char* hint = "resume with the checkpoint's value, or give a new run its own --out-dir";
+  const auto refuse_if_different = [&](const std::string& flag, const std::string& theirs, const std::string& ours) {
+    SL_CHECK(theirs == ours, "--%s: %s was trained with %s = '%s' but this job has '%s' (%s)", flag.c_str(),
+             info.path.c_str(), flag.c_str(), theirs.c_str(), ours.c_str(), hint);
+  };
+  const model::ModelConfig theirs =
+      model::ModelConfig::from_hf_config_json(read_config_json(info), info.path + "/" + kCheckpointConfig);
+  const auto their_model = theirs.settings(), our_model = cfg_.model.settings();
+  for (size_t i = 0; i < our_model.size(); ++i)
+    refuse_if_different(our_model[i].first, their_model[i].second, our_model[i].second);
+  for (const auto& [flag, ours] : run_settings()) {
+    auto it = state.find("run:" + flag);
+    if (it != state.end()) refuse_if_different(flag, it->second, ours);  // older checkpoints: fingerprint only
+  }
+  // The same numbers need the same BLAS kernels and threads (backend.hpp); another node kind is fine, but
+  // the continuation then differs from an uninterrupted run in the last bits.
+  auto blas = state.find("blas");
+  if (rank_ == 0 && blas != state.end() && blas->second != cpu_blas_description())
+    log::warn("%s was written with %s, this job runs %s: training continues correctly, but not bit for bit as an "
+               "uninterrupted run would", info.path.c_str(), blas->second.c_str(), cpu_blas_description().c_str());
 }
 
 // One optimizer step: accumulate gradients over this rank's micro-batches, all-reduce, clip, update.
@@ -287,6 +336,8 @@ void Trainer::save_checkpoint_at(int64_t n_done) {
   state.tensors = optimizer_->state_tensors(&host);
   state.metadata = optimizer_->state_metadata();
   state.metadata["data_fingerprint"] = train_data_.fingerprint();
+  for (const auto& [flag, value] : run_settings()) state.metadata["run:" + flag] = value;
+  state.metadata["blas"] = cpu_blas_description();
   write_rank_state(tmp, rank_, state);
   if (rank_ == 0) {
     std::vector<io::NamedTensor> weights;
@@ -320,6 +371,7 @@ int Trainer::run() {
     }
     results_->create_group("/runs/" + cfg_.run_name);
     results_->set_attr("/runs/" + cfg_.run_name, "config", cfg_.config_text);
+    results_->set_attr("/runs/" + cfg_.run_name, "cpu_blas", cpu_blas_description());  // whose last bits these are
     results_->create_group(eval_group);
     std::string eps_list;
     for (double eps : cfg_.sink_eps) eps_list += strfmt("%s%g", eps_list.empty() ? "" : ",", eps);

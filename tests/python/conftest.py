@@ -9,6 +9,21 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def pytest_configure(config):
+    # tests/run_all.sh runs these again with OPENBLAS_CORETYPE=Haswell (the AVX2 kernels): a test that
+    # claims bit-identity (resume, rank counts) must hold on every CPU kind, not only on the one CI had.
+    config.addinivalue_line("markers", "identity: claims bit-identity between two runs or code paths")
+
+
+def check_blas_in_effect(cpu_blas):
+    """cpu_blas (a run's recorded BLAS, e.g. 'OpenBLAS 0.3.21 (Haswell kernels, 1 threads)') uses the kernels
+    OPENBLAS_CORETYPE forces, when it forces any: the forced runs must not silently use the native ones."""
+    import os
+    forced = os.environ.get("OPENBLAS_CORETYPE", "")
+    if forced and cpu_blas.startswith("OpenBLAS"):
+        assert f"({forced.lower()} kernels" in cpu_blas.lower(), (forced, cpu_blas)
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 

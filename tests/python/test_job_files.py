@@ -7,8 +7,8 @@ conftest.py, context 32, 3 steps of 2 rows, one evaluation at the end, CPU, one 
 dimension is 16 (or k-bias-dims when larger), so d-model = n-heads * 16. One test per folder runs its
 files, one process each, and reports every file that failed, not just the first.
 
-A single-rank sinklab-pretrain spends most of its ~0.5 s of start-up waiting in MPI_Init (measured:
-0.59 s wall, 0.07 s CPU for a --dry-run), so the files run WORKERS processes at a time.
+The files run WORKERS processes at a time (each is a single process, started without mpirun: it runs
+without MPI, see dist/mpi.hpp).
 
 The binaries come from $SINKLAB_BIN_DIR (tests/run_all.sh builds them first); the tests that need them
 skip only when they are absent.

@@ -76,7 +76,9 @@ def _tiny_flags(corpus, steps, *extra):
 
 
 def _sbatch(cluster, script, out_dir, log, flags, config=None):
-    env = dict(cluster["env"], OUT_DIR=str(out_dir))
+    env = dict(cluster["env"])
+    if out_dir is not None:
+        env["OUT_DIR"] = str(out_dir)
     if config:
         env["CONFIG"] = config
     cmd = ["sbatch", "--parsable", *RESOURCES, f"--output={log}", "--open-mode=append", f"--chdir={ROOT}",
@@ -171,6 +173,25 @@ def test_pretrain_1b_sh_at_tiny_size(cluster, corpus, tmp_path):
         assert line in config, config
 
 
+def test_pretrain_1b_sh_writes_where_its_config_says(cluster, corpus, tmp_path):
+    """CONFIG=<the 1B sigmoid job> sbatch slurm/pretrain_1b.sh writes into that job file's out-dir, not into
+    the default run's (where it would have resumed the softmax run's checkpoint)."""
+    job_file = ROOT / "jobs" / "pretrain" / "sec7_scale_1b" / "sigmoid_one.ini"
+    out = tmp_path / "sigmoid_out"
+    config = tmp_path / "sigmoid_one.ini"
+    config.write_text(job_file.read_text().replace("out-dir = results/sec7_scale_1b/sigmoid_one", f"out-dir = {out}"))
+    assert f"out-dir = {out}" in config.read_text()
+    log = tmp_path / "job.out"
+    job_id = _sbatch(cluster, "pretrain_1b.sh", None, log, _tiny_flags(corpus, 4), config=str(config))
+    job, text = _wait_job(cluster, job_id, log)
+    _check_finished(cluster, job_id, job, log, text, out, 4)
+    assert f"slurm: {config} -> {out}" in text, text
+    with h5py.File(out / "results.h5", "r") as f:
+        assert "attn-sim = sigmoid" in str(f.attrs["config"]) and "attn-norm = one" in str(f.attrs["config"])
+    assert "no checkpoint in" in text  # a fresh run in its own directory
+
+
+@pytest.mark.identity
 def test_sigusr1_checkpoints_requeues_and_resumes_bit_exact(cluster, corpus, reference, tmp_path):
     out, log = tmp_path / "out", tmp_path / "job.out"
     job_id = _sbatch(cluster, "pretrain.sh", out, log, _tiny_flags(corpus, REF_STEPS),

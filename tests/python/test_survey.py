@@ -217,6 +217,7 @@ def test_layout_and_measurements(survey_setup, reference):
         assert "special excluded" in f["models/gpt2/random/-"].attrs["vocabulary"]
 
 
+@pytest.mark.identity
 def test_two_ranks_write_what_one_rank_writes(survey_setup, reference, tmp_path):
     out = tmp_path / "np2.h5"
     _run(_cmd(survey_setup, out), np_=2)
@@ -267,6 +268,7 @@ def _start_and_wait_for_items(cmd, out, np_, n=2):
         time.sleep(0.002)
 
 
+@pytest.mark.identity
 @pytest.mark.parametrize("np_", [1, 2])
 def test_kill9_then_resume_gives_the_same_results(survey_setup, reference, tmp_path, np_):
     out = tmp_path / "killed.h5"
@@ -289,6 +291,7 @@ def test_kill9_then_resume_gives_the_same_results(survey_setup, reference, tmp_p
     assert Path(str(out) + ".done").exists()
 
 
+@pytest.mark.identity
 @pytest.mark.parametrize("np_", [1, 2])
 def test_stop_signal_commits_exits_zero_and_resume_completes(survey_setup, reference, tmp_path, np_):
     out = tmp_path / "stopped.h5"

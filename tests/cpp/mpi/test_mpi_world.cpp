@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -30,6 +31,21 @@ TEST(MpiWorld, RanksAreDistinct) {
   int64_t local_bits = w.allreduce_sum(int64_t(1) << w.local_rank());
   if (w.local_size() == w.size()) {
     EXPECT_EQ(local_bits, (int64_t(1) << w.size()) - 1);
+  }
+}
+
+// Under a launcher (mpiexec -np 1 or 2) MPI is initialised; a process started on its own runs as rank
+// 0 of 1 without MPI (the *_no_launcher CTest runs: no orted daemon, no singleton start to fail).
+TEST(MpiWorld, MpiOnlyUnderALauncher) {
+  const World& w = *g_world;
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
+  EXPECT_EQ(w.mpi_active(), launched);
+  EXPECT_EQ(bool(initialized), launched);
+  if (!launched) {
+    EXPECT_EQ(w.size(), 1);
+    EXPECT_EQ(w.rank(), 0);
   }
 }
 
