@@ -25,7 +25,10 @@ with one line naming the file and what is unsupported.
 from __future__ import annotations
 
 import json
+import mmap
+import numbers
 import os
+import struct
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -263,6 +266,82 @@ def hf_tensor_name(gguf_name: str, n_layers: int) -> str | None:
 # ---------------------------------------------------------------------------------------------------
 
 
+# GGUF value types (gguf.GGUFValueType): byte sizes of the scalars; 8 is a string, 9 an array.
+_GGUF_SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+
+
+def check_gguf_layout(path: Path) -> None:
+    """Walks a GGUF file's header, key/value section and tensor infos with every length checked against
+    the file's size, before the gguf package reads it: that reader trusts the counts (an array claiming
+    2^60 elements makes it loop for ever over empty slices; found by tests/fuzz/fuzz_gguf.py). Files
+    that are not little-endian GGUF v2/v3 are left to the reader's own error."""
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if path.stat().st_size else \
+            _EmptyBuffer() as data:
+        size, pos = len(data), 0
+
+        def take(n: int, what: str) -> int:
+            nonlocal pos
+            if n > size - pos:
+                raise DataPrepError(f"{path}: truncated or corrupt GGUF file: {what} at byte {pos} needs {n} bytes, "
+                                    f"{size - pos} are left")
+            pos += n
+            return pos - n
+
+        def u32(what: str) -> int:
+            return struct.unpack_from("<I", data, take(4, what))[0]
+
+        def u64(what: str) -> int:
+            return struct.unpack_from("<Q", data, take(8, what))[0]
+
+        def string(what: str) -> None:
+            take(u64(what), what)
+
+        def value(vtype: int, what: str, depth: int = 0) -> None:
+            if vtype in _GGUF_SCALAR_BYTES:
+                take(_GGUF_SCALAR_BYTES[vtype], what)
+            elif vtype == _GGUF_STRING:
+                string(what)
+            elif vtype == _GGUF_ARRAY and depth < 2:
+                itype, n = u32(what), u64(what)
+                if itype in _GGUF_SCALAR_BYTES:
+                    take(n * _GGUF_SCALAR_BYTES[itype], what)
+                    return
+                if n > (size - pos) // 8:  # every string or array element takes at least 8 bytes
+                    take(n * 8, what)
+                for _ in range(n):
+                    value(itype, what, depth + 1)
+            else:
+                raise DataPrepError(f"{path}: corrupt GGUF file: {what} has value type {vtype}")
+
+        if size < 8 or data[:4] != b"GGUF" or struct.unpack_from("<I", data, 4)[0] not in (2, 3):
+            return
+        pos = 8
+        n_tensors, n_keys = u64("the tensor count"), u64("the key count")
+        if n_keys > (size - pos) // 13 or n_tensors > (size - pos) // 24:  # the smallest key / tensor info
+            raise DataPrepError(f"{path}: corrupt GGUF file: {n_keys} keys and {n_tensors} tensors cannot fit in "
+                                f"{size} bytes")
+        for i in range(n_keys):
+            string(f"key {i}")
+            value(u32(f"key {i}"), f"key {i}")
+        for i in range(n_tensors):
+            string(f"tensor info {i}")
+            n_dims = u32(f"tensor info {i}")
+            if n_dims > 4:
+                raise DataPrepError(f"{path}: corrupt GGUF file: tensor info {i} has {n_dims} dimensions (at most 4)")
+            take(8 * n_dims + 4 + 8, f"tensor info {i}")
+
+
+class _EmptyBuffer(bytes):
+    """An empty file cannot be memory-mapped; this stands in for its (empty) map."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
 class GGUFFile:
     """A GGUF file opened with the ``gguf`` package's reader, with checks that turn a truncated or
     foreign file into one DataPrepError line naming it."""
@@ -273,6 +352,7 @@ class GGUFFile:
         self.path = Path(path)
         if not self.path.is_file():
             raise DataPrepError(f"{self.path}: no such file")
+        check_gguf_layout(self.path)
         try:
             self.reader = GGUFReader(self.path, "r")
         except Exception as e:  # the reader raises ValueError, IndexError, struct errors ...
@@ -290,13 +370,22 @@ class GGUFFile:
     def has(self, key: str) -> bool:
         return key in self.reader.fields
 
-    def get(self, key: str, default=None, required: bool = False):
+    def get(self, key: str, default=None, required: bool = False, kind=None):
+        """The value of a key (default when absent). kind, when given, is what the value must be: int,
+        float (ints count), str, bool, or [str] / [int] for arrays; anything else is a DataPrepError."""
         field = self.reader.fields.get(key)
         if field is None:
             if required:
                 raise DataPrepError(f"{self.path}: missing GGUF key {key}")
             return default
-        return field.contents()
+        try:
+            value = field.contents()
+        except Exception as e:  # a string that is not UTF-8, an array the reader cannot decode ...
+            raise DataPrepError(f"{self.path}: GGUF key {key} is not readable ({type(e).__name__}: {e})") from None
+        if kind is not None and not _is_kind(value, kind):
+            shown = repr(value) if len(repr(value)) < 60 else repr(value)[:57] + "..."
+            raise DataPrepError(f"{self.path}: GGUF key {key} is {shown}, expected {_kind_name(kind)}")
+        return value
 
     def raw(self, name: str) -> np.ndarray:
         """The bytes of one tensor (a view of the memory map)."""
@@ -317,6 +406,20 @@ class GGUFFile:
         return flat.reshape(self.numpy_shape(name))
 
 
+def _is_kind(value, kind) -> bool:
+    if isinstance(kind, list):
+        return isinstance(value, list) and all(_is_kind(v, kind[0]) for v in value)
+    if kind is int:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _kind_name(kind) -> str:
+    return f"an array of {kind[0].__name__}" if isinstance(kind, list) else f"a {kind.__name__}"
+
+
 def _f32_value(x) -> float:
     """A float32 hyperparameter as the shortest decimal that is the same float32 (1e-05, not
     9.999999747378752e-06), as the HF config it came from spelled it."""
@@ -330,23 +433,33 @@ def llama_config(g: GGUFFile) -> dict:
         raise DataPrepError(f"{g.path}: architecture {arch!r} is not supported; gguf-import reads "
                             "Llama-family models (general.architecture 'llama') only")
 
-    def key(name, default=None):
+    def key(name, default=None, kind=int):
+        """A hyperparameter: one value of `kind` (ints positive), not a per-layer list."""
         value = g.get(f"llama.{name}", default, required=default is None)
         if isinstance(value, list):
             raise DataPrepError(f"{g.path}: llama.{name} varies per layer; not supported")
+        if not _is_kind(value, kind) or (kind is int and value < 0) or (kind is float and not np.isfinite(value)):
+            raise DataPrepError(f"{g.path}: llama.{name} is {value!r}, expected a"
+                                f"{' non-negative' if kind is int else ' finite'} {kind.__name__}")
         return value
 
     n_layers = int(key("block_count"))
     d_model = int(key("embedding_length"))
     n_heads = int(key("attention.head_count"))
+    if min(n_layers, d_model, n_heads) < 1:
+        raise DataPrepError(f"{g.path}: llama.block_count, embedding_length and attention.head_count must be "
+                            f"positive (got {n_layers}, {d_model}, {n_heads})")
     n_kv = int(key("attention.head_count_kv", n_heads))
     head_dim = int(key("attention.key_length", d_model // n_heads))
+    if n_kv < 1 or n_heads % n_kv or head_dim < 1:
+        raise DataPrepError(f"{g.path}: {n_heads} heads, {n_kv} key/value heads and head size {head_dim} are not "
+                            "a Llama attention layout")
     if int(key("attention.value_length", head_dim)) != head_dim:
         raise DataPrepError(f"{g.path}: value_length != key_length is not a Llama layout")
     if int(key("rope.dimension_count", head_dim)) != head_dim:
         raise DataPrepError(f"{g.path}: partial rotary (rope.dimension_count "
                             f"{key('rope.dimension_count')} < head_dim {head_dim}) is not supported")
-    scaling = key("rope.scaling.type", "none")
+    scaling = key("rope.scaling.type", "none", kind=str)
     if scaling != "none" or "rope_freqs.weight" in g.tensors:
         raise DataPrepError(f"{g.path}: RoPE scaling ({scaling if scaling != 'none' else 'rope_freqs'}) "
                             "is not supported")
@@ -367,8 +480,8 @@ def llama_config(g: GGUFFile) -> dict:
         "head_dim": head_dim,
         "hidden_act": "silu",
         "max_position_embeddings": int(key("context_length")),
-        "rms_norm_eps": _f32_value(key("attention.layer_norm_rms_epsilon")),
-        "rope_theta": _f32_value(key("rope.freq_base", 10000.0)),
+        "rms_norm_eps": _f32_value(key("attention.layer_norm_rms_epsilon", kind=float)),
+        "rope_theta": _f32_value(key("rope.freq_base", 10000.0, kind=float)),
         "attention_bias": False,
         "mlp_bias": False,
         "tie_word_embeddings": "output.weight" not in g.tensors,
@@ -376,7 +489,7 @@ def llama_config(g: GGUFFile) -> dict:
     }
     for hf_key, gguf_key in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id"),
                              ("pad_token_id", "padding_token_id")):
-        value = g.get(f"tokenizer.ggml.{gguf_key}")
+        value = g.get(f"tokenizer.ggml.{gguf_key}", kind=int)
         if value is not None:
             cfg[hf_key] = int(value)
     return cfg
@@ -427,9 +540,9 @@ def build_tokenizer(g: GGUFFile, model_max_length: int) -> ImportedTokenizer:
     if model != "gpt2":
         raise DataPrepError(f"{g.path}: tokenizer.ggml.model {model!r} is not supported; gguf-import "
                             "builds byte-level BPE ('gpt2') tokenizers only")
-    tokens = g.get("tokenizer.ggml.tokens", required=True)
-    merges = g.get("tokenizer.ggml.merges", required=True)
-    types = g.get("tokenizer.ggml.token_type") or [TOKEN_NORMAL] * len(tokens)
+    tokens = g.get("tokenizer.ggml.tokens", required=True, kind=[str])
+    merges = g.get("tokenizer.ggml.merges", required=True, kind=[str])
+    types = g.get("tokenizer.ggml.token_type", kind=[int]) or [TOKEN_NORMAL] * len(tokens)
     if len(types) != len(tokens):
         raise DataPrepError(f"{g.path}: {len(types)} token types for {len(tokens)} tokens")
     vocab = {}
@@ -443,13 +556,16 @@ def build_tokenizer(g: GGUFFile, model_max_length: int) -> ImportedTokenizer:
             raise DataPrepError(f"{g.path}: malformed merge {m!r} (expected 'left right')")
         pairs.append((pair[0], pair[1]))
     try:
-        pre, add_bos, ignore_merges = _pre_tokenizer(g.get("tokenizer.ggml.pre", "default"))
+        pre, add_bos, ignore_merges = _pre_tokenizer(g.get("tokenizer.ggml.pre", "default", kind=str))
     except DataPrepError as e:
         raise DataPrepError(f"{g.path}: {e}") from None
     add_bos = bool(g.get("tokenizer.ggml.add_bos_token", add_bos))
     add_eos = bool(g.get("tokenizer.ggml.add_eos_token", False))
 
-    tok = Tokenizer(models.BPE(vocab, pairs, ignore_merges=ignore_merges))
+    try:
+        tok = Tokenizer(models.BPE(vocab, pairs, ignore_merges=ignore_merges))
+    except Exception as e:  # the tokenizers library refuses e.g. a merge of tokens the vocabulary lacks
+        raise DataPrepError(f"{g.path}: the tokenizer does not build ({e})") from None
     tok.pre_tokenizer = pre
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
@@ -460,7 +576,7 @@ def build_tokenizer(g: GGUFFile, model_max_length: int) -> ImportedTokenizer:
     special = {}
     for role, key in (("bos_token", "bos_token_id"), ("eos_token", "eos_token_id"),
                       ("unk_token", "unknown_token_id"), ("pad_token", "padding_token_id")):
-        tid = g.get(f"tokenizer.ggml.{key}")
+        tid = g.get(f"tokenizer.ggml.{key}", kind=int)
         if tid is None:
             continue
         if not 0 <= int(tid) < len(tokens):

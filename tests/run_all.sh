@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs what is missing (env/setup.sh), builds the CPU
-# configuration and runs every C++ (CTest), MPI and Python test; then compiles the SINKLAB_CUDA=ON
+# configuration and runs every C++ (CTest), MPI and Python test; fuzzes every parser of untrusted input
+# for a few seconds each (tests/fuzz/run.sh, clang + libFuzzer / atheris); then compiles the SINKLAB_CUDA=ON
 # configuration (every CUDA source, warnings as errors) and runs its gpu-labelled tests, which skip
 # without a device.
 set -euo pipefail
@@ -29,6 +30,9 @@ if grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
   OPENBLAS_CORETYPE=Haswell SINKLAB_BUILD_DIR="$root/build" SINKLAB_BIN_DIR="$root/build/bin" \
     .venv/bin/python -m pytest tests/python -q -m identity
 fi
+
+echo "== Fuzzing (tests/fuzz/run.sh: every parser of untrusted input, briefly, from its seeds and regression cases)"
+bash tests/fuzz/run.sh
 
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   echo "== CUDA build (SINKLAB_CUDA=ON: compiles every CUDA source with warnings as errors)"

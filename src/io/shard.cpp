@@ -50,11 +50,15 @@ Shard::Shard(const std::string& path, bool verify_checksum) : path_(path), file_
            path.c_str(), header_.token_bytes);
   SL_CHECK(header_.token_bytes == 4 || header_.vocab_size <= 65536, "%s: vocab %u does not fit uint16 tokens",
            path.c_str(), header_.vocab_size);
-  uint64_t want = uint64_t(kShardHeaderBytes) + header_.n_tokens * header_.token_bytes;
-  SL_CHECK(file_.size() == want, "%s: truncated or padded shard: %zu bytes, header says %llu", path.c_str(),
-           file_.size(), (unsigned long long)want);
+  // n_tokens is compared before it is multiplied: a huge count could otherwise wrap around to the file's size.
+  const uint64_t token_room = (file_.size() - kShardHeaderBytes) / header_.token_bytes;
+  SL_CHECK(header_.n_tokens == token_room && (file_.size() - kShardHeaderBytes) % header_.token_bytes == 0,
+           "%s: truncated or padded shard: %zu bytes, header says %llu tokens of %u bytes", path.c_str(), file_.size(),
+           (unsigned long long)header_.n_tokens, header_.token_bytes);
   SL_CHECK(header_.eos_id < header_.vocab_size, "%s: eos id %u outside the vocabulary of %u", path.c_str(),
            header_.eos_id, header_.vocab_size);
+  SL_CHECK(header_.bos_id == kNoBos || header_.bos_id < header_.vocab_size, "%s: bos id %u outside the vocabulary of %u",
+           path.c_str(), header_.bos_id, header_.vocab_size);
   tokens_ = p + kShardHeaderBytes;
   if (verify_checksum) {
     uint32_t crc = crc32_of(tokens_, header_.n_tokens * header_.token_bytes);

@@ -33,40 +33,6 @@ class ProgressObserver : public LayerObserver {
   const std::function<void()>& progress_;
 };
 
-struct Tokens {
-  Buffer buffer;
-  Tensor ids;         // i32 [n, T]
-  int64_t bos = -1;   // the prefix token of natural inputs (-1: none)
-  std::string source; // inputs file or vocabulary description
-};
-
-// Rows [0, n) and columns [0, T) of /<domain>/tokens of a survey inputs file.
-Tokens natural_tokens(const std::string& path, const std::string& domain, int64_t n_requested, int64_t T,
-                      int64_t vocab_size) {
-  io::ResultsFile f = io::ResultsFile::open_read(path);
-  const std::string ds = "/" + domain + "/tokens";
-  SL_CHECK(f.exists(ds), "%s: no domain '%s' (no %s)", path.c_str(), domain.c_str(), ds.c_str());
-  const std::vector<int64_t> dims = f.dims(ds);
-  SL_CHECK(dims.size() == 2, "%s: %s is not [n, T]", path.c_str(), ds.c_str());
-  SL_CHECK(dims[1] >= T, "%s: %s has rows of %lld tokens, %lld needed", path.c_str(), ds.c_str(), (long long)dims[1],
-           (long long)T);
-  const int64_t n = std::min(dims[0], n_requested);
-  SL_CHECK(n >= 1, "%s: domain '%s' has no sequences", path.c_str(), domain.c_str());
-  const io::Array a = f.read_array(ds);
-  Tokens t;
-  t.buffer = Buffer::for_tensor(DType::i32, {n, T});
-  t.ids = t.buffer.view(DType::i32, {n, T});
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < T; ++j) {
-      const double id = a.data[size_t(i * dims[1] + j)];
-      SL_CHECK(id >= 0 && id < double(vocab_size), "%s: %s[%lld, %lld] = %.0f is outside the model's vocabulary (%lld)",
-               path.c_str(), ds.c_str(), (long long)i, (long long)j, id, (long long)vocab_size);
-      t.ids.ptr<int32_t>()[i * T + j] = int32_t(id);
-    }
-  t.bos = f.has_attr("/", "prefix_id") ? f.attr_int("/", "prefix_id") : -1;
-  t.source = path;
-  return t;
-}
 
 // The provenance notes a model directory may carry (data_prep gguf-import writes them): these members
 // of <dir>/sinklab_source.json become attributes of every item of the model.
@@ -104,6 +70,35 @@ std::vector<int32_t> flatten(const std::vector<HeadPair>& pairs) {
 }
 
 }  // namespace
+
+InputTokens read_natural_tokens(const std::string& path, const std::string& domain, int64_t n_requested, int64_t T,
+                                int64_t vocab_size) {
+  io::ResultsFile f = io::ResultsFile::open_read(path);
+  const std::string ds = "/" + domain + "/tokens";
+  SL_CHECK(f.exists(ds), "%s: no domain '%s' (no %s)", path.c_str(), domain.c_str(), ds.c_str());
+  const std::vector<int64_t> dims = f.dims(ds);
+  SL_CHECK(dims.size() == 2, "%s: %s is not [n, T]", path.c_str(), ds.c_str());
+  SL_CHECK(dims[1] >= T, "%s: %s has rows of %lld tokens, %lld needed", path.c_str(), ds.c_str(), (long long)dims[1],
+           (long long)T);
+  const int64_t n = std::min(dims[0], n_requested);
+  SL_CHECK(n >= 1, "%s: domain '%s' has no sequences", path.c_str(), domain.c_str());
+  const io::Array a = f.read_array(ds);
+  InputTokens t;
+  t.buffer = Buffer::for_tensor(DType::i32, {n, T});
+  t.ids = t.buffer.view(DType::i32, {n, T});
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < T; ++j) {
+      const double id = a.data[size_t(i * dims[1] + j)];
+      SL_CHECK(id >= 0 && id < double(vocab_size), "%s: %s[%lld, %lld] = %.0f is outside the model's vocabulary (%lld)",
+               path.c_str(), ds.c_str(), (long long)i, (long long)j, id, (long long)vocab_size);
+      t.ids.ptr<int32_t>()[i * T + j] = int32_t(id);
+    }
+  t.bos = f.has_attr("/", "prefix_id") ? f.attr_int("/", "prefix_id") : -1;
+  SL_CHECK(t.bos >= -1 && t.bos < vocab_size, "%s: prefix_id %lld is outside the model's vocabulary (%lld)",
+           path.c_str(), (long long)t.bos, (long long)vocab_size);
+  t.source = path;
+  return t;
+}
 
 hf::HfModel& ModelCache::get(const SurveyModel& model) {
   if (model.name != name_ || (!model_ && error_.empty())) {
@@ -189,9 +184,9 @@ io::ResultSet measure_item(const SurveyItem& item, const SurveyModel& model, con
   }
   SL_CHECK(K <= T, "--max-k %d exceeds T = %lld", K, (long long)T);
 
-  Tokens tokens;
+  InputTokens tokens;
   if (item.input == "natural" || is_long) {
-    tokens = natural_tokens(inputs.find(model, T), item.domain, n_requested, T, info.vocab_size);
+    tokens = read_natural_tokens(inputs.find(model, T), item.domain, n_requested, T, info.vocab_size);
   } else {
     const SamplingVocabulary vocab = sampling_vocabulary(model.dir, info.vocab_size);
     tokens.buffer = Buffer::for_tensor(DType::i32, {n_requested, T});

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/memory.hpp"
 #include "hf/hf_model.hpp"
 #include "io/result_set.hpp"
 #include "probe/survey_metrics.hpp"
@@ -67,6 +68,20 @@ class ModelCache {
   std::string name_, error_;
   std::unique_ptr<hf::HfModel> model_;
 };
+
+// The token ids of an item's inputs.
+struct InputTokens {
+  Buffer buffer;
+  Tensor ids;          // i32 [n, T]
+  int64_t bos = -1;    // the prefix token of natural inputs (-1: none)
+  std::string source;  // inputs file or vocabulary description
+};
+
+// Rows [0, min(n_requested, rows)) and columns [0, T) of /<domain>/tokens of a survey inputs file (data_prep
+// survey-inputs), every id checked against the model's vocabulary; bos from the root attribute prefix_id.
+// Throws naming the file and the dataset.
+InputTokens read_natural_tokens(const std::string& path, const std::string& domain, int64_t n_requested, int64_t T,
+                                int64_t vocab_size);
 
 // Survey inputs files (data_prep survey-inputs) by the sha256 of the tokenizer.json they were made
 // with, and by their T; the directory is indexed once.

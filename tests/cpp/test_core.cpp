@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/arena.hpp"
+#include "core/options.hpp"
 #include "core/philox.hpp"
 #include "io/shard.hpp"
 #include "test_util.hpp"
@@ -150,6 +151,60 @@ TEST(Shard, RoundTripAndCorruption) {
     f.put(char(3));
   }
   EXPECT_THROW(io::Shard{path}, Error);
+}
+
+// Found by tests/fuzz/fuzz_shard (its regression case n_tokens_wraps_to_file_size): a token count whose
+// byte size wraps around 2^64 to the file's real size was accepted, and reading then ran off the mapping.
+TEST(Shard, TokenCountThatWrapsAroundIsRefused) {
+  std::string path = temp_path("wrap.bin");
+  io::write_shard(path, {5, 6, 7, 0}, 100, 1, 0);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    const uint64_t wrapped = (uint64_t(1) << 63) + 4;  // * 2 bytes = 8 mod 2^64: the real size of 4 tokens
+    f.seekp(24);
+    f.write(reinterpret_cast<const char*>(&wrapped), 8);
+  }
+  try {
+    io::Shard bad(path, /*verify_checksum=*/false);
+    FAIL() << "a wrapped token count was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("truncated or padded"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+}
+
+// Found by tests/fuzz/fuzz_options (regression case percent_value_placeholder_hangs_boost): Boost's error
+// message loops forever substituting a "%value%" that the offending value itself contains. The error is one
+// line naming the word instead.
+TEST(Options, PercentPlaceholderInABadValueIsAnErrorNotAHang) {
+  namespace po = boost::program_options;
+  int64_t steps = 0;
+  po::options_description desc("test");
+  desc.add_options()("steps", po::value(&steps), "steps")("config", po::value<std::string>(), "ini file");
+  std::vector<std::string> words = {"sinklab-test", "--steps=3%value%"};
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  po::variables_map vm;
+  try {
+    parse_options(int(argv.size()), argv.data(), desc, vm);
+    FAIL() << "a bad --steps was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'--steps=3%value%'"), std::string::npos) << e.what();
+  }
+  // The same value in an ini file: the error names the file and the line.
+  const std::string ini = temp_path("percent.ini");
+  std::ofstream(ini) << "# 5% of the budget\nsteps = %value%\n";
+  std::vector<std::string> words2 = {"sinklab-test", "--config", ini};
+  std::vector<char*> argv2;
+  for (std::string& w : words2) argv2.push_back(w.data());
+  po::variables_map vm2;
+  try {
+    parse_options(int(argv2.size()), argv2.data(), desc, vm2);
+    FAIL() << "a bad steps line was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(ini + ": cannot parse the options (at or before line 2"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

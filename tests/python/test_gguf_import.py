@@ -3,6 +3,7 @@ data_prep.gguf_import, compared with the original weights and with gguf's own de
 independent reference), plus the real SmolLM2 file when env/setup.sh has fetched it."""
 
 import json
+import struct
 from collections import Counter
 from pathlib import Path
 
@@ -453,7 +454,12 @@ def test_errors(tmp_path, smollm_tok, capsys):
     (tmp_path / "cut.gguf").write_bytes(data[: len(data) - 1000])
     fails(tmp_path / "cut.gguf", "truncated|not a readable GGUF")
     (tmp_path / "header.gguf").write_bytes(data[:300])
-    fails(tmp_path / "header.gguf", "not a readable GGUF")
+    fails(tmp_path / "header.gguf", "truncated or corrupt GGUF file: key 6 at byte 300")
+    # An array claiming 2^60 strings: the gguf package's reader would loop over empty slices for ever
+    # (tests/fuzz/fuzz_gguf.py found it); the layout check refuses it at once.
+    huge = struct.pack("<4sIQQ", b"GGUF", 3, 0, 1) + struct.pack("<Q1sIIQ", 1, b"a", 9, 8, 2**60) + bytes(16)
+    (tmp_path / "huge_array.gguf").write_bytes(huge)
+    fails(tmp_path / "huge_array.gguf", "truncated or corrupt GGUF file: key 0")
     (tmp_path / "text.gguf").write_text("not a model\n")
     fails(tmp_path / "text.gguf", "not a readable GGUF")
     fails(tmp_path / "absent.gguf", "no such file")
