@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "core/error.hpp"
+#include "core/options.hpp"
 #include "core/log.hpp"
 #include "io/h5.hpp"
 #include "io/shard.hpp"
@@ -27,9 +28,10 @@ struct ProbeOptions {
 };
 
 bool parse(int argc, char** argv, ProbeOptions& o) {
-  po::options_description desc("sinklab-probe options");
+  po::options_description desc("sinklab-probe options (also valid as `name = value` lines in --config)");
   desc.add_options()
       ("help", "print this help")
+      ("config", po::value<std::string>(), "ini file of `name = value` lines with these option names (flags win)")
       ("checkpoint", po::value(&o.checkpoint)->required(), "a step_<N> checkpoint directory, or a directory of them (newest is used)")
       ("data", po::value(&o.data), "held-out token shard (natural inputs)")
       ("input", po::value(&o.input)->default_value("natural"), "natural | random | repeat")
@@ -44,17 +46,7 @@ bool parse(int argc, char** argv, ProbeOptions& o) {
       ("name", po::value(&o.name)->default_value(""), "model name in the file (default: <run directory>_<step directory>)")
       ("domain", po::value(&o.domain)->default_value("mixed"), "domain label of the inputs");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, desc), vm);
-    if (vm.count("help")) {
-      std::cout << desc << "\n";
-      return false;
-    }
-    po::notify(vm);
-  } catch (const po::error& e) {
-    SL_FAIL("%s (see --help)", e.what());
-  }
-  return true;
+  return parse_options(argc, argv, desc, vm);
 }
 
 int run(const ProbeOptions& o) {

@@ -268,3 +268,14 @@ def test_results_layout_and_probe(corpus, tmp_path):
         # (its values are all equal, whatever the attention weights), so ||h_1|| / mean ||h_t|| = 1.
         np.testing.assert_allclose(f["models/tiny/repeat/mixed/massive_ratio"][:], 1.0, rtol=1e-5)
         assert not np.allclose(f["models/tiny/natural/mixed/massive_ratio"][:], 1.0, rtol=1e-3)
+
+    # The same probe from an ini file (--config, as every binary takes it; flags win over its lines).
+    ini = tmp_path / "probe.ini"
+    ini.write_text(f"checkpoint = {out}\ndata = {corpus / 'valid.bin'}\ninput = natural\nsequences = 6\n"
+                   f"length = 12\nmax-k = 3\nname = wrong\nout = {tmp_path / 'probe_ini.h5'}\n")
+    _run([str(PROBE), "--config", str(ini), "--name=tiny"])
+    with h5py.File(probe_out, "r") as by_flags, h5py.File(tmp_path / "probe_ini.h5", "r") as by_ini:
+        assert list(by_ini["models"]) == ["tiny"]
+        for name in ("alpha", "sink", "massive_ratio"):
+            np.testing.assert_array_equal(by_ini[f"models/tiny/natural/mixed/{name}"][:],
+                                          by_flags[f"models/tiny/natural/mixed/{name}"][:])
