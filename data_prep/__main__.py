@@ -33,7 +33,8 @@ def _shards(a) -> int:
     res = build_shards(a.pile, a.tokenizer, a.out_dir, valid_fraction=a.valid_fraction,
                        mixture=parse_mixture(a.mixture), add_bos=a.bos, pad_vocab_to=a.pad_vocab_to,
                        workers=a.workers, seed=a.seed, eos_override=a.eos_token,
-                       bos_override=a.bos_token, train_name=a.train_name, valid_name=a.valid_name)
+                       bos_override=a.bos_token, train_name=a.train_name, valid_name=a.valid_name,
+                       valid_domains=a.valid_domains.split(",") if a.valid_domains else None)
     res.report.print("shards")
     if res.report.accepted == 0:
         raise DataPrepError(f"{', '.join(map(str, a.pile))}: no usable document")
@@ -114,6 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0, help="seed of the split and mixture sampling")
     s.add_argument("--train-name", default="train.bin")
     s.add_argument("--valid-name", default="valid.bin")
+    s.add_argument("--valid-domains", help="also write valid_<key>.bin with the held-out documents of each of "
+                   "these domains, e.g. 'Pile-CC' -> valid_pile_cc.bin (the paper's validation set)")
     s.add_argument("--strict", action="store_true", help="exit 1 if any line was skipped")
     s.set_defaults(func=_shards)
 

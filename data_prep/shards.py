@@ -242,12 +242,17 @@ def build_shards(pile_paths: list, tokenizer_path, out_dir, *, valid_fraction: f
                  pad_vocab_to: int = 0, workers: int = 1, seed: int = 0,
                  eos_override: str | None = None, bos_override: str | None = None,
                  batch_size: int = 256, progress_every: float = 5.0, quiet: bool = False,
-                 train_name: str = "train.bin", valid_name: str = "valid.bin") -> ShardBuildResult:
+                 train_name: str = "train.bin", valid_name: str = "valid.bin",
+                 valid_domains: list[str] | None = None) -> ShardBuildResult:
     """Tokenises Pile files into train/valid shards: EOS after every document, BOS optional.
 
     The split is per document (a hash of seed, file and line), before mixture repetition, so that a
     repeated document never lands in both splits. Output order follows input order: shuffle the
     corpus beforehand if the trainer reads shards sequentially.
+
+    valid_domains (names or keys, e.g. ["Pile-CC"]): also writes valid_<key>.bin per domain, the held-out
+    documents of that domain once each whatever the mixture (the paper validates on Pile-CC:
+    data/pile/valid_pile_cc.bin in its job files); result splits "valid_<key>".
     """
     t0 = time.time()
     tok = load_tokenizer(tokenizer_path)
@@ -264,8 +269,16 @@ def build_shards(pile_paths: list, tokenizer_path, out_dir, *, valid_fraction: f
     weights = mixture if mixture is not None else parse_mixture(None)
     report = SkipReport()
     out_dir = Path(out_dir)
+    domain_splits = {}
+    for name in valid_domains or []:
+        key = domain_key(name.strip())
+        if key is None:
+            raise DataPrepError(f"--valid-domains: {name!r} is not one of the 17 Pile domain names or keys")
+        domain_splits[key] = f"valid_{key}"
     writers = {"train": ShardWriter(out_dir / train_name, vocab, eos_id, bos_id),
                "valid": ShardWriter(out_dir / valid_name, vocab, eos_id, bos_id)}
+    for split in domain_splits.values():
+        writers[split] = ShardWriter(out_dir / f"{split}.bin", vocab, eos_id, bos_id)
     tokens = {s: {k: 0 for k in DOMAIN_KEYS} for s in writers}
     ndocs = {s: {k: 0 for k in DOMAIN_KEYS} for s in writers}
 
@@ -275,7 +288,7 @@ def build_shards(pile_paths: list, tokenizer_path, out_dir, *, valid_fraction: f
             split = "valid" if _unit(seed, "split", d.file_index, d.line) < valid_fraction else "train"
             w = weights.get(d.domain, 1.0)
             copies = int(w) + (_unit(seed, "mix", d.file_index, d.line) < w - int(w))
-            if copies:
+            if copies or (split == "valid" and d.domain in domain_splits):
                 yield split, d.domain, copies, d.text
 
     pool = None
@@ -299,10 +312,14 @@ def build_shards(pile_paths: list, tokenizer_path, out_dir, *, valid_fraction: f
                     writers[split].add_document(doc)
                     tokens[split][domain] += len(doc)
                     ndocs[split][domain] += 1
+                if split == "valid" and domain in domain_splits:
+                    writers[domain_splits[domain]].add_document(doc)
+                    tokens[domain_splits[domain]][domain] += len(doc)
+                    ndocs[domain_splits[domain]][domain] += 1
             if not quiet and time.time() - last >= progress_every:
                 last = time.time()
-                n_tok = sum(w.header.n_tokens for w in writers.values())
-                n_doc = sum(w.header.n_documents for w in writers.values())
+                n_tok = sum(writers[s].header.n_tokens for s in ("train", "valid"))
+                n_doc = sum(writers[s].header.n_documents for s in ("train", "valid"))
                 print(f"shards: {n_doc:,} documents, {n_tok:,} tokens, "
                       f"{n_tok / (last - t0) / 1e6:.2f} M tokens/s", file=sys.stderr, flush=True)
         headers = {s: w.close() for s, w in writers.items()}

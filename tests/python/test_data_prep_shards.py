@@ -12,7 +12,8 @@ from data_prep import DataPrepError
 from data_prep.__main__ import main
 from data_prep.fixtures import make_model_dir, make_pile
 from data_prep.pile import read_pile
-from data_prep.shards import NO_BOS, build_shards, parse_mixture, read_header, read_shard, shard_info_lines, write_shard
+from data_prep.shards import (NO_BOS, _unit, build_shards, parse_mixture, read_header, read_shard, shard_info_lines,
+                              write_shard)
 from data_prep.tokenization import load_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -102,6 +103,8 @@ def built(tmp_path_factory):
         d = tmp / f"out_{fam}"
         args = ["shards", "--pile", str(pile), "--tokenizer", str(model), "--out-dir", str(d),
                 "--valid-fraction", "0.2", "--seed", "3"]
+        if fam == "gpt2":
+            args += ["--valid-domains", "Pile-CC,github"]
         if fam == "llama":
             args += ["--bos", "--pad-vocab-to", "50432"]
         assert main(args) == 0
@@ -131,6 +134,36 @@ def test_builder_eos_bos_split_and_padding(built):
     h, toks = read_shard(ld / "train.bin")
     assert h.vocab_size == 50432 and h.bos_id == lt.token_id("<s>") and h.eos_id == lt.token_id("</s>")
     assert toks[0] == h.bos_id and int((np.asarray(toks) == h.bos_id).sum()) == h.n_documents
+
+
+def _documents(arr, eos_id):
+    ends = np.flatnonzero(np.asarray(arr) == eos_id)
+    return [tuple(x) for x in np.split(np.asarray(arr).tolist(), ends[:-1] + 1)] if len(arr) else []
+
+
+def test_builder_per_domain_validation_shards(tmp_path, built):
+    """--valid-domains Pile-CC writes valid_pile_cc.bin (the file the paper's job files validate on):
+    exactly the held-out Pile-CC documents of valid.bin, each once, and still all of them when the
+    mixture drops or repeats the domain."""
+    pile, model, d = built["gpt2"]
+    tok = load_tokenizer(model)
+    h_va, valid = read_shard(d / "valid.bin")
+    held_out = set(_documents(valid, h_va.eos_id))
+    for key in ("pile_cc", "github"):
+        # The fixture's domains share texts, so the expected documents are found by their split hash.
+        expected = [tuple(tok.encode(doc.text) + [h_va.eos_id]) for doc in read_pile([pile])
+                    if doc.domain == key and _unit(3, "split", doc.file_index, doc.line) < 0.2]
+        h, arr = read_shard(d / f"valid_{key}.bin")
+        docs = _documents(arr, h.eos_id)
+        assert h.vocab_size == h_va.vocab_size and h.n_documents == len(docs) > 0
+        assert docs == expected and set(docs) <= held_out
+    base = ["shards", "--pile", str(pile), "--tokenizer", str(model), "--valid-fraction", "0.2", "--seed", "3",
+            "--valid-domains", "pile_cc"]
+    assert main(base + ["--mixture", "Pile-CC=0", "--out-dir", str(tmp_path / "drop")]) == 0
+    assert (tmp_path / "drop" / "valid_pile_cc.bin").read_bytes() == (d / "valid_pile_cc.bin").read_bytes()
+    assert main(base + ["--mixture", "Pile-CC=3", "--out-dir", str(tmp_path / "triple")]) == 0
+    assert (tmp_path / "triple" / "valid_pile_cc.bin").read_bytes() == (d / "valid_pile_cc.bin").read_bytes()
+    assert main(base[:-1] + ["Books3", "--out-dir", str(tmp_path / "bad")]) == 2
 
 
 def test_builder_workers_and_mixture(tmp_path, built):
