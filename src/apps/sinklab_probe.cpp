@@ -38,7 +38,7 @@ bool parse(int argc, char** argv, ProbeOptions& o) {
       ("sequences", po::value(&o.sequences)->default_value(100), "number of sequences")
       ("length", po::value(&o.length)->default_value(64), "tokens per sequence (T)")
       ("stride", po::value(&o.stride)->default_value(0), "natural: distance between sequence starts (0 = the model's context)")
-      ("max-k", po::value(&o.max_k)->default_value(8), "positions k = 1..K whose alpha_k is stored")
+      ("max-k", po::value(&o.max_k)->default_value(8), "positions k = 1..K whose alpha_k and Sink_k^eps are stored")
       ("sink-eps", po::value(&o.sink_eps)->default_value("0.2,0.3,0.4"), "thresholds, comma-separated")
       ("batch", po::value(&o.batch)->default_value(16), "sequences per forward pass")
       ("seed", po::value(&o.seed)->default_value(1234), "seed of random/repeat inputs")
@@ -111,6 +111,7 @@ int run(const ProbeOptions& o) {
   out.create_group(g);
   out.write_array(g + "/alpha", {cfg.n_layers, cfg.n_heads, o.max_k}, r.alpha_k.data());
   out.write_array(g + "/sink", {int64_t(eps.size())}, r.sink.data());
+  out.write_array(g + "/sink_k", {int64_t(o.max_k), int64_t(eps.size())}, r.sink_k.data());  // [K, eps]
   out.write_array(g + "/sink_eps", {int64_t(eps.size())}, eps.data());
   out.write_array(g + "/massive_ratio", {cfg.n_layers}, r.massive_ratio.data());
   if (!r.sink_star.empty()) {

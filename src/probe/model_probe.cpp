@@ -79,6 +79,8 @@ ProbeResult ModelProbe::result() const {
   for (int l = 0; l < L; ++l)
     for (int h = 0; h < H; ++h) r.alpha[size_t(l) * H + h] = float(mean[(size_t(l) * H + h) * K]);
   r.sink = sink_.sinks(0);
+  for (int p = 0; p < K; ++p)
+    for (double s : sink_.sinks(p)) r.sink_k.push_back(s);
   const double n = massive_sums_.back();
   for (int l = 0; l < L; ++l) r.massive_ratio.push_back(float(n > 0 ? massive_sums_[size_t(l)] / n : 0.0));
   if (has_pre_norm_)

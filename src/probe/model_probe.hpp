@@ -17,6 +17,7 @@ struct ProbeResult {
   std::vector<float> alpha;          // [L,H]: sample-mean alpha_1 of every head
   std::vector<double> alpha_k;       // [L,H,K]: sample-mean alpha_k, k = 1..K
   std::vector<double> sink;          // Sink_1^eps in percent, one per eps (reference-code averaging)
+  std::vector<double> sink_k;        // [K, eps]: Sink_k^eps in percent, k = 1..K (row 0 is `sink`)
   std::vector<float> massive_ratio;  // [L]: sample-mean ||h_1|| / mean_{t>=2} ||h_t|| of each block's output
   // Post-norm models: the same ratio of the residual sum before each block's last norm (Fig. 7 left).
   std::vector<float> massive_ratio_pre_norm;

@@ -66,6 +66,8 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size) {
       ("eval-rows", po::value(&c.eval_rows)->default_value(16), "validation rows of C tokens per evaluation")
       ("probe-sequences", po::value(&c.probe_sequences)->default_value(100), "held-out sequences for the sink probe")
       ("probe-length", po::value(&c.probe_length)->default_value(64), "tokens per probe sequence (T)")
+      ("probe-max-k", po::value(&c.probe_max_k)->default_value(4),
+       "positions k = 1..K whose alpha_k and Sink_k^eps are stored (a sink moved off the first token)")
       ("sink-eps", po::value(&sink_eps)->default_value("0.2,0.3,0.4"), "thresholds of Sink_1^eps, comma-separated")
       // output
       ("out-dir", po::value(&c.out_dir)->default_value("results/run"), "checkpoints and results.h5 go here")
@@ -106,6 +108,7 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size) {
   SL_CHECK(c.beta1 >= 0 && c.beta1 < 1 && c.beta2 >= 0 && c.beta2 < 1, "--beta1/--beta2 must lie in [0, 1)");
   SL_CHECK(c.weight_decay >= 0, "--weight-decay must be >= 0");
   SL_CHECK(c.probe_length >= 1 && c.probe_length <= m.context, "--probe-length must lie in [1, --context]");
+  SL_CHECK(c.probe_max_k >= 1 && c.probe_max_k <= c.probe_length, "--probe-max-k must lie in [1, --probe-length]");
   SL_CHECK(c.probe_sequences >= 0, "--probe-sequences must be >= 0");
   SL_CHECK(c.device == "cpu" || c.device == "cuda", "--device must be cpu or cuda, not '%s'", c.device.c_str());
 

@@ -38,6 +38,7 @@ struct TrainConfig {
   int64_t eval_rows = 16;       // validation rows of C tokens per evaluation
   int64_t probe_sequences = 100;
   int64_t probe_length = 64;
+  int probe_max_k = 4;  // alpha_k and Sink_k^eps stored for k = 1..K (a moved sink, Table 10 right)
   std::vector<double> sink_eps = {0.2, 0.3, 0.4};
 
   // Output.

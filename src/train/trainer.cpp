@@ -285,7 +285,7 @@ Evaluation Trainer::evaluate() {
   e.valid_loss = loss_sums[0] / loss_sums[1];
 
   const int64_t T = cfg_.probe_length;
-  probe::ModelProbe probe(cfg_.model.n_layers, cfg_.model.n_heads, T, /*max_k=*/1, cfg_.sink_eps);
+  probe::ModelProbe probe(cfg_.model.n_layers, cfg_.model.n_heads, T, cfg_.probe_max_k, cfg_.sink_eps);
   for (int64_t first = rank_ * rows; first < cfg_.probe_sequences; first += rows * world_size_) {
     const int64_t n = std::min(rows, cfg_.probe_sequences - first);
     for (int64_t r = 0; r < n; ++r) {
@@ -313,6 +313,9 @@ void Trainer::log_eval(int64_t n_done, const Evaluation& e) {
   results_->append_row(g, {io::Cell("step", n_done), io::Cell("valid_loss", e.valid_loss)});
   results_->append_slab(g + "/sink", {int64_t(cfg_.sink_eps.size())}, e.probe.sink.data());  // [step, eps], %
   results_->append_slab(g + "/alpha", {L, H}, e.probe.alpha.data());
+  const int64_t K = cfg_.probe_max_k, E = int64_t(cfg_.sink_eps.size());
+  results_->append_slab(g + "/alpha_k", {L, H, K}, e.probe.alpha_k.data());  // [step, L, H, K]
+  results_->append_slab(g + "/sink_k", {K, E}, e.probe.sink_k.data());       // [step, K, eps], %
   results_->append_slab(g + "/massive_ratio", {L}, e.probe.massive_ratio.data());
   results_->set_attr(g, "proxy_scores", int64_t(e.probe.proxy_scores));  // Sink_1 of proxy scores (Table 6 "*")
   if (!e.probe.sink_star.empty()) {  // attention to the bias position (sink token x* or k*), Tables 4-5

@@ -254,6 +254,13 @@ def test_results_layout_and_probe(corpus, tmp_path):
         assert ev.attrs["sink_eps"] == "0.2,0.3,0.4"
         s = ev["sink"][:]
         assert s.shape == (4, 3) and np.all((s >= 0) & (s <= 100))  # [eval, eps], percent
+        # alpha_k and Sink_k^eps for k = 1..K (--probe-max-k, default 4): k = 1 is alpha and sink.
+        alpha_k, sink_k = ev["alpha_k"][:], ev["sink_k"][:]
+        assert alpha_k.shape == (4, 2, 2, 4) and sink_k.shape == (4, 4, 3)
+        np.testing.assert_allclose(alpha_k[..., 0], a, rtol=1e-6)
+        np.testing.assert_array_equal(sink_k[:, 0, :], s)
+        assert np.all(alpha_k.sum(axis=-1) <= 1 + 1e-6) and np.all((sink_k >= 0) & (sink_k <= 100))
+        last_alpha_k, last_sink_k = alpha_k[-1], sink_k[-1]
 
     probe_out = tmp_path / "probe_dir" / "probe.h5"
     for mode in ("natural", "random", "repeat"):
@@ -268,6 +275,15 @@ def test_results_layout_and_probe(corpus, tmp_path):
         # (its values are all equal, whatever the attention weights), so ||h_1|| / mean ||h_t|| = 1.
         np.testing.assert_allclose(f["models/tiny/repeat/mixed/massive_ratio"][:], 1.0, rtol=1e-5)
         assert not np.allclose(f["models/tiny/natural/mixed/massive_ratio"][:], 1.0, rtol=1e-3)
+
+    # sinklab-probe on the final checkpoint, on the trainer's probe sequences (validation chunks cut to
+    # --probe-length, in rows of --micro-batch-rows), measures what the trainer's last evaluation did.
+    _run([str(PROBE), "--checkpoint", str(out), "--data", str(corpus / "valid.bin"), "--sequences=8",
+          "--length=12", "--max-k=4", "--batch=2", "--name=final", "--out", str(probe_out)])
+    with h5py.File(probe_out, "r") as f:
+        np.testing.assert_allclose(f["models/final/natural/mixed/alpha"][:], last_alpha_k, rtol=1e-6)
+        np.testing.assert_array_equal(f["models/final/natural/mixed/sink_k"][:], last_sink_k)
+        np.testing.assert_array_equal(f["models/final/natural/mixed/sink_k"][0], f["models/final/natural/mixed/sink"][:])
 
     # The same probe from an ini file (--config, as every binary takes it; flags win over its lines).
     ini = tmp_path / "probe.ini"
