@@ -13,7 +13,9 @@
 #include "model/transformer.hpp"
 #include "probe/inputs.hpp"
 #include "probe/model_probe.hpp"
+#include "core/text.hpp"
 #include "train/checkpoint.hpp"
+#include "train/data.hpp"
 
 namespace po = boost::program_options;
 using namespace sinklab;
@@ -21,7 +23,9 @@ using namespace sinklab;
 namespace {
 
 struct ProbeOptions {
-  std::string checkpoint, data, out, name, domain, input, sink_eps;
+  std::string checkpoint, data, out, name, domain, input, sink_eps, resample_positions;
+  int64_t fixed_token_position = 0, fixed_token_id = 0;
+  uint64_t run_seed = 1234;
   int64_t sequences = 100, length = 64, stride = 0, batch = 16;
   int max_k = 8;
   uint64_t seed = 1234;
@@ -44,7 +48,14 @@ bool parse(int argc, char** argv, ProbeOptions& o) {
       ("seed", po::value(&o.seed)->default_value(1234), "seed of random/repeat inputs")
       ("out", po::value(&o.out)->required(), "HDF5 results file (created or extended)")
       ("name", po::value(&o.name)->default_value(""), "model name in the file (default: <run directory>_<step directory>)")
-      ("domain", po::value(&o.domain)->default_value("mixed"), "domain label of the inputs");
+      ("domain", po::value(&o.domain)->default_value("mixed"), "domain label of the inputs")
+      // The run's own data intervention, as sinklab-pretrain's evaluation applies it (its *_intervened probe).
+      ("fixed-token-position", po::value(&o.fixed_token_position)->default_value(0),
+       "the run's --fixed-token-position: this position of every sequence holds --fixed-token-id (0 = none)")
+      ("fixed-token-id", po::value(&o.fixed_token_id)->default_value(0), "the run's --fixed-token-id")
+      ("resample-positions", po::value(&o.resample_positions)->default_value(""),
+       "the run's --resample-positions: these positions redrawn as the trainer's probe draws them")
+      ("run-seed", po::value(&o.run_seed)->default_value(1234), "the run's --seed (keys the resampled draws)");
   po::variables_map vm;
   return parse_options(argc, argv, desc, vm);
 }
@@ -89,6 +100,24 @@ int run(const ProbeOptions& o) {
     else probe::repeat_inputs(inputs, uint32_t(cfg.vocab_size), specials, o.seed);
   }
 
+  // Sequence i carries the run's intervention as the trainer's probe of validation chunk i does.
+  train::DataConfig intervention;
+  intervention.seed = o.run_seed;
+  intervention.resample_vocab = uint32_t(cfg.vocab_size);
+  intervention.fixed_token_position = o.fixed_token_position;
+  intervention.fixed_token_id = int32_t(o.fixed_token_id);
+  for (double p : parse_number_list(o.resample_positions, "resample-positions")) {
+    SL_CHECK(p == double(int64_t(p)) && p >= 1 && p <= o.length, "--resample-positions: %g is not a position in [1, --length]", p);
+    intervention.resample_positions.push_back(int64_t(p));
+  }
+  SL_CHECK(o.fixed_token_position >= 0 && o.fixed_token_position <= o.length,
+           "--fixed-token-position must lie in [0, --length]");
+  SL_CHECK(o.fixed_token_id >= 0 && o.fixed_token_id < cfg.vocab_size, "--fixed-token-id must lie in [0, %d)", cfg.vocab_size);
+  const bool intervened = o.fixed_token_position > 0 || !intervention.resample_positions.empty();
+  for (int64_t i = 0; intervened && i < o.sequences; ++i)
+    train::apply_interventions(intervention, train::kProbeSampleBase + uint64_t(i), inputs.ptr<int32_t>() + i * o.length,
+                               o.length);
+
   const std::vector<double> eps = probe::parse_sink_eps(o.sink_eps);
   probe::ModelProbe probe(cfg.n_layers, cfg.n_heads, o.length, o.max_k, eps);
   for (int64_t first = 0; first < o.sequences; first += o.batch) {
@@ -125,6 +154,7 @@ int run(const ProbeOptions& o) {
   out.set_attr(g, "T", o.length);
   out.set_attr(g, "bos", bos);
   out.set_attr(g, "checkpoint", path);
+  if (intervened) out.set_attr(g, "intervention", train::ChunkSampler::intervention_text_of(intervention).substr(1));
   out.commit();
   std::string line;
   for (size_t i = 0; i < eps.size(); ++i) line += strfmt("%sSink_1^%g = %.2f%%", i ? ", " : "", eps[i], r.sink[i]);

@@ -158,10 +158,13 @@ void ChunkSampler::read_chunk(uint64_t chunk, int32_t* out) const {
   }
 }
 
-void ChunkSampler::intervene(uint64_t sample, int32_t* row) const {
-  for (int64_t p : cfg_.resample_positions) row[p - 1] = resampled_token(cfg_.seed, sample, p, cfg_.resample_vocab);
-  if (cfg_.fixed_token_position > 0) row[cfg_.fixed_token_position - 1] = cfg_.fixed_token_id;
+void apply_interventions(const DataConfig& cfg, uint64_t sample, int32_t* row, int64_t len) {
+  for (int64_t p : cfg.resample_positions)
+    if (p <= len) row[p - 1] = resampled_token(cfg.seed, sample, p, cfg.resample_vocab);
+  if (cfg.fixed_token_position > 0 && cfg.fixed_token_position <= len) row[cfg.fixed_token_position - 1] = cfg.fixed_token_id;
 }
+
+void ChunkSampler::intervene(uint64_t sample, int32_t* row) const { apply_interventions(cfg_, sample, row, cfg_.context + 1); }
 
 void ChunkSampler::read_sample(uint64_t sample, int32_t* out) const {
   read_chunk(chunk_of(sample), out);
@@ -212,14 +215,19 @@ std::string ChunkSampler::fingerprint() const {
   }
   // Interventions change what the model sees: part of the identity (absent when there are none, so
   // fingerprints of plain runs are unchanged).
-  if (!cfg_.resample_positions.empty()) {
+  return s + intervention_text();
+}
+
+std::string ChunkSampler::intervention_text_of(const DataConfig& cfg) {
+  std::string s;
+  if (!cfg.resample_positions.empty()) {
     s += " resample=";
-    for (size_t i = 0; i < cfg_.resample_positions.size(); ++i)
-      s += strfmt("%s%lld", i ? "," : "", (long long)cfg_.resample_positions[i]);
-    s += strfmt(" resample_vocab=%u", cfg_.resample_vocab);
+    for (size_t i = 0; i < cfg.resample_positions.size(); ++i)
+      s += strfmt("%s%lld", i ? "," : "", (long long)cfg.resample_positions[i]);
+    s += strfmt(" resample_vocab=%u", cfg.resample_vocab);
   }
-  if (cfg_.fixed_token_position > 0)
-    s += strfmt(" fixed=%lld:%d", (long long)cfg_.fixed_token_position, cfg_.fixed_token_id);
+  if (cfg.fixed_token_position > 0)
+    s += strfmt(" fixed=%lld:%d", (long long)cfg.fixed_token_position, cfg.fixed_token_id);
   return s;
 }
 

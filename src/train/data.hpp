@@ -75,6 +75,15 @@ struct DataConfig {
   int32_t fixed_token_id = 0;
 };
 
+// Sample indices from here on are never training samples (2^62 exceeds any step x global batch): the
+// trainer's probe of intervened inputs draws validation chunk c's resampled tokens as sample
+// kProbeSampleBase + c, the same draws at every evaluation and for any rank count.
+inline constexpr uint64_t kProbeSampleBase = uint64_t(1) << 62;
+
+// The interventions of `cfg` (its seed and intervention fields) applied to the first `len` tokens of
+// sample `sample`, in place; positions beyond len are left out (a probe row shorter than C+1).
+void apply_interventions(const DataConfig& cfg, uint64_t sample, int32_t* row, int64_t len);
+
 class ChunkSampler {
  public:
   // Opens every shard (throws naming the file when one is missing/corrupt, when the shards disagree
@@ -115,6 +124,9 @@ class ChunkSampler {
   // One line that identifies the data a run saw (shards, sizes, C, seed, budget): stored in checkpoints
   // so a resume with different data can be detected.
   std::string fingerprint() const;
+  // The interventions as " resample=2,3 resample_vocab=V fixed=P:ID" ("" when none).
+  std::string intervention_text() const { return intervention_text_of(cfg_); }
+  static std::string intervention_text_of(const DataConfig& cfg);
   // The shards' content in words, for messages: "2 shards, 1048576 tokens, crc32 0a1b2c3d 4e5f6a7b".
   std::string content_text() const;
 

@@ -34,6 +34,9 @@ namespace {
 struct Evaluation {
   double valid_loss = 0;
   probe::ProbeResult probe;
+  // Runs with a data intervention (--fixed-token-position, --resample-positions): the same probe on the
+  // same sequences with the run's own intervention applied, where the moved sink shows (Table 10 right).
+  std::optional<probe::ProbeResult> probe_intervened;
 };
 
 // The training stream: shuffled, within the token budget, with the data interventions (Sec. 5).
@@ -62,6 +65,7 @@ class Trainer {
   double train_step(int64_t step, double* grad_norm);
   Evaluation evaluate();
   void log_eval(int64_t n_done, const Evaluation& e);
+  bool has_data_intervention() const { return cfg_.fixed_token_position > 0 || !cfg_.resample_positions.empty(); }
   void save_checkpoint_at(int64_t n_done);
   void allreduce(float* data, int64_t n);
   void allgather_owned_params();
@@ -263,7 +267,9 @@ double Trainer::train_step(int64_t step, double* grad_norm) {
 }
 
 // Validation loss on the first --eval-rows chunks of --valid-data and the sink probe on the first
-// --probe-sequences chunks cut to --probe-length tokens (held out, no BOS), both split across ranks.
+// --probe-sequences chunks cut to --probe-length tokens (held out, no BOS), both split across ranks;
+// for runs with a data intervention, the probe again with it applied to those chunks (resampled draws
+// keyed by kProbeSampleBase + chunk: fixed for the run, apart from every training sample's).
 Evaluation Trainer::evaluate() {
   const int64_t C = cfg_.model.context, rows = cfg_.micro_batch_rows;
   Evaluation e;
@@ -285,17 +291,22 @@ Evaluation Trainer::evaluate() {
   e.valid_loss = loss_sums[0] / loss_sums[1];
 
   const int64_t T = cfg_.probe_length;
-  probe::ModelProbe probe(cfg_.model.n_layers, cfg_.model.n_heads, T, cfg_.probe_max_k, cfg_.sink_eps);
-  for (int64_t first = rank_ * rows; first < cfg_.probe_sequences; first += rows * world_size_) {
-    const int64_t n = std::min(rows, cfg_.probe_sequences - first);
-    for (int64_t r = 0; r < n; ++r) {
-      valid_data_.read_chunk(uint64_t(first + r), chunk.data());
-      std::copy(chunk.begin(), chunk.begin() + T, probe_inputs_.ptr<int32_t>() + r * T);
+  auto run_probe = [&](bool intervened) {
+    probe::ModelProbe probe(cfg_.model.n_layers, cfg_.model.n_heads, T, cfg_.probe_max_k, cfg_.sink_eps);
+    for (int64_t first = rank_ * rows; first < cfg_.probe_sequences; first += rows * world_size_) {
+      const int64_t n = std::min(rows, cfg_.probe_sequences - first);
+      for (int64_t r = 0; r < n; ++r) {
+        valid_data_.read_chunk(uint64_t(first + r), chunk.data());
+        if (intervened) train_data_.intervene(kProbeSampleBase + uint64_t(first + r), chunk.data());
+        std::copy(chunk.begin(), chunk.begin() + T, probe_inputs_.ptr<int32_t>() + r * T);
+      }
+      model_.forward_observe(on_model_device(probe_inputs_.slice(0, 0, n), 0), probe);
     }
-    model_.forward_observe(on_model_device(probe_inputs_.slice(0, 0, n), 0), probe);
-  }
-  if (world_size_ > 1) probe.reduce([&](double* data, size_t n) { world_.allreduce_sum(data, n); });
-  e.probe = probe.result();
+    if (world_size_ > 1) probe.reduce([&](double* data, size_t n) { world_.allreduce_sum(data, n); });
+    return probe.result();
+  };
+  e.probe = run_probe(false);
+  if (has_data_intervention()) e.probe_intervened = run_probe(true);
   return e;
 }
 
@@ -306,6 +317,13 @@ void Trainer::log_eval(int64_t n_done, const Evaluation& e) {
     sinks += strfmt("%sSink_1^%.1f %.2f%%", i ? ", " : "", cfg_.sink_eps[i], e.probe.sink[i]);
   for (size_t i = 0; i < e.probe.sink_star.size(); ++i)
     sinks += strfmt(", Sink_*^%.1f %.2f%%", cfg_.sink_eps[i], e.probe.sink_star[i]);
+  if (e.probe_intervened) {  // where the intervention puts a token, its Sink_k at the middle threshold
+    const size_t mid = cfg_.sink_eps.size() / 2;
+    for (int64_t k = 1; k <= cfg_.probe_max_k; ++k)
+      if (k == cfg_.fixed_token_position || std::count(cfg_.resample_positions.begin(), cfg_.resample_positions.end(), k))
+        sinks += strfmt(", Sink_%lld^%.1f with the intervention %.2f%%", (long long)k, cfg_.sink_eps[mid],
+                        e.probe_intervened->sink_k[size_t(k - 1) * cfg_.sink_eps.size() + mid]);
+  }
   log::info0("eval step %lld | valid loss %.4f | %s | massive ratio (last layer) %.2f", (long long)n_done,
              e.valid_loss, sinks.c_str(), e.probe.massive_ratio.back());
   if (!results_) return;
@@ -324,6 +342,10 @@ void Trainer::log_eval(int64_t n_done, const Evaluation& e) {
   }
   if (!e.probe.massive_ratio_pre_norm.empty())  // post-norm: before each block's last norm (Fig. 7 left)
     results_->append_slab(g + "/massive_ratio_pre_norm", {L}, e.probe.massive_ratio_pre_norm.data());
+  if (e.probe_intervened) {  // the probe sequences with the run's own data intervention (attr "intervention")
+    results_->append_slab(g + "/alpha_k_intervened", {L, H, K}, e.probe_intervened->alpha_k.data());
+    results_->append_slab(g + "/sink_k_intervened", {K, E}, e.probe_intervened->sink_k.data());
+  }
 }
 
 void Trainer::save_checkpoint_at(int64_t n_done) {
@@ -379,6 +401,8 @@ int Trainer::run() {
     std::string eps_list;
     for (double eps : cfg_.sink_eps) eps_list += strfmt("%s%g", eps_list.empty() ? "" : ",", eps);
     results_->set_attr(eval_group, "sink_eps", eps_list);
+    if (has_data_intervention())  // what the *_intervened datasets measured (ChunkSampler::intervene)
+      results_->set_attr(eval_group, "intervention", train_data_.intervention_text().substr(1));
   }
 
   const int64_t tokens_per_step = layout_.global_rows() * cfg_.model.context;

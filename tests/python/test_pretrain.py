@@ -88,6 +88,28 @@ def test_data_interventions_are_rank_count_independent(corpus, tmp_path):
     assert not np.allclose(l1, plain, rtol=1e-3), "the interventions changed nothing"
     with h5py.File(tmp_path / "np1" / "results.h5", "r") as f:
         assert "resample-positions = 1,2" in f.attrs["config"]
+
+    # The evaluation probes the validation sequences twice: as they are, and with the run's own
+    # intervention (where a sink moved to the fixed token shows, Table 10 right); any rank count alike.
+    with h5py.File(tmp_path / "np1" / "results.h5", "r") as f1, h5py.File(tmp_path / "np2" / "results.h5", "r") as f2, \
+            h5py.File(tmp_path / "plain" / "results.h5", "r") as fp:
+        ev1, ev2 = f1["runs/t/eval"], f2["runs/t/eval"]
+        assert ev1.attrs["intervention"] == f"resample=1,2 resample_vocab={VOCAB} fixed=3:5"
+        assert ev1["alpha_k_intervened"].shape == (4, 2, 2, 4) and ev1["sink_k_intervened"].shape == (4, 4, 3)
+        np.testing.assert_allclose(ev2["alpha_k_intervened"][:], ev1["alpha_k_intervened"][:], rtol=1e-5)
+        assert not np.allclose(ev1["alpha_k_intervened"][:], ev1["alpha_k"][:], rtol=1e-3)
+        assert "alpha_k_intervened" not in fp["runs/t/eval"] and "intervention" not in fp["runs/t/eval"].attrs
+        last_alpha, last_sink = ev1["alpha_k_intervened"][-1], ev1["sink_k_intervened"][-1]
+    # sinklab-probe with the run's intervention flags measures what the trainer's last evaluation did.
+    probe_out = tmp_path / "probe.h5"
+    _run([str(PROBE), "--checkpoint", str(tmp_path / "np1"), "--data", str(corpus / "valid.bin"), "--sequences=8",
+          "--length=12", "--max-k=4", "--batch=2", "--name=x", "--resample-positions=1,2",
+          "--fixed-token-position=3", "--fixed-token-id=5", "--out", str(probe_out)])
+    with h5py.File(probe_out, "r") as f:
+        g = f["models/x/natural/mixed"]
+        np.testing.assert_allclose(g["alpha"][:], last_alpha, rtol=1e-6)
+        np.testing.assert_array_equal(g["sink_k"][:], last_sink)
+        assert g.attrs["intervention"] == f"resample=1,2 resample_vocab={VOCAB} fixed=3:5"
     # A resume with other interventions is refused, naming both values.
     proc = _run([str(PRETRAIN), *_args(corpus, tmp_path / "np1", "--steps=16", "--resume",
                                        "--resample-positions=1")], check=False)
