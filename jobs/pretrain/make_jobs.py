@@ -144,9 +144,10 @@ GROUPS = [
              "—", "Sink_2 69.03, Sink_3 0.00, Sink_4 0.01"),
         Cell("fixed_pos3", "x_fix at position 3", {"fixed-token-position": "3", "fixed-token-id": "1"}, "0.00",
              "—", "Sink_2 0.00, Sink_3 69.64, Sink_4 0.00"),
-    ], note="x_fix = token 1, the padding token of the GPT-NeoX tokenizer, as the released code. Only training "
-            "rows carry it: the trainer's eval Sink_1 is measured on natural validation text; the paper's Sink_k "
-            "here needs probe inputs with x_fix at the same position (sinklab-probe)."),
+    ], note="x_fix = token 1, the padding token of the GPT-NeoX tokenizer, as the released code. Training rows "
+            "carry it; the trainer's evaluation probes the validation text as it is (eval/sink_k) and with x_fix "
+            "at the same position (eval/sink_k_intervened: the paper's Sink_k here, k = 1..4). sinklab-probe "
+            "measures a checkpoint the same way with the run's --fixed-token-position/--fixed-token-id."),
     Group("sec5_data_budget", "Sec. 5 (Figs. 5 right, 28): training-token budget, fixed steps and batch", [
         Cell("budget_50M", "50M tokens", {"max-train-tokens": "50000000"}, note=_OVERFITS),
         Cell("budget_100M", "100M tokens", {"max-train-tokens": "100000000"}, note=_OVERFITS),
