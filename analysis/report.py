@@ -11,7 +11,11 @@ Sections (each is skipped, with a note saying why, when the files do not hold wh
      over domains, random, repeat), the per-domain table, and per model and input the l2 norms of the
      first token vs the rest (Figs. 2, 11-14), alpha_1 heatmaps (Figs. 19-24), massive-activation ratio,
      last-token-to-first attention, QK cosine / norm-product maps and attention maps (Figs. 2, 15-18, 25-26).
-  3. survey bookkeeping (/items/<id>).
+  3. the paper's tables (analysis/paper_tables.py): every table of jobs/pretrain/make_jobs.py as the paper
+     prints it, the measured value beside the paper's and each cell's status (done / in progress /
+     incomplete / failed / not run), when any run of the files is one of its cells.
+  4. survey bookkeeping (/items/<id>).
+What was read (files, runs, models), the glossary, notes and skipped sections close the page.
 Output: DIR/index.html, DIR/tables/*.md + *.csv, DIR/figures/*.png. A bad input file ends the program
 with one line naming it and exit status 1.
 """
@@ -28,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis import figures
+from analysis.paper_tables import JOBS_DIR, paper_tables_section
 from analysis.results import DEFAULT_EPS, NOTE_ATTRS, ResultsError, attr_text, eps_index, open_results
 
 INPUT_ORDER = ("natural", "random", "repeat")
@@ -115,7 +120,8 @@ class Report:
         (self.out / "tables").mkdir(parents=True, exist_ok=True)
         (self.out / "figures").mkdir(parents=True, exist_ok=True)
         self.blocks = []
-        self.notes = []          # shown in the summary at the top
+        self.notes = []          # shown at the end of the page, with the provenance
+        self.skips = []          # "Skipped: what: why." lines, listed at the end of the page
         self.tables = []
         self.figures = []
         self._names = {"tables": set(), "figures": set()}
@@ -138,9 +144,8 @@ class Report:
         self.blocks.append(f"<p{c}>{html.escape(text)}</p>")
 
     def skipped(self, what, why):
-        """A section or figure that is not there: said on the page and in the summary's notes."""
-        self.para(f"Skipped: {what}: {why}.", cls="note")
-        self.notes.append(f"{what}: skipped ({why})")
+        """A section or figure that is not there: listed at the end of the page, not where it would be."""
+        self.skips.append(f"Skipped: {what}: {why}.")
 
     def table(self, t):
         t.name = self._unique(t.name, "tables")
@@ -177,7 +182,7 @@ class Report:
             "font-size:13px;text-align:right}th{background:#eee}td:first-child,th:first-child{text-align:left}"
             "img{max-width:100%}figure{margin:1em 0}figcaption,.caption{font-size:13px;color:#333}"
             ".note{color:#8a4b00;font-size:13px}code{font-size:12px}</style></head><body>",
-            "<h1>sinklab report</h1>", summary_html, *self.blocks, "</body></html>"]
+            "<h1>sinklab report</h1>", *self.blocks, summary_html, "</body></html>"]
         (self.out / "index.html").write_text("\n".join(page) + "\n")
 
 
@@ -756,7 +761,8 @@ GLOSSARY = [
 
 
 def summary_html(files, runs, entries, items, rep, eps):
-    out = ['<h2 id="summary">Summary</h2>', "<h3>Files</h3>", "<ul>"]
+    """The end of the page: what was read (files, runs, models), what the numbers mean, notes, skips."""
+    out = ['<h2 id="summary">What was read, and notes</h2>', "<h3>Files</h3>", "<ul>"]
     for rf in files:
         meta = ", ".join(f"{k}={rf.attrs[k]}" for k in ("sinklab_version", "git_sha", "created_utc")
                          if rf.attrs.get(k))
@@ -815,12 +821,16 @@ def summary_html(files, runs, entries, items, rep, eps):
         out.append("<h3>Notes</h3><ul>")
         out += [f'<li class="note">{html.escape(n)}</li>' for n in notes]
         out.append("</ul>")
+    if rep.skips:
+        out.append("<h3>Skipped</h3><ul>")
+        out += [f'<li class="note">{html.escape(s)}</li>' for s in rep.skips]
+        out.append("</ul>")
     return "\n".join(out)
 
 
 # ---------------------------------------------------------------------------------------------- main
 
-def build_report(paths, out_dir, eps=DEFAULT_EPS):
+def build_report(paths, out_dir, eps=DEFAULT_EPS, jobs_dir=JOBS_DIR):
     """Reads `paths` and writes the report into `out_dir`; returns the Report. ResultsError on bad input."""
     files = []
     try:
@@ -835,6 +845,7 @@ def build_report(paths, out_dir, eps=DEFAULT_EPS):
             raise ResultsError(f"-o {out_dir}: cannot create the directory: {e.strerror or e}") from None
         training_section(rep, runs, eps)
         models_section(rep, entries, eps)
+        paper_tables_section(rep, runs, eps, Table, jobs_dir)
         items_section(rep, items)
         rep.write_html(summary_html(files, runs, entries, items, rep, eps))
         return rep

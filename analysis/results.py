@@ -43,6 +43,9 @@ class EvalSeries:
     sink_star: np.ndarray = None          # [n,E] Sink of the bias position (sink token / k*)
     alpha_star: np.ndarray = None         # [n,L,H]
     massive_ratio_pre_norm: np.ndarray = None  # [n,L] post-norm models: before the block's last norm
+    sink_k: np.ndarray = None             # [n,K,E] Sink_k^eps, k = 1..K
+    sink_k_intervened: np.ndarray = None  # [n,K,E] the same on inputs carrying the run's data intervention
+    intervention: str = ""                # what that intervention was (attr "intervention")
     proxy: bool = False                   # an attribute says the sink columns are proxy scores
 
 
@@ -232,7 +235,13 @@ def _read_eval(g, notes, where):
         "sink_star": _numeric(g, "sink_star", 2, notes, where),
         "alpha_star": _numeric(g, "alpha_star", 3, notes, where),
         "massive_ratio_pre_norm": _numeric(g, "massive_ratio_pre_norm", 2, notes, where),
+        "sink_k": _numeric(g, "sink_k", 3, notes, where),
+        "sink_k_intervened": _numeric(g, "sink_k_intervened", 3, notes, where),
     }
+    for name in ("sink_k", "sink_k_intervened"):
+        if optional[name] is not None and optional[name].shape[2] != sink.shape[1]:
+            notes.append(f"{where}/{name}: {optional[name].shape[2]} columns for {sink.shape[1]} thresholds, ignored")
+            optional[name] = None
     if optional["sink_star"] is not None and optional["sink_star"].shape[1] != sink.shape[1]:
         notes.append(f"{where}/sink_star: {optional['sink_star'].shape[1]} columns for {sink.shape[1]} "
                      "thresholds, ignored")
@@ -247,7 +256,8 @@ def _read_eval(g, notes, where):
         return None
     cut = {k: (None if v is None else v[:n]) for k, v in optional.items()}
     return EvalSeries(step=step[:n].astype(np.int64), valid_loss=valid_loss[:n].astype(np.float64),
-                      eps=eps, sink=sink[:n].astype(np.float64), proxy=_proxy(g, g.parent), **cut)
+                      eps=eps, sink=sink[:n].astype(np.float64), proxy=_proxy(g, g.parent),
+                      intervention=attr_text(g.attrs.get("intervention", "")), **cut)
 
 
 # Optional datasets of a probe/survey entry and their rank (shapes as DESIGN.md and sinklab-survey).

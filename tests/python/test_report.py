@@ -291,11 +291,13 @@ def test_figures_and_page(full):
     assert not any("swap" in name for name in figs)  # intervention inputs: tables only
     # The maps of one domain: captioned with that domain.
     assert "model_a | input natural | domain pile_cc | T=8" in page
-    # Summary at the top: files, runs, models, the proxy statement; the failed survey item.
-    top = page.split('id="runs"')[0]
-    assert "runs.h5" in top and "models.h5" in top and "sigmoid_nonorm" in top and "model_b" in top
-    assert "as the files say for: sigmoid_nonorm" in top
-    assert "1 survey item(s) not ok: 0001" in top
+    # The page opens with the results; what was read (files, runs, models), the proxy statement, the
+    # failed survey item and the skipped sections close it.
+    top, end = page.split('id="summary"')
+    assert top.index('id="runs"') < top.index('id="models"') and "Skipped:" not in top
+    assert "runs.h5" in end and "models.h5" in end and "sigmoid_nonorm" in end and "model_b" in end
+    assert "as the files say for: sigmoid_nonorm" in end
+    assert "1 survey item(s) not ok: 0001" in end and "Skipped: model_b / natural: l2 norms" in end
     items = {r["id"]: r for r in _csv(out / "tables" / "items.csv")}
     assert items["0001"]["status"] == "failed" and items["0001"]["error"] == "out of memory"
 

@@ -1,0 +1,168 @@
+"""The paper's pre-training tables as the paper prints them, filled from the runs: one table per group of
+jobs/pretrain/make_jobs.py (which knows every cell, its job file and the numbers the paper reports), the
+measured value beside the paper's, and each cell's status:
+
+  done                        the run reached the steps it was started with (a note says when those differ
+                              from the job file's, e.g. a short test run)
+  in progress (step s of n)   stopped short of its steps, results file written in the last RECENT_MINUTES
+  incomplete (step s of n)    stopped short of its steps, results file older than that
+  failed (...)                the last logged training loss is not finite
+  not run                     no results file given holds the cell's run (its job file's run-name)
+
+A cell without a run shows nothing but its status. Measured values are those of the run's last
+evaluation: Sink_1^eps (eps = 0.3 unless --eps says otherwise) and the validation loss; cells of runs
+with a bias position also Sink_*; cells with a data intervention (Table 10 right: x_fix at position k)
+Sink_1..Sink_K on inputs carrying that intervention (eval/sink_k_intervened).
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+import time
+from pathlib import Path
+
+JOBS_DIR = Path(__file__).resolve().parents[1] / "jobs" / "pretrain"
+RECENT_MINUTES = 30
+
+
+def load_groups(jobs_dir: Path = JOBS_DIR):
+    """make_jobs.GROUPS of `jobs_dir` (the cells of every table, as the job files were generated)."""
+    spec = importlib.util.spec_from_file_location("sinklab_make_jobs", Path(jobs_dir) / "make_jobs.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module.GROUPS, module._file_of
+
+
+def ini_settings(text: str) -> dict:
+    """`name = value` lines of an ini text (comments and blank lines dropped; the last one wins)."""
+    out = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def _int(text):
+    try:
+        return int(float(text))
+    except (TypeError, ValueError):
+        return None
+
+
+def cell_status(run, job_steps, now=None):
+    """(status text, note) of a cell whose run is `run` (None: not run)."""
+    if run is None:
+        return "not run", ""
+    settings = ini_settings(run.config)
+    steps = _int(settings.get("steps")) or job_steps
+    note = ""
+    if steps is not None and job_steps is not None and steps != job_steps:
+        note = f"run of {steps} steps (job file: {job_steps})"
+    train = run.train or {}
+    # /train/step is 0-based: the row of step s is logged when s + 1 steps are done
+    last_step = int(train["step"][-1]) + 1 if "step" in train and len(train["step"]) else 0
+    if "loss" in train and len(train["loss"]) and not math.isfinite(float(train["loss"][-1])):
+        return f"failed (loss {float(train['loss'][-1])} at step {last_step})", note
+    if steps is not None and last_step >= steps:
+        return "done", note
+    age_minutes = ((now or time.time()) - Path(run.file).stat().st_mtime) / 60
+    state = "in progress" if age_minutes < RECENT_MINUTES else "incomplete"
+    return f"{state} (step {last_step} of {steps if steps is not None else '?'})", note
+
+
+def _eps_index(eps_list, eps):
+    for i, e in enumerate(eps_list):
+        if abs(e - eps) < 1e-9:
+            return i
+    return None
+
+
+def _measured(run, eps, intervened_k):
+    """(Sink_1, Sink_*, valid loss, Sink_1..K with the intervention) at the last evaluation."""
+    ev = None if run is None else run.eval
+    if ev is None or not len(ev.step):
+        return None, None, None, None
+    i = _eps_index(ev.eps, eps)
+    sink1 = None if i is None else float(ev.sink[-1, i])
+    star = None if i is None or ev.sink_star is None else float(ev.sink_star[-1, i])
+    moved = None
+    if intervened_k and i is not None and ev.sink_k_intervened is not None:
+        values = ev.sink_k_intervened[-1, :, i]
+        moved = ", ".join(f"Sink_{k + 1} {float(v):.2f}" for k, v in enumerate(values))
+    return sink1, star, float(ev.valid_loss[-1]), moved
+
+
+def _paper_number(text):
+    """A paper value as a number where it is one ("18.18" -> 18.18), else the text ("illegible", "fail")."""
+    try:
+        return float(text.rstrip("*"))
+    except ValueError:
+        return None if text == "—" else text
+
+
+def paper_table_rows(group, file_of, runs_by_name, jobs_dir, eps, now=None):
+    """The rows of one group's table and whether its Sink_* and intervention columns are in use."""
+    has_star = any("attn-bias" in c.settings or "Sink_*" in c.note for c in group.cells)
+    has_moved = any("fixed-token-position" in c.settings or "resample-positions" in c.settings for c in group.cells)
+    rows, stars = [], set()
+    for cell in group.cells:
+        job = Path(jobs_dir) / file_of(group, cell)
+        settings = ini_settings(job.read_text()) if job.is_file() else {}
+        run = runs_by_name.get(settings.get("run-name", ""))
+        status, note = cell_status(run, _int(settings.get("steps")), now)
+        sink1, star, loss, moved = _measured(run, eps, has_moved)
+        row = [cell.label, file_of(group, cell), _paper_number(cell.sink1), sink1]
+        if run is not None and run.eval is not None and run.eval.proxy and sink1 is not None:
+            stars.add((len(rows), 3))
+        if has_star:
+            row.append(star)
+        if has_moved:
+            row.append(moved)
+        row += [_paper_number(cell.loss), loss, cell.note, status, note]
+        rows.append(row)
+    return rows, stars, has_star, has_moved
+
+
+def paper_tables_section(rep, runs, eps, Table, jobs_dir=JOBS_DIR, now=None):
+    """Section "The paper's tables": every group of make_jobs as a table, when any cell has a run."""
+    groups, file_of = load_groups(jobs_dir)
+    runs_by_name = {r.name: r for r in runs}
+    rep.heading(2, "The paper's tables", anchor="paper-tables")
+    known = {ini_settings(p.read_text()).get("run-name") for p in Path(jobs_dir).rglob("*.ini")}
+    if not any(name in known for name in runs_by_name):
+        rep.skipped("the paper's tables", "no run of the files is a cell of jobs/pretrain (run-name as its job file)")
+        return
+    counts = {}
+    for group in groups:
+        rows, stars, has_star, has_moved = paper_table_rows(group, file_of, runs_by_name, jobs_dir, eps, now)
+        cols = ["cell", "job file", "paper Sink_1^0.3 (%)", f"Sink_1^{eps:g} (%)"]
+        if has_star:
+            cols.append(f"Sink_*^{eps:g} (%)")
+        if has_moved:
+            cols.append(f"Sink_k^{eps:g} with the intervention (%)")
+        cols += ["paper valid loss", "valid loss", "paper also reports", "status", "note"]
+        fmts = {cols[3]: ".2f", "valid loss": ".3f", "paper valid loss": ".2f", "paper Sink_1^0.3 (%)": ".2f"}
+        if has_star:
+            fmts[cols[4]] = ".2f"
+        for row in rows:
+            key = row[cols.index("status")].split(" (")[0]
+            counts[key] = counts.get(key, 0) + 1
+        rep.table(Table(group.folder, group.title, cols, rows, fmts, stars, note=group.note))
+    rep.para("Cells: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1])) + ".")
+
+
+def status_counts(rep_tables):
+    """status -> number of cells over the paper tables of a report (for tests and the summary)."""
+    out = {}
+    for t in rep_tables:
+        if "status" in t.columns:
+            i = t.columns.index("status")
+            for row in t.rows:
+                key = str(row[i]).split(" (")[0]
+                out[key] = out.get(key, 0) + 1
+    return out
+
