@@ -426,6 +426,19 @@ def _f32_value(x) -> float:
     return float(str(np.float32(x)))
 
 
+def expected_shape(hf_name: str, cfg: dict) -> tuple[int, ...]:
+    """The HF shape of a LlamaForCausalLM tensor under config `cfg` (numpy order)."""
+    d, v, f = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
+    q, kv = cfg["num_attention_heads"] * cfg["head_dim"], cfg["num_key_value_heads"] * cfg["head_dim"]
+    if hf_name in ("model.embed_tokens.weight", "lm_head.weight"):
+        return (v, d)
+    suffix = hf_name.split(".", 3)[-1] if hf_name.startswith("model.layers.") else hf_name
+    return {"model.norm.weight": (d,), "input_layernorm.weight": (d,), "post_attention_layernorm.weight": (d,),
+            "self_attn.q_proj.weight": (q, d), "self_attn.k_proj.weight": (kv, d),
+            "self_attn.v_proj.weight": (kv, d), "self_attn.o_proj.weight": (d, q),
+            "mlp.gate_proj.weight": (f, d), "mlp.up_proj.weight": (f, d), "mlp.down_proj.weight": (d, f)}[suffix]
+
+
 def llama_config(g: GGUFFile) -> dict:
     """config.json of the HF LlamaForCausalLM that the GGUF file holds."""
     arch = g.get("general.architecture", required=True)
@@ -451,9 +464,9 @@ def llama_config(g: GGUFFile) -> dict:
                             f"positive (got {n_layers}, {d_model}, {n_heads})")
     n_kv = int(key("attention.head_count_kv", n_heads))
     head_dim = int(key("attention.key_length", d_model // n_heads))
-    if n_kv < 1 or n_heads % n_kv or head_dim < 1:
+    if n_kv < 1 or n_heads % n_kv or head_dim < 2 or head_dim % 2:
         raise DataPrepError(f"{g.path}: {n_heads} heads, {n_kv} key/value heads and head size {head_dim} are not "
-                            "a Llama attention layout")
+                            "a Llama attention layout (RoPE needs an even head size)")
     if int(key("attention.value_length", head_dim)) != head_dim:
         raise DataPrepError(f"{g.path}: value_length != key_length is not a Llama layout")
     if int(key("rope.dimension_count", head_dim)) != head_dim:
@@ -657,7 +670,11 @@ def import_gguf(gguf_path: str | Path, out_dir: str | Path) -> dict:
             raise DataPrepError(f"{g.path}: tensor {name} has type {type_name(t.tensor_type)}, which "
                                 f"gguf-import cannot dequantise (supported: "
                                 f"{', '.join(f.name for f in BLOCK_FORMATS.values())})")
-        specs.append((hf, g.numpy_shape(name), np.float32))
+        shape = g.numpy_shape(name)
+        if shape != expected_shape(hf, cfg):
+            raise DataPrepError(f"{g.path}: tensor {name} has shape {list(shape)}, the config says "
+                                f"{list(expected_shape(hf, cfg))}")
+        specs.append((hf, shape, np.float32))
         source[hf] = name
     expected = {hf_tensor_name(n, n_layers) for n in ("token_embd.weight", "output_norm.weight")}
     expected |= {f"model.layers.{i}.{s}" for i in range(n_layers) for s in _BLOCK_NAMES.values()}

@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "backend/ops.hpp"
@@ -68,10 +70,23 @@ bool HfConfig::has(const std::string& key) const { return find(key) != nullptr; 
 int64_t HfConfig::get_int(const std::string& key) const {
   const Json* v = find(key);
   SL_CHECK(v != nullptr, "%s: missing field '%s'", path_.c_str(), key.c_str());
-  // 4.0 is accepted as 4 (some configs write integers as floats); 4.5 is not.
-  SL_CHECK(v->is_number_integer() || (v->is_number_float() && v->get<double>() == double(int64_t(v->get<double>()))),
-           "%s: field '%s' must be an integer, got %s", path_.c_str(), key.c_str(), v->dump().c_str());
-  return v->is_number_integer() ? v->get<int64_t>() : int64_t(v->get<double>());
+  // 4.0 is accepted as 4 (some configs write integers as floats); 4.5 is not, nor anything outside int64
+  // (the float is range-checked before it is converted: tests/fuzz/fuzz_hf_config found 4e104).
+  bool ok = false;
+  int64_t value = 0;
+  if (v->is_number_unsigned()) {
+    ok = v->get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max());
+    value = ok ? int64_t(v->get<uint64_t>()) : 0;
+  } else if (v->is_number_integer()) {
+    ok = true;
+    value = v->get<int64_t>();
+  } else if (v->is_number_float()) {
+    const double d = v->get<double>();
+    ok = std::fabs(d) < 0x1p63 && d == std::trunc(d);  // false for NaN and infinities too
+    value = ok ? int64_t(d) : 0;
+  }
+  SL_CHECK(ok, "%s: field '%s' must be an integer, got %s", path_.c_str(), key.c_str(), v->dump().c_str());
+  return value;
 }
 
 double HfConfig::get_double(const std::string& key) const {

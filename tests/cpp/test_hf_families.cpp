@@ -361,6 +361,22 @@ TEST(HfFamilies, UnknownModelType) {
   expect_load_error(dir + "/nope", {dir + "/nope: not a model directory"});
 }
 
+// Found by tests/fuzz/fuzz_hf_config: an integer field written as a float beyond int64 (4e104) was
+// converted before it was checked (undefined behaviour); beyond int64 as an integer it wrapped around.
+TEST(HfFamilies, IntegerFieldsBeyondInt64AreRefused) {
+  TempDir tmp("huge_int");
+  const std::string dir = copy_fixture(tmp, "llama_gqa");
+  const std::string config = dir + "/config.json";
+  std::ifstream in(config);
+  nlohmann::json j = nlohmann::json::parse(in);
+  in.close();
+  for (const char* value : {"4.0333e104", "18446744073709551615", "1e19", "-9.3e18"}) {
+    j["intermediate_size"] = nlohmann::json::parse(value);
+    std::ofstream(config) << j.dump();
+    expect_load_error(dir, {config + ": field 'intermediate_size' must be an integer, got "});
+  }
+}
+
 TEST(HfFamilies, MissingTensor) {
   TempDir tmp("missing");
   const std::string dir = copy_fixture(tmp, "gpt2");
