@@ -80,6 +80,20 @@ def runs_compare(path, caption, series, eps):
     return _save(fig, path, caption)
 
 
+def alpha1_over_training(path, caption, series):
+    """Mean alpha_1 over layers and heads against training steps, each run beside its uniform-attention
+    baseline H_T / T (dotted): series = [(name, steps, mean_alpha1, baseline)]. A sink grows above the
+    baseline long before a thresholded Sink_1 moves off 0%."""
+    fig, ax = _pyplot().subplots(figsize=(5.6, 3.4))
+    for name, steps, mean_alpha1, baseline in series:
+        line, = ax.plot(steps, mean_alpha1, "o-", ms=3, label=f"{name}: mean alpha_1")
+        ax.axhline(baseline, color=line.get_color(), ls=":", lw=1, label=f"{name}: uniform baseline {baseline:.3f}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("mean alpha_1 over layers and heads")
+    ax.legend(fontsize=7)
+    return _save(fig, path, caption)
+
+
 def per_layer(path, caption, curves, ylabel, logy=False):
     """Per-layer curves (Fig. 7: massive ratio; last-token-to-first attention): curves =
     [(label, x, y, style)] with style a matplotlib format string."""

@@ -319,6 +319,10 @@ def _compare_runs(rep, with_eval, eps):
     names = ", ".join(lab for lab, _, _ in series)
     rep.figure("runs_compare", f"runs {names}: valid loss and Sink_1^{eps:g} over steps",
                figures.runs_compare, series, eps)
+    alpha1 = [s for s in (_alpha1_series(label, r) for label, r in with_eval) if s is not None]
+    if len(alpha1) >= 2:
+        rep.figure("runs_mean_alpha1", f"runs {names}: mean alpha_1 over layers and heads against uniform "
+                   "attention (H_T / T), over training", figures.alpha1_over_training, alpha1)
     curves = []
     for label, r in with_eval:
         ev = r.eval
@@ -400,11 +404,39 @@ def _one_run(rep, label, r, eps):
         a = ev.alpha[-1]
         rep.figure(f"run_{label}_alpha1", f"{caption} | {last} | alpha_1 per layer and head (Figs. 19-24)",
                    figures.head_layer_heatmap, a, list(range(a.shape[0])), "alpha_1")
+    series = _alpha1_series(label, r)
+    if series is not None:
+        rep.figure(f"run_{label}_mean_alpha1", f"{caption} | T={_probe_length(r)} | mean alpha_1 over training "
+                   "against uniform attention", figures.alpha1_over_training, [series])
     if ev.alpha_star is not None:
         a = ev.alpha_star[-1]
         rep.figure(f"run_{label}_alpha_star", f"{caption} | {last} | alpha of the bias position (sink token "
                    "/ k*) per layer and head", figures.head_layer_heatmap, a, list(range(a.shape[0])),
                    "alpha_*")
+
+
+def uniform_alpha1(T):
+    """alpha_1 of uniform causal attention over T positions: (1/T) sum_i 1/i = H_T / T (the metric's
+    mean over rows i = 1..T of A[i, 1], sink_metrics.cpp)."""
+    return float(sum(1.0 / i for i in range(1, T + 1)) / T)
+
+
+def _probe_length(run):
+    """The run's --probe-length (its config attribute; sinklab-pretrain's default 64 when absent)."""
+    from analysis.paper_tables import ini_settings
+
+    try:
+        return int(ini_settings(run.config).get("probe-length", 64))
+    except ValueError:
+        return None
+
+
+def _alpha1_series(label, r):
+    """(label, steps, mean alpha_1, uniform baseline) of a run's evaluations, or None without alpha."""
+    ev, T = r.eval, _probe_length(r)
+    if ev is None or ev.alpha is None or not len(ev.step) or not T:
+        return None
+    return label, ev.step, ev.alpha.reshape(len(ev.step), -1).mean(axis=1), uniform_alpha1(T)
 
 
 def _csv_num(v):

@@ -277,7 +277,8 @@ def test_table1_and_per_domain(full):
 def test_figures_and_page(full):
     out, _ = full
     page, figs = _check_page(out)
-    for name in ("runs_compare", "runs_massive_ratio", "run_softmax_curves", "run_sigmoid_nonorm_massive_ratio",
+    for name in ("runs_compare", "runs_massive_ratio", "runs_mean_alpha1", "run_softmax_mean_alpha1",
+                 "run_softmax_curves", "run_sigmoid_nonorm_massive_ratio",
                  "run_softmax_alpha1", "run_sigmoid_nonorm_alpha_star", "table1_bars",
                  "model_a_natural_norms", "model_a_natural_alpha1", "model_a_natural_massive_ratio",
                  "model_a_natural_last_to_first", "model_a_natural_qk", "model_a_natural_attention",
@@ -381,3 +382,14 @@ def test_summary_uses_the_same_reader(files):
     proc = subprocess.run([sys.executable, "-m", "analysis.summary", str(d / "notes.txt")], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "not an HDF5 file" in proc.stderr
+
+
+def test_uniform_alpha1_baseline():
+    """The baseline of the mean-alpha_1 figures: alpha_1 of uniform causal attention, H_T / T (row i
+    attends 1/i to the first token; alpha_1 is the mean over the T rows), e.g. 0.0741 at T = 64."""
+    from analysis.report import uniform_alpha1
+
+    for T in (1, 2, 7, 64):
+        attn = np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None]
+        assert uniform_alpha1(T) == pytest.approx(attn[:, 0].mean(), rel=1e-12)
+    assert round(uniform_alpha1(64), 4) == 0.0741
