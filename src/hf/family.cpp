@@ -1,6 +1,7 @@
 #include "hf/family.hpp"
 
 #include <cmath>
+#include <filesystem>
 
 #include "core/error.hpp"
 #include "hf/registry.hpp"
@@ -76,6 +77,7 @@ void FamilyModel::allocate_activations(int64_t batch, int64_t seq, const std::ve
 void fill_common_info(HfModelInfo& info, const ModelSource& source, const WeightStore& store, const HeadShape& shape) {
   info.model_type = source.config.get_string("model_type");
   info.dir = source.dir;
+  info.weights = std::filesystem::path(source.weights->source()).filename().string();
   info.n_layers = store.n_layers();
   info.n_heads = int(shape.heads);
   info.n_kv_heads = int(shape.kv_heads);

@@ -299,6 +299,7 @@ io::ResultSet measure_item(const SurveyItem& item, const SurveyModel& model, con
   set.set_attr("", "domain", item.domain);
   set.set_attr("", "model_type", info.model_type);
   set.set_attr("", "model_dir", model.dir);
+  set.set_attr("", "weights", info.weights);
   set.set_attr("", "seed", int64_t(params.seed));
   set.set_attr("", item.input == "natural" || is_long ? "inputs_file" : "vocabulary", tokens.source);
   if (!skipped.empty()) {

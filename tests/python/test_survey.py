@@ -524,3 +524,81 @@ def test_measurements_match_transformers(fixture, tmp_path):
             np.testing.assert_array_equal(g["sink_t"][:], g["sink_k"][t])
             np.testing.assert_allclose(g.attrs["loss"], _next_token_loss(golden[f"{case}/logits"], ids), rtol=2e-6,
                                        err_msg=case)
+
+
+# PyTorch checkpoints (tests/python/goldens/gen_hf_torch_bin.py): the layouts the hub serves for
+# facebook/opt-* and the original GPT-2 repositories, and the weights file each survey records.
+BIN_FIXTURES = {"opt_bin_tied": "pytorch_model.bin", "opt_bin_sharded": "pytorch_model.bin.index.json",
+                "gpt2_bin": "pytorch_model.bin"}
+
+
+def test_pytorch_checkpoints_survey_like_transformers(tmp_path):
+    """A tied OPT with vocab.json + merges.txt and no tokenizer.json, a sharded OPT and a GPT-2 with strided
+    views, surveyed together from their .bin files: alpha within 1e-5 of transformers' eager attention
+    (float64), Sink_k^eps equal, the weights file recorded; the tied OPT has no safetensors at all."""
+    assert set((FIXTURES / "opt_bin_tied").glob("*.safetensors*")) == {FIXTURES / "opt_bin_tied" / "golden.safetensors"}
+    assert not (FIXTURES / "opt_bin_tied" / "tokenizer.json").exists()
+    lines, K, eps = [], 4, (0.2, 0.3, 0.4)
+    for name in BIN_FIXTURES:
+        golden, _ = _golden_of(FIXTURES / name)
+        with h5py.File(tmp_path / f"{name}.h5", "w") as f:
+            f.attrs["T"] = golden["t13/ids"].shape[1]
+            f.attrs["prefix_id"] = -1
+            f.create_dataset("golden/tokens", data=golden["t13/ids"])
+        lines.append(f"model = {name} {FIXTURES / name} inputs={tmp_path / (name + '.h5')}")
+    (tmp_path / "bin.ini").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "r.h5"
+    proc = _run([SURVEY, "--config", tmp_path / "bin.ini", "--inputs=natural", "--domains=golden", "--seq-len=13",
+                 "--n-seq=2", f"--max-k={K}", "--batch=2", "--commit-every=0", "--output", out])
+    assert "survey done: 3 items, 0 failed" in proc.stdout, proc.stdout
+    with h5py.File(out, "r") as f:
+        for name, weights in BIN_FIXTURES.items():
+            golden, _ = _golden_of(FIXTURES / name)
+            g = f[f"models/{name}/natural/golden"]
+            assert g.attrs["weights"] == weights
+            att = g["attention_layers"][:].tolist()
+            alpha, sink, near = _expected_sinks([golden[f"t13/probs/{l}"] for l in att], K, eps)
+            np.testing.assert_allclose(g["alpha"][:], alpha, rtol=0, atol=1e-5, err_msg=name)
+            assert not near.all(), name  # the comparison below is not vacuous
+            np.testing.assert_array_equal(np.where(near, 0, g["sink_k"][:]), np.where(near, 0, sink), err_msg=name)
+            np.testing.assert_allclose(g.attrs["loss"], _next_token_loss(golden["t13/logits"], golden["t13/ids"]),
+                                       rtol=2e-6)
+        assert f["models/opt_bin_tied/natural/golden"].attrs["model_type"] == "opt"
+
+
+def test_a_pickle_that_runs_code_is_refused_and_nothing_runs(tmp_path):
+    """A pytorch_model.bin whose data.pkl calls os.system (a real payload: plain pickle runs it) fails its
+    model's items with one line naming the file and the global; the command never runs; the other model
+    finishes."""
+    import pickle
+    import zipfile
+
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return os.system, (f"touch {marker}",)
+
+    pkl = pickle.dumps({"model.decoder.embed_tokens.weight": Payload()}, protocol=2)
+    pickle.loads(pkl)  # what torch.load(weights_only=False) would do
+    assert marker.exists(), "the payload is not a real one"
+    marker.unlink()
+    root = tmp_path / "models"
+    for name in ("good", "evil"):
+        shutil.copytree(FIXTURES / "opt_bin_tied", root / name)
+    with zipfile.ZipFile(root / "evil" / "pytorch_model.bin", "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", pkl)
+        z.writestr("archive/byteorder", "little")
+    out = tmp_path / "r.h5"
+    proc = _run([SURVEY, "--model-root", root, "--models", "good,evil", "--inputs=random", "--n-seq=2",
+                 f"--seq-len={T}", "--commit-every=0", "--output", out], check=False)
+    assert proc.returncode != 0
+    errors = proc.stderr.strip().splitlines()
+    assert len(errors) == 2 and "item evil:random:- failed" in errors[0], proc.stderr
+    assert f"{root / 'evil' / 'pytorch_model.bin'}: archive/data.pkl: refused pickle global 'posix.system'" in errors[0]
+    assert "1 of 2 items failed" in errors[1]
+    assert not marker.exists()
+    with h5py.File(out, "r") as f:
+        assert f["items/good:random:-"].attrs["status"] == "ok"
+        assert f["models/good/random/-"].attrs["weights"] == "pytorch_model.bin"
+        assert "refused pickle global 'posix.system'" in f["items/evil:random:-"].attrs["error"]
