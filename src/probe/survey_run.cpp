@@ -122,6 +122,25 @@ hf::HfModel& ModelCache::get(const SurveyModel& model) {
   return *model_;
 }
 
+TokenizerFingerprint tokenizer_fingerprint(const std::string& model_dir) {
+  static const std::vector<std::vector<std::string>> kForms = {
+      {"tokenizer.json"}, {"tokenizer.model"}, {"vocab.json", "merges.txt"}};
+  for (const auto& form : kForms) {
+    bool present = true;
+    for (const std::string& f : form) present = present && fs::is_regular_file(fs::path(model_dir) / f);
+    if (!present) continue;
+    if (form.size() == 1) return {form[0], io::sha256_file((fs::path(model_dir) / form[0]).string())};
+    std::string lines, names;
+    for (const std::string& f : form) {
+      lines += io::sha256_file((fs::path(model_dir) / f).string()) + "  " + f + "\n";
+      names += (names.empty() ? "" : " + ") + f;
+    }
+    return {names, io::sha256_hex(lines)};
+  }
+  SL_FAIL("%s: no tokenizer.json, tokenizer.model or vocab.json + merges.txt to match survey inputs by (name the "
+          "inputs file with inputs= in the config)", model_dir.c_str());
+}
+
 std::string InputsFinder::find(const SurveyModel& model, int64_t T) {
   if (!model.inputs.empty()) {
     const std::string path = fs::path(model.inputs).is_absolute() || dir_.empty() ? model.inputs
@@ -131,10 +150,7 @@ std::string InputsFinder::find(const SurveyModel& model, int64_t T) {
     return path;
   }
   SL_CHECK(!dir_.empty(), "model %s: no --survey-inputs-dir to find its natural inputs in", model.name.c_str());
-  const std::string tokenizer = (fs::path(model.dir) / "tokenizer.json").string();
-  SL_CHECK(fs::is_regular_file(tokenizer),
-           "%s: no tokenizer.json to match survey inputs by (name the inputs file with inputs= in the config)",
-           model.dir.c_str());
+  const TokenizerFingerprint tokenizer = tokenizer_fingerprint(model.dir);
   if (!indexed_) {
     SL_CHECK(fs::is_directory(dir_), "--survey-inputs-dir %s is not a directory", dir_.c_str());
     std::vector<std::string> files;
@@ -151,7 +167,7 @@ std::string InputsFinder::find(const SurveyModel& model, int64_t T) {
     }
     indexed_ = true;
   }
-  const std::string sha = io::sha256_file(tokenizer);
+  const std::string& sha = tokenizer.sha256;
   const Entry* best = nullptr;
   int64_t longest = 0;
   for (const Entry& e : entries_) {
@@ -159,8 +175,8 @@ std::string InputsFinder::find(const SurveyModel& model, int64_t T) {
     longest = std::max(longest, e.T);
     if (e.T >= T && (!best || e.T < best->T)) best = &e;
   }
-  SL_CHECK(longest > 0, "no survey inputs in %s were made with the tokenizer of %s (sha256 %s)", dir_.c_str(),
-           model.dir.c_str(), sha.substr(0, 12).c_str());
+  SL_CHECK(longest > 0, "no survey inputs in %s were made with the tokenizer of %s (%s, fingerprint %s)",
+           dir_.c_str(), model.dir.c_str(), tokenizer.files.c_str(), sha.substr(0, 12).c_str());
   SL_CHECK(best, "the survey inputs in %s for the tokenizer of %s have T <= %lld, %lld needed", dir_.c_str(),
            model.dir.c_str(), (long long)longest, (long long)T);
   return best->path;

@@ -68,8 +68,19 @@ class ModelCache {
   std::unique_ptr<hf::HfModel> model_;
 };
 
-// Survey inputs files (data_prep survey-inputs) by the sha256 of the tokenizer.json they were made
-// with, and by their T; the directory is indexed once.
+// The files that define a model directory's tokenizer and their fingerprint, as data_prep's
+// tokenization.tokenizer_fingerprint computes it: the first form present of tokenizer.json,
+// tokenizer.model (sentencepiece), vocab.json + merges.txt (byte-level BPE); the sha256 of its one file,
+// or the sha256 of its files' sha256sum lines ("<sha256>  <name>\n" each, in that order).
+struct TokenizerFingerprint {
+  std::string files;   // "tokenizer.json", "tokenizer.model" or "vocab.json + merges.txt"
+  std::string sha256;  // 64 hex digits
+};
+// Throws "<dir>: no tokenizer.json, tokenizer.model or vocab.json + merges.txt ..." when none is there.
+TokenizerFingerprint tokenizer_fingerprint(const std::string& model_dir);
+
+// Survey inputs files (data_prep survey-inputs) by the fingerprint of the tokenizer they were made with
+// (their tokenizer_sha256 attribute), and by their T; the directory is indexed once.
 class InputsFinder {
  public:
   explicit InputsFinder(std::string dir) : dir_(std::move(dir)) {}

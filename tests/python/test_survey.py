@@ -602,3 +602,38 @@ def test_a_pickle_that_runs_code_is_refused_and_nothing_runs(tmp_path):
         assert f["items/good:random:-"].attrs["status"] == "ok"
         assert f["models/good/random/-"].attrs["weights"] == "pytorch_model.bin"
         assert "refused pickle global 'posix.system'" in f["items/evil:random:-"].attrs["error"]
+
+
+def test_natural_inputs_found_by_the_fingerprint_of_every_tokenizer_form(tmp_path):
+    """data_prep survey-inputs from vocab.json + merges.txt (the OPT .bin fixture, no tokenizer.json) and
+    from tokenizer.model (LLaMA weights with the sentencepiece fixture), then the survey finds each
+    model's file by the fingerprint of its tokenizer files (no inputs= in the config) and measures the
+    rows data_prep wrote, the family's first token (OPT's </s>, LLaMA's <s>) in front."""
+    root, inputs = tmp_path / "models", tmp_path / "inputs"
+    shutil.copytree(FIXTURES / "opt_bin_tied", root / "opt")
+    shutil.copytree(FIXTURES / "llama_gqa", root / "llama")
+    for f in ("tokenizer.model", "tokenizer_config.json"):
+        shutil.copy(ROOT / "tests" / "fixtures" / "tokenizers" / "llama_sp" / f, root / "llama" / f)
+    from data_prep.fixtures import make_pile
+    pile = make_pile(tmp_path / "pile.jsonl", docs_per_domain=6, n_words=40, domains=list(DOMAINS))
+    _run([sys.executable, "-m", "data_prep", "survey-inputs", "--pile", pile, "--model", root / "opt", root / "llama",
+          "--out-dir", inputs, "--n", "4", "--T", str(T)])
+    (tmp_path / "s.ini").write_text("model = opt opt\nmodel = llama llama\n")
+    out = tmp_path / "r.h5"
+    proc = _run([SURVEY, "--config", tmp_path / "s.ini", "--model-root", root, "--survey-inputs-dir", inputs,
+                 "--inputs=natural", f"--domains={DOMAINS[0]}", f"--seq-len={T}", "--n-seq=4", "--commit-every=0",
+                 "--output", out])
+    assert "survey done: 2 items, 0 failed" in proc.stdout, proc.stdout
+    with h5py.File(out, "r") as f:
+        for name, bos in (("opt", 2), ("llama", 1)):
+            g = f[f"models/{name}/natural/{DOMAINS[0]}"]
+            assert g.attrs["inputs_file"] == str(inputs / f"{name}.h5") and g.attrs["bos"] == bos
+            with h5py.File(inputs / f"{name}.h5", "r") as fi:
+                np.testing.assert_array_equal(g["tokens"][:], fi[f"{DOMAINS[0]}/tokens"][:4])
+            assert (g["tokens"][:, 0] == bos).all()
+    # Another tokenizer file: no inputs match any more, one line naming the form and the fingerprint.
+    (root / "opt" / "merges.txt").write_text((root / "opt" / "merges.txt").read_text() + "\n")
+    proc = _run([SURVEY, "--model", "opt opt", "--model-root", root, "--survey-inputs-dir", inputs, "--inputs=natural",
+                 f"--domains={DOMAINS[0]}", f"--seq-len={T}", "--n-seq=4", "--output", tmp_path / "r2.h5"], check=False)
+    assert proc.returncode != 0
+    assert f"were made with the tokenizer of {root / 'opt'} (vocab.json + merges.txt, fingerprint" in proc.stderr

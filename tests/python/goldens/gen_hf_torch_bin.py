@@ -17,6 +17,11 @@ so the C++ family tests and tests/python/test_survey.py compare against it as fo
     tests/fixtures/hf/gpt2_bin         GPT-2 from one .bin in which one Conv1D weight is stored as a
                                        transposed (non-contiguous) view and the token table as a view at
                                        an offset into a larger storage: what torch.save keeps of views
+    tests/fixtures/tokenizers/         transformers' own token ids (its special tokens included) for a few
+                                       texts from opt_bin_tied's vocab.json + merges.txt (GPT2Tokenizer)
+                                       and from llama_sp/tokenizer.model (LlamaTokenizer; the sentencepiece
+                                       fixture of data_prep.fixtures): golden_ids.json, for
+                                       tests/python/test_data_prep_survey.py
     tests/fixtures/torch/tensors.pt    the unit fixture of tests/cpp/test_torch_file.cpp: an OrderedDict
                                        with _metadata of f32/f16/bf16/f64/i32 tensors, a Parameter, a
                                        0-d tensor, a strided view, an offset view, two views of one
@@ -157,6 +162,35 @@ def make_tensor_fixture(root):
     print(f"torch: {sum(f.stat().st_size for f in out.iterdir()) / 1024:.0f} KiB")
 
 
+# Texts over the fixture vocabularies. The sentencepiece fixture has no byte fallback, and transformers 5
+# drops characters outside a sentencepiece vocabulary where sentencepiece emits <unk>, and treats a
+# leading space differently: its texts stay within the fixture's characters, without leading spaces.
+BPE_TEXTS = ["the sink takes the attention", "  two leading spaces and\ttabs\nnewlines", "digits 1234567 end ",
+             "ünïcödé 数字", "a</s>b", ""]
+SP_TEXTS = ["the sink attention token", "law code math paper court email", "first data domain  two spaces",
+            "a b c", ""]
+
+
+def make_tokenizer_goldens(root):
+    from transformers import AutoTokenizer
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+    from data_prep.fixtures import make_model_dir
+
+    out = root / "tokenizers"
+    shutil.rmtree(out, ignore_errors=True)
+    llama = make_model_dir(out / "llama_sp", "llama", "sentencepiece")
+    tcfg = json.loads((llama / "tokenizer_config.json").read_text())  # as Llama-2-7b-hf names its class
+    (llama / "tokenizer_config.json").write_text(json.dumps({**tcfg, "tokenizer_class": "LlamaTokenizer"}))
+    golden = {}
+    for name, d, texts in (("opt_bin_tied", root / "hf" / "opt_bin_tied", BPE_TEXTS), ("llama_sp", llama, SP_TEXTS)):
+        tok = AutoTokenizer.from_pretrained(d)
+        golden[name] = {"tokenizer_class": type(tok).__name__, "texts": texts,
+                        "ids": [tok(t).input_ids for t in texts]}
+    (out / "golden_ids.json").write_text(json.dumps(golden, indent=1, ensure_ascii=False) + "\n")
+    print(f"tokenizers: {sum(f.stat().st_size for f in out.rglob('*') if f.is_file()) / 1024:.0f} KiB")
+
+
 def main():
     root = (Path(sys.argv[1]).resolve().parent if len(sys.argv) > 1
             else Path(__file__).resolve().parents[2]) / "fixtures"
@@ -164,6 +198,7 @@ def main():
     for name, (cls, config, options) in fixtures().items():
         make_bin_fixture(name, cls, config, options, root / "hf")
     make_tensor_fixture(root)
+    make_tokenizer_goldens(root)
 
 
 if __name__ == "__main__":
