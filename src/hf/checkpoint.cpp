@@ -316,7 +316,8 @@ void convert_rows(float* dst, const Tensor& src, int64_t R, int64_t C, int64_t r
 
 }  // namespace
 
-WeightStore::WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan, int64_t max_memory_bytes)
+WeightStore::WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan, int64_t max_memory_bytes,
+                         bool resident_if_fits)
     : ckpt_(std::move(ckpt)), plan_(std::move(plan)), max_memory_(max_memory_bytes) {
   const Checkpoint& ck = *ckpt_;
   SL_CHECK(max_memory_ >= 0, "--max-memory must be >= 0 (0 = unbounded), got %lld", (long long)max_memory_);
@@ -377,6 +378,7 @@ WeightStore::WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan
   const int64_t head_bytes = tied ? 0 : aligned_f32_bytes(vocab_ * d_head_);
   weight_bytes_ = resident_bytes + emb_bytes + head_bytes;
   for (int64_t b : per_layer) weight_bytes_ += b;
+  streaming_ = max_memory_ > 0 && !(resident_if_fits && weight_bytes_ <= max_memory_ / 4 * 3);
 
   if (!streaming()) {
     // Everything as f32 in one buffer; each tensor's mapped pages go once it is converted.
@@ -506,12 +508,12 @@ void WeightStore::head(Tensor logits, Tensor x) {
 }
 
 void WeightStore::check_budget(int64_t activation_bytes, const std::string& what) const {
-  if (!streaming()) return;
+  if (max_memory_ == 0) return;
   SL_CHECK(held_bytes_ + activation_bytes <= max_memory_,
-           "--max-memory %s is too small for %s of %s: activations need %s on top of %s of streamed weights (use "
+           "--max-memory %s is too small for %s of %s: activations need %s on top of %s of %s weights (use "
            "fewer sequences per batch or a larger --max-memory)",
            mib(max_memory_).c_str(), what.c_str(), ckpt_->dir().c_str(), mib(activation_bytes).c_str(),
-           mib(held_bytes_).c_str());
+           mib(held_bytes_).c_str(), streaming() ? "streamed" : "resident");
 }
 
 }  // namespace sinklab::hf

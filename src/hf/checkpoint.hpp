@@ -132,9 +132,12 @@ struct WeightPlan {
 // max_memory_bytes.
 class WeightStore {
  public:
-  WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan, int64_t max_memory_bytes);
+  // resident_if_fits (the survey's default budget): a bound that holds the f32 weights with a quarter to
+  // spare for activations keeps them resident, as with no bound; check_budget applies either way.
+  WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan, int64_t max_memory_bytes,
+              bool resident_if_fits = false);
 
-  bool streaming() const { return max_memory_ > 0; }
+  bool streaming() const { return streaming_; }
   int n_layers() const { return int(plan_.layers.size()); }
   const std::vector<Tensor>& resident() const { return resident_; }
   // The tensors of layer l in plan order (undefined: an absent optional). Streaming: converted now;
@@ -149,7 +152,8 @@ class WeightStore {
   int64_t weight_bytes() const { return weight_bytes_; }  // every weight as f32 (tied head counted once)
   // Bytes held for weights in this mode (all of them, or resident + layer buffer + staging).
   int64_t held_bytes() const { return held_bytes_; }
-  // Throws "--max-memory ...: ..." when the weights held plus `activation_bytes` exceed the bound.
+  // Throws "--max-memory ...: ..." when the weights held plus `activation_bytes` exceed the bound (any
+  // bound > 0, streaming or not).
   void check_budget(int64_t activation_bytes, const std::string& what) const;
 
  private:
@@ -163,6 +167,7 @@ class WeightStore {
   std::shared_ptr<const Checkpoint> ckpt_;
   WeightPlan plan_;
   int64_t max_memory_ = 0;
+  bool streaming_ = false;
   int64_t vocab_ = 0, d_embed_ = 0, d_head_ = 0;
   int64_t weight_bytes_ = 0, held_bytes_ = 0, layer_bytes_ = 0, staging_bytes_ = 0;
   int64_t head_chunk_rows_ = 1;  // rows of the head per GEMM, in both modes (see the constructor)

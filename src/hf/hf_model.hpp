@@ -23,6 +23,7 @@ struct HfModelInfo {
   bool learned_positions = false;  // GPT-2 / OPT: the position interventions of Table 7 apply
   std::vector<int> attention_layers;  // indices of layers that have attention (Jamba: a subset)
   int64_t weight_bytes = 0;    // all weights as f32
+  bool weights_streamed = false;  // layer streaming under LoadOptions::max_memory_bytes
   bool gives_logits = true;    // forward() can write logits (sinklab's own checkpoints in the survey: no)
 };
 
@@ -36,6 +37,8 @@ struct ForwardOptions {
 struct LoadOptions {
   int64_t max_memory_bytes = 0;  // --max-memory: 0 = unbounded; otherwise layer streaming (only the
                                  // current layer's weights resident as f32, mapped pages released)
+  bool resident_if_fits = false; // a bound that holds every f32 weight with a quarter to spare keeps
+                                 // them resident (the survey's default, per-rank budget)
   int threads = 0;               // 0 = OpenMP default
 };
 

@@ -9,6 +9,7 @@
 
 #include "backend/memory.hpp"
 #include "core/error.hpp"
+#include "core/node_memory.hpp"
 #include "io/h5.hpp"
 #include "io/sha256.hpp"
 #include "probe/inputs.hpp"
@@ -105,6 +106,20 @@ std::vector<int32_t> flatten(const std::vector<HeadPair>& pairs) {
 
 }  // namespace
 
+MemoryBudget MemoryBudget::resolve(int64_t max_memory_flag, int local_ranks) {
+  MemoryBudget b;
+  if (max_memory_flag >= 0) {
+    b.bytes = max_memory_flag;
+    return b;
+  }
+  const NodeMemory node = node_memory();
+  b.auto_ = true;
+  b.bytes = std::max<int64_t>(1, node.bytes / std::max(1, local_ranks));
+  b.origin = strfmt("auto: %.1f GiB (%s) / %d rank%s on this node", double(node.bytes) / double(1 << 30),
+                    node.source.c_str(), local_ranks, local_ranks == 1 ? "" : "s");
+  return b;
+}
+
 hf::HfModel& ModelCache::get(const SurveyModel& model) {
   if (model.name != name_ || (!model_ && error_.empty())) {
     model_.reset();  // release the previous model before loading the next
@@ -112,10 +127,12 @@ hf::HfModel& ModelCache::get(const SurveyModel& model) {
     error_.clear();
     try {
       hf::LoadOptions options;
-      options.max_memory_bytes = max_memory_;
+      options.max_memory_bytes = budget_.bytes;
+      options.resident_if_fits = budget_.auto_;
       model_ = load_any_model(model.dir, options);
     } catch (const Error& e) {
       error_ = e.what();
+      if (budget_.auto_ && error_.rfind("--max-memory", 0) == 0) error_ += " [--max-memory " + budget_.origin + "]";
     }
   }
   if (!error_.empty()) throw Error(error_);
@@ -316,6 +333,7 @@ io::ResultSet measure_item(const SurveyItem& item, const SurveyModel& model, con
   set.set_attr("", "model_type", info.model_type);
   set.set_attr("", "model_dir", model.dir);
   set.set_attr("", "weights", info.weights);
+  set.set_attr("", "weights_streamed", int64_t(info.weights_streamed));
   set.set_attr("", "seed", int64_t(params.seed));
   set.set_attr("", item.input == "natural" || is_long ? "inputs_file" : "vocabulary", tokens.source);
   if (!skipped.empty()) {

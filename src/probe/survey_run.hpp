@@ -44,16 +44,29 @@ struct SurveyParams {
   std::vector<double> eps = default_sink_eps();
   int64_t batch = 16;
   uint64_t seed = 1234;
-  int64_t max_memory = 0;  // bytes, 0 = unbounded (hf::LoadOptions)
+  int64_t max_memory = 0;  // bytes, 0 = unbounded (hf::LoadOptions); -1 = auto (MemoryBudget below)
   std::vector<HeadPair> qk_maps, attention_maps;
   std::string survey_inputs_dir;
+};
+
+// What a rank may hold: --max-memory as given (weights streamed under it), or by default ("auto") the
+// node's memory (node_memory(): cgroup limit or MemTotal) shared equally among the ranks on the node,
+// under which a model whose f32 weights fit (with a quarter to spare) stays resident and a larger one
+// is streamed. A model whose streamed footprint (resident weights + one layer + the staged block) or
+// whose batch of activations exceeds the budget fails its items with that reason, before anything is
+// converted; the other items go on.
+struct MemoryBudget {
+  int64_t bytes = 0;    // 0 = unbounded
+  bool auto_ = false;   // from the node: models that fit stay resident
+  std::string origin;   // "auto: 23.5 GiB (MemTotal) / 2 ranks on this node", for messages
+  static MemoryBudget resolve(int64_t max_memory_flag, int local_ranks);
 };
 
 // The model a rank holds: loading another releases it first. A model that failed to load keeps its
 // error, so its remaining items fail at once with the same line.
 class ModelCache {
  public:
-  explicit ModelCache(int64_t max_memory) : max_memory_(max_memory) {}
+  explicit ModelCache(MemoryBudget budget) : budget_(std::move(budget)) {}
   hf::HfModel& get(const SurveyModel& model);
   // Releases the model (after a forward pass that did not finish: the next item loads it afresh).
   void drop() {
@@ -63,7 +76,7 @@ class ModelCache {
   }
 
  private:
-  int64_t max_memory_;
+  MemoryBudget budget_;
   std::string name_, error_;
   std::unique_ptr<hf::HfModel> model_;
 };

@@ -637,3 +637,49 @@ def test_natural_inputs_found_by_the_fingerprint_of_every_tokenizer_form(tmp_pat
                  f"--domains={DOMAINS[0]}", f"--seq-len={T}", "--n-seq=4", "--output", tmp_path / "r2.h5"], check=False)
     assert proc.returncode != 0
     assert f"were made with the tokenizer of {root / 'opt'} (vocab.json + merges.txt, fingerprint" in proc.stderr
+
+
+def test_a_model_over_the_memory_budget_fails_its_items_only(tmp_path):
+    """Two ranks under an 80 KiB budget each: the tiny GPT-NeoX and the OPT .bin stream within it, Jamba's
+    streamed footprint (resident weights + one layer + the staged block: ~160 KiB) does not, so its items
+    fail with that reason before anything is converted; the others finish, and the survey exits 1 with
+    one line per failed item and the summary (README), the results file complete (.done)."""
+    out = tmp_path / "r.h5"
+    models = ["neox neox_rot1_sequential", "opt opt_bin_tied", "jamba jamba_tiny"]
+    proc = _run([SURVEY, *[a for m in models for a in ("--model", m)], "--model-root", FIXTURES,
+                 "--inputs=random,repeat", "--n-seq=2", "--seq-len=8", "--batch=2", "--max-memory=80K",
+                 "--commit-every=0", "--output", out], np_=2, check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    errors = [l for l in proc.stderr.strip().splitlines() if "sinklab-survey" in l or "failed" in l]
+    failed = [l for l in errors if "item jamba:" in l]
+    assert len(failed) == 2, proc.stderr
+    for line in failed:
+        assert f"--max-memory 0.1 MiB is too small for {FIXTURES / 'jamba_tiny'}" in line, line
+    assert "2 of 6 items failed: jamba:random:-, jamba:repeat:-" in errors[-1], errors[-1]
+    assert Path(str(out) + ".done").exists()
+    with h5py.File(out, "r") as f:
+        for name in ("neox", "opt"):
+            for label in ("random/-", "repeat/-"):
+                g = f[f"models/{name}/{label}"]
+                assert g.attrs["weights_streamed"] == 1
+        assert f["items/jamba:random:-"].attrs["status"] == "failed" and "jamba" not in f["models"]
+
+
+@pytest.mark.parametrize("np_", [1, 2])
+def test_default_memory_budget_is_the_nodes_share_per_rank(tmp_path, np_):
+    """Without --max-memory each rank's budget is the node's memory (cgroup limit or MemTotal) over the
+    ranks on the node; tiny models fit it and stay resident."""
+    out = tmp_path / "r.h5"
+    proc = _run([SURVEY, "--model", "g gpt2", "--model-root", FIXTURES, "--inputs=random", "--n-seq=2", "--seq-len=8",
+                 "--output", out], np_=np_)
+    import re
+    m = re.search(r"memory per rank: ([0-9.]+) MiB \(auto: ([0-9.]+) GiB \((MemTotal|cgroup v[12] [^)]+)\) / "
+                  r"(\d+) ranks? on this node\)", proc.stdout)
+    assert m, proc.stdout
+    per_rank, node, ranks = float(m.group(1)), float(m.group(2)), int(m.group(4))
+    assert ranks == np_
+    assert abs(per_rank * ranks / 1024 - node) < 0.1
+    mem_total = int(Path("/proc/meminfo").read_text().split("MemTotal:")[1].split()[0]) / 2**20  # GiB
+    assert node <= mem_total + 0.05
+    with h5py.File(out, "r") as f:
+        assert f["models/g/random/-"].attrs["weights_streamed"] == 0
