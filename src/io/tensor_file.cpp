@@ -22,38 +22,34 @@ std::vector<int64_t> row_major_strides(const std::vector<int64_t>& shape) {
   return s;
 }
 
-uint64_t strided_extent(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
+std::optional<uint64_t> strided_extent(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
+  if (shape.size() != strides.size()) return std::nullopt;
   uint64_t last = 0;
+  bool empty = false;
   for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 0) return 0;
-    last += uint64_t(shape[d] - 1) * uint64_t(strides[d]);
+    if (shape[d] < 0 || strides[d] < 0) return std::nullopt;
+    uint64_t reach = 0;
+    if (shape[d] == 0) empty = true;
+    else if (__builtin_mul_overflow(uint64_t(shape[d] - 1), uint64_t(strides[d]), &reach) ||
+             __builtin_add_overflow(last, reach, &last))
+      return std::nullopt;
   }
+  if (empty) return uint64_t(0);
+  if (last == UINT64_MAX) return std::nullopt;
   return last + 1;
 }
 
 void MappedTensorFile::add(TensorEntry e) {
   const std::string context = path_ + ": tensor '" + e.name + "'";
   SL_CHECK(int(e.shape.size()) <= kMaxDims, "%s: rank %zu exceeds %d", context.c_str(), e.shape.size(), kMaxDims);
-  SL_CHECK(e.strides.size() == e.shape.size(), "%s: %zu strides for %zu dimensions", context.c_str(),
-           e.strides.size(), e.shape.size());
-  // numel and the extent (elements the span must hold) without overflow, whatever the file claims.
-  uint64_t numel = 1, last = 0;
-  for (size_t d = 0; d < e.shape.size(); ++d) {
-    SL_CHECK(e.shape[d] >= 0 && e.strides[d] >= 0, "%s: negative dimension or stride", context.c_str());
-    uint64_t reach = 0;
-    SL_CHECK(!__builtin_mul_overflow(numel, uint64_t(e.shape[d]), &numel) &&
-                 (e.shape[d] == 0 || !__builtin_mul_overflow(uint64_t(e.shape[d] - 1), uint64_t(e.strides[d]), &reach)) &&
-                 !__builtin_add_overflow(last, reach, &last),
-             "%s: shape and strides overflow 64 bits", context.c_str());
-  }
+  const std::optional<uint64_t> extent = strided_extent(e.shape, e.strides);
+  SL_CHECK(extent && *extent < (uint64_t(1) << 60), "%s: negative or overflowing shape or strides", context.c_str());
   const uint64_t esize = uint64_t(dtype_size(e.dtype));
-  const uint64_t extent = numel == 0 ? 0 : last + 1;
-  SL_CHECK(extent < (uint64_t(1) << 60), "%s: shape and strides reach past any file", context.c_str());
   SL_CHECK(e.begin <= e.end && e.end <= file_.size(),
            "%s: byte span [%llu, %llu) outside the file's %zu bytes (truncated file?)", context.c_str(),
            (unsigned long long)e.begin, (unsigned long long)e.end, file_.size());
-  SL_CHECK(extent * esize == e.end - e.begin, "%s: shape and strides cover %llu bytes, the span is %llu",
-           context.c_str(), (unsigned long long)(extent * esize), (unsigned long long)(e.end - e.begin));
+  SL_CHECK(*extent * esize == e.end - e.begin, "%s: shape and strides cover %llu bytes, the span is %llu",
+           context.c_str(), (unsigned long long)(*extent * esize), (unsigned long long)(e.end - e.begin));
   const std::string name = e.name;
   index_[name] = std::move(e);
 }

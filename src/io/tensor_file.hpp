@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,9 +27,10 @@ struct TensorEntry {
   bool contiguous() const;  // row-major, no gaps: the span is exactly numel x dtype size
 };
 
-// The elements a tensor with these strides reaches past its first one, plus one (0 when empty): its
-// extent in elements. Strides must be >= 0.
-uint64_t strided_extent(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides);
+// The elements a tensor's span must hold: 1 + sum (shape[d] - 1) x strides[d] (0 when empty); nullopt
+// when a dimension or stride is negative, the lengths differ, or the numbers overflow 64 bits (whatever
+// a file claims).
+std::optional<uint64_t> strided_extent(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides);
 // Row-major strides of a shape.
 std::vector<int64_t> row_major_strides(const std::vector<int64_t>& shape);
 

@@ -73,28 +73,17 @@ TorchFile::TorchFile(const std::string& path) : MappedTensorFile(path) {
     SL_CHECK(t.storage_offset >= 0 && uint64_t(t.storage_offset) <= t.storage_numel,
              "%s: offset %lld outside its storage of %llu elements", context.c_str(), (long long)t.storage_offset,
              (unsigned long long)t.storage_numel);
-    bool sane = int(t.shape.size()) <= kMaxDims;
-    for (size_t d = 0; d < t.shape.size(); ++d) sane = sane && t.shape[d] >= 0 && t.strides[d] >= 0;
-    SL_CHECK(sane, "%s: %zu dimensions with sizes or strides out of range", context.c_str(), t.shape.size());
-    // The view must lie within its storage (MappedTensorFile::add checks the span against the file and
-    // the shape; here against the record).
-    uint64_t extent = 1;
-    for (size_t d = 0; d < t.shape.size(); ++d) {
-      uint64_t reach = 0;
-      if (t.shape[d] == 0) {
-        extent = 0;
-        break;
-      }
-      SL_CHECK(!__builtin_mul_overflow(uint64_t(t.shape[d] - 1), uint64_t(t.strides[d]), &reach) &&
-                   !__builtin_add_overflow(extent, reach, &extent),
-               "%s: sizes and strides overflow 64 bits", context.c_str());
-    }
-    SL_CHECK(extent <= t.storage_numel - uint64_t(t.storage_offset),
+    // The view must lie within its storage (MappedTensorFile::add checks the span against the file; here
+    // against the record).
+    const std::optional<uint64_t> extent = strided_extent(t.shape, t.strides);
+    SL_CHECK(int(t.shape.size()) <= kMaxDims && extent, "%s: %zu dimensions with sizes or strides out of range",
+             context.c_str(), t.shape.size());
+    SL_CHECK(*extent <= t.storage_numel - uint64_t(t.storage_offset),
              "%s: view [offset %lld, +%llu elements) outside its storage '%s' of %llu elements", context.c_str(),
-             (long long)t.storage_offset, (unsigned long long)extent, t.storage_key.c_str(),
+             (long long)t.storage_offset, (unsigned long long)*extent, t.storage_key.c_str(),
              (unsigned long long)t.storage_numel);
     e.begin = record.offset + uint64_t(t.storage_offset) * esize;
-    e.end = e.begin + extent * esize;
+    e.end = e.begin + *extent * esize;
     add(std::move(e));
   }
   metadata_["format"] = "pt";
