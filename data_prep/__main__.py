@@ -55,8 +55,13 @@ def _shard_info(a) -> int:
 def _survey_inputs(a) -> int:
     from .survey_inputs import build_survey_inputs
 
+    skipped = []
     build_survey_inputs(a.pile, a.model, out=a.out, out_dir=a.out_dir, n=a.n, T=a.T, seed=a.seed,
-                        bos_policy=a.bos_policy)
+                        bos_policy=a.bos_policy, skipped=skipped)
+    if skipped:
+        print(f"survey-inputs: {len(skipped)} of {len(a.model)} model directories skipped: "
+              f"{', '.join(m for m, _ in skipped)}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -126,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("survey-inputs", help="per-domain T-token inputs for the survey, one HDF5 per tokenizer")
     s.add_argument("--pile", nargs="+", required=True, help="Pile .jsonl or .jsonl.zst files")
-    s.add_argument("--model", nargs="+", required=True, help="model directories (config.json, tokenizer.json)")
+    s.add_argument("--model", nargs="+", required=True, help="model directories (config.json and tokenizer.json, tokenizer.model or "
+                   "vocab.json + merges.txt)")
     g = s.add_mutually_exclusive_group(required=True)
     g.add_argument("--out", help="output HDF5 file (one --model)")
     g.add_argument("--out-dir", help="output directory: <model dir name>.h5 per model")

@@ -7,8 +7,9 @@ are compared on the same text as far as their tokenizers allow.
 
 HDF5 layout, one file per tokenizer::
 
-    /                 attrs: source_files, tokenizer_path, tokenizer_sha256, T, n_per_domain, seed,
-                             policy, policy_family, prefix_token, prefix_id (-1: none), domains
+    /                 attrs: source_files, tokenizer_path, tokenizer_files, tokenizer_sha256 (the
+                      fingerprint of tokenizer_files the survey matches models by), T, n_per_domain,
+                      seed, policy, policy_family, prefix_token, prefix_id (-1: none), domains
     /<domain>/tokens  int32 [n, T]
     /<domain>/file_index int32 [n], /<domain>/line int64 [n]   where each row came from
                       attrs: pile_set_name, n, n_requested, n_candidates
@@ -83,7 +84,8 @@ def write_survey_inputs(out_path, tok: Tokenizer, candidates: dict[str, list], p
     with atomic_h5(out_path) as f:
         f.attrs["source_files"] = [str(Path(p).resolve()) for p in pile_paths]
         f.attrs["tokenizer_path"] = str(tok.path.resolve())
-        f.attrs["tokenizer_sha256"] = tok.sha256
+        f.attrs["tokenizer_sha256"] = tok.sha256  # tokenization.tokenizer_fingerprint of tokenizer_files
+        f.attrs["tokenizer_files"] = [p.name for p in tok.files]
         f.attrs["T"] = T
         f.attrs["n_per_domain"] = n
         f.attrs["seed"] = seed
@@ -115,22 +117,41 @@ def write_survey_inputs(out_path, tok: Tokenizer, candidates: dict[str, list], p
 
 def build_survey_inputs(pile_paths: list, model_dirs: list, *, out: str | None = None,
                         out_dir: str | None = None, n: int = 100, T: int = 64, seed: int = 0,
-                        bos_policy: str = "auto", quiet: bool = False) -> dict[str, dict[str, int]]:
+                        bos_policy: str = "auto", quiet: bool = False,
+                        skipped: list | None = None) -> dict[str, dict[str, int]]:
     """Samples candidates once, then writes one file per tokenizer: ``out`` (one model) or
-    ``out_dir/<model dir name>.h5``. Returns rows per domain per output file."""
+    ``out_dir/<model dir name>.h5``. Returns rows per domain per output file.
+
+    A model directory whose tokenizer cannot be loaded, or whose leading special token cannot be
+    decided, is reported on stderr (one line) and skipped when there are several: the others go on,
+    and ``skipped`` (when given) receives (directory, reason) for each. All of them unreadable, or the
+    one of --out: DataPrepError."""
     if T < 1 or n < 1:
         raise DataPrepError("--T and --n must be positive")
     if out is not None and len(model_dirs) != 1:
         raise DataPrepError("--out takes exactly one --model; use --out-dir for several")
     if out is None and out_dir is None:
         raise DataPrepError("pass --out FILE (one model) or --out-dir DIR")
-    toks = [load_tokenizer(m) for m in model_dirs]
+    toks = []
+    for m in model_dirs:
+        try:
+            tok = load_tokenizer(m)
+            special_token_policy(tok, bos_policy)  # decided now, not after minutes of sampling
+            toks.append((m, tok))
+        except DataPrepError as e:
+            if len(model_dirs) == 1:
+                raise
+            print(f"survey-inputs: skipped {m}: {e}", file=sys.stderr)
+            if skipped is not None:
+                skipped.append((str(m), str(e)))
+    if not toks:
+        raise DataPrepError(f"none of the {len(model_dirs)} model directories has a readable tokenizer")
     report = SkipReport()
     candidates = sample_candidates(pile_paths, n, T, seed, report=report)
     if not quiet:
         report.print("survey-inputs")
     result = {}
-    for m, tok in zip(model_dirs, toks):
+    for m, tok in toks:
         name = Path(m).name if Path(m).is_dir() else Path(m).parent.name
         path = Path(out) if out is not None else Path(out_dir) / f"{name}.h5"
         result[str(path)] = write_survey_inputs(path, tok, candidates, pile_paths, n, T, seed, bos_policy)

@@ -21,28 +21,107 @@ _FAMILY_PREFIX = {
 }
 
 
-@dataclass(frozen=True)
-class Tokenizer:
-    """A loaded tokenizer and the files it came from (for provenance attrs)."""
+# The files that define a model directory's tokenizer, in the order they are looked for: the first
+# form present wins (LLaMA-2 repositories ship tokenizer.json and tokenizer.model; facebook/opt-* only
+# vocab.json + merges.txt).
+TOKENIZER_FORMS = (("tokenizer.json",), ("tokenizer.model",), ("vocab.json", "merges.txt"))
 
-    tok: object  # tokenizers.Tokenizer
-    path: Path  # the tokenizer.json
-    model_dir: Path | None  # directory with config.json / tokenizer_config.json, if any
-    sha256: str
 
-    @property
+def tokenizer_files(path: str | Path) -> tuple[Path, ...]:
+    """The files of the first tokenizer form in a model directory (or the directory of a named file)."""
+    path = Path(path)
+    d = path if path.is_dir() else path.parent
+    if not path.is_dir() and path.name == "tokenizer.json":  # an explicitly named tokenizer.json
+        return (path,) if path.exists() else ()
+    for form in TOKENIZER_FORMS:
+        if all((d / f).is_file() for f in form):
+            return tuple(d / f for f in form)
+    return ()
+
+
+def tokenizer_fingerprint(files: tuple[Path, ...]) -> str:
+    """What survey inputs are matched to a model by (src/probe/survey_run.cpp computes the same): the
+    sha256 of the one file (tokenizer.json, tokenizer.model), or of several files' sha256sum lines
+    ("<sha256>  <name>\\n" each, in TOKENIZER_FORMS order)."""
+    if len(files) == 1:
+        return sha256_file(files[0])
+    lines = "".join(f"{sha256_file(f)}  {f.name}\n" for f in files)
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+class _HfBackend:
+    """A tokenizers.Tokenizer (tokenizer.json, or vocab.json + merges.txt built into one)."""
+
+    def __init__(self, tok):
+        self.tok = tok
+
     def vocab_size(self) -> int:
         return self.tok.get_vocab_size(with_added_tokens=True)
 
     def token_id(self, token: str) -> int | None:
         return self.tok.token_to_id(token)
 
-    def encode(self, text: str) -> list[int]:
-        """Ids of the text alone: special tokens are added by the caller, explicitly."""
-        return self.tok.encode(text, add_special_tokens=False).ids
-
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [e.ids for e in self.tok.encode_batch(texts, add_special_tokens=False)]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tok.decode(ids, skip_special_tokens=False)
+
+    def post_processor(self) -> dict:
+        return json.loads(self.tok.to_str()).get("post_processor") or {}
+
+
+class _SentencePieceBackend:
+    """sentencepiece's own processor for tokenizer.model (LLaMA-2), as transformers' LlamaTokenizer uses
+    it: encode() adds no BOS/EOS unless asked, and the caller adds them explicitly."""
+
+    def __init__(self, sp):
+        self.sp = sp
+
+    def vocab_size(self) -> int:
+        return self.sp.get_piece_size()
+
+    def token_id(self, token: str) -> int | None:
+        i = self.sp.piece_to_id(token)  # unknown pieces map to unk's id
+        return i if self.sp.id_to_piece(i) == token else None
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return self.sp.encode(texts)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.sp.decode(ids)
+
+    def post_processor(self) -> dict:
+        return {}
+
+
+@dataclass(frozen=True)
+class Tokenizer:
+    """A loaded tokenizer and the files it came from (for provenance attrs)."""
+
+    backend: object  # _HfBackend or _SentencePieceBackend
+    path: Path  # the first defining file (tokenizer.json, tokenizer.model or vocab.json)
+    model_dir: Path | None  # directory with config.json / tokenizer_config.json, if any
+    sha256: str  # tokenizer_fingerprint(files)
+    files: tuple = ()  # every defining file
+
+    @property
+    def vocab_size(self) -> int:
+        return self.backend.vocab_size()
+
+    def token_id(self, token: str) -> int | None:
+        return self.backend.token_id(token)
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of the text alone: special tokens are added by the caller, explicitly."""
+        return self.backend.encode_batch([text])[0]
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return self.backend.encode_batch(texts)
+
+    def decode(self, ids: list[int]) -> str:
+        """Text of ids, special tokens included."""
+        return self.backend.decode(ids)
 
 
 def sha256_file(path: str | Path) -> str:
@@ -65,20 +144,50 @@ def _read_json(path: Path) -> dict:
     return data
 
 
-def load_tokenizer(path: str | Path) -> Tokenizer:
-    """Loads a tokenizer from a model directory (with tokenizer.json) or a tokenizer.json file."""
-    from tokenizers import Tokenizer as HFTokenizer
+def _byte_level_bpe(vocab: Path, merges: Path, tcfg: dict):
+    """GPT-2/OPT's tokenizer from vocab.json + merges.txt, as transformers converts it (byte-level
+    pre-tokenizer with GPT-2's regex, BPE without dropout or affixes); the special tokens that
+    tokenizer_config.json / special_tokens_map.json name are kept whole, as the slow tokenizer does."""
+    from tokenizers import Tokenizer as HFTokenizer, decoders, models, pre_tokenizers
 
+    tok = HFTokenizer(models.BPE.from_file(str(vocab), str(merges), fuse_unk=False))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=bool(tcfg.get("add_prefix_space", False)))
+    tok.decoder = decoders.ByteLevel()
+    smap = _read_json(vocab.parent / "special_tokens_map.json")
+    named = [_token_content(cfg.get(k)) for cfg in (tcfg, smap)
+             for k in ("bos_token", "eos_token", "unk_token", "pad_token")]
+    named += [_token_content(v) for v in (tcfg.get("added_tokens_decoder") or {}).values()]
+    specials = sorted({t for t in named if t is not None and tok.token_to_id(t) is not None})
+    tok.add_special_tokens(specials)
+    return tok
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    """Loads a tokenizer from a model directory or one of its defining files: tokenizer.json (the
+    tokenizers library), tokenizer.model (sentencepiece) or vocab.json + merges.txt (byte-level BPE)."""
     path = Path(path)
     model_dir = path if path.is_dir() else path.parent
-    tok_path = path / "tokenizer.json" if path.is_dir() else path
-    if not tok_path.exists():
-        raise DataPrepError(f"{tok_path}: no tokenizer.json (pass a model directory or the file)")
+    files = tokenizer_files(path)
+    if not files:
+        raise DataPrepError(f"{path}: no tokenizer.json, tokenizer.model or vocab.json + merges.txt "
+                            "(pass a model directory or the file)")
+    first = files[0]
     try:
-        tok = HFTokenizer.from_file(str(tok_path))
-    except Exception as e:  # tokenizers raises plain Exception subclasses
-        raise DataPrepError(f"{tok_path}: cannot load tokenizer: {e}") from None
-    return Tokenizer(tok, tok_path, model_dir, sha256_file(tok_path))
+        if first.name == "tokenizer.model":
+            import sentencepiece
+            backend = _SentencePieceBackend(sentencepiece.SentencePieceProcessor(model_file=str(first)))
+        elif first.name == "vocab.json":
+            backend = _HfBackend(_byte_level_bpe(files[0], files[1], _read_json(model_dir / "tokenizer_config.json")))
+        else:
+            from tokenizers import Tokenizer as HFTokenizer
+            backend = _HfBackend(HFTokenizer.from_file(str(first)))
+    except DataPrepError:
+        raise
+    except Exception as e:  # tokenizers and sentencepiece raise plain Exception subclasses
+        names = " + ".join(f.name for f in files)
+        msg = " ".join(str(e).split())  # one line
+        raise DataPrepError(f"{model_dir}: cannot load tokenizer ({names}): {msg}") from None
+    return Tokenizer(backend, first, model_dir, tokenizer_fingerprint(files), files)
 
 
 def _token_content(value) -> str | None:
@@ -142,8 +251,7 @@ def special_token_policy(tokenizer: Tokenizer, override: str = "auto") -> Specia
                 raise DataPrepError(f"{cfg_dir / 'tokenizer_config.json'}: add_bos_token is true but bos_token is unset")
             return resolve(bos_token, "tokenizer_config.json add_bos_token=true")
         return resolve(None, "tokenizer_config.json add_bos_token=false")
-    post = tokenizer.tok.to_str()
-    post = json.loads(post).get("post_processor") or {}
+    post = tokenizer.backend.post_processor()
     for proc in [post] + list(post.get("processors", []) if post.get("type") == "Sequence" else []):
         if proc.get("type") == "TemplateProcessing" and proc.get("single"):
             first = proc["single"][0]

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The survey of pretrained models (paper Sec. 3, Table 8): every (model, input, domain, intervention)
 # item through the dynamic MPI work queue of sinklab-survey, results gathered by rank 0 into one HDF5
-# file. Models run on the CPUs of each rank (one model resident per rank; --max-memory streams layers).
+# file. Models run on the CPUs of each rank (one model per rank; the default --max-memory auto gives each
+# rank the node's memory over its ranks and streams the layers of models that do not fit it).
 #   MODEL_ROOT=/path/to/hf SURVEY_INPUTS=data/survey_inputs sbatch slurm/survey.sh [--flag=value ...]
 #   CONFIG=jobs/survey/long_inputs.ini ... for the long-input appendix
 # MODEL_ROOT and SURVEY_INPUTS, when set, override --model-root / --survey-inputs-dir of the job file;

@@ -81,14 +81,16 @@ bool parse(int argc, char** argv, SurveyOptions& o) {
       ("models", po::value(&o.models)->default_value("all"), "catalogue names or model directories, comma-separated (all = the catalogue)")
       ("inputs", po::value(&o.inputs)->default_value("natural,random,repeat"), "natural | random | repeat | long, comma-separated")
       ("survey-inputs-dir", po::value(&o.survey_inputs_dir)->default_value(""),
-       "data_prep survey-inputs files (one per tokenizer; matched by tokenizer sha256 unless inputs= names one)")
+       "data_prep survey-inputs files (one per tokenizer; matched by the fingerprint of its files unless inputs= names one)")
       ("domains", po::value(&o.domains)->default_value(""), "Pile domain keys of the natural inputs, comma-separated")
       ("n-seq", po::value(&p.n_seq)->default_value(100), "sequences per item")
       ("seq-len", po::value(&p.seq_len)->default_value(64), "tokens per sequence (T)")
       ("max-k", po::value(&p.max_k)->default_value(8), "positions k = 1..K whose alpha_k and Sink_k are stored")
       ("sink-eps", po::value(&o.sink_eps)->default_value("0.2,0.3,0.4"), "thresholds of Sink_k^eps, comma-separated")
       ("batch", po::value(&p.batch)->default_value(16), "sequences of --seq-len tokens per forward pass")
-      ("max-memory", po::value(&o.max_memory)->default_value("0"), "weights resident per rank (0 = all; else layer streaming), e.g. 16G")
+      ("max-memory", po::value(&o.max_memory)->default_value("auto"),
+       "memory per rank: auto (the node's cgroup limit or MemTotal over its ranks; models that fit stay resident, "
+       "larger ones are streamed), 0 (unbounded), or a size (e.g. 16G: layer streaming under it)")
       ("interventions", po::value(&o.interventions)->default_value(""),
        "replace:t / swap:t of the first position embedding (Table 7), for learned-position models without their own list")
       ("intervention-inputs", po::value(&o.intervention_inputs)->default_value("repeat"), "inputs the interventions are measured on")
@@ -105,7 +107,7 @@ bool parse(int argc, char** argv, SurveyOptions& o) {
   po::variables_map vm;
   if (!parse_options(argc, argv, desc, vm)) return false;
   p.eps = probe::parse_sink_eps(o.sink_eps);
-  p.max_memory = parse_bytes(o.max_memory);
+  p.max_memory = o.max_memory == "auto" ? -1 : parse_bytes(o.max_memory);
   p.qk_maps = probe::parse_head_pairs(o.qk_maps, "qk-maps");
   p.attention_maps = probe::parse_head_pairs(o.attention_maps, "attention-maps");
   p.survey_inputs_dir = o.survey_inputs_dir;
@@ -315,7 +317,10 @@ int run(const SurveyOptions& o, const dist::World& world) {
               (long long)writer->already(), world.size(), o.output.c_str());
 
   dist::WorkQueue queue(world, work, [&](const dist::WorkResult& r) { writer->collect(pending[size_t(r.item)], r.rank, r.blob); });
-  probe::ModelCache cache(o.params.max_memory);
+  const probe::MemoryBudget budget = probe::MemoryBudget::resolve(o.params.max_memory, world.local_size());
+  if (world.is_root() && budget.auto_)
+    log::info("memory per rank: %.1f MiB (%s)", double(budget.bytes) / (1 << 20), budget.origin.c_str());
+  probe::ModelCache cache(budget);
   probe::InputsFinder finder(o.params.survey_inputs_dir);
   const std::function<void()> progress = [&] {
     try {

@@ -144,17 +144,33 @@ void HfConfig::unsupported(const std::string& what) const { SL_FAIL("%s: unsuppo
 // ---- Checkpoint ------------------------------------------------------------------------------------
 
 Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
-  const std::string single = (fs::path(dir) / "model.safetensors").string();
-  const std::string index = (fs::path(dir) / "model.safetensors.index.json").string();
-  if (fs::exists(single)) {
-    source_ = single;
-    files_.push_back(std::make_unique<io::SafetensorsFile>(single));
+  struct Layout {
+    const char* file;
+    bool index, torch;
+  };
+  constexpr Layout kLayouts[] = {{"model.safetensors", false, false},
+                                 {"model.safetensors.index.json", true, false},
+                                 {"pytorch_model.bin", false, true},
+                                 {"pytorch_model.bin.index.json", true, true}};
+  const Layout* layout = nullptr;
+  for (const Layout& l : kLayouts)
+    if (fs::exists(fs::path(dir) / l.file)) {
+      layout = &l;
+      break;
+    }
+  SL_CHECK(layout != nullptr, "%s: no model.safetensors, model.safetensors.index.json, pytorch_model.bin or "
+           "pytorch_model.bin.index.json", dir.c_str());
+  source_ = (fs::path(dir) / layout->file).string();
+  auto open = [&](const std::string& path) -> std::unique_ptr<io::MappedTensorFile> {
+    if (layout->torch) return std::make_unique<io::TorchFile>(path);
+    return std::make_unique<io::SafetensorsFile>(path);
+  };
+  if (!layout->index) {
+    files_.push_back(open(source_));
     for (const std::string& name : files_[0]->names()) where_[name] = 0;
     return;
   }
-  SL_CHECK(fs::exists(index), "%s: no model.safetensors or model.safetensors.index.json (sinklab reads safetensors "
-           "weights only)", dir.c_str());
-  source_ = index;
+  const std::string& index = source_;
   Json j = read_json_file(index);
   SL_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
            "%s: no \"weight_map\" object", index.c_str());
@@ -170,7 +186,7 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
       const std::string path = (fs::path(dir) / shard).string();
       SL_CHECK(fs::exists(path), "%s: shard %s (of tensor '%s') does not exist", index.c_str(), path.c_str(),
                it.key().c_str());
-      files_.push_back(std::make_unique<io::SafetensorsFile>(path));
+      files_.push_back(open(path));
       found = opened.emplace(shard, files_.size() - 1).first;
     }
     SL_CHECK(files_[found->second]->contains(it.key()), "%s: missing tensor '%s' (listed in %s)",
@@ -179,24 +195,28 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
   }
 }
 
-const io::SafetensorsFile& Checkpoint::file(const std::string& name) const {
+const io::MappedTensorFile& Checkpoint::file(const std::string& name) const {
   auto it = where_.find(name);
   SL_CHECK(it != where_.end(), "%s: missing tensor '%s'", source_.c_str(), name.c_str());
   return *files_[it->second];
 }
 
 void Checkpoint::check_shape(const std::string& name, const std::vector<int64_t>& shape) const {
-  const io::SafetensorsEntry& e = entry(name);
+  const io::TensorEntry& e = entry(name);
   SL_CHECK(e.shape == shape, "%s: tensor '%s' has shape %s, expected %s", file(name).path().c_str(), name.c_str(),
            shape_text(e.shape).c_str(), shape_text(shape).c_str());
 }
 
 void Checkpoint::release_rows(const std::string& name, int64_t row0, int64_t rows) const {
-  const io::SafetensorsEntry& e = entry(name);
+  const io::TensorEntry& e = entry(name);
   const int64_t R = e.shape.empty() ? 1 : e.shape[0];
   SL_CHECK(row0 >= 0 && rows >= 0 && row0 + rows <= R, "%s: rows [%lld, %lld) of tensor '%s' %s",
            file(name).path().c_str(), (long long)row0, (long long)(row0 + rows), name.c_str(),
            shape_text(e.shape).c_str());
+  if (!e.contiguous()) {
+    file(name).release(name);
+    return;
+  }
   const uint64_t row_bytes = R > 0 ? (e.end - e.begin) / uint64_t(R) : 0;
   file(name).release(name, uint64_t(row0) * row_bytes, uint64_t(row0 + rows) * row_bytes);
 }
@@ -272,36 +292,47 @@ void convert_block(float* dst, int64_t R, int64_t C, int64_t r0, int64_t r1, boo
       for (int64_t c = c0; c < std::min(C, c0 + kTile); ++c) dst[c * R + r] = load(r * C + c);
 }
 
-// Source rows [r0, r1) of src (contiguous, any float storage dtype, read as [R, C]).
+// Element offset of flat index i (row i / C, column i % C of the [R, C] reading) in a strided tensor.
+int64_t strided_offset(const Tensor& t, int64_t C, int64_t i) {
+  if (t.ndim == 0) return 0;
+  int64_t c = i % C, off = (i / C) * t.stride[0];
+  for (int d = t.ndim - 1; d >= 1; --d) {
+    off += (c % t.shape[d]) * t.stride[d];
+    c /= t.shape[d];
+  }
+  return off;
+}
+
+// Elements of storage type T decoded to f32, read in place (strided: a PyTorch checkpoint's view).
+template <class T, class Decode>
+void convert_as(float* dst, const Tensor& src, int64_t R, int64_t C, int64_t r0, int64_t r1, bool transposed,
+                Decode decode) {
+  const T* p = src.ptr<T>();
+  if (src.is_contiguous()) {
+    convert_block(dst, R, C, r0, r1, transposed, [p, decode](int64_t i) { return decode(p[i]); });
+    return;
+  }
+  convert_block(dst, R, C, r0, r1, transposed,
+                [p, decode, &src, C](int64_t i) { return decode(p[strided_offset(src, C, i)]); });
+}
+
+// Source rows [r0, r1) of src (any float storage dtype, contiguous or strided, read as [R, C]).
 void convert_rows(float* dst, const Tensor& src, int64_t R, int64_t C, int64_t r0, int64_t r1, bool transposed) {
   switch (src.dtype) {
-    case DType::f32: {
-      const float* p = src.ptr<float>();
-      convert_block(dst, R, C, r0, r1, transposed, [p](int64_t i) { return p[i]; });
-      break;
-    }
-    case DType::bf16: {
-      const uint16_t* p = src.ptr<uint16_t>();
-      convert_block(dst, R, C, r0, r1, transposed, [p](int64_t i) { return bf16_to_f32(p[i]); });
-      break;
-    }
-    case DType::f16: {
-      const uint16_t* p = src.ptr<uint16_t>();
-      convert_block(dst, R, C, r0, r1, transposed, [p](int64_t i) { return f16_to_f32(p[i]); });
-      break;
-    }
-    case DType::f64: {
-      const double* p = src.ptr<double>();
-      convert_block(dst, R, C, r0, r1, transposed, [p](int64_t i) { return float(p[i]); });
-      break;
-    }
+    case DType::f32: return convert_as<float>(dst, src, R, C, r0, r1, transposed, [](float v) { return v; });
+    case DType::bf16:
+      return convert_as<uint16_t>(dst, src, R, C, r0, r1, transposed, [](uint16_t v) { return bf16_to_f32(v); });
+    case DType::f16:
+      return convert_as<uint16_t>(dst, src, R, C, r0, r1, transposed, [](uint16_t v) { return f16_to_f32(v); });
+    case DType::f64: return convert_as<double>(dst, src, R, C, r0, r1, transposed, [](double v) { return float(v); });
     case DType::i32: SL_FAIL("integer tensor where a float weight was expected");
   }
 }
 
 }  // namespace
 
-WeightStore::WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan, int64_t max_memory_bytes)
+WeightStore::WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan, int64_t max_memory_bytes,
+                         bool resident_if_fits)
     : ckpt_(std::move(ckpt)), plan_(std::move(plan)), max_memory_(max_memory_bytes) {
   const Checkpoint& ck = *ckpt_;
   SL_CHECK(max_memory_ >= 0, "--max-memory must be >= 0 (0 = unbounded), got %lld", (long long)max_memory_);
@@ -317,11 +348,13 @@ WeightStore::WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan
     }
     for (const WeightPart& p : spec.parts) {
       ck.check_shape(p.name, p.shape);  // missing tensor or wrong shape: one line naming the file
-      const io::SafetensorsEntry& e = ck.entry(p.name);
+      const io::TensorEntry& e = ck.entry(p.name);
       SL_CHECK(e.dtype != DType::i32, "%s: tensor '%s' is %s, expected a float type", ck.file(p.name).path().c_str(),
                p.name.c_str(), dtype_name(e.dtype));
       const int64_t stored = int64_t(e.end - e.begin), rows = e.shape.empty() ? 1 : std::max<int64_t>(e.shape[0], 1);
-      largest_stored = std::max(largest_stored, std::min(stored, std::max(kStageBytes, stored / rows)));
+      // A strided tensor's rows interleave in its span: all of it may be mapped while it is converted.
+      largest_stored = std::max(largest_stored,
+                                e.contiguous() ? std::min(stored, std::max(kStageBytes, stored / rows)) : stored);
     }
     return aligned_f32_bytes(numel_of(spec.shape()));
   };
@@ -334,12 +367,12 @@ WeightStore::WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan
     per_layer.push_back(bytes);
     layer_bytes_ = std::max(layer_bytes_, bytes);
   }
-  const io::SafetensorsEntry& emb = ck.entry(plan_.embedding);
+  const io::TensorEntry& emb = ck.entry(plan_.embedding);
   SL_CHECK(emb.shape.size() == 2, "%s: tensor '%s' must be 2-D [vocab, dim], has %zu dimensions",
            ck.file(plan_.embedding).path().c_str(), plan_.embedding.c_str(), emb.shape.size());
   vocab_ = emb.shape[0];
   d_embed_ = emb.shape[1];
-  const io::SafetensorsEntry& hd = ck.entry(plan_.head);
+  const io::TensorEntry& hd = ck.entry(plan_.head);
   SL_CHECK(hd.shape.size() == 2 && hd.shape[0] == vocab_, "%s: tensor '%s' has shape %s, expected [%lld, dim]",
            ck.file(plan_.head).path().c_str(), plan_.head.c_str(), shape_text(hd.shape).c_str(), (long long)vocab_);
   d_head_ = hd.shape[1];
@@ -360,6 +393,7 @@ WeightStore::WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan
   const int64_t head_bytes = tied ? 0 : aligned_f32_bytes(vocab_ * d_head_);
   weight_bytes_ = resident_bytes + emb_bytes + head_bytes;
   for (int64_t b : per_layer) weight_bytes_ += b;
+  streaming_ = max_memory_ > 0 && !(resident_if_fits && weight_bytes_ <= max_memory_ / 4 * 3);
 
   if (!streaming()) {
     // Everything as f32 in one buffer; each tensor's mapped pages go once it is converted.
@@ -410,9 +444,8 @@ void WeightStore::convert_part(const std::string& name, int64_t row0, int64_t ro
   // Transposed parts are always whole tensors ([R, C] stored -> [C, R]).
   const int64_t out_rows = transposed ? R : rows;
   const int64_t block = std::max<int64_t>(1, kStageBytes / std::max<int64_t>(1, C * dtype_size(src.dtype)));
-  // dst holds rows [row0, row0 + rows) only: offset the source so that row0 lands on dst row 0.
-  Tensor from = src;
-  from.data = static_cast<char*>(src.data) + row0 * C * dtype_size(src.dtype);
+  // dst holds rows [row0, row0 + rows) only: the source from row0 on lands on dst row 0.
+  Tensor from = src.ndim == 0 ? src : src.slice(0, row0, rows);
   for (int64_t r0 = 0; r0 < rows; r0 += block) {
     const int64_t r1 = std::min(rows, r0 + block);
     convert_rows(dst, from, out_rows, C, r0, r1, transposed);
@@ -458,8 +491,13 @@ void WeightStore::embed(Tensor out, Tensor ids) {
   }
   // Rows straight from the mapping, each released once copied: at most one row's pages resident.
   Tensor table = ckpt_->view(plan_.embedding);
+  const bool strided = !ckpt_->entry(plan_.embedding).contiguous();  // a transposed view in a .bin
+  SL_CHECK(!strided || out.is_contiguous(), "embed: out must be contiguous for a strided embedding table");
   for (int64_t n = 0; n < ids.shape[0]; ++n) {
-    ops::copy(out.slice(0, n, 1), table.slice(0, id[n], 1));
+    if (strided)
+      convert_part(plan_.embedding, id[n], 1, out.ptr<float>() + n * d_embed_, false, true);
+    else
+      ops::copy(out.slice(0, n, 1), table.slice(0, id[n], 1));
     ckpt_->release_rows(plan_.embedding, id[n], 1);
   }
   ckpt_->release_all();
@@ -485,12 +523,12 @@ void WeightStore::head(Tensor logits, Tensor x) {
 }
 
 void WeightStore::check_budget(int64_t activation_bytes, const std::string& what) const {
-  if (!streaming()) return;
+  if (max_memory_ == 0) return;
   SL_CHECK(held_bytes_ + activation_bytes <= max_memory_,
-           "--max-memory %s is too small for %s of %s: activations need %s on top of %s of streamed weights (use "
+           "--max-memory %s is too small for %s of %s: activations need %s on top of %s of %s weights (use "
            "fewer sequences per batch or a larger --max-memory)",
            mib(max_memory_).c_str(), what.c_str(), ckpt_->dir().c_str(), mib(activation_bytes).c_str(),
-           mib(held_bytes_).c_str());
+           mib(held_bytes_).c_str(), streaming() ? "streamed" : "resident");
 }
 
 }  // namespace sinklab::hf

@@ -1,10 +1,10 @@
-// Loading code every HF family shares: config.json access, the weights of a model directory (one
-// model.safetensors or a sharded model.safetensors.index.json, memory-mapped), and the WeightStore that
+// Loading code every HF family shares: config.json access, the weights of a model directory (safetensors
+// or PyTorch checkpoints, single or sharded, memory-mapped), and the WeightStore that
 // turns a family's tensor-name table into f32 tensors, either all at once or one layer at a time
 // (layer streaming under --max-memory).
 //
 // Errors a user can cause (missing file, malformed JSON, missing field, missing tensor, wrong shape,
-// truncated safetensors) throw sinklab::Error with one line naming the file.
+// truncated or refused weights file) throw sinklab::Error with one line naming the file.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,7 @@
 
 #include "backend/memory.hpp"
 #include "io/safetensors.hpp"
+#include "io/torch_file.hpp"
 
 namespace sinklab::hf {
 
@@ -52,9 +53,10 @@ class HfConfig {
 };
 
 // ---------------------------------------------------------------------------------------------------
-// The safetensors weights of a model directory: <dir>/model.safetensors, or the shards listed by
-// <dir>/model.safetensors.index.json ({"weight_map": {tensor: shard file}}). Every file is validated
-// when opened (io::SafetensorsFile) and stays mapped.
+// The weights of a model directory, from the first of these that exists:
+//   model.safetensors, model.safetensors.index.json, pytorch_model.bin, pytorch_model.bin.index.json
+// (an index: {"weight_map": {tensor: shard file}}, shards in the index's format). Every file is validated
+// when opened (io::SafetensorsFile, io::TorchFile) and stays mapped.
 class Checkpoint {
  public:
   explicit Checkpoint(const std::string& dir);
@@ -62,17 +64,18 @@ class Checkpoint {
   Checkpoint& operator=(const Checkpoint&) = delete;
 
   const std::string& dir() const { return dir_; }
-  // The file that describes the weights (model.safetensors or the index), for messages.
+  // The file that describes the weights (one of the four above), for messages; its name is recorded in
+  // the survey's results ("weights").
   const std::string& source() const { return source_; }
   bool has(const std::string& name) const { return where_.count(name) != 0; }
   // The file holding a tensor; a missing one throws "<source>: missing tensor 'name'".
-  const io::SafetensorsFile& file(const std::string& name) const;
-  const io::SafetensorsEntry& entry(const std::string& name) const { return file(name).entry(name); }
+  const io::MappedTensorFile& file(const std::string& name) const;
+  const io::TensorEntry& entry(const std::string& name) const { return file(name).entry(name); }
   Tensor view(const std::string& name) const { return file(name).view(name); }
   // "<file>: tensor 'name' has shape [..], expected [..]".
   void check_shape(const std::string& name, const std::vector<int64_t>& shape) const;
-  // Drops the tensor's mapped pages (all, or the bytes of rows [row0, row0 + rows) along dim 0), or
-  // every mapped page of every file.
+  // Drops the tensor's mapped pages (all, or the bytes of rows [row0, row0 + rows) along dim 0: a
+  // strided tensor's rows interleave, so all of them), or every mapped page of every file.
   void release(const std::string& name) const { file(name).release(name); }
   void release_rows(const std::string& name, int64_t row0, int64_t rows) const;
   void release_all() const;
@@ -80,7 +83,7 @@ class Checkpoint {
 
  private:
   std::string dir_, source_;
-  std::vector<std::unique_ptr<io::SafetensorsFile>> files_;
+  std::vector<std::unique_ptr<io::MappedTensorFile>> files_;
   std::map<std::string, size_t> where_;  // tensor -> index into files_
 };
 
@@ -129,9 +132,12 @@ struct WeightPlan {
 // max_memory_bytes.
 class WeightStore {
  public:
-  WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan, int64_t max_memory_bytes);
+  // resident_if_fits (the survey's default budget): a bound that holds the f32 weights with a quarter to
+  // spare for activations keeps them resident, as with no bound; check_budget applies either way.
+  WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan, int64_t max_memory_bytes,
+              bool resident_if_fits = false);
 
-  bool streaming() const { return max_memory_ > 0; }
+  bool streaming() const { return streaming_; }
   int n_layers() const { return int(plan_.layers.size()); }
   const std::vector<Tensor>& resident() const { return resident_; }
   // The tensors of layer l in plan order (undefined: an absent optional). Streaming: converted now;
@@ -146,7 +152,8 @@ class WeightStore {
   int64_t weight_bytes() const { return weight_bytes_; }  // every weight as f32 (tied head counted once)
   // Bytes held for weights in this mode (all of them, or resident + layer buffer + staging).
   int64_t held_bytes() const { return held_bytes_; }
-  // Throws "--max-memory ...: ..." when the weights held plus `activation_bytes` exceed the bound.
+  // Throws "--max-memory ...: ..." when the weights held plus `activation_bytes` exceed the bound (any
+  // bound > 0, streaming or not).
   void check_budget(int64_t activation_bytes, const std::string& what) const;
 
  private:
@@ -160,6 +167,7 @@ class WeightStore {
   std::shared_ptr<const Checkpoint> ckpt_;
   WeightPlan plan_;
   int64_t max_memory_ = 0;
+  bool streaming_ = false;
   int64_t vocab_ = 0, d_embed_ = 0, d_head_ = 0;
   int64_t weight_bytes_ = 0, held_bytes_ = 0, layer_bytes_ = 0, staging_bytes_ = 0;
   int64_t head_chunk_rows_ = 1;  // rows of the head per GEMM, in both modes (see the constructor)

@@ -1,6 +1,7 @@
 #include "hf/family.hpp"
 
 #include <cmath>
+#include <filesystem>
 
 #include "core/error.hpp"
 #include "hf/registry.hpp"
@@ -76,12 +77,14 @@ void FamilyModel::allocate_activations(int64_t batch, int64_t seq, const std::ve
 void fill_common_info(HfModelInfo& info, const ModelSource& source, const WeightStore& store, const HeadShape& shape) {
   info.model_type = source.config.get_string("model_type");
   info.dir = source.dir;
+  info.weights = std::filesystem::path(source.weights->source()).filename().string();
   info.n_layers = store.n_layers();
   info.n_heads = int(shape.heads);
   info.n_kv_heads = int(shape.kv_heads);
   info.d_model = int(shape.d_model);
   info.vocab_size = int(store.vocab_size());
   info.weight_bytes = store.weight_bytes();
+  info.weights_streamed = store.streaming();
   info.attention_layers.clear();
   for (int l = 0; l < info.n_layers; ++l) info.attention_layers.push_back(l);
 }

@@ -61,7 +61,8 @@ class Gpt2Model final : public FamilyModel {
       spec.scale = (scale_weights ? 1.0 / std::sqrt(double(dh_)) : 1.0) / (by_layer ? double(l + 1) : 1.0);
       specs_.push_back(spec);
     }
-    store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options.max_memory_bytes);
+    store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options.max_memory_bytes,
+                                           options.resident_if_fits);
     fill_common_info(info_, src, *store_, shape);
     info_.max_positions = P;
     info_.learned_positions = true;

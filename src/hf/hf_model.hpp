@@ -16,11 +16,14 @@ namespace sinklab::hf {
 struct HfModelInfo {
   std::string model_type;      // config.json "model_type": gpt2 | gpt_neox | opt | llama | mistral | jamba
   std::string dir;             // the model directory
+  std::string weights;         // the file the weights were read from: model.safetensors,
+                               // model.safetensors.index.json, pytorch_model.bin or pytorch_model.bin.index.json
   int n_layers = 0, n_heads = 0, n_kv_heads = 0, d_model = 0, vocab_size = 0;
   int64_t max_positions = 0;   // longest sequence the model accepts (learned positions) or 0 = unbounded
   bool learned_positions = false;  // GPT-2 / OPT: the position interventions of Table 7 apply
   std::vector<int> attention_layers;  // indices of layers that have attention (Jamba: a subset)
   int64_t weight_bytes = 0;    // all weights as f32
+  bool weights_streamed = false;  // layer streaming under LoadOptions::max_memory_bytes
   bool gives_logits = true;    // forward() can write logits (sinklab's own checkpoints in the survey: no)
 };
 
@@ -34,6 +37,8 @@ struct ForwardOptions {
 struct LoadOptions {
   int64_t max_memory_bytes = 0;  // --max-memory: 0 = unbounded; otherwise layer streaming (only the
                                  // current layer's weights resident as f32, mapped pages released)
+  bool resident_if_fits = false; // a bound that holds every f32 weight with a quarter to spare keeps
+                                 // them resident (the survey's default, per-rank budget)
   int threads = 0;               // 0 = OpenMP default
 };
 
@@ -48,7 +53,7 @@ class HfModel {
 };
 
 // Reads <dir>/config.json, dispatches on model_type to the family file (a registry: each family file
-// registers its model_type(s)), opens model.safetensors or the sharded model.safetensors.index.json.
+// registers its model_type(s)), opens the weights (hf::Checkpoint: safetensors or PyTorch, single or sharded).
 // Any problem (missing dir/file, unknown model_type, unsupported config switch, missing tensor, wrong
 // shape, truncated safetensors) throws sinklab::Error with ONE line naming the file and the problem.
 std::unique_ptr<HfModel> load_model(const std::string& dir, const LoadOptions& options = {});

@@ -137,7 +137,8 @@ class JambaModel final : public FamilyModel {
       plan.layers.push_back(std::move(w));
       layers_.push_back({attention, moe});
     }
-    store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options.max_memory_bytes);
+    store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options.max_memory_bytes,
+                                           options.resident_if_fits);
     fill_common_info(info_, src, *store_, shape);
     info_.max_positions = 0;  // no position embedding: any length
     info_.learned_positions = false;

@@ -90,7 +90,8 @@ class LlamaModel final : public FamilyModel {
           mlp_bias ? WeightSpec::one(m + "down_proj.bias", {d_}) : WeightSpec::absent(),
       });
     }
-    store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options.max_memory_bytes);
+    store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options.max_memory_bytes,
+                                           options.resident_if_fits);
     fill_common_info(info_, src, *store_, shape);
   }
 

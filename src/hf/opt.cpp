@@ -76,7 +76,8 @@ class OptModel final : public FamilyModel {
           WeightSpec::one(p + "fc2.weight", {d_, F_}), bias ? WeightSpec::one(p + "fc2.bias", {d_}) : WeightSpec::absent(),
       });
     }
-    store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options.max_memory_bytes);
+    store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options.max_memory_bytes,
+                                           options.resident_if_fits);
     fill_common_info(info_, src, *store_, shape);
     info_.max_positions = P;
     info_.learned_positions = true;

@@ -30,7 +30,7 @@ const char* safetensors_dtype_name(DType dt) {
   return "?";
 }
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), file_(path) {
+SafetensorsFile::SafetensorsFile(const std::string& path) : MappedTensorFile(path) {
   const unsigned char* p = file_.data();
   const size_t size = file_.size();
   SL_CHECK(size >= 8, "%s: not a safetensors file (%zu bytes)", path.c_str(), size);
@@ -46,10 +46,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), file_(p
     SL_FAIL("%s: malformed safetensors header JSON: %s", path.c_str(), e.what());
   }
   SL_CHECK(header.is_object(), "%s: safetensors header is not a JSON object", path.c_str());
-  data_ = p + 8 + header_len;
+  const uint64_t data_begin = 8 + header_len;
   const uint64_t data_bytes = size - 8 - header_len;
 
-  std::vector<SafetensorsEntry> spans;
+  std::vector<TensorEntry> spans;  // begin/end within the data section
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
       SL_CHECK(it->is_object(), "%s: __metadata__ is not an object", path.c_str());
@@ -58,7 +58,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), file_(p
       continue;
     }
     const std::string context = path + ": tensor '" + it.key() + "'";
-    SafetensorsEntry e;
+    TensorEntry e;
     e.name = it.key();
     try {
       e.dtype = safetensors_dtype(it->at("dtype").get<std::string>(), context);
@@ -83,8 +83,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), file_(p
              context.c_str(), (unsigned long long)(numel * dtype_size(e.dtype)),
              (unsigned long long)(e.end - e.begin));
     SL_CHECK(int(e.shape.size()) <= kMaxDims, "%s: rank %zu exceeds %d", context.c_str(), e.shape.size(), kMaxDims);
+    e.strides = row_major_strides(e.shape);
     spans.push_back(e);
-    index_[e.name] = e;
   }
   // The spans must tile the data section: sorted, contiguous, no gaps or overlaps.
   std::sort(spans.begin(), spans.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
@@ -96,36 +96,11 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), file_(p
   }
   SL_CHECK(cursor == data_bytes, "%s: %llu data bytes but the tensors cover %llu (truncated or padded)",
            path.c_str(), (unsigned long long)data_bytes, (unsigned long long)cursor);
-}
-
-const SafetensorsEntry& SafetensorsFile::entry(const std::string& name) const {
-  auto it = index_.find(name);
-  SL_CHECK(it != index_.end(), "%s: missing tensor '%s'", path_.c_str(), name.c_str());
-  return it->second;
-}
-
-std::vector<std::string> SafetensorsFile::names() const {
-  std::vector<std::string> out;
-  for (const auto& kv : index_) out.push_back(kv.first);
-  return out;
-}
-
-Tensor SafetensorsFile::view(const std::string& name) const {
-  const SafetensorsEntry& e = entry(name);
-  return Tensor::contiguous_view(const_cast<unsigned char*>(data_ + e.begin), e.dtype, e.shape.data(),
-                                 int(e.shape.size()), Device::cpu());
-}
-
-void SafetensorsFile::release(const std::string& name) const {
-  const SafetensorsEntry& e = entry(name);
-  release(name, 0, e.end - e.begin);
-}
-
-void SafetensorsFile::release(const std::string& name, uint64_t begin, uint64_t end) const {
-  const SafetensorsEntry& e = entry(name);
-  SL_CHECK(begin <= end && end <= e.end - e.begin, "%s: release of bytes [%llu, %llu) outside tensor '%s'",
-           path_.c_str(), (unsigned long long)begin, (unsigned long long)end, name.c_str());
-  file_.release(size_t(data_ - file_.data()) + e.begin + begin, end - begin);
+  for (TensorEntry& e : spans) {
+    e.begin += data_begin;
+    e.end += data_begin;
+    add(std::move(e));
+  }
 }
 
 void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,

@@ -37,6 +37,7 @@ class OwnModel : public hf::HfModel {
     const model::ModelConfig& c = model_.config();
     info_.model_type = "sinklab";
     info_.dir = dir;
+    info_.weights = "model.safetensors";
     info_.n_layers = c.n_layers;
     info_.n_heads = c.n_heads;
     info_.n_kv_heads = c.kv_heads();

@@ -9,6 +9,7 @@
 
 #include "backend/memory.hpp"
 #include "core/error.hpp"
+#include "core/node_memory.hpp"
 #include "io/h5.hpp"
 #include "io/sha256.hpp"
 #include "probe/inputs.hpp"
@@ -100,6 +101,20 @@ InputTokens read_natural_tokens(const std::string& path, const std::string& doma
   return t;
 }
 
+MemoryBudget MemoryBudget::resolve(int64_t max_memory_flag, int local_ranks) {
+  MemoryBudget b;
+  if (max_memory_flag >= 0) {
+    b.bytes = max_memory_flag;
+    return b;
+  }
+  const NodeMemory node = node_memory();
+  b.auto_ = true;
+  b.bytes = std::max<int64_t>(1, node.bytes / std::max(1, local_ranks));
+  b.origin = strfmt("auto: %.1f GiB (%s) / %d rank%s on this node", double(node.bytes) / double(1 << 30),
+                    node.source.c_str(), local_ranks, local_ranks == 1 ? "" : "s");
+  return b;
+}
+
 hf::HfModel& ModelCache::get(const SurveyModel& model) {
   if (model.name != name_ || (!model_ && error_.empty())) {
     model_.reset();  // release the previous model before loading the next
@@ -107,14 +122,35 @@ hf::HfModel& ModelCache::get(const SurveyModel& model) {
     error_.clear();
     try {
       hf::LoadOptions options;
-      options.max_memory_bytes = max_memory_;
+      options.max_memory_bytes = budget_.bytes;
+      options.resident_if_fits = budget_.auto_;
       model_ = load_any_model(model.dir, options);
     } catch (const Error& e) {
       error_ = e.what();
+      if (budget_.auto_ && error_.rfind("--max-memory", 0) == 0) error_ += " [--max-memory " + budget_.origin + "]";
     }
   }
   if (!error_.empty()) throw Error(error_);
   return *model_;
+}
+
+TokenizerFingerprint tokenizer_fingerprint(const std::string& model_dir) {
+  static const std::vector<std::vector<std::string>> kForms = {
+      {"tokenizer.json"}, {"tokenizer.model"}, {"vocab.json", "merges.txt"}};
+  for (const auto& form : kForms) {
+    bool present = true;
+    for (const std::string& f : form) present = present && fs::is_regular_file(fs::path(model_dir) / f);
+    if (!present) continue;
+    if (form.size() == 1) return {form[0], io::sha256_file((fs::path(model_dir) / form[0]).string())};
+    std::string lines, names;
+    for (const std::string& f : form) {
+      lines += io::sha256_file((fs::path(model_dir) / f).string()) + "  " + f + "\n";
+      names += (names.empty() ? "" : " + ") + f;
+    }
+    return {names, io::sha256_hex(lines)};
+  }
+  SL_FAIL("%s: no tokenizer.json, tokenizer.model or vocab.json + merges.txt to match survey inputs by (name the "
+          "inputs file with inputs= in the config)", model_dir.c_str());
 }
 
 std::string InputsFinder::find(const SurveyModel& model, int64_t T) {
@@ -126,10 +162,7 @@ std::string InputsFinder::find(const SurveyModel& model, int64_t T) {
     return path;
   }
   SL_CHECK(!dir_.empty(), "model %s: no --survey-inputs-dir to find its natural inputs in", model.name.c_str());
-  const std::string tokenizer = (fs::path(model.dir) / "tokenizer.json").string();
-  SL_CHECK(fs::is_regular_file(tokenizer),
-           "%s: no tokenizer.json to match survey inputs by (name the inputs file with inputs= in the config)",
-           model.dir.c_str());
+  const TokenizerFingerprint tokenizer = tokenizer_fingerprint(model.dir);
   if (!indexed_) {
     SL_CHECK(fs::is_directory(dir_), "--survey-inputs-dir %s is not a directory", dir_.c_str());
     std::vector<std::string> files;
@@ -146,7 +179,7 @@ std::string InputsFinder::find(const SurveyModel& model, int64_t T) {
     }
     indexed_ = true;
   }
-  const std::string sha = io::sha256_file(tokenizer);
+  const std::string& sha = tokenizer.sha256;
   const Entry* best = nullptr;
   int64_t longest = 0;
   for (const Entry& e : entries_) {
@@ -154,8 +187,8 @@ std::string InputsFinder::find(const SurveyModel& model, int64_t T) {
     longest = std::max(longest, e.T);
     if (e.T >= T && (!best || e.T < best->T)) best = &e;
   }
-  SL_CHECK(longest > 0, "no survey inputs in %s were made with the tokenizer of %s (sha256 %s)", dir_.c_str(),
-           model.dir.c_str(), sha.substr(0, 12).c_str());
+  SL_CHECK(longest > 0, "no survey inputs in %s were made with the tokenizer of %s (%s, fingerprint %s)",
+           dir_.c_str(), model.dir.c_str(), tokenizer.files.c_str(), sha.substr(0, 12).c_str());
   SL_CHECK(best, "the survey inputs in %s for the tokenizer of %s have T <= %lld, %lld needed", dir_.c_str(),
            model.dir.c_str(), (long long)longest, (long long)T);
   return best->path;
@@ -294,6 +327,8 @@ io::ResultSet measure_item(const SurveyItem& item, const SurveyModel& model, con
   set.set_attr("", "domain", item.domain);
   set.set_attr("", "model_type", info.model_type);
   set.set_attr("", "model_dir", model.dir);
+  set.set_attr("", "weights", info.weights);
+  set.set_attr("", "weights_streamed", int64_t(info.weights_streamed));
   set.set_attr("", "seed", int64_t(params.seed));
   set.set_attr("", item.input == "natural" || is_long ? "inputs_file" : "vocabulary", tokens.source);
   if (!skipped.empty()) {

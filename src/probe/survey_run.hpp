@@ -45,16 +45,29 @@ struct SurveyParams {
   std::vector<double> eps = default_sink_eps();
   int64_t batch = 16;
   uint64_t seed = 1234;
-  int64_t max_memory = 0;  // bytes, 0 = unbounded (hf::LoadOptions)
+  int64_t max_memory = 0;  // bytes, 0 = unbounded (hf::LoadOptions); -1 = auto (MemoryBudget below)
   std::vector<HeadPair> qk_maps, attention_maps;
   std::string survey_inputs_dir;
+};
+
+// What a rank may hold: --max-memory as given (weights streamed under it), or by default ("auto") the
+// node's memory (node_memory(): cgroup limit or MemTotal) shared equally among the ranks on the node,
+// under which a model whose f32 weights fit (with a quarter to spare) stays resident and a larger one
+// is streamed. A model whose streamed footprint (resident weights + one layer + the staged block) or
+// whose batch of activations exceeds the budget fails its items with that reason, before anything is
+// converted; the other items go on.
+struct MemoryBudget {
+  int64_t bytes = 0;    // 0 = unbounded
+  bool auto_ = false;   // from the node: models that fit stay resident
+  std::string origin;   // "auto: 23.5 GiB (MemTotal) / 2 ranks on this node", for messages
+  static MemoryBudget resolve(int64_t max_memory_flag, int local_ranks);
 };
 
 // The model a rank holds: loading another releases it first. A model that failed to load keeps its
 // error, so its remaining items fail at once with the same line.
 class ModelCache {
  public:
-  explicit ModelCache(int64_t max_memory) : max_memory_(max_memory) {}
+  explicit ModelCache(MemoryBudget budget) : budget_(std::move(budget)) {}
   hf::HfModel& get(const SurveyModel& model);
   // Releases the model (after a forward pass that did not finish: the next item loads it afresh).
   void drop() {
@@ -64,7 +77,7 @@ class ModelCache {
   }
 
  private:
-  int64_t max_memory_;
+  MemoryBudget budget_;
   std::string name_, error_;
   std::unique_ptr<hf::HfModel> model_;
 };
@@ -83,8 +96,19 @@ struct InputTokens {
 InputTokens read_natural_tokens(const std::string& path, const std::string& domain, int64_t n_requested, int64_t T,
                                 int64_t vocab_size);
 
-// Survey inputs files (data_prep survey-inputs) by the sha256 of the tokenizer.json they were made
-// with, and by their T; the directory is indexed once.
+// The files that define a model directory's tokenizer and their fingerprint, as data_prep's
+// tokenization.tokenizer_fingerprint computes it: the first form present of tokenizer.json,
+// tokenizer.model (sentencepiece), vocab.json + merges.txt (byte-level BPE); the sha256 of its one file,
+// or the sha256 of its files' sha256sum lines ("<sha256>  <name>\n" each, in that order).
+struct TokenizerFingerprint {
+  std::string files;   // "tokenizer.json", "tokenizer.model" or "vocab.json + merges.txt"
+  std::string sha256;  // 64 hex digits
+};
+// Throws "<dir>: no tokenizer.json, tokenizer.model or vocab.json + merges.txt ..." when none is there.
+TokenizerFingerprint tokenizer_fingerprint(const std::string& model_dir);
+
+// Survey inputs files (data_prep survey-inputs) by the fingerprint of the tokenizer they were made with
+// (their tokenizer_sha256 attribute), and by their T; the directory is indexed once.
 class InputsFinder {
  public:
   explicit InputsFinder(std::string dir) : dir_(std::move(dir)) {}

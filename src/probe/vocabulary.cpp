@@ -30,6 +30,13 @@ void add_ids(const json& v, std::vector<int64_t>& out) {
       if (x.is_number_integer()) out.push_back(x.get<int64_t>());
 }
 
+// A special token as tokenizer_config.json / special_tokens_map.json spell it: "<s>" or {"content": "<s>"}.
+const json* token_content(const json& v) {
+  if (v.is_string()) return &v;
+  if (v.is_object() && v.contains("content") && v["content"].is_string()) return &v["content"];
+  return nullptr;
+}
+
 }  // namespace
 
 SamplingVocabulary sampling_vocabulary(const std::string& model_dir, int64_t model_vocab_size) {
@@ -59,8 +66,37 @@ SamplingVocabulary sampling_vocabulary(const std::string& model_dir, int64_t mod
     SL_CHECK(max_id >= 0, "%s: the tokenizer has no tokens", tok_path.c_str());
     size = std::min(size, max_id + 1);
     v.source = tok_path;
+  } else if (fs::exists(fs::path(model_dir) / "vocab.json")) {
+    // GPT-2/OPT as the hub serves them (vocab.json + merges.txt): the ids of vocab.json; special = the
+    // tokens tokenizer_config.json and special_tokens_map.json name (bos/eos/unk/pad, added tokens).
+    const std::string vocab_path = (fs::path(model_dir) / "vocab.json").string();
+    const json vocab = read_json(vocab_path);
+    SL_CHECK(vocab.is_object() && !vocab.empty(), "%s: not a {token: id} object", vocab_path.c_str());
+    int64_t max_id = -1;
+    for (const auto& [token, id] : vocab.items()) {
+      SL_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0, "%s: token '%s' has no id >= 0", vocab_path.c_str(),
+               token.c_str());
+      max_id = std::max(max_id, id.get<int64_t>());
+    }
+    size = std::min(size, max_id + 1);
+    auto add_token = [&](const json& t) {
+      if (const json* content = token_content(t); content && vocab.contains(content->get<std::string>()))
+        special.push_back(vocab[content->get<std::string>()].get<int64_t>());
+    };
+    for (const char* name : {"tokenizer_config.json", "special_tokens_map.json"}) {
+      const std::string path = (fs::path(model_dir) / name).string();
+      if (!fs::exists(path)) continue;
+      const json cfg = read_json(path);
+      if (!cfg.is_object()) continue;
+      for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token"})
+        if (cfg.contains(key)) add_token(cfg[key]);
+      if (cfg.contains("added_tokens_decoder") && cfg["added_tokens_decoder"].is_object())
+        for (const auto& [id, t] : cfg["added_tokens_decoder"].items())
+          if (t.is_object() && t.value("special", false)) add_token(t);
+    }
+    v.source = vocab_path;
   } else {
-    v.source = "config.json vocab_size (no tokenizer.json)";
+    v.source = "config.json vocab_size (no tokenizer.json or vocab.json)";
   }
   const std::string cfg_path = (fs::path(model_dir) / "config.json").string();
   if (fs::exists(cfg_path)) {

@@ -16,7 +16,9 @@ struct SamplingVocabulary {
 
 // From <dir>/tokenizer.json when present: size = 1 + the largest id of the tokenizer's vocabulary and
 // added tokens (models pad their embedding beyond it: those rows were never trained), special = the
-// added tokens marked special. Otherwise size = model_vocab_size. Either way the ids config.json names
+// added tokens marked special. Else from <dir>/vocab.json (GPT-2/OPT without tokenizer.json): size = 1 +
+// its largest id, special = the tokens tokenizer_config.json / special_tokens_map.json name (bos, eos,
+// unk, pad, special added tokens). Otherwise size = model_vocab_size. Either way the ids config.json names
 // as bos/eos/pad/unk tokens are special too, and size is capped at model_vocab_size. Unreadable JSON
 // throws sinklab::Error naming the file.
 SamplingVocabulary sampling_vocabulary(const std::string& model_dir, int64_t model_vocab_size);

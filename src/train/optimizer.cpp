@@ -192,7 +192,7 @@ void AdamW::load_state(const io::SafetensorsFile& file) {
              path.c_str(), piece.name.c_str(), it == meta.end() ? "missing" : it->second.c_str(), want.c_str());
     for (const char* kind : {"exp_avg/", "exp_avg_sq/"}) {
       const std::string name = kind + piece.name;
-      const io::SafetensorsEntry& e = file.entry(name);  // throws naming file and tensor when missing
+      const io::TensorEntry& e = file.entry(name);  // throws naming file and tensor when missing
       SL_CHECK(e.shape.size() == 1 && e.shape[0] == piece.length, "%s: '%s' has %zu dims / %lld elements, expected [%lld]",
                path.c_str(), name.c_str(), e.shape.size(), e.shape.empty() ? 0LL : (long long)e.shape[0],
                (long long)piece.length);

@@ -56,6 +56,28 @@ TEST_F(Vocabulary, UnigramAndNoTokenizer) {
   EXPECT_EQ(v.special, (std::vector<uint32_t>{0}));
 }
 
+TEST_F(Vocabulary, VocabJsonAndMergesLikeTheHubsOpt) {
+  // facebook/opt-*: vocab.json (ids 0..7 here), the specials in tokenizer_config.json (strings or
+  // AddedToken objects) and special_tokens_map.json; the embedding padded to 12 rows.
+  write("vocab.json", R"({"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, "a": 4, "b": 5, "c": 6, "d": 7})");
+  write("merges.txt", "#version: 0.2\n");
+  write("tokenizer_config.json", R"({"bos_token": {"content": "</s>", "special": true}, "pad_token": "<pad>",
+      "added_tokens_decoder": {"0": {"content": "<s>", "special": true}, "6": {"content": "c", "special": false}}})");
+  write("special_tokens_map.json", R"({"unk_token": "<unk>", "eos_token": "</s>"})");
+  write("config.json", R"({"model_type": "opt", "vocab_size": 12, "bos_token_id": 2, "pad_token_id": 1})");
+  SamplingVocabulary v = sampling_vocabulary(dir_.string(), 12);
+  EXPECT_EQ(v.size, 8u);
+  EXPECT_EQ(v.special, (std::vector<uint32_t>{0, 1, 2, 3}));
+  EXPECT_NE(v.source.find("vocab.json"), std::string::npos);
+  // The committed OPT .bin fixture: 280 ids, </s> <pad> <unk> named (and <s> not), config's ids too.
+  const std::string opt = std::string(SINKLAB_SOURCE_DIR) + "/tests/fixtures/hf/opt_bin_tied";
+  v = sampling_vocabulary(opt, 280);
+  EXPECT_EQ(v.size, 280u);
+  EXPECT_EQ(v.special, (std::vector<uint32_t>{1, 2}));
+  write("vocab.json", R"({"a": -1})");
+  EXPECT_THROW(sampling_vocabulary(dir_.string(), 12), Error);
+}
+
 TEST_F(Vocabulary, BadFilesNameThemselves) {
   write("tokenizer.json", "{not json");
   try {

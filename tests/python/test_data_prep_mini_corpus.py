@@ -31,7 +31,7 @@ def test_reduced_mini_corpus(tmp_path, capsys):
     assert tok.vocab_size == 400 and tok.token_id("<|endoftext|>") == 0 and tok.token_id("<|bos|>") == 1
     assert special_token_policy(tok).prefix_id is None  # GPT-2-like: no BOS
     text = "Let f(x) = 3*x**2 + 1. What is f(2)?"
-    assert tok.tok.decode(tok.encode(text)) == text  # byte-level: lossless
+    assert tok.decode(tok.encode(text)) == text  # byte-level: lossless
     h, toks = read_shard(out / "train.bin")
     assert h.vocab_size == 400 and h.eos_id == 0 and h.bos_id == 0xFFFFFFFF
     assert h.n_tokens == sum(s["train_tokens"] for s in manifest["domains"].values())

@@ -66,7 +66,7 @@ def test_sft_file_packing_and_report(tmp_path, capsys):
         assert "assistant" in f.attrs["chat_template"]
     flat_t, flat_m = t.reshape(-1), m.reshape(-1)
     assert (flat_m[n:] == 0).all() and (flat_t[n:] == eos).all()
-    assert tok.tok.decode([int(i) for i in flat_t[:n][flat_m[:n] == 1]], skip_special_tokens=False).split() == \
+    assert tok.decode([int(i) for i in flat_t[:n][flat_m[:n] == 1]]).split() == \
         "the sink token <|endoftext|> a value of one <|endoftext|> four <|endoftext|>".split()
     assert int(flat_m.sum()) == f_loss(out)
 

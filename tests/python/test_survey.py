@@ -524,3 +524,162 @@ def test_measurements_match_transformers(fixture, tmp_path):
             np.testing.assert_array_equal(g["sink_t"][:], g["sink_k"][t])
             np.testing.assert_allclose(g.attrs["loss"], _next_token_loss(golden[f"{case}/logits"], ids), rtol=2e-6,
                                        err_msg=case)
+
+
+# PyTorch checkpoints (tests/python/goldens/gen_hf_torch_bin.py): the layouts the hub serves for
+# facebook/opt-* and the original GPT-2 repositories, and the weights file each survey records.
+BIN_FIXTURES = {"opt_bin_tied": "pytorch_model.bin", "opt_bin_sharded": "pytorch_model.bin.index.json",
+                "gpt2_bin": "pytorch_model.bin"}
+
+
+def test_pytorch_checkpoints_survey_like_transformers(tmp_path):
+    """A tied OPT with vocab.json + merges.txt and no tokenizer.json, a sharded OPT and a GPT-2 with strided
+    views, surveyed together from their .bin files: alpha within 1e-5 of transformers' eager attention
+    (float64), Sink_k^eps equal, the weights file recorded; the tied OPT has no safetensors at all."""
+    assert set((FIXTURES / "opt_bin_tied").glob("*.safetensors*")) == {FIXTURES / "opt_bin_tied" / "golden.safetensors"}
+    assert not (FIXTURES / "opt_bin_tied" / "tokenizer.json").exists()
+    lines, K, eps = [], 4, (0.2, 0.3, 0.4)
+    for name in BIN_FIXTURES:
+        golden, _ = _golden_of(FIXTURES / name)
+        with h5py.File(tmp_path / f"{name}.h5", "w") as f:
+            f.attrs["T"] = golden["t13/ids"].shape[1]
+            f.attrs["prefix_id"] = -1
+            f.create_dataset("golden/tokens", data=golden["t13/ids"])
+        lines.append(f"model = {name} {FIXTURES / name} inputs={tmp_path / (name + '.h5')}")
+    (tmp_path / "bin.ini").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "r.h5"
+    proc = _run([SURVEY, "--config", tmp_path / "bin.ini", "--inputs=natural", "--domains=golden", "--seq-len=13",
+                 "--n-seq=2", f"--max-k={K}", "--batch=2", "--commit-every=0", "--output", out])
+    assert "survey done: 3 items, 0 failed" in proc.stdout, proc.stdout
+    with h5py.File(out, "r") as f:
+        for name, weights in BIN_FIXTURES.items():
+            golden, _ = _golden_of(FIXTURES / name)
+            g = f[f"models/{name}/natural/golden"]
+            assert g.attrs["weights"] == weights
+            att = g["attention_layers"][:].tolist()
+            alpha, sink, near = _expected_sinks([golden[f"t13/probs/{l}"] for l in att], K, eps)
+            np.testing.assert_allclose(g["alpha"][:], alpha, rtol=0, atol=1e-5, err_msg=name)
+            assert not near.all(), name  # the comparison below is not vacuous
+            np.testing.assert_array_equal(np.where(near, 0, g["sink_k"][:]), np.where(near, 0, sink), err_msg=name)
+            np.testing.assert_allclose(g.attrs["loss"], _next_token_loss(golden["t13/logits"], golden["t13/ids"]),
+                                       rtol=2e-6)
+        assert f["models/opt_bin_tied/natural/golden"].attrs["model_type"] == "opt"
+
+
+def test_a_pickle_that_runs_code_is_refused_and_nothing_runs(tmp_path):
+    """A pytorch_model.bin whose data.pkl calls os.system (a real payload: plain pickle runs it) fails its
+    model's items with one line naming the file and the global; the command never runs; the other model
+    finishes."""
+    import pickle
+    import zipfile
+
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return os.system, (f"touch {marker}",)
+
+    pkl = pickle.dumps({"model.decoder.embed_tokens.weight": Payload()}, protocol=2)
+    pickle.loads(pkl)  # what torch.load(weights_only=False) would do
+    assert marker.exists(), "the payload is not a real one"
+    marker.unlink()
+    root = tmp_path / "models"
+    for name in ("good", "evil"):
+        shutil.copytree(FIXTURES / "opt_bin_tied", root / name)
+    with zipfile.ZipFile(root / "evil" / "pytorch_model.bin", "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", pkl)
+        z.writestr("archive/byteorder", "little")
+    out = tmp_path / "r.h5"
+    proc = _run([SURVEY, "--model-root", root, "--models", "good,evil", "--inputs=random", "--n-seq=2",
+                 f"--seq-len={T}", "--commit-every=0", "--output", out], check=False)
+    assert proc.returncode != 0
+    errors = proc.stderr.strip().splitlines()
+    assert len(errors) == 2 and "item evil:random:- failed" in errors[0], proc.stderr
+    assert f"{root / 'evil' / 'pytorch_model.bin'}: archive/data.pkl: refused pickle global 'posix.system'" in errors[0]
+    assert "1 of 2 items failed" in errors[1]
+    assert not marker.exists()
+    with h5py.File(out, "r") as f:
+        assert f["items/good:random:-"].attrs["status"] == "ok"
+        assert f["models/good/random/-"].attrs["weights"] == "pytorch_model.bin"
+        assert "refused pickle global 'posix.system'" in f["items/evil:random:-"].attrs["error"]
+
+
+def test_natural_inputs_found_by_the_fingerprint_of_every_tokenizer_form(tmp_path):
+    """data_prep survey-inputs from vocab.json + merges.txt (the OPT .bin fixture, no tokenizer.json) and
+    from tokenizer.model (LLaMA weights with the sentencepiece fixture), then the survey finds each
+    model's file by the fingerprint of its tokenizer files (no inputs= in the config) and measures the
+    rows data_prep wrote, the family's first token (OPT's </s>, LLaMA's <s>) in front."""
+    root, inputs = tmp_path / "models", tmp_path / "inputs"
+    shutil.copytree(FIXTURES / "opt_bin_tied", root / "opt")
+    shutil.copytree(FIXTURES / "llama_gqa", root / "llama")
+    for f in ("tokenizer.model", "tokenizer_config.json"):
+        shutil.copy(ROOT / "tests" / "fixtures" / "tokenizers" / "llama_sp" / f, root / "llama" / f)
+    from data_prep.fixtures import make_pile
+    pile = make_pile(tmp_path / "pile.jsonl", docs_per_domain=6, n_words=40, domains=list(DOMAINS))
+    _run([sys.executable, "-m", "data_prep", "survey-inputs", "--pile", pile, "--model", root / "opt", root / "llama",
+          "--out-dir", inputs, "--n", "4", "--T", str(T)])
+    (tmp_path / "s.ini").write_text("model = opt opt\nmodel = llama llama\n")
+    out = tmp_path / "r.h5"
+    proc = _run([SURVEY, "--config", tmp_path / "s.ini", "--model-root", root, "--survey-inputs-dir", inputs,
+                 "--inputs=natural", f"--domains={DOMAINS[0]}", f"--seq-len={T}", "--n-seq=4", "--commit-every=0",
+                 "--output", out])
+    assert "survey done: 2 items, 0 failed" in proc.stdout, proc.stdout
+    with h5py.File(out, "r") as f:
+        for name, bos in (("opt", 2), ("llama", 1)):
+            g = f[f"models/{name}/natural/{DOMAINS[0]}"]
+            assert g.attrs["inputs_file"] == str(inputs / f"{name}.h5") and g.attrs["bos"] == bos
+            with h5py.File(inputs / f"{name}.h5", "r") as fi:
+                np.testing.assert_array_equal(g["tokens"][:], fi[f"{DOMAINS[0]}/tokens"][:4])
+            assert (g["tokens"][:, 0] == bos).all()
+    # Another tokenizer file: no inputs match any more, one line naming the form and the fingerprint.
+    (root / "opt" / "merges.txt").write_text((root / "opt" / "merges.txt").read_text() + "\n")
+    proc = _run([SURVEY, "--model", "opt opt", "--model-root", root, "--survey-inputs-dir", inputs, "--inputs=natural",
+                 f"--domains={DOMAINS[0]}", f"--seq-len={T}", "--n-seq=4", "--output", tmp_path / "r2.h5"], check=False)
+    assert proc.returncode != 0
+    assert f"were made with the tokenizer of {root / 'opt'} (vocab.json + merges.txt, fingerprint" in proc.stderr
+
+
+def test_a_model_over_the_memory_budget_fails_its_items_only(tmp_path):
+    """Two ranks under an 80 KiB budget each: the tiny GPT-NeoX and the OPT .bin stream within it, Jamba's
+    streamed footprint (resident weights + one layer + the staged block: ~160 KiB) does not, so its items
+    fail with that reason before anything is converted; the others finish, and the survey exits 1 with
+    one line per failed item and the summary (README), the results file complete (.done)."""
+    out = tmp_path / "r.h5"
+    models = ["neox neox_rot1_sequential", "opt opt_bin_tied", "jamba jamba_tiny"]
+    proc = _run([SURVEY, *[a for m in models for a in ("--model", m)], "--model-root", FIXTURES,
+                 "--inputs=random,repeat", "--n-seq=2", "--seq-len=8", "--batch=2", "--max-memory=80K",
+                 "--commit-every=0", "--output", out], np_=2, check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    errors = [l for l in proc.stderr.strip().splitlines() if "sinklab-survey" in l or "failed" in l]
+    failed = [l for l in errors if "item jamba:" in l]
+    assert len(failed) == 2, proc.stderr
+    for line in failed:
+        assert f"--max-memory 0.1 MiB is too small for {FIXTURES / 'jamba_tiny'}" in line, line
+    assert "2 of 6 items failed: jamba:random:-, jamba:repeat:-" in errors[-1], errors[-1]
+    assert Path(str(out) + ".done").exists()
+    with h5py.File(out, "r") as f:
+        for name in ("neox", "opt"):
+            for label in ("random/-", "repeat/-"):
+                g = f[f"models/{name}/{label}"]
+                assert g.attrs["weights_streamed"] == 1
+        assert f["items/jamba:random:-"].attrs["status"] == "failed" and "jamba" not in f["models"]
+
+
+@pytest.mark.parametrize("np_", [1, 2])
+def test_default_memory_budget_is_the_nodes_share_per_rank(tmp_path, np_):
+    """Without --max-memory each rank's budget is the node's memory (cgroup limit or MemTotal) over the
+    ranks on the node; tiny models fit it and stay resident."""
+    out = tmp_path / "r.h5"
+    proc = _run([SURVEY, "--model", "g gpt2", "--model-root", FIXTURES, "--inputs=random", "--n-seq=2", "--seq-len=8",
+                 "--output", out], np_=np_)
+    import re
+    m = re.search(r"memory per rank: ([0-9.]+) MiB \(auto: ([0-9.]+) GiB \((MemTotal|cgroup v[12] [^)]+)\) / "
+                  r"(\d+) ranks? on this node\)", proc.stdout)
+    assert m, proc.stdout
+    per_rank, node, ranks = float(m.group(1)), float(m.group(2)), int(m.group(4))
+    assert ranks == np_
+    assert abs(per_rank * ranks / 1024 - node) < 0.1
+    mem_total = int(Path("/proc/meminfo").read_text().split("MemTotal:")[1].split()[0]) / 2**20  # GiB
+    assert node <= mem_total + 0.05
+    with h5py.File(out, "r") as f:
+        assert f["models/g/random/-"].attrs["weights_streamed"] == 0

@@ -181,23 +181,25 @@ def run_case(model, ids, position_ids, case, tensors, post_ln, hidden=True):
         tensors[f"{case}/{what}/{l}"] = x.reshape(ids.shape[0], ids.shape[1], -1).float().numpy()
 
 
-def make_fixture(name, cls, config, options, root):
+def random_model(name, cls, config, options):
+    """The fixture's random model (eager attention, weights rounded to the stored dtype) and the rng
+    that goes on to draw its golden inputs."""
     seed = zlib.crc32(name.encode())  # str hash() is salted per process
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    dtype = options.get("dtype", torch.float32)
     config.attn_implementation = "eager"
     model = cls(config).eval()
-    randomise(model, rng, dtype)
-    out = root / name
-    shutil.rmtree(out, ignore_errors=True)
-    model.to(dtype).save_pretrained(out, safe_serialization=True, max_shard_size=options.get("shard", "50GB"))
-    (out / "generation_config.json").unlink(missing_ok=True)
-    if "old_config" in options:
-        rewrite_old_config(out / "config.json", options["old_config"])
+    randomise(model, rng, options.get("dtype", torch.float32))
+    return model, rng
 
-    # The oracle: transformers reading the directory as saved, in float64.
-    ref = AutoModelForCausalLM.from_pretrained(out, attn_implementation="eager", dtype=torch.float64).eval()
+
+def write_golden(out, rng, options, strict=False):
+    """golden.safetensors in `out`: what transformers computes from the directory as saved, in float64.
+    strict: every tensor of the checkpoint must be one transformers uses (no missing or unexpected keys)."""
+    ref, loading = AutoModelForCausalLM.from_pretrained(out, attn_implementation="eager", dtype=torch.float64,
+                                                        output_loading_info=True)
+    ref.eval()
+    assert not strict or not (loading["missing_keys"] or loading["unexpected_keys"]), f"{out}: {loading}"
     vocab = ref.config.vocab_size
     post_ln = getattr(ref.config, "do_layer_norm_before", True) is False
     tensors, params = {}, {}
@@ -215,7 +217,19 @@ def make_fixture(name, cls, config, options, root):
         params[f"{kind}{t}/position"] = t
     save_golden(str(out / "golden.safetensors"), tensors, params)
     size = sum(f.stat().st_size for f in out.iterdir())
-    print(f"{name}: {size / 1024:.0f} KiB ({', '.join(sorted(f.name for f in out.iterdir()))})")
+    print(f"{out.name}: {size / 1024:.0f} KiB ({', '.join(sorted(f.name for f in out.iterdir()))})")
+
+
+def make_fixture(name, cls, config, options, root):
+    model, rng = random_model(name, cls, config, options)
+    out = root / name
+    shutil.rmtree(out, ignore_errors=True)
+    model.to(options.get("dtype", torch.float32)).save_pretrained(out, safe_serialization=True,
+                                                                  max_shard_size=options.get("shard", "50GB"))
+    (out / "generation_config.json").unlink(missing_ok=True)
+    if "old_config" in options:
+        rewrite_old_config(out / "config.json", options["old_config"])
+    write_golden(out, rng, options)
 
 
 def main():
