@@ -13,7 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     io::SafetensorsFile file(path);
     uint64_t checksum = 0;
     for (const std::string& name : file.names()) {
-      const io::SafetensorsEntry& e = file.entry(name);
+      const io::TensorEntry& e = file.entry(name);
       const Tensor t = file.view(name);
       const auto* bytes = static_cast<const unsigned char*>(t.data);
       for (size_t i = 0; i < t.nbytes(); ++i) checksum += bytes[i];

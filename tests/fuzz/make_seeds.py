@@ -98,6 +98,14 @@ def seeds_options():
     (d / "flag_and_ini").write_bytes(b"--steps=3" + b"train-data = a.bin\nvalid-data = b.bin\n" + bytes([9, 1, 0]))
 
 
+def seeds_torch_file():
+    """torch.save files of the fixtures (gen_hf_torch_bin.py wrote them): views, dtypes, a tied model."""
+    d = fresh("fuzz_torch_file")
+    fixtures = root / "tests" / "fixtures"
+    for f in [*sorted((fixtures / "torch").glob("*.pt")), fixtures / "hf" / "gpt2_bin" / "pytorch_model.bin"]:
+        shutil.copy(f, d / f"{f.parent.name}__{f.name}")
+
+
 def seeds_survey_inputs():
     """fuzz_survey_inputs builds its HDF5 file from the bytes (structure-aware): random seeds suffice."""
     d = fresh("fuzz_survey_inputs")
@@ -130,6 +138,7 @@ if __name__ == "__main__":
     seeds_shard()
     seeds_options()
     seeds_survey_inputs()
+    seeds_torch_file()
     seeds_gguf()
     for d in sorted(corpus.iterdir()):
         print(f"{d.name}: {len(list(d.iterdir()))} seeds, {sum(f.stat().st_size for f in d.iterdir())} bytes")
