@@ -71,6 +71,9 @@ class CudaBackend final : public Backend {
   void linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bias) override;
   void linear_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, Tensor d_out, Tensor in, Tensor weight) override;
   void matmul(Tensor out, Tensor a, Tensor b, bool transpose_a, bool transpose_b, double alpha, double beta) override;
+  // embedding.cu
+  void embedding_forward(Tensor out, Tensor ids, Tensor table) override;
+  void embedding_backward(Tensor d_table, Tensor d_out, Tensor ids) override;
   // ---- state shared by the op files (cuda_backend.cu) ----
   // Grow-only device scratch buffers, one per use, so that no allocation happens once the shapes of a
   // training step have been seen. Growing waits for the stream (queued work may still read the old
