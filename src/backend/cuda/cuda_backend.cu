@@ -120,19 +120,23 @@ void* CudaBackend::scratch(ScratchSlot slot, size_t bytes) {
 }
 
 unsigned long long* CudaBackend::data_error_word(DataErrorSlot slot, long long bound) {
+  constexpr size_t bytes = sizeof(unsigned long long) * size_t(DataErrorSlot::count);
   if (!data_errors_host_) {
     DeviceGuard guard(index_);
     void* host = nullptr;
-    CUDA_CHECK(cudaHostAlloc(&host, sizeof(unsigned long long) * size_t(DataErrorSlot::count),
-                             cudaHostAllocMapped | cudaHostAllocPortable));
+    CUDA_CHECK(cudaHostAlloc(&host, bytes, cudaHostAllocPortable));
     data_errors_host_ = static_cast<unsigned long long*>(host);
     for (int i = 0; i < int(DataErrorSlot::count); ++i) data_errors_host_[i] = ~0ull;
-    void* dev = nullptr;
-    CUDA_CHECK(cudaHostGetDevicePointer(&dev, host, 0));
-    data_errors_device_ = static_cast<unsigned long long*>(dev);
+    data_errors_device_ = static_cast<unsigned long long*>(allocate(bytes));
+    CUDA_CHECK(cudaMemsetAsync(data_errors_device_, 0xff, bytes, stream_));  // ~0ull: no error
   }
   data_error_bound_[int(slot)] = bound;
   return data_errors_device_ + int(slot);
+}
+
+void CudaBackend::publish_data_error(DataErrorSlot slot) {
+  CUDA_CHECK(cudaMemcpyAsync(data_errors_host_ + int(slot), data_errors_device_ + int(slot),
+                             sizeof(unsigned long long), cudaMemcpyDeviceToHost, stream_));
 }
 
 // A recorded error word is (position << 32) | uint32(value): atomicMin keeps the first position.
@@ -143,6 +147,10 @@ void CudaBackend::check_data_errors() {
     const unsigned long long w = *word;
     if (w == ~0ull) continue;
     *word = ~0ull;
+    {
+      DeviceGuard guard(index_);
+      CUDA_CHECK(cudaMemsetAsync(data_errors_device_ + i, 0xff, sizeof(unsigned long long), stream_));
+    }
     const long long position = (long long)(w >> 32);
     const int value = int(uint32_t(w & 0xffffffffull));
     const long long bound = data_error_bound_[i];

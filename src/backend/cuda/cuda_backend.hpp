@@ -17,10 +17,10 @@
 // as on the CPU.
 //
 // Errors a kernel finds in the data (an out-of-range token id or target) cannot throw where they are
-// found without making every call wait for the device. The kernel records the first one in host-mapped
-// memory; the backend throws it, naming the op, at the next point where it waits for the device anyway
-// (synchronize(), a copy to the host, sum_squares) or at the start of the next call of an op that can
-// record one. Until then the op's output rows for the bad entries are zero.
+// found without making every call wait for the device. The kernel records the first one in a device
+// word, whose copy into pinned host memory is queued right behind it; the backend throws it, naming
+// the op, at the next point where it waits for the device anyway (synchronize(), a copy to the host,
+// sum_squares). Until then the op's output rows for the bad entries are zero.
 //
 // This header is included by host-only translation units (backend.cpp): no CUDA header here.
 #pragma once
@@ -80,11 +80,14 @@ class CudaBackend final : public Backend {
   // buffer). Two buffers in use by one op need two slots.
   enum class ScratchSlot : int { column_partials, embedding_sort, embedding_sort_temp, rope_table, count };
   void* scratch(ScratchSlot slot, size_t bytes);
-  // Data errors recorded by kernels (see above): one slot per op that can record one. The device
-  // pointer is what a kernel gets; `record_launch` stores the bound that the message names.
+  // Data errors recorded by kernels (see above): one slot per op that can record one. A kernel gets
+  // the device word; `bound` is what the message names (the vocabulary). After the launch,
+  // publish_data_error queues the word's copy to the host.
   enum class DataErrorSlot : int { embedding_forward, embedding_backward, cross_entropy, count };
   unsigned long long* data_error_word(DataErrorSlot slot, long long bound);
-  // Throws the first recorded data error (and clears it). Cheap: reads host memory, never waits.
+  void publish_data_error(DataErrorSlot slot);
+  // Throws the first recorded data error (and clears it). Valid once the stream has drained: called
+  // right after the backend's own synchronisations.
   void check_data_errors();
 
  private:
@@ -97,8 +100,8 @@ class CudaBackend final : public Backend {
     size_t bytes = 0;
   };
   ScratchBuffer scratch_[int(ScratchSlot::count)];
-  unsigned long long* data_errors_host_ = nullptr;  // host-mapped words, ~0ull = no error
-  unsigned long long* data_errors_device_ = nullptr;
+  unsigned long long* data_errors_host_ = nullptr;    // pinned copies, ~0ull = no error
+  unsigned long long* data_errors_device_ = nullptr;  // the words kernels write
   long long data_error_bound_[int(DataErrorSlot::count)] = {};
   // cuBLASLt handle, cuBLAS handle (fallback) and their workspace (linear.cu), and the rope tables
   // (rope.cu): created on first use, kept for the backend's life (backends are never destroyed).

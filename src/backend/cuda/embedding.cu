@@ -88,7 +88,6 @@ void check_ids(const CudaBackend& be, const Tensor& ids, int64_t n, const char* 
 // out[N,d] = table[ids[n], :].  ids i32 [N] (any shape with N elements); table [V,d]; out rows strided.
 void CudaBackend::embedding_forward(Tensor out, Tensor ids, Tensor table) {
   const char* op = "embedding_forward";
-  check_data_errors();
   SL_CHECK(table.ndim == 2, "%s: table must be [V,d], got %s", op, table.shape_str().c_str());
   SL_CHECK(out.dtype == table.dtype, "%s: out and table differ in dtype", op);
   SL_CHECK(out.dtype == DType::f32 || out.dtype == DType::bf16, "%s: dtype %s (the CUDA gather moves f32 or bf16)",
@@ -111,12 +110,12 @@ void CudaBackend::embedding_forward(Tensor out, Tensor ids, Tensor table) {
         out.ptr<uint16_t>(), ro, ids.ptr<int32_t>(), table.ptr<uint16_t>(), rt, rt.rows, err);
   }
   CUDA_CHECK_LAUNCH(op);
+  publish_data_error(DataErrorSlot::embedding_forward);
 }
 
 // d_table[V,d] += sum over n with ids[n] == v of d_out[n, :], bucketed by id (see the top of the file).
 void CudaBackend::embedding_backward(Tensor d_table, Tensor d_out, Tensor ids) {
   const char* op = "embedding_backward";
-  check_data_errors();
   SL_CHECK(d_table.ndim == 2, "%s: d_table must be [V,d], got %s", op, d_table.shape_str().c_str());
   check_device_f32(*this, d_table, op, "d_table");
   check_device_f32(*this, d_out, op, "d_out");
@@ -144,6 +143,7 @@ void CudaBackend::embedding_backward(Tensor d_table, Tensor d_out, Tensor ids) {
 
   embedding_keys_kernel<<<grid_for(n), kThreads, 0, stream_>>>(keys, rows, ids.ptr<int32_t>(), n, vocab, err);
   CUDA_CHECK_LAUNCH("embedding_keys");
+  publish_data_error(DataErrorSlot::embedding_backward);
   // LSD radix sort: stable, so each id's rows keep their order.
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, sorted_keys, rows, sorted_rows, n, 0, end_bit,
                                              stream_));
