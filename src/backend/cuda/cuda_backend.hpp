@@ -74,6 +74,12 @@ class CudaBackend final : public Backend {
   // embedding.cu
   void embedding_forward(Tensor out, Tensor ids, Tensor table) override;
   void embedding_backward(Tensor d_table, Tensor d_out, Tensor ids) override;
+  // norms.cu
+  void rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor weight, double eps) override;
+  void rmsnorm_backward(Tensor d_in, Tensor d_weight, Tensor d_out, Tensor in, Tensor weight, Tensor rstd) override;
+  void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight, Tensor bias, double eps) override;
+  void layernorm_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, Tensor d_out, Tensor in, Tensor weight,
+                          Tensor mean, Tensor rstd) override;
   // ---- state shared by the op files (cuda_backend.cu) ----
   // Grow-only device scratch buffers, one per use, so that no allocation happens once the shapes of a
   // training step have been seen. Growing waits for the stream (queued work may still read the old
