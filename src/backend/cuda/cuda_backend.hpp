@@ -80,6 +80,9 @@ class CudaBackend final : public Backend {
   void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight, Tensor bias, double eps) override;
   void layernorm_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, Tensor d_out, Tensor in, Tensor weight,
                           Tensor mean, Tensor rstd) override;
+  // rope.cu
+  void rope_forward(Tensor out, Tensor x, Tensor positions, const RopeConfig& cfg) override;
+  void rope_backward(Tensor d_x, Tensor d_out, Tensor positions, const RopeConfig& cfg) override;
   // ---- state shared by the op files (cuda_backend.cu) ----
   // Grow-only device scratch buffers, one per use, so that no allocation happens once the shapes of a
   // training step have been seen. Growing waits for the stream (queued work may still read the old
