@@ -83,6 +83,9 @@ class CudaBackend final : public Backend {
   // rope.cu
   void rope_forward(Tensor out, Tensor x, Tensor positions, const RopeConfig& cfg) override;
   void rope_backward(Tensor d_x, Tensor d_out, Tensor positions, const RopeConfig& cfg) override;
+  // cross_entropy.cu
+  void cross_entropy(Tensor losses, Tensor d_logits, Tensor logits, Tensor targets, int ignore_index,
+                     double grad_scale) override;
   // ---- state shared by the op files (cuda_backend.cu) ----
   // Grow-only device scratch buffers, one per use, so that no allocation happens once the shapes of a
   // training step have been seen. Growing waits for the stream (queued work may still read the old
