@@ -205,13 +205,20 @@ void gemm(CudaBackend& be, const RowMajorGemm& g) {
   int found = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.lt, desc.h, lay_a.h, lay_b.h, lay_c.h, lay_c.h, pref.h,
                                                            1, &result, &found);
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) {
+  // No algorithm for this layout (odd alignments, bias type, ...): cuBLAS takes any layout, and a real
+  // argument error shows there with its own status.
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
     gemm_cublas(be, ctx, g);
     return;
   }
-  CUBLAS_CHECK(st);
-  CUBLAS_CHECK(cublasLtMatmul(ctx.lt, desc.h, &g.alpha, g.b.ptr, lay_a.h, g.a.ptr, lay_b.h, &g.beta, g.c.ptr, lay_c.h,
-                              g.c.ptr, lay_c.h, &result.algo, ctx.workspace, ctx.workspace_bytes, be.stream()));
+  const cublasStatus_t run = cublasLtMatmul(ctx.lt, desc.h, &g.alpha, g.b.ptr, lay_a.h, g.a.ptr, lay_b.h, &g.beta,
+                                            g.c.ptr, lay_c.h, g.c.ptr, lay_c.h, &result.algo, ctx.workspace,
+                                            ctx.workspace_bytes, be.stream());
+  if (run == CUBLAS_STATUS_NOT_SUPPORTED) {  // refused before launching anything
+    gemm_cublas(be, ctx, g);
+    return;
+  }
+  CUBLAS_CHECK(run);
 }
 
 // ---- operand checks ------------------------------------------------------------------------------------
