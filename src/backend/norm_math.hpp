@@ -41,6 +41,27 @@ template <class A> SL_HD A ln_dx(A r, A gh, A xh, A mean_gh, A mean_gh_xh) {
   return r * (gh - mean_gh - xh * mean_gh_xh);
 }
 
+// One RMSNorm output in the storage type T: x * rstd * w, rstd rounded to T once per row (w = 1 when
+// there is no weight).
+template <class T> SL_HD T rms_y(T x, T rstd, T w) { return x * rstd * w; }
+
+// The row mean as a pair hi + lo in T (hi = T(mu), lo = T(mu - hi)), so that the normalisation in T
+// keeps the precision of the accumulator's mean for rows whose mean is large next to their spread.
+template <class A, class T> SL_HD void split_mean(A mu, T& hi, T& lo) {
+  hi = T(mu);
+  lo = T(mu - A(hi));
+}
+
+// One LayerNorm output in T: ((x - mean_hi) - mean_lo) * rstd * w + b (w = 1, b = 0 when absent).
+template <class T> SL_HD T ln_y(T x, T mean_hi, T mean_lo, T rstd, T w, T b) {
+  return ((x - mean_hi) - mean_lo) * rstd * w + b;
+}
+
+// Per-row terms of the parameter gradients, summed over rows: RMSNorm dw_i += g_i x_i r;
+// LayerNorm dw_i += g_i (x_i - mu) r (and db_i += g_i).
+template <class A> SL_HD A rms_dw_term(A g, A x, A r) { return g * x * r; }
+template <class A> SL_HD A ln_dw_term(A g, A x, A mu, A r) { return g * (x - mu) * r; }
+
 // ---- whole rows -----------------------------------------------------------------------------------
 
 // RMSNorm forward of one row; returns rstd (saved for backward). w may be null (no scale).

@@ -48,6 +48,14 @@ SL_HD double rope_inv_freq(int i, const ops::RopeConfig& cfg) {
   return f;
 }
 
+// cos and sin of the angle position * inv_freq of one (position, pair), the angle in double, rounded to
+// F once (the tables both backends build).
+template <class F> SL_HD void rope_cos_sin(double position, double inv_freq, F& c, F& s) {
+  const double angle = position * inv_freq;
+  c = F(cos(angle));
+  s = F(sin(angle));
+}
+
 // The rotation of one pair (a = x[i], b = x[i+half]) by the angle whose cosine/sine are c, s.
 // Forward uses (c, s); backward (the transpose of an orthogonal rotation) uses (c, -s).
 template <class T> SL_HD void rope_rotate(T& a, T& b, T c, T s) {

@@ -56,9 +56,10 @@ void rope_apply(Tensor out, Tensor x, Tensor positions, const ops::RopeConfig& c
     for (int64_t t = 0; t < T; ++t) {
       const double p = pos ? double(pos[t]) : double(t);
       for (int i = 0; i < half; ++i) {
-        const double angle = p * inv_freq[size_t(i)];
-        cos_t[size_t(t * half + i)] = F(std::cos(angle));
-        sin_t[size_t(t * half + i)] = F(sign * std::sin(angle));
+        F c, s;
+        math::rope_cos_sin(p, inv_freq[size_t(i)], c, s);
+        cos_t[size_t(t * half + i)] = c;
+        sin_t[size_t(t * half + i)] = sign < 0.0 ? -s : s;  // F(-sin) == -F(sin): rounding is symmetric
       }
     }
     // Loops over (b, t) then heads with the strides of the views: the head rows of q/k in a fused QKV

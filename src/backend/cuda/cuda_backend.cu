@@ -1,4 +1,5 @@
-// CUDA backend: devices, streams, allocation. The ops live in memory.cu and elementwise.cu.
+// CUDA backend: devices, streams, allocation, scratch buffers and the data errors kernels record. The
+// ops live in memory.cu, elementwise.cu, linear.cu, embedding.cu, norms.cu, rope.cu, cross_entropy.cu.
 #include <memory>
 #include <mutex>
 #include <string>
@@ -99,6 +100,73 @@ void CudaBackend::deallocate(void* ptr) {
 void CudaBackend::synchronize() {
   DeviceGuard guard(index_);
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+  check_data_errors();
+}
+
+void* CudaBackend::scratch(ScratchSlot slot, size_t bytes) {
+  ScratchBuffer& b = scratch_[int(slot)];
+  if (bytes <= b.bytes && b.ptr) return b.ptr;
+  DeviceGuard guard(index_);
+  // Queued kernels may still use the old buffer.
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (b.ptr) CUDA_CHECK(cudaFree(b.ptr));
+  b.ptr = nullptr;
+  b.bytes = 0;
+  // 25 % headroom: a shape that grows a little (the last, shorter batch) does not reallocate again.
+  const size_t want = bytes + bytes / 4 + 256;
+  b.ptr = allocate(want);
+  b.bytes = want;
+  return b.ptr;
+}
+
+unsigned long long* CudaBackend::data_error_word(DataErrorSlot slot, long long bound) {
+  constexpr size_t bytes = sizeof(unsigned long long) * size_t(DataErrorSlot::count);
+  if (!data_errors_host_) {
+    DeviceGuard guard(index_);
+    void* host = nullptr;
+    CUDA_CHECK(cudaHostAlloc(&host, bytes, cudaHostAllocPortable));
+    data_errors_host_ = static_cast<unsigned long long*>(host);
+    for (int i = 0; i < int(DataErrorSlot::count); ++i) data_errors_host_[i] = ~0ull;
+    data_errors_device_ = static_cast<unsigned long long*>(allocate(bytes));
+    CUDA_CHECK(cudaMemsetAsync(data_errors_device_, 0xff, bytes, stream_));  // ~0ull: no error
+  }
+  data_error_bound_[int(slot)] = bound;
+  return data_errors_device_ + int(slot);
+}
+
+void CudaBackend::publish_data_error(DataErrorSlot slot) {
+  CUDA_CHECK(cudaMemcpyAsync(data_errors_host_ + int(slot), data_errors_device_ + int(slot),
+                             sizeof(unsigned long long), cudaMemcpyDeviceToHost, stream_));
+}
+
+// A recorded error word is (position << 32) | uint32(value): atomicMin keeps the first position.
+void CudaBackend::check_data_errors() {
+  if (!data_errors_host_) return;
+  for (int i = 0; i < int(DataErrorSlot::count); ++i) {
+    volatile unsigned long long* word = data_errors_host_ + i;
+    const unsigned long long w = *word;
+    if (w == ~0ull) continue;
+    *word = ~0ull;
+    {
+      DeviceGuard guard(index_);
+      CUDA_CHECK(cudaMemsetAsync(data_errors_device_ + i, 0xff, sizeof(unsigned long long), stream_));
+    }
+    const long long position = (long long)(w >> 32);
+    const int value = int(uint32_t(w & 0xffffffffull));
+    const long long bound = data_error_bound_[i];
+    switch (DataErrorSlot(i)) {
+      case DataErrorSlot::embedding_forward:
+      case DataErrorSlot::embedding_backward:
+        SL_FAIL("%s on %s: token id %d at position %lld is out of range [0, %lld)",
+                DataErrorSlot(i) == DataErrorSlot::embedding_forward ? "embedding_forward" : "embedding_backward",
+                name(), value, position, bound);
+      case DataErrorSlot::cross_entropy:
+        SL_FAIL("cross_entropy on %s: target %d of row %lld is outside the vocabulary [0, %lld) and is not "
+                "ignore_index",
+                name(), value, position, bound);
+      case DataErrorSlot::count: break;
+    }
+  }
 }
 
 }  // namespace sinklab::cuda

@@ -1,14 +1,26 @@
 // The CUDA backend: one CudaBackend per device, created on first use, each with its own stream on
 // which every op of that device is ordered. Ops are asynchronous with respect to the host except where
 // host memory is involved (copies to/from the CPU, sum_squares' result): those return once finished.
+// A backend's ops are issued from one host thread at a time (its scratch buffers are shared by them).
 //
 // What runs on the device (everything else keeps the Backend default, which throws "no <op> kernel"):
 //   memory ops: fill, copy (H2D / D2H / D2D / peer; dtype conversion f32/f64/bf16/f16/i32 as the CPU
 //   does it), add, accumulate, scale, sum_squares, column_sum (bit-identical to the CPU), fill_normal, fill_uniform (bit-identical to the CPU:
 //   same Philox stream, element i in row-major logical order), and the elementwise ops over the shared
-//   *_math.hpp functions: activation_forward/backward, gated_forward/backward, adamw_update.
-// Arithmetic ops take f32 tensors only (bf16/f16/f64 are storage for copy/fill). Tensors may have
-// strided leading dimensions with a contiguous last dimension, as on the CPU.
+//   *_math.hpp functions: activation_forward/backward, gated_forward/backward, adamw_update;
+//   linear_forward/backward and matmul on cuBLASLt (linear.cu: f32, or bf16 inputs with f32
+//   accumulation); embedding_forward/backward (embedding.cu, no float atomics); rmsnorm/layernorm
+//   forward/backward (norms.cu); rope_forward/backward (rope.cu, cached tables); cross_entropy
+//   (cross_entropy.cu).
+// Arithmetic ops take f32 tensors only (bf16/f16/f64 are storage for copy/fill), except the matmuls,
+// which also take bf16. Tensors may have strided leading dimensions with a contiguous last dimension,
+// as on the CPU.
+//
+// Errors a kernel finds in the data (an out-of-range token id or target) cannot throw where they are
+// found without making every call wait for the device. The kernel records the first one in a device
+// word, whose copy into pinned host memory is queued right behind it; the backend throws it, naming
+// the op, at the next point where it waits for the device anyway (synchronize(), a copy to the host,
+// sum_squares). Until then the op's output rows for the bad entries are zero.
 //
 // This header is included by host-only translation units (backend.cpp): no CUDA header here.
 #pragma once
@@ -20,6 +32,9 @@
 struct CUstream_st;  // cudaStream_t is CUstream_st*
 
 namespace sinklab::cuda {
+
+struct GemmContext;
+struct RopeTables;
 
 class CudaBackend final : public Backend {
  public:
@@ -52,12 +67,62 @@ class CudaBackend final : public Backend {
   void gated_forward(Tensor out, Tensor gate, Tensor up, Activation act) override;
   void gated_backward(Tensor d_gate, Tensor d_up, Tensor d_out, Tensor gate, Tensor up, Activation act) override;
   void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& s) override;
+  // linear.cu
+  void linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bias) override;
+  void linear_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, Tensor d_out, Tensor in, Tensor weight) override;
+  void matmul(Tensor out, Tensor a, Tensor b, bool transpose_a, bool transpose_b, double alpha, double beta) override;
+  // embedding.cu
+  void embedding_forward(Tensor out, Tensor ids, Tensor table) override;
+  void embedding_backward(Tensor d_table, Tensor d_out, Tensor ids) override;
+  // norms.cu
+  void rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor weight, double eps) override;
+  void rmsnorm_backward(Tensor d_in, Tensor d_weight, Tensor d_out, Tensor in, Tensor weight, Tensor rstd) override;
+  void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight, Tensor bias, double eps) override;
+  void layernorm_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, Tensor d_out, Tensor in, Tensor weight,
+                          Tensor mean, Tensor rstd) override;
+  // rope.cu
+  void rope_forward(Tensor out, Tensor x, Tensor positions, const RopeConfig& cfg) override;
+  void rope_backward(Tensor d_x, Tensor d_out, Tensor positions, const RopeConfig& cfg) override;
+  // cross_entropy.cu
+  void cross_entropy(Tensor losses, Tensor d_logits, Tensor logits, Tensor targets, int ignore_index,
+                     double grad_scale) override;
+  // ---- state shared by the op files (cuda_backend.cu) ----
+  // Grow-only device scratch buffers, one per use, so that no allocation happens once the shapes of a
+  // training step have been seen. Growing waits for the stream (queued work may still read the old
+  // buffer). Two buffers in use by one op need two slots.
+  enum class ScratchSlot : int { column_partials, embedding_sort, embedding_sort_temp, rope_table, count };
+  void* scratch(ScratchSlot slot, size_t bytes);
+  // Data errors recorded by kernels (see above): one slot per op that can record one. A kernel gets
+  // the device word; `bound` is what the message names (the vocabulary). After the launch,
+  // publish_data_error queues the word's copy to the host.
+  enum class DataErrorSlot : int { embedding_forward, embedding_backward, cross_entropy, count };
+  unsigned long long* data_error_word(DataErrorSlot slot, long long bound);
+  void publish_data_error(DataErrorSlot slot);
+  // Throws the first recorded data error (and clears it). Valid once the stream has drained: called
+  // right after the backend's own synchronisations.
+  void check_data_errors();
 
  private:
   int index_;
   std::string name_;
   CUstream_st* stream_ = nullptr;
   void* reduce_buffer_ = nullptr;  // sum_squares' partial sums, allocated on first use
+  struct ScratchBuffer {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+  };
+  ScratchBuffer scratch_[int(ScratchSlot::count)];
+  unsigned long long* data_errors_host_ = nullptr;    // pinned copies, ~0ull = no error
+  unsigned long long* data_errors_device_ = nullptr;  // the words kernels write
+  long long data_error_bound_[int(DataErrorSlot::count)] = {};
+  // cuBLASLt handle, cuBLAS handle (fallback) and their workspace (linear.cu), and the rope tables
+  // (rope.cu): created on first use, kept for the backend's life (backends are never destroyed).
+  GemmContext* gemm_ = nullptr;
+  RopeTables* rope_ = nullptr;
+
+ public:
+  GemmContext& gemm_context();  // linear.cu
+  RopeTables& rope_tables();    // rope.cu
 };
 
 // Number of usable CUDA devices: 0 when the runtime reports any error (no driver, driver too old for

@@ -253,11 +253,13 @@ void CudaBackend::copy(Tensor dst, Tensor src) {
   if (rd.contiguous) {
     CUDA_CHECK(cudaMemcpyAsync(dst.data, dense_dev, size_t(n) * dsize, cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+    check_data_errors();  // the data copied may come from an op that recorded one
     return;
   }
   std::vector<char> staging(size_t(n) * dsize);
   CUDA_CHECK(cudaMemcpyAsync(staging.data(), dense_dev, size_t(n) * dsize, cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+  check_data_errors();
   unpack_host_rows(dst, rd, staging.data());
 }
 
@@ -316,6 +318,7 @@ double CudaBackend::sum_squares(Tensor x) {
   double result = 0.0;
   CUDA_CHECK(cudaMemcpyAsync(&result, partials + blocks, sizeof(double), cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+  check_data_errors();
   return result;
 }
 

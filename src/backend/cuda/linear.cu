@@ -1,0 +1,440 @@
+// Matmul-family CUDA ops on cuBLASLt: linear forward/backward (nn.Linear layout, weight [N,K]) and the
+// general (batched) matmul; the CUDA twin of cpu/linear.cpp.
+//
+// Operands are f32, or bf16 with f32 accumulation (CUBLAS_COMPUTE_32F: never TF32, so f32 products
+// keep f32 accuracy); an output is f32, or bf16 when the inputs are bf16. The bias of linear_forward is
+// added in cuBLASLt's epilogue; d_bias is a fixed-order column reduction (column_reduce.cuh).
+//
+// Row-major -> cuBLASLt's column-major: a row-major [R, C] matrix with row stride ld is, read
+// column-major, its transpose [C, R] with the same ld. So C = op(A) op(B) (row-major) is computed as
+// C^T = op(B)^T op(A)^T: cuBLASLt's first operand is our B, its second our A, and D is [N rows, M cols].
+// The bias vector runs along D's rows (length N), which is what CUBLASLT_EPILOGUE_BIAS broadcasts.
+//
+// One cuBLASLt handle, one cuBLAS handle (the fallback when cuBLASLt's heuristic offers no algorithm
+// for a layout, e.g. odd bf16 leading dimensions) and one 32 MiB workspace per device, created on the
+// first matmul and bound to the backend's stream. The same call on the same GPU picks the same
+// algorithm, so two runs give the same bits.
+#include <cublasLt.h>
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <cstring>
+#include <initializer_list>
+
+#include "backend/cuda/column_reduce.cuh"
+#include "backend/cuda/cuda_common.hpp"
+
+namespace sinklab::cuda {
+
+struct GemmContext {
+  cublasLtHandle_t lt = nullptr;
+  cublasHandle_t blas = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+// 32 MiB: what cuBLAS recommends for Hopper; more than enough for Ampere.
+constexpr size_t kGemmWorkspaceBytes = size_t(32) << 20;
+
+GemmContext& CudaBackend::gemm_context() {
+  if (gemm_) return *gemm_;
+  DeviceGuard guard(index_);
+  auto* c = new GemmContext;
+  CUBLAS_CHECK(cublasLtCreate(&c->lt));
+  CUBLAS_CHECK(cublasCreate(&c->blas));
+  c->workspace_bytes = kGemmWorkspaceBytes;
+  c->workspace = allocate(c->workspace_bytes);
+  CUBLAS_CHECK(cublasSetStream(c->blas, stream_));
+  CUBLAS_CHECK(cublasSetWorkspace(c->blas, c->workspace, c->workspace_bytes));
+  // CUBLAS_DEFAULT_MATH: f32 products stay f32 (no TF32 down-conversion).
+  CUBLAS_CHECK(cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
+  gemm_ = c;
+  return *gemm_;
+}
+
+namespace {
+
+// A row-major matrix operand: element (r, c) of batch b at ptr + (b * batch_stride + r * ld + c).
+struct GemmOperand {
+  void* ptr = nullptr;
+  DType dt = DType::f32;
+  int64_t ld = 1;
+  int64_t batch_stride = 0;
+};
+
+// C[b] = alpha * op(A[b]) . op(B[b]) + beta * C[b] (+ bias[N] on every row), row-major, b < batch.
+// A is [M,K] ([K,M] when ta), B is [K,N] ([N,K] when tb), C is [M,N].
+struct RowMajorGemm {
+  int64_t M = 0, N = 0, K = 0, batch = 1;
+  bool ta = false, tb = false;
+  float alpha = 1.0f, beta = 0.0f;
+  GemmOperand a, b, c;
+  const void* bias = nullptr;  // [N], dtype of C; only with beta == 0
+  int64_t bias_stride = 1;
+};
+
+cudaDataType_t cuda_type(DType dt) { return dt == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+// Largest power of two (<= 256) dividing the byte address and every byte step of an operand: what
+// cuBLASLt may assume about its alignment.
+uint32_t alignment_of(const GemmOperand& op) {
+  const uint64_t es = uint64_t(dtype_size(op.dt));
+  uint64_t bits = uint64_t(reinterpret_cast<uintptr_t>(op.ptr)) | (uint64_t(op.ld) * es) | 256u;
+  if (op.batch_stride) bits |= uint64_t(op.batch_stride) * es;
+  return uint32_t(bits & (~bits + 1));  // lowest set bit
+}
+
+// RAII holders of the cuBLASLt descriptors.
+struct LtLayout {
+  cublasLtMatrixLayout_t h = nullptr;
+  LtLayout(DType dt, int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t batch_stride) {
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&h, cuda_type(dt), uint64_t(rows), uint64_t(cols), ld));
+    if (batch > 1) {
+      const int32_t count = int32_t(batch);
+      CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(h, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+      CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(h, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &batch_stride,
+                                                    sizeof(batch_stride)));
+    }
+  }
+  ~LtLayout() { (void)cublasLtMatrixLayoutDestroy(h); }
+  LtLayout(const LtLayout&) = delete;
+  LtLayout& operator=(const LtLayout&) = delete;
+};
+struct LtMatmulDesc {
+  cublasLtMatmulDesc_t h = nullptr;
+  LtMatmulDesc() { CUBLAS_CHECK(cublasLtMatmulDescCreate(&h, CUBLAS_COMPUTE_32F, CUDA_R_32F)); }
+  ~LtMatmulDesc() { (void)cublasLtMatmulDescDestroy(h); }
+  LtMatmulDesc(const LtMatmulDesc&) = delete;
+  LtMatmulDesc& operator=(const LtMatmulDesc&) = delete;
+};
+struct LtPreference {
+  cublasLtMatmulPreference_t h = nullptr;
+  LtPreference() { CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&h)); }
+  ~LtPreference() { (void)cublasLtMatmulPreferenceDestroy(h); }
+  LtPreference(const LtPreference&) = delete;
+  LtPreference& operator=(const LtPreference&) = delete;
+};
+
+// C[b] rows = beta * C[b] rows (+ bias): the K = 0 product, and the bias rows of the cuBLAS fallback.
+// beta == 0 writes without reading (C may hold NaN garbage).
+__global__ void scale_rows_add_bias_kernel(void* c, DType dt, int64_t M, int64_t N, int64_t ld, int64_t batch,
+                                           int64_t batch_stride, float beta, const void* bias, int64_t bias_stride) {
+  SL_GRID_LOOP(i, batch * M * N) {
+    const int64_t b = i / (M * N), rc = i - b * M * N, r = rc / N, col = rc - r * N;
+    const int64_t off = b * batch_stride + r * ld + col;
+    float y = beta == 0.0f ? 0.0f : beta * float(load_as_double(c, dt, off));
+    if (bias) y += float(load_as_double(bias, dt, col * bias_stride));
+    store_from_double(c, dt, off, double(y));
+  }
+}
+
+void launch_scale_rows(CudaBackend& be, const RowMajorGemm& g, float beta, const void* bias) {
+  const int64_t n = g.batch * g.M * g.N;
+  if (n == 0) return;
+  scale_rows_add_bias_kernel<<<grid_for(n), kThreads, 0, be.stream()>>>(g.c.ptr, g.c.dt, g.M, g.N, g.c.ld, g.batch,
+                                                                        g.c.batch_stride, beta, bias, g.bias_stride);
+  CUDA_CHECK_LAUNCH("gemm scale_rows_add_bias");
+}
+
+// The cuBLAS path (any layout cuBLAS takes): the same column-major mapping, bias rows written first.
+void gemm_cublas(CudaBackend& be, GemmContext& ctx, const RowMajorGemm& g) {
+  float beta = g.beta;
+  if (g.bias) {  // only linear_forward has a bias, with beta 0: rows start as the bias, the product adds
+    launch_scale_rows(be, g, 0.0f, g.bias);
+    beta = 1.0f;
+  }
+  const cublasOperation_t opa = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLAS's A is our B
+  const cublasOperation_t opb = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  CUBLAS_CHECK(cublasGemmStridedBatchedEx(ctx.blas, opa, opb, int(g.N), int(g.M), int(g.K), &g.alpha, g.b.ptr,
+                                          cuda_type(g.b.dt), int(g.b.ld), g.b.batch_stride, g.a.ptr, cuda_type(g.a.dt),
+                                          int(g.a.ld), g.a.batch_stride, &beta, g.c.ptr, cuda_type(g.c.dt),
+                                          int(g.c.ld), g.c.batch_stride, int(g.batch), CUBLAS_COMPUTE_32F,
+                                          CUBLAS_GEMM_DEFAULT));
+}
+
+void gemm(CudaBackend& be, const RowMajorGemm& g) {
+  if (g.M == 0 || g.N == 0 || g.batch == 0) return;
+  SL_CHECK(!g.bias || g.beta == 0.0f, "gemm: a bias needs beta 0");  // internal: only linear_forward has one
+  SL_CHECK(g.M <= INT32_MAX && g.N <= INT32_MAX && g.K <= INT32_MAX && g.batch <= INT32_MAX,
+           "matmul on %s: a dimension exceeds 2^31-1 (M %lld, N %lld, K %lld, batch %lld)", be.name(), (long long)g.M,
+           (long long)g.N, (long long)g.K, (long long)g.batch);
+  if (g.K == 0) {  // empty product: C = beta C (+ bias)
+    launch_scale_rows(be, g, g.beta, g.bias);
+    return;
+  }
+  GemmContext& ctx = be.gemm_context();
+  if (g.bias && g.bias_stride != 1) {  // cuBLASLt's bias must be packed: rows start as the bias instead
+    gemm_cublas(be, ctx, g);
+    return;
+  }
+
+  LtMatmulDesc desc;
+  const cublasOperation_t opa = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's A is our B
+  const cublasOperation_t opb = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
+  if (g.bias) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const cudaDataType_t bias_type = cuda_type(g.c.dt);
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+  }
+  // First operand (our B): [N,K] column-major when not transposed, else [K,N] read transposed.
+  LtLayout lay_a(g.b.dt, g.tb ? g.K : g.N, g.tb ? g.N : g.K, g.b.ld, g.batch, g.b.batch_stride);
+  // Second operand (our A): [K,M] column-major when not transposed, else [M,K] read transposed.
+  LtLayout lay_b(g.a.dt, g.ta ? g.M : g.K, g.ta ? g.K : g.M, g.a.ld, g.batch, g.a.batch_stride);
+  LtLayout lay_c(g.c.dt, g.N, g.M, g.c.ld, g.batch, g.c.batch_stride);
+
+  LtPreference pref;
+  const uint64_t ws = ctx.workspace_bytes;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  const uint32_t align_a = alignment_of(g.b), align_b = alignment_of(g.a), align_c = alignment_of(g.c);
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+                                                    sizeof(align_a)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+                                                    sizeof(align_b)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
+                                                    sizeof(align_c)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
+                                                    sizeof(align_c)));
+
+  cublasLtMatmulHeuristicResult_t result;
+  std::memset(&result, 0, sizeof(result));
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.lt, desc.h, lay_a.h, lay_b.h, lay_c.h, lay_c.h, pref.h,
+                                                           1, &result, &found);
+  // No algorithm for this layout (odd alignments, bias type, ...): cuBLAS takes any layout, and a real
+  // argument error shows there with its own status.
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+    gemm_cublas(be, ctx, g);
+    return;
+  }
+  const cublasStatus_t run = cublasLtMatmul(ctx.lt, desc.h, &g.alpha, g.b.ptr, lay_a.h, g.a.ptr, lay_b.h, &g.beta,
+                                            g.c.ptr, lay_c.h, g.c.ptr, lay_c.h, &result.algo, ctx.workspace,
+                                            ctx.workspace_bytes, be.stream());
+  if (run == CUBLAS_STATUS_NOT_SUPPORTED) {  // refused before launching anything
+    gemm_cublas(be, ctx, g);
+    return;
+  }
+  CUBLAS_CHECK(run);
+}
+
+// ---- operand checks ------------------------------------------------------------------------------------
+
+// A tensor [*, cols] as a row-major matrix: its leading dimensions must collapse into one row stride
+// (the CPU's as_matrix).
+struct Mat {
+  void* ptr = nullptr;
+  int64_t rows = 0, cols = 0, ld = 1;
+};
+
+Mat as_matrix(const Tensor& t, const char* op, const char* arg) {
+  SL_CHECK(t.ndim >= 1, "%s: %s must have at least one dimension", op, arg);
+  DevRows r = rows_of(t, op, arg);
+  Mat m{t.data, r.rows, r.cols, r.cols};
+  int64_t expect = -1;
+  for (int d = r.lead_ndim - 1; d >= 0; --d) {
+    if (r.lead_shape[d] == 1) continue;
+    if (expect < 0) {
+      m.ld = r.lead_stride[d];
+    } else {
+      SL_CHECK(r.lead_stride[d] == expect,
+               "%s: the leading dimensions of %s %s do not collapse into rows with one stride", op, arg,
+               t.shape_str().c_str());
+    }
+    expect = r.lead_stride[d] * r.lead_shape[d];
+  }
+  SL_CHECK(m.ld >= m.cols || m.rows <= 1, "%s: rows of %s overlap (row stride %lld < %lld columns)", op, arg,
+           (long long)m.ld, (long long)m.cols);
+  m.ld = std::max<int64_t>(m.ld, std::max<int64_t>(m.cols, 1));
+  return m;
+}
+
+void check_here(const CudaBackend& be, const Tensor& t, const char* op, const char* arg) {
+  SL_CHECK(t.device.is_cuda() && t.device.index == be.index(), "%s: %s is on %s, expected %s", op, arg,
+           t.device.name().c_str(), be.name());
+}
+
+// GEMM inputs: f32 or bf16, both alike.
+void check_inputs(const Tensor& x, const char* xname, const Tensor& y, const char* yname, const char* op) {
+  SL_CHECK(x.dtype == DType::f32 || x.dtype == DType::bf16,
+           "%s: %s has dtype %s; the CUDA matmuls take f32 or bf16 inputs", op, xname, dtype_name(x.dtype));
+  SL_CHECK(x.dtype == y.dtype, "%s: %s (%s) and %s (%s) differ in dtype", op, xname, dtype_name(x.dtype), yname,
+           dtype_name(y.dtype));
+}
+
+// A GEMM output: f32, or bf16 when the inputs are bf16.
+void check_output(const Tensor& out, const char* arg, DType input_dt, const char* op) {
+  SL_CHECK(out.dtype == DType::f32 || (out.dtype == DType::bf16 && input_dt == DType::bf16),
+           "%s: %s has dtype %s; with %s inputs the output is f32%s", op, arg, dtype_name(out.dtype),
+           dtype_name(input_dt), input_dt == DType::bf16 ? " or bf16" : "");
+}
+
+GemmOperand operand(const Mat& m, DType dt) { return GemmOperand{m.ptr, dt, m.ld, 0}; }
+
+// d_bias[c] += sum over rows of d_out[r, c] (f32 or bf16 d_out).
+struct BiasGradTerm {
+  static constexpr int kTerms = 1;
+  const void* g;
+  DType dt;
+  int64_t ld;
+  __device__ void operator()(int64_t r, int64_t c, double* v) const { v[0] = load_as_double(g, dt, r * ld + c); }
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------
+// out[M,N] = in[M,K] . weight[N,K]^T (+ bias[N])
+void CudaBackend::linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bias) {
+  const char* op = "linear_forward";
+  for (const Tensor* t : {&out, &in, &weight}) check_here(*this, *t, op, t == &out ? "out" : t == &in ? "in" : "weight");
+  Mat x = as_matrix(in, op, "in"), w = as_matrix(weight, op, "weight"), y = as_matrix(out, op, "out");
+  SL_CHECK(weight.ndim == 2, "linear_forward: weight must be [N,K], got %s", weight.shape_str().c_str());
+  const int64_t M = x.rows, K = x.cols, N = w.rows;
+  SL_CHECK(w.cols == K, "linear_forward: in %s and weight %s disagree on K", in.shape_str().c_str(),
+           weight.shape_str().c_str());
+  SL_CHECK(y.rows == M && y.cols == N, "linear_forward: out %s, expected [%lld rows, %lld]", out.shape_str().c_str(),
+           (long long)M, (long long)N);
+  check_inputs(in, "in", weight, "weight", op);
+  check_output(out, "out", in.dtype, op);
+  if (bias.defined()) {
+    check_here(*this, bias, op, "bias");
+    check_shape(bias, {N}, op, "bias");
+    SL_CHECK(bias.dtype == out.dtype, "%s: bias has dtype %s, out %s: they must agree", op, dtype_name(bias.dtype),
+             dtype_name(out.dtype));
+  }
+  DeviceGuard guard(index_);
+  RowMajorGemm g;
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  g.tb = true;
+  g.a = operand(x, in.dtype);
+  g.b = operand(w, weight.dtype);
+  g.c = operand(y, out.dtype);
+  if (bias.defined()) {
+    g.bias = bias.data;
+    g.bias_stride = N == 1 ? 1 : bias.stride[0];
+  }
+  gemm(*this, g);
+}
+
+// d_in[M,K]      = d_out[M,N] . weight[N,K]     (written)
+// d_weight[N,K] += d_out[M,N]^T . in[M,K]        (accumulated: beta = 1)
+// d_bias[N]     += sum over rows of d_out        (accumulated)
+void CudaBackend::linear_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, Tensor d_out, Tensor in,
+                                  Tensor weight) {
+  const char* op = "linear_backward";
+  check_here(*this, d_out, op, "d_out");
+  Mat dy = as_matrix(d_out, op, "d_out");
+  const int64_t M = dy.rows, N = dy.cols;
+  SL_CHECK(d_out.dtype == DType::f32 || d_out.dtype == DType::bf16,
+           "%s: d_out has dtype %s; the CUDA matmuls take f32 or bf16 inputs", op, dtype_name(d_out.dtype));
+  DeviceGuard guard(index_);
+  if (d_in.defined()) {
+    check_here(*this, d_in, op, "d_in");
+    check_here(*this, weight, op, "weight");
+    Mat w = as_matrix(weight, op, "weight"), dx = as_matrix(d_in, op, "d_in");
+    SL_CHECK(weight.ndim == 2 && w.rows == N, "linear_backward: weight %s does not match d_out %s",
+             weight.shape_str().c_str(), d_out.shape_str().c_str());
+    SL_CHECK(dx.rows == M && dx.cols == w.cols, "linear_backward: d_in %s, expected [%lld rows, %lld]",
+             d_in.shape_str().c_str(), (long long)M, (long long)w.cols);
+    check_inputs(d_out, "d_out", weight, "weight", op);
+    check_output(d_in, "d_in", d_out.dtype, op);
+    RowMajorGemm g;
+    g.M = M;
+    g.N = w.cols;
+    g.K = N;
+    g.a = operand(dy, d_out.dtype);
+    g.b = operand(w, weight.dtype);
+    g.c = operand(dx, d_in.dtype);
+    gemm(*this, g);
+  }
+  if (d_weight.defined()) {
+    check_here(*this, d_weight, op, "d_weight");
+    check_here(*this, in, op, "in");
+    Mat x = as_matrix(in, op, "in"), dw = as_matrix(d_weight, op, "d_weight");
+    SL_CHECK(x.rows == M, "linear_backward: in %s and d_out %s differ in rows", in.shape_str().c_str(),
+             d_out.shape_str().c_str());
+    SL_CHECK(d_weight.ndim == 2 && dw.rows == N && dw.cols == x.cols,
+             "linear_backward: d_weight %s, expected [%lld, %lld]", d_weight.shape_str().c_str(), (long long)N,
+             (long long)x.cols);
+    check_inputs(d_out, "d_out", in, "in", op);
+    check_output(d_weight, "d_weight", d_out.dtype, op);
+    if (M > 0) {
+      RowMajorGemm g;
+      g.M = N;
+      g.N = x.cols;
+      g.K = M;
+      g.ta = true;
+      g.beta = 1.0f;
+      g.a = operand(dy, d_out.dtype);
+      g.b = operand(x, in.dtype);
+      g.c = operand(dw, d_weight.dtype);
+      gemm(*this, g);
+    }
+  }
+  if (d_bias.defined()) {
+    check_here(*this, d_bias, op, "d_bias");
+    check_shape(d_bias, {N}, op, "d_bias");
+    SL_CHECK(d_bias.dtype == DType::f32 || d_bias.dtype == DType::bf16, "%s: d_bias has dtype %s (f32 or bf16)", op,
+             dtype_name(d_bias.dtype));
+    column_reduce(*this, BiasGradTerm{dy.ptr, d_out.dtype, dy.ld}, M, N, d_bias.data, d_bias.dtype, d_bias.stride[0]);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// out[b] = alpha * op(a[b]) . op(b[b]) + beta * out[b]
+//   2-D: a [M,K] ([K,M] if transpose_a), b [K,N] ([N,K] if transpose_b), out [M,N]
+//   3-D: the same with a common leading batch dimension (any batch stride, rows strided, last dim contiguous)
+void CudaBackend::matmul(Tensor out, Tensor a, Tensor b, bool transpose_a, bool transpose_b, double alpha,
+                         double beta) {
+  const char* op = "matmul";
+  check_here(*this, out, op, "out");
+  check_here(*this, a, op, "a");
+  check_here(*this, b, op, "b");
+  SL_CHECK((out.ndim == 2 || out.ndim == 3) && a.ndim == out.ndim && b.ndim == out.ndim,
+           "matmul: operands must all be 2-D or all 3-D, got out %s, a %s, b %s", out.shape_str().c_str(),
+           a.shape_str().c_str(), b.shape_str().c_str());
+  check_inputs(a, "a", b, "b", op);
+  check_output(out, "out", a.dtype, op);
+  const int o = out.ndim - 2;
+  const int64_t batch = out.ndim == 3 ? out.shape[0] : 1;
+  if (out.ndim == 3)
+    SL_CHECK(a.shape[0] == batch && b.shape[0] == batch, "matmul: batch sizes differ: out %s, a %s, b %s",
+             out.shape_str().c_str(), a.shape_str().c_str(), b.shape_str().c_str());
+  const int64_t M = out.shape[o], N = out.shape[o + 1];
+  const int64_t K = transpose_a ? a.shape[o] : a.shape[o + 1];
+  const int64_t a_m = transpose_a ? a.shape[o + 1] : a.shape[o];
+  const int64_t b_k = transpose_b ? b.shape[o + 1] : b.shape[o];
+  const int64_t b_n = transpose_b ? b.shape[o] : b.shape[o + 1];
+  SL_CHECK(a_m == M && b_k == K && b_n == N, "matmul: shapes do not chain: out %s = a%s %s . b%s %s",
+           out.shape_str().c_str(), transpose_a ? "^T" : "", a.shape_str().c_str(), transpose_b ? "^T" : "",
+           b.shape_str().c_str());
+  for (const Tensor* t : {&out, &a, &b}) {
+    SL_CHECK(t->stride[o + 1] == 1 || t->shape[o + 1] == 1, "matmul: innermost dimension of %s must be contiguous",
+             t->shape_str().c_str());
+    SL_CHECK(t->shape[o] <= 1 || t->stride[o] >= t->shape[o + 1], "matmul: rows of %s overlap (row stride %lld)",
+             t->shape_str().c_str(), (long long)t->stride[o]);
+  }
+  auto ld = [&](const Tensor& t) { return std::max<int64_t>({t.stride[o], t.shape[o + 1], 1}); };
+  auto batch_stride = [&](const Tensor& t) { return out.ndim == 3 ? t.stride[0] : int64_t(0); };
+  DeviceGuard guard(index_);
+  RowMajorGemm g;
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  g.batch = batch;
+  g.ta = transpose_a;
+  g.tb = transpose_b;
+  g.alpha = float(alpha);
+  g.beta = float(beta);
+  g.a = GemmOperand{a.data, a.dtype, ld(a), batch_stride(a)};
+  g.b = GemmOperand{b.data, b.dtype, ld(b), batch_stride(b)};
+  g.c = GemmOperand{out.data, out.dtype, ld(out), batch_stride(out)};
+  gemm(*this, g);
+}
+
+}  // namespace sinklab::cuda
