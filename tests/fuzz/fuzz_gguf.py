@@ -18,7 +18,9 @@ with atheris.instrument_imports(include=["data_prep", "gguf"]):
     from data_prep import DataPrepError
     from data_prep.gguf_import import import_gguf
 
-scratch = Path(tempfile.mkdtemp(prefix=f"sinklab-fuzz-{os.getpid()}-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+# Under $SINKLAB_FUZZ_SCRATCH (tests/fuzz/run.sh creates and removes it per run), else /dev/shm.
+scratch = Path(tempfile.mkdtemp(prefix=f"sinklab-fuzz-{os.getpid()}-",
+                                dir=os.environ.get("SINKLAB_FUZZ_SCRATCH") or ("/dev/shm" if os.path.isdir("/dev/shm") else None)))
 gguf_path = scratch / "model.gguf"
 out_dir = scratch / "model"
 

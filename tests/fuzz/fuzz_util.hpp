@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -17,11 +18,14 @@
 namespace sinklab::fuzz {
 
 // A scratch directory of this process, in memory where /dev/shm exists (libFuzzer runs thousands of
-// inputs a second). Never removed while running; the OS cleans /dev/shm at reboot, and run.sh removes it.
+// inputs a second): under $SINKLAB_FUZZ_SCRATCH, which tests/fuzz/run.sh creates and removes per run.
 inline const std::string& scratch_dir() {
   static const std::string dir = [] {
     namespace fs = std::filesystem;
-    const fs::path base = fs::is_directory("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path();
+    const char* root = std::getenv("SINKLAB_FUZZ_SCRATCH");
+    const fs::path base = root && *root                    ? fs::path(root)
+                          : fs::is_directory("/dev/shm") ? fs::path("/dev/shm")
+                                                         : fs::temp_directory_path();
     const fs::path d = base / ("sinklab-fuzz-" + std::to_string(getpid()));
     fs::create_directories(d);
     return d.string();

@@ -24,6 +24,10 @@ CC=clang CXX=clang++ cmake -S . -B "$build" -DSINKLAB_FUZZ=ON -DCMAKE_BUILD_TYPE
 cmake --build "$build" -j"$(nproc)" >> "$build.log" 2>&1 || { grep -E 'error' -A3 "$build.log" | head -40; exit 1; }
 
 mkdir -p "$build/artifacts"
+# The targets' scratch files (inputs written to disk for the readers), in memory, this run's own.
+scratch=$(mktemp -d /dev/shm/sinklab-fuzz.XXXXXX 2>/dev/null || mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+export SINKLAB_FUZZ_SCRATCH="$scratch"
 failed=()
 for t in $targets; do
   work="$build/corpus/$t"   # what the fuzzer adds to the seeds (kept between runs, never committed)
@@ -52,7 +56,6 @@ for t in $targets; do
     failed+=("$t")
   fi
 done
-rm -rf /dev/shm/sinklab-fuzz-* 2>/dev/null || true
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz: failed: ${failed[*]}"
   exit 1
