@@ -8,6 +8,7 @@
 # surveys a real pretrained model, SmolLM2-135M (jobs/demo_smollm2.sh), and writes the report
 # (report/demo/index.html). CPU only. SINKLAB_BUILD_DIR picks the build directory (default build).
 set -euo pipefail
+demo_start=$SECONDS
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -65,3 +66,5 @@ echo "== report (tables, figures, one HTML page)"
 .venv/bin/python -m analysis.report results/demo/softmax/results.h5 results/demo/sigmoid/results.h5 \
   results/demo/probe.h5 results/demo/survey.h5 -o report/demo
 echo "report: report/demo/index.html"
+elapsed=$((SECONDS - demo_start))
+echo "demo: done in $((elapsed / 60)) min $((elapsed % 60)) s (installs included; budget 20 min on a 2-core machine)"
