@@ -59,15 +59,26 @@ SurveyModel parse_model_line(const std::string& line, const std::string& model_r
   std::istringstream in(line);
   std::string name, dir, word;
   in >> name >> dir;
-  SL_CHECK(!dir.empty(), "%s: expected NAME DIR [inputs=FILE] [interventions=LIST]", where.c_str());
+  SL_CHECK(!dir.empty(), "%s: expected NAME DIR [inputs=FILE] [interventions=LIST] [qk-maps=L:H,...] "
+           "[attention-maps=L:H,...]", where.c_str());
   check_name(name, where);
-  SurveyModel m{name, resolve_dir(dir, model_root), "", std::nullopt};
+  SurveyModel m{name, resolve_dir(dir, model_root), "", std::nullopt, std::nullopt, std::nullopt};
+  auto pairs = [&](const std::string& key, const std::string& value) {
+    try {
+      return parse_head_pairs(value, key.c_str());
+    } catch (const Error& e) {
+      SL_FAIL("%s: %s", where.c_str(), e.what());
+    }
+  };
   while (in >> word) {
     const size_t eq = word.find('=');
     const std::string key = word.substr(0, eq), value = eq == std::string::npos ? "" : word.substr(eq + 1);
     if (key == "inputs" && !value.empty()) m.inputs = value;
     else if (key == "interventions" && !value.empty()) m.interventions = parse_interventions(value, where);
-    else SL_FAIL("%s: unknown setting '%s' (inputs=FILE, interventions=LIST|none)", where.c_str(), word.c_str());
+    else if (key == "qk-maps" && eq != std::string::npos) m.qk_maps = pairs(key, value);
+    else if (key == "attention-maps" && eq != std::string::npos) m.attention_maps = pairs(key, value);
+    else SL_FAIL("%s: unknown setting '%s' (inputs=FILE, interventions=LIST|none, qk-maps=L:H,..., "
+                 "attention-maps=L:H,...)", where.c_str(), word.c_str());
   }
   return m;
 }

@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <vector>
+#include "probe/survey_metrics.hpp"
 
 namespace sinklab::probe {
 
@@ -39,10 +40,14 @@ struct SurveyModel {
   // Per-model interventions from the config; nullopt: the --interventions list, for models with
   // learned positions.
   std::optional<std::vector<Intervention>> interventions;
+  // Per-model layer:head pairs of the QK and attention maps (e.g. Jamba's attention layers, Figs. 25-26);
+  // nullopt: --qk-maps / --attention-maps.
+  std::optional<std::vector<HeadPair>> qk_maps, attention_maps;
 };
 
-// A catalogue line (`model = NAME DIR [inputs=FILE] [interventions=LIST|none]` in the config): DIR
-// relative to model_root unless absolute. Names are path-safe (no '/', ':', spaces).
+// A catalogue line (`model = NAME DIR [inputs=FILE] [interventions=LIST|none] [qk-maps=L:H,...]
+// [attention-maps=L:H,...]` in the config): DIR relative to model_root unless absolute. Names are
+// path-safe (no '/', ':', spaces).
 SurveyModel parse_model_line(const std::string& line, const std::string& model_root);
 
 // The models a --models list selects: "all" = the whole catalogue, else catalogue names or model

@@ -243,8 +243,11 @@ io::ResultSet measure_item(const SurveyItem& item, const SurveyModel& model, con
   std::vector<std::string> skipped;
   std::vector<HeadPair> qk, attn;
   if (!is_long) {  // [T,T] maps at T = 4096 would be 64 MiB each
-    qk = resolve_head_pairs(params.qk_maps, info.n_layers, shape.attention_layers, info.n_heads, &skipped);
-    attn = resolve_head_pairs(params.attention_maps, info.n_layers, shape.attention_layers, info.n_heads, &skipped);
+    // The model line's own pairs where it names them (qk-maps= / attention-maps=), else the flags'.
+    qk = resolve_head_pairs(model.qk_maps.value_or(params.qk_maps), info.n_layers, shape.attention_layers,
+                            info.n_heads, &skipped);
+    attn = resolve_head_pairs(model.attention_maps.value_or(params.attention_maps), info.n_layers,
+                              shape.attention_layers, info.n_heads, &skipped);
   }
   SurveyProbe probe(shape, qk, attn);
   ProgressObserver observer(probe, progress);

@@ -55,6 +55,17 @@ TEST(SurveyPlan, CatalogueLines) {
   EXPECT_NE(error_of([] { parse_model_line("a/b dir", ""); }).find("'a/b'"), std::string::npos);
   EXPECT_NE(error_of([] { parse_model_line("a:b dir", ""); }).find("'a:b'"), std::string::npos);
   EXPECT_NE(error_of([] { parse_model_line("a dir colour=red", ""); }).find("colour=red"), std::string::npos);
+  // Per-model map pairs (Jamba's attention layers); absent: the flags' pairs.
+  m = parse_model_line("jamba ai21labs/Jamba-v0.1 attention-maps=4:0,-1:31 qk-maps=12:3", "/models");
+  ASSERT_TRUE(m.attention_maps.has_value() && m.qk_maps.has_value());
+  ASSERT_EQ(m.attention_maps->size(), 2u);
+  EXPECT_EQ((*m.attention_maps)[1].layer, -1);
+  EXPECT_EQ((*m.attention_maps)[1].head, 31);
+  EXPECT_EQ((*m.qk_maps)[0].layer, 12);
+  EXPECT_FALSE(parse_model_line("a b", "").attention_maps.has_value());
+  const std::string bad = error_of([] { parse_model_line("a dir attention-maps=4-0", ""); });
+  EXPECT_NE(bad.find("model = a dir attention-maps=4-0: "), std::string::npos) << bad;
+  EXPECT_NE(bad.find("'4-0' is not layer:head"), std::string::npos) << bad;
 }
 
 class SurveyPlanDirs : public ::testing::Test {

@@ -480,10 +480,12 @@ def test_measurements_match_transformers(fixture, tmp_path):
     flags = ",".join(f"{c.rstrip('0123456789')}:{t + 1}" for c, t in cases.items()) or "none"
     K, eps = 4, (0.2, 0.3, 0.4)
     out = tmp_path / "r.h5"
-    _run([SURVEY, "--model", f"m {fixture} inputs={tmp_path / 'golden_ids.h5'} interventions={flags}",
-          "--inputs=natural", "--domains=golden", "--intervention-inputs=natural", f"--seq-len={T13}",
-          f"--n-seq={B}", f"--max-k={K}", "--batch=1", f"--attention-maps={att[0]}:0,{att[-1]}:1",
-          "--commit-every=0", "--output", out])
+    # The attention maps at the model line's own pairs (qk-maps= / attention-maps=, as jobs/survey/open_models.ini
+    # draws Jamba's attention layers), which win over the flag's.
+    _run([SURVEY, "--model", f"m {fixture} inputs={tmp_path / 'golden_ids.h5'} interventions={flags} "
+          f"attention-maps={att[0]}:0,{att[-1]}:1", "--inputs=natural", "--domains=golden",
+          "--intervention-inputs=natural", f"--seq-len={T13}", f"--n-seq={B}", f"--max-k={K}", "--batch=1",
+          "--attention-maps=-1:0", "--commit-every=0", "--output", out])
     with h5py.File(out, "r") as f:
         g = f["models/m/natural/golden"]
         assert g["attention_layers"][:].tolist() == att
