@@ -101,7 +101,7 @@ std::vector<SurveyModel> select_models(const std::vector<SurveyModel>& catalogue
       std::string name = fs::path(dir).lexically_normal().filename().string();
       if (name.empty()) name = fs::path(dir).lexically_normal().parent_path().filename().string();
       check_name(name, "--models " + want);
-      out.push_back({name, dir, "", std::nullopt});
+      out.push_back({name, dir, "", std::nullopt, std::nullopt, std::nullopt});
     }
   }
   SL_CHECK(!out.empty(), "--models selects no model (the config lists %zu)", catalogue.size());
