@@ -28,7 +28,8 @@ const Family* find_family(const std::string& model_type) {
 
 std::unique_ptr<HfModel> load_model(const std::string& dir, const LoadOptions& options) {
   namespace fs = std::filesystem;
-  SL_CHECK(fs::is_directory(dir), "%s: not a model directory", dir.c_str());
+  std::error_code ec;
+  SL_CHECK(fs::is_directory(dir, ec), "%s: not a model directory", dir.c_str());
   SL_CHECK(options.threads >= 0, "--threads must be >= 0 (0 = OpenMP default), got %d", options.threads);
   ModelSource source{dir, HfConfig::read((fs::path(dir) / "config.json").string()), nullptr};
   const std::string model_type = source.config.get_string("model_type");

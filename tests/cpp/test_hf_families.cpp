@@ -403,6 +403,14 @@ TEST(HfFamilies, MissingTensor) {
   expect_load_error(sharded, {sharded + "/" + shard + ": missing tensor 'model.norm.weight'"});
   fs::remove(sharded + "/" + shard);
   expect_load_error(sharded, {sharded + "/model.safetensors.index.json: shard " + sharded + "/" + shard});
+
+  // A shard name longer than the file system allows (tests/fuzz/fuzz_safetensors_index's regression case
+  // shard_name_too_long_for_the_file_system) is a missing shard, not an uncaught filesystem_error.
+  const std::string index = sharded + "/model.safetensors.index.json";
+  const std::string long_name(300, 'x');
+  std::ofstream(index) << R"({"weight_map": {"model.norm.weight": ")" << long_name << R"("}})";
+  expect_load_error(sharded, {index + ": shard " + sharded + "/" + long_name + " (of tensor 'model.norm.weight') "
+                              "does not exist: File name too long"});
 }
 
 TEST(HfFamilies, WrongShape) {
