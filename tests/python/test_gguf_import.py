@@ -511,3 +511,20 @@ def test_smollm2(tmp_path):
         if heads:
             ref = llama_cpp_unpermute(ref, heads)
         np.testing.assert_array_equal(np.asarray(got[hf]), ref, err_msg=hf)
+
+
+def test_fuzz_regression_cases_end_in_one_line(tmp_path):
+    """Every input tests/fuzz/fuzz_gguf.py once crashed or hung on (tests/fuzz/regressions/fuzz_gguf):
+    now one DataPrepError line naming the file, quickly (block_count = 10^12 listed every missing name)."""
+    import time
+
+    cases = sorted((Path(__file__).resolve().parents[1] / "fuzz" / "regressions" / "fuzz_gguf").iterdir())
+    assert len(cases) >= 5
+    for case in cases:
+        path = tmp_path / f"{case.name}.gguf"
+        path.write_bytes(case.read_bytes())
+        t0 = time.time()
+        with pytest.raises(DataPrepError) as e:
+            import_gguf(path, tmp_path / "out")
+        assert str(path) in str(e.value) and "\n" not in str(e.value), case.name
+        assert time.time() - t0 < 5, case.name
