@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/error.hpp"
+#include "backend/op_checks.hpp"
 #include "core/tensor.hpp"
 
 namespace sinklab::cpu {
@@ -48,14 +49,7 @@ inline Rows rows_of(const Tensor& t, const char* op, const char* arg) {
   return r;
 }
 
-// Same shape check for elementwise operands.
-inline void check_same_shape(const Tensor& a, const Tensor& b, const char* op, const char* arg_a,
-                             const char* arg_b) {
-  bool same = a.ndim == b.ndim;
-  for (int d = 0; same && d < a.ndim; ++d) same = a.shape[d] == b.shape[d];
-  SL_CHECK(same, "%s: %s %s and %s %s differ in shape", op, arg_a, a.shape_str().c_str(), arg_b,
-           b.shape_str().c_str());
-}
+using sinklab::check_same_shape;  // backend/op_checks.hpp
 
 // Calls fn(T{}) with T = float or double according to dtype; other dtypes are refused.
 template <class Fn>

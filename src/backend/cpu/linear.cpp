@@ -13,6 +13,7 @@
 #include "backend/cpu/blas.hpp"
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/cpu_common.hpp"
+#include "backend/op_checks.hpp"
 
 namespace sinklab {
 
@@ -156,38 +157,13 @@ void CpuBackend::linear_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, Te
 void CpuBackend::matmul(Tensor out, Tensor a, Tensor b, bool transpose_a, bool transpose_b, double alpha,
                         double beta) {
   const char* op = "matmul";
-  SL_CHECK((out.ndim == 2 || out.ndim == 3) && a.ndim == out.ndim && b.ndim == out.ndim,
-           "matmul: operands must all be 2-D or all 3-D, got out %s, a %s, b %s", out.shape_str().c_str(),
-           a.shape_str().c_str(), b.shape_str().c_str());
+  const MatmulGeometry g = matmul_geometry(out, a, b, transpose_a, transpose_b);
   check_same_dtype({a, b}, out.dtype, op);
-  const int o = out.ndim - 2;  // index of the row dimension
-  const int64_t batch = out.ndim == 3 ? out.shape[0] : 1;
-  if (out.ndim == 3)
-    SL_CHECK(a.shape[0] == batch && b.shape[0] == batch, "matmul: batch sizes differ: out %s, a %s, b %s",
-             out.shape_str().c_str(), a.shape_str().c_str(), b.shape_str().c_str());
-  const int64_t M = out.shape[o], N = out.shape[o + 1];
-  const int64_t K = transpose_a ? a.shape[o] : a.shape[o + 1];
-  const int64_t a_m = transpose_a ? a.shape[o + 1] : a.shape[o];
-  const int64_t b_k = transpose_b ? b.shape[o + 1] : b.shape[o];
-  const int64_t b_n = transpose_b ? b.shape[o] : b.shape[o + 1];
-  SL_CHECK(a_m == M && b_k == K && b_n == N, "matmul: shapes do not chain: out %s = a%s %s . b%s %s",
-           out.shape_str().c_str(), transpose_a ? "^T" : "", a.shape_str().c_str(), transpose_b ? "^T" : "",
-           b.shape_str().c_str());
-  for (const Tensor* t : {&out, &a, &b}) {
-    SL_CHECK(t->stride[o + 1] == 1 || t->shape[o + 1] == 1, "matmul: innermost dimension of %s must be contiguous",
-             t->shape_str().c_str());
-    SL_CHECK(t->shape[o] <= 1 || t->stride[o] >= t->shape[o + 1], "matmul: rows of %s overlap (row stride %lld)",
-             t->shape_str().c_str(), (long long)t->stride[o]);
-  }
-  auto ld = [&](const Tensor& t) { return std::max<int64_t>({t.stride[o], t.shape[o + 1], 1}); };
-  const int64_t lda = ld(a), ldb = ld(b), ldc = ld(out);
-  const int64_t sa = out.ndim == 3 ? a.stride[0] : 0, sb = out.ndim == 3 ? b.stride[0] : 0,
-                sc = out.ndim == 3 ? out.stride[0] : 0;
   dispatch_float(out.dtype, op, [&](auto zero) {
     using T = decltype(zero);
-    for (int64_t i = 0; i < batch; ++i)  // BLAS threads inside each product
-      gemm<T>(transpose_a, transpose_b, M, N, K, T(alpha), a.ptr<T>() + i * sa, lda, b.ptr<T>() + i * sb, ldb,
-              T(beta), out.ptr<T>() + i * sc, ldc);
+    for (int64_t i = 0; i < g.batch; ++i)  // BLAS threads inside each product
+      gemm<T>(transpose_a, transpose_b, g.M, g.N, g.K, T(alpha), a.ptr<T>() + i * g.stride_a, g.ld_a,
+              b.ptr<T>() + i * g.stride_b, g.ld_b, T(beta), out.ptr<T>() + i * g.stride_out, g.ld_out);
   });
 }
 

@@ -7,6 +7,7 @@
 
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/cpu_common.hpp"
+#include "backend/op_checks.hpp"
 #include "backend/rope_math.hpp"
 
 namespace sinklab {
@@ -20,19 +21,9 @@ namespace {
 // out may be x itself (each pair is read completely before it is written). sign = +1 forward, -1
 // backward: the rotation is orthogonal, so its transpose (the backward) is the rotation by -angle.
 void rope_apply(Tensor out, Tensor x, Tensor positions, const ops::RopeConfig& cfg, double sign, const char* op) {
-  SL_CHECK(x.ndim == 4, "%s: expected [B,T,H,dh], got %s", op, x.shape_str().c_str());
-  cpu::check_same_shape(out, x, op, "out", "x");
+  check_rope_args(out, x, cfg, op);
   SL_CHECK(out.dtype == x.dtype, "%s: operands differ in dtype", op);
   const int64_t T = x.shape[1], H = x.shape[2], dh = x.shape[3];
-  SL_CHECK(cfg.rotary_dim > 0 && cfg.rotary_dim % 2 == 0 && cfg.rotary_dim <= dh,
-           "%s: rotary_dim %d must be even and in (0, head_dim %lld]", op, cfg.rotary_dim, (long long)dh);
-  SL_CHECK(cfg.base > 0.0, "%s: rope base %g must be positive", op, cfg.base);
-  if (cfg.llama3_factor > 0.0)
-    SL_CHECK(cfg.llama3_high_freq_factor > cfg.llama3_low_freq_factor && cfg.llama3_low_freq_factor > 0.0 &&
-                 cfg.llama3_original_max_position > 0.0,
-             "%s: llama3 scaling needs high_freq_factor (%g) > low_freq_factor (%g) > 0 and "
-             "original_max_position > 0",
-             op, cfg.llama3_high_freq_factor, cfg.llama3_low_freq_factor);
   const int32_t* pos = nullptr;
   if (positions.defined()) {
     check_dtype(positions, DType::i32, op, "positions");

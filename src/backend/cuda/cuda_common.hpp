@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_backend.hpp"
 #include "backend/cuda/cuda_check.hpp"
+#include "backend/op_checks.hpp"
 #include "core/hd.hpp"
 #include "core/tensor.hpp"
 
@@ -59,13 +60,7 @@ inline DevRows rows_of(const Tensor& t, const char* op, const char* arg) {
   return r;
 }
 
-inline void check_same_shape(const Tensor& a, const Tensor& b, const char* op, const char* arg_a,
-                             const char* arg_b) {
-  bool same = a.ndim == b.ndim;
-  for (int d = 0; same && d < a.ndim; ++d) same = a.shape[d] == b.shape[d];
-  SL_CHECK(same, "%s: %s %s and %s %s differ in shape", op, arg_a, a.shape_str().c_str(), arg_b,
-           b.shape_str().c_str());
-}
+using sinklab::check_same_shape;  // backend/op_checks.hpp
 
 // The tensor lives on this backend's device and holds f32 (device arithmetic is f32 only).
 inline void check_device_f32(const CudaBackend& be, const Tensor& t, const char* op, const char* arg) {

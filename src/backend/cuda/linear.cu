@@ -23,6 +23,7 @@
 
 #include "backend/cuda/column_reduce.cuh"
 #include "backend/cuda/cuda_common.hpp"
+#include "backend/op_checks.hpp"
 
 namespace sinklab::cuda {
 
@@ -395,45 +396,22 @@ void CudaBackend::matmul(Tensor out, Tensor a, Tensor b, bool transpose_a, bool 
   check_here(*this, out, op, "out");
   check_here(*this, a, op, "a");
   check_here(*this, b, op, "b");
-  SL_CHECK((out.ndim == 2 || out.ndim == 3) && a.ndim == out.ndim && b.ndim == out.ndim,
-           "matmul: operands must all be 2-D or all 3-D, got out %s, a %s, b %s", out.shape_str().c_str(),
-           a.shape_str().c_str(), b.shape_str().c_str());
   check_inputs(a, "a", b, "b", op);
   check_output(out, "out", a.dtype, op);
-  const int o = out.ndim - 2;
-  const int64_t batch = out.ndim == 3 ? out.shape[0] : 1;
-  if (out.ndim == 3)
-    SL_CHECK(a.shape[0] == batch && b.shape[0] == batch, "matmul: batch sizes differ: out %s, a %s, b %s",
-             out.shape_str().c_str(), a.shape_str().c_str(), b.shape_str().c_str());
-  const int64_t M = out.shape[o], N = out.shape[o + 1];
-  const int64_t K = transpose_a ? a.shape[o] : a.shape[o + 1];
-  const int64_t a_m = transpose_a ? a.shape[o + 1] : a.shape[o];
-  const int64_t b_k = transpose_b ? b.shape[o + 1] : b.shape[o];
-  const int64_t b_n = transpose_b ? b.shape[o] : b.shape[o + 1];
-  SL_CHECK(a_m == M && b_k == K && b_n == N, "matmul: shapes do not chain: out %s = a%s %s . b%s %s",
-           out.shape_str().c_str(), transpose_a ? "^T" : "", a.shape_str().c_str(), transpose_b ? "^T" : "",
-           b.shape_str().c_str());
-  for (const Tensor* t : {&out, &a, &b}) {
-    SL_CHECK(t->stride[o + 1] == 1 || t->shape[o + 1] == 1, "matmul: innermost dimension of %s must be contiguous",
-             t->shape_str().c_str());
-    SL_CHECK(t->shape[o] <= 1 || t->stride[o] >= t->shape[o + 1], "matmul: rows of %s overlap (row stride %lld)",
-             t->shape_str().c_str(), (long long)t->stride[o]);
-  }
-  auto ld = [&](const Tensor& t) { return std::max<int64_t>({t.stride[o], t.shape[o + 1], 1}); };
-  auto batch_stride = [&](const Tensor& t) { return out.ndim == 3 ? t.stride[0] : int64_t(0); };
+  const MatmulGeometry shape = matmul_geometry(out, a, b, transpose_a, transpose_b);
   DeviceGuard guard(index_);
   RowMajorGemm g;
-  g.M = M;
-  g.N = N;
-  g.K = K;
-  g.batch = batch;
+  g.M = shape.M;
+  g.N = shape.N;
+  g.K = shape.K;
+  g.batch = shape.batch;
   g.ta = transpose_a;
   g.tb = transpose_b;
   g.alpha = float(alpha);
   g.beta = float(beta);
-  g.a = GemmOperand{a.data, a.dtype, ld(a), batch_stride(a)};
-  g.b = GemmOperand{b.data, b.dtype, ld(b), batch_stride(b)};
-  g.c = GemmOperand{out.data, out.dtype, ld(out), batch_stride(out)};
+  g.a = GemmOperand{a.data, a.dtype, shape.ld_a, shape.stride_a};
+  g.b = GemmOperand{b.data, b.dtype, shape.ld_b, shape.stride_b};
+  g.c = GemmOperand{out.data, out.dtype, shape.ld_out, shape.stride_out};
   gemm(*this, g);
 }
 

@@ -177,6 +177,14 @@ void check_param(const CudaBackend& be, const Tensor& p, int64_t d, const char* 
 
 const float* ptr_or_null(const Tensor& t) { return t.defined() ? t.ptr<float>() : nullptr; }
 
+// The rows of a backward's optional d_in (checked like in; empty when d_in is undefined).
+DevRows grad_rows(const CudaBackend& be, const Tensor& d_in, const Tensor& in, const char* op) {
+  if (!d_in.defined()) return DevRows{};
+  check_same_shape(d_in, in, op, "d_in", "in");
+  check_device_f32(be, d_in, op, "d_in");
+  return rows_of(d_in, op, "d_in");
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------
@@ -209,12 +217,7 @@ void CudaBackend::rmsnorm_backward(Tensor d_in, Tensor d_weight, Tensor d_out, T
   check_param(*this, weight, ri.cols, op, "weight");
   check_param(*this, d_weight, ri.cols, op, "d_weight");
   SL_CHECK(!d_weight.defined() || weight.defined(), "%s: d_weight given but there is no weight", op);
-  DevRows rd;
-  if (d_in.defined()) {
-    check_same_shape(d_in, in, op, "d_in", "in");
-    check_device_f32(*this, d_in, op, "d_in");
-    rd = rows_of(d_in, op, "d_in");
-  }
+  const DevRows rd = grad_rows(*this, d_in, in, op);
   if (ri.cols == 0) return;
   DeviceGuard guard(index_);
   // Parameter gradient first: d_in may alias d_out.
@@ -265,12 +268,7 @@ void CudaBackend::layernorm_backward(Tensor d_in, Tensor d_weight, Tensor d_bias
   check_param(*this, d_weight, ri.cols, op, "d_weight");
   check_param(*this, d_bias, ri.cols, op, "d_bias");
   SL_CHECK(!d_weight.defined() || weight.defined(), "%s: d_weight given but there is no weight", op);
-  DevRows rd;
-  if (d_in.defined()) {
-    check_same_shape(d_in, in, op, "d_in", "in");
-    check_device_f32(*this, d_in, op, "d_in");
-    rd = rows_of(d_in, op, "d_in");
-  }
+  const DevRows rd = grad_rows(*this, d_in, in, op);
   if (ri.cols == 0) return;
   DeviceGuard guard(index_);
   // Parameter gradients first: d_in may alias d_out.

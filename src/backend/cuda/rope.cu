@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "backend/cuda/cuda_common.hpp"
+#include "backend/op_checks.hpp"
 #include "backend/rope_math.hpp"
 
 namespace sinklab::cuda {
@@ -78,20 +79,10 @@ __global__ void rope_apply_kernel(float* out, const float* x, RopeGeometry g, co
 
 void rope_apply(CudaBackend& be, Tensor out, Tensor x, Tensor positions, const ops::RopeConfig& cfg, float sign,
                 const char* op) {
-  SL_CHECK(x.ndim == 4, "%s: expected [B,T,H,dh], got %s", op, x.shape_str().c_str());
-  check_same_shape(out, x, op, "out", "x");
+  check_rope_args(out, x, cfg, op);
   check_device_f32(be, x, op, "x");
   check_device_f32(be, out, op, "out");
   const int64_t B = x.shape[0], T = x.shape[1], H = x.shape[2], dh = x.shape[3];
-  SL_CHECK(cfg.rotary_dim > 0 && cfg.rotary_dim % 2 == 0 && cfg.rotary_dim <= dh,
-           "%s: rotary_dim %d must be even and in (0, head_dim %lld]", op, cfg.rotary_dim, (long long)dh);
-  SL_CHECK(cfg.base > 0.0, "%s: rope base %g must be positive", op, cfg.base);
-  if (cfg.llama3_factor > 0.0)
-    SL_CHECK(cfg.llama3_high_freq_factor > cfg.llama3_low_freq_factor && cfg.llama3_low_freq_factor > 0.0 &&
-                 cfg.llama3_original_max_position > 0.0,
-             "%s: llama3 scaling needs high_freq_factor (%g) > low_freq_factor (%g) > 0 and "
-             "original_max_position > 0",
-             op, cfg.llama3_high_freq_factor, cfg.llama3_low_freq_factor);
   if (positions.defined()) {
     check_device(be, positions, op, "positions");
     check_dtype(positions, DType::i32, op, "positions");

@@ -1,0 +1,36 @@
+// Argument checks that do not depend on the backend: each op's CPU and CUDA twins call the same one
+// (one message, one rule), then add their own dtype and device checks.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/ops.hpp"
+#include "core/error.hpp"
+#include "core/tensor.hpp"
+
+namespace sinklab {
+
+// a and b have the same shape: "<op>: <arg_a> [..] and <arg_b> [..] differ in shape".
+inline void check_same_shape(const Tensor& a, const Tensor& b, const char* op, const char* arg_a, const char* arg_b) {
+  bool same = a.ndim == b.ndim;
+  for (int d = 0; same && d < a.ndim; ++d) same = a.shape[d] == b.shape[d];
+  SL_CHECK(same, "%s: %s %s and %s %s differ in shape", op, arg_a, a.shape_str().c_str(), arg_b,
+           b.shape_str().c_str());
+}
+
+// ops::matmul's operands, checked: all 2-D or all 3-D (a common batch), op(a) [M,K] . op(b) [K,N] = out
+// [M,N], innermost dimension contiguous, rows not overlapping. Row strides (ld*) are at least the row
+// length and 1; batch strides (stride_*) are 0 for 2-D operands.
+struct MatmulGeometry {
+  int64_t batch = 1, M = 0, N = 0, K = 0;
+  int64_t ld_out = 0, ld_a = 0, ld_b = 0;
+  int64_t stride_out = 0, stride_a = 0, stride_b = 0;
+};
+MatmulGeometry matmul_geometry(const Tensor& out, const Tensor& a, const Tensor& b, bool transpose_a,
+                               bool transpose_b);
+
+// rope_forward/backward's operands and configuration: x [B,T,H,dh], out of x's shape, rotary_dim even
+// in (0, dh], a positive base, consistent llama3 scaling factors.
+void check_rope_args(const Tensor& out, const Tensor& x, const ops::RopeConfig& cfg, const char* op);
+
+}  // namespace sinklab
