@@ -104,18 +104,18 @@ def _paper_number(text):
         return None if text == "—" else text
 
 
-def paper_table_rows(group, file_of, runs_by_name, jobs_dir, eps, now=None):
-    """The rows of one group's table and whether its Sink_* and intervention columns are in use."""
+def paper_table_rows(group, job_settings, runs_by_name, eps, now=None):
+    """The rows of one group's table and whether its Sink_* and intervention columns are in use.
+    job_settings(group, cell) -> (job file name, its settings)."""
     has_star = any("attn-bias" in c.settings or "Sink_*" in c.note for c in group.cells)
     has_moved = any("fixed-token-position" in c.settings or "resample-positions" in c.settings for c in group.cells)
     rows, stars = [], set()
     for cell in group.cells:
-        job = Path(jobs_dir) / file_of(group, cell)
-        settings = ini_settings(job.read_text()) if job.is_file() else {}
+        job, settings = job_settings(group, cell)
         run = runs_by_name.get(settings.get("run-name", ""))
         status, note = cell_status(run, _int(settings.get("steps")), now)
         sink1, star, loss, moved = _measured(run, eps, has_moved)
-        row = [cell.label, file_of(group, cell), _paper_number(cell.sink1), sink1]
+        row = [cell.label, job, _paper_number(cell.sink1), sink1]
         if run is not None and run.eval is not None and run.eval.proxy and sink1 is not None:
             stars.add((len(rows), 3))
         if has_star:
@@ -130,15 +130,24 @@ def paper_table_rows(group, file_of, runs_by_name, jobs_dir, eps, now=None):
 def paper_tables_section(rep, runs, eps, Table, jobs_dir=JOBS_DIR, now=None):
     """Section "The paper's tables": every group of make_jobs as a table, when any cell has a run."""
     groups, file_of = load_groups(jobs_dir)
+    read = {}  # job file -> its settings, each file read once
+
+    def job_settings(group, cell):
+        name = file_of(group, cell)
+        if name not in read:
+            path = Path(jobs_dir) / name
+            read[name] = ini_settings(path.read_text()) if path.is_file() else {}
+        return name, read[name]
+
     runs_by_name = {r.name: r for r in runs}
     rep.heading(2, "The paper's tables", anchor="paper-tables")
-    known = {ini_settings(p.read_text()).get("run-name") for p in Path(jobs_dir).rglob("*.ini")}
+    known = {job_settings(g, c)[1].get("run-name") for g in groups for c in g.cells}
     if not any(name in known for name in runs_by_name):
         rep.skipped("the paper's tables", "no run of the files is a cell of jobs/pretrain (run-name as its job file)")
         return
     counts = {}
     for group in groups:
-        rows, stars, has_star, has_moved = paper_table_rows(group, file_of, runs_by_name, jobs_dir, eps, now)
+        rows, stars, has_star, has_moved = paper_table_rows(group, job_settings, runs_by_name, eps, now)
         cols = ["cell", "job file", "paper Sink_1^0.3 (%)", f"Sink_1^{eps:g} (%)"]
         if has_star:
             cols.append(f"Sink_*^{eps:g} (%)")
@@ -153,16 +162,4 @@ def paper_tables_section(rep, runs, eps, Table, jobs_dir=JOBS_DIR, now=None):
             counts[key] = counts.get(key, 0) + 1
         rep.table(Table(group.folder, group.title, cols, rows, fmts, stars, note=group.note))
     rep.para("Cells: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1])) + ".")
-
-
-def status_counts(rep_tables):
-    """status -> number of cells over the paper tables of a report (for tests and the summary)."""
-    out = {}
-    for t in rep_tables:
-        if "status" in t.columns:
-            i = t.columns.index("status")
-            for row in t.rows:
-                key = str(row[i]).split(" (")[0]
-                out[key] = out.get(key, 0) + 1
-    return out
 

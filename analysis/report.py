@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis import figures
-from analysis.paper_tables import JOBS_DIR, paper_tables_section
+from analysis.paper_tables import JOBS_DIR, ini_settings, paper_tables_section
 from analysis.results import DEFAULT_EPS, NOTE_ATTRS, ResultsError, attr_text, eps_index, open_results
 
 INPUT_ORDER = ("natural", "random", "repeat")
@@ -423,8 +423,6 @@ def uniform_alpha1(T):
 
 def _probe_length(run):
     """The run's --probe-length (its config attribute; sinklab-pretrain's default 64 when absent)."""
-    from analysis.paper_tables import ini_settings
-
     try:
         return int(ini_settings(run.config).get("probe-length", 64))
     except ValueError:

@@ -62,7 +62,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
   const std::string path = inputs_dir() + "/inputs.h5";
-  const std::string sha = io::sha256_file(model_dir() + "/tokenizer.json");
+  static const std::string sha = io::sha256_file(model_dir() + "/tokenizer.json");  // written once, at start-up
   const int64_t T = in.ConsumeIntegralInRange<int64_t>(1, 12);
   const int64_t n_requested = in.ConsumeIntegralInRange<int64_t>(1, 6);
   const int64_t vocab_size = 512;
