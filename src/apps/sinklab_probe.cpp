@@ -6,14 +6,14 @@
 #include <iostream>
 
 #include "core/error.hpp"
-#include "core/options.hpp"
 #include "core/log.hpp"
+#include "core/options.hpp"
+#include "core/text.hpp"
 #include "io/h5.hpp"
 #include "io/shard.hpp"
 #include "model/transformer.hpp"
 #include "probe/inputs.hpp"
 #include "probe/model_probe.hpp"
-#include "core/text.hpp"
 #include "train/checkpoint.hpp"
 #include "train/data.hpp"
 
