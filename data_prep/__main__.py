@@ -65,6 +65,13 @@ def _survey_inputs(a) -> int:
     return 0
 
 
+def _hellaswag(a) -> int:
+    from .hellaswag import build_hellaswag
+
+    build_hellaswag(a.jsonl, a.model, out=a.out, out_dir=a.out_dir, limit=a.limit, bos_policy=a.bos_policy)
+    return 0
+
+
 def _sft(a) -> int:
     from .sft import build_sft
 
@@ -142,6 +149,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--bos-policy", default="auto",
                    help="auto (see tokenization.special_token_policy), none, or a literal token")
     s.set_defaults(func=_survey_inputs)
+
+    s = sub.add_parser("hellaswag", help="HellaSwag-format jsonl -> multiple-choice tokens for the survey's scorer, "
+                       "one HDF5 per tokenizer")
+    s.add_argument("--jsonl", required=True, help="HellaSwag-format .jsonl(.zst): ctx_a, ctx_b, activity_label, endings, label")
+    s.add_argument("--model", nargs="+", required=True, help="model directories (their tokenizers)")
+    g = s.add_mutually_exclusive_group(required=True)
+    g.add_argument("--out", help="output HDF5 file (one --model)")
+    g.add_argument("--out-dir", help="output directory: <model dir name>.h5 per model")
+    s.add_argument("--limit", type=int, default=0, help="use the first N usable examples (default: all)")
+    s.add_argument("--bos-policy", default="auto", help="auto, none, or a literal token")
+    s.set_defaults(func=_hellaswag)
 
     s = sub.add_parser("sft", help="UltraChat jsonl -> packed tokens + assistant-only loss mask (HDF5)")
     s.add_argument("--input", required=True, help="jsonl with messages: [{role, content}]")

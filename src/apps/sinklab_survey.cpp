@@ -41,7 +41,7 @@ namespace {
 struct SurveyOptions {
   std::string config_text, command_line;
   std::string model_root, models, inputs, survey_inputs_dir, domains, long_domains, interventions,
-      intervention_inputs, sink_eps, max_memory, qk_maps, attention_maps, output;
+      intervention_inputs, sink_eps, max_memory, qk_maps, attention_maps, seq_lens, output;
   std::vector<std::string> model_lines;
   probe::SurveyParams params;
   double commit_every = 60.0;
@@ -79,12 +79,16 @@ bool parse(int argc, char** argv, SurveyOptions& o) {
        "a catalogue entry, repeatable: NAME DIR [inputs=FILE] [interventions=LIST|none] (DIR under --model-root)")
       ("model-root", po::value(&o.model_root)->default_value(""), "directory the catalogue's model directories are under")
       ("models", po::value(&o.models)->default_value("all"), "catalogue names or model directories, comma-separated (all = the catalogue)")
-      ("inputs", po::value(&o.inputs)->default_value("natural,random,repeat"), "natural | random | repeat | long, comma-separated")
+      ("inputs", po::value(&o.inputs)->default_value("natural,random,repeat"),
+       "natural | random | repeat | long | hellaswag, comma-separated")
       ("survey-inputs-dir", po::value(&o.survey_inputs_dir)->default_value(""),
        "data_prep survey-inputs files (one per tokenizer; matched by the fingerprint of its files unless inputs= names one)")
       ("domains", po::value(&o.domains)->default_value(""), "Pile domain keys of the natural inputs, comma-separated")
       ("n-seq", po::value(&p.n_seq)->default_value(100), "sequences per item")
       ("seq-len", po::value(&p.seq_len)->default_value(64), "tokens per sequence (T)")
+      ("seq-lens", po::value(&o.seq_lens)->default_value(""),
+       "more T at which the natural/random/repeat inputs are measured, comma-separated (Sink vs T, Fig. 3; "
+       "items labelled <input>@T<T>, without QK/attention maps)")
       ("max-k", po::value(&p.max_k)->default_value(8), "positions k = 1..K whose alpha_k and Sink_k are stored")
       ("sink-eps", po::value(&o.sink_eps)->default_value("0.2,0.3,0.4"), "thresholds of Sink_k^eps, comma-separated")
       ("batch", po::value(&p.batch)->default_value(16), "sequences of --seq-len tokens per forward pass")
@@ -99,6 +103,9 @@ bool parse(int argc, char** argv, SurveyOptions& o) {
       ("long-input-len", po::value(&p.long_len)->default_value(4096), "T of the long inputs")
       ("long-n-seq", po::value(&p.long_n_seq)->default_value(16), "sequences per long-input item")
       ("long-domains", po::value(&o.long_domains)->default_value("pile_cc"), "domains of the long inputs")
+      ("hellaswag-dir", po::value(&p.hellaswag_dir)->default_value(""),
+       "data_prep hellaswag files (one per tokenizer, matched by its fingerprint) for the hellaswag input")
+      ("hellaswag-n", po::value(&p.hellaswag_n)->default_value(0), "examples scored per model (0 = all of the file)")
       ("seed", po::value(&p.seed)->default_value(1234), "seed of the random and repeated inputs")
       ("output", po::value(&o.output)->default_value("results/survey.h5"), "HDF5 results file")
       ("commit-every", po::value(&o.commit_every)->default_value(60.0), "seconds between commits of the results file (0 = after every item)")
@@ -111,6 +118,11 @@ bool parse(int argc, char** argv, SurveyOptions& o) {
   p.qk_maps = probe::parse_head_pairs(o.qk_maps, "qk-maps");
   p.attention_maps = probe::parse_head_pairs(o.attention_maps, "attention-maps");
   p.survey_inputs_dir = o.survey_inputs_dir;
+  for (double T : parse_number_list(o.seq_lens, "--seq-lens")) {
+    SL_CHECK(T >= 2 && T == double(int64_t(T)), "--seq-lens: %g is not a whole number of tokens >= 2", T);
+    p.seq_lens.push_back(int64_t(T));
+  }
+  SL_CHECK(p.hellaswag_n >= 0, "--hellaswag-n must be >= 0");
   SL_CHECK(p.n_seq >= 1 && p.long_n_seq >= 1, "--n-seq and --long-n-seq must be positive");
   SL_CHECK(p.seq_len >= 2 && p.long_len >= 2, "--seq-len and --long-input-len must be at least 2");
   SL_CHECK(p.max_k >= 1 && p.max_k <= p.seq_len, "--max-k must lie in [1, --seq-len]");
@@ -126,9 +138,11 @@ bool parse(int argc, char** argv, SurveyOptions& o) {
 std::string params_fingerprint(const probe::SurveyParams& p) {
   std::string eps;
   for (double e : p.eps) eps += strfmt("%s%g", eps.empty() ? "" : ",", e);
-  return strfmt("n-seq=%lld seq-len=%lld max-k=%d sink-eps=%s batch=%lld seed=%llu long-input-len=%lld long-n-seq=%lld",
-                (long long)p.n_seq, (long long)p.seq_len, p.max_k, eps.c_str(), (long long)p.batch,
-                (unsigned long long)p.seed, (long long)p.long_len, (long long)p.long_n_seq);
+  std::string fp = strfmt("n-seq=%lld seq-len=%lld max-k=%d sink-eps=%s batch=%lld seed=%llu long-input-len=%lld long-n-seq=%lld",
+                          (long long)p.n_seq, (long long)p.seq_len, p.max_k, eps.c_str(), (long long)p.batch,
+                          (unsigned long long)p.seed, (long long)p.long_len, (long long)p.long_n_seq);
+  if (p.hellaswag_n > 0) fp += strfmt(" hellaswag-n=%lld", (long long)p.hellaswag_n);  // older files stay resumable
+  return fp;
 }
 
 // Relative cost of an item for the scheduler and the ETA: weights on disk x tokens.
@@ -142,7 +156,9 @@ double item_cost(const probe::SurveyItem& item, const std::vector<probe::SurveyM
       if (e.path().extension() == ".safetensors") bytes += double(e.file_size(ec));
     it = weights.emplace(item.model, std::max(bytes, 1e6)).first;
   }
-  const double tokens = item.input == "long" ? double(p.long_n_seq * p.long_len) : double(p.n_seq * p.seq_len);
+  double tokens = item.input == "long" ? double(p.long_n_seq * p.long_len)
+                                       : double(p.n_seq * (item.seq_len > 0 ? item.seq_len : p.seq_len));
+  if (item.input == "hellaswag") tokens = double(4 * 64 * (p.hellaswag_n > 0 ? p.hellaswag_n : 10042));  // ~64 tokens a choice
   return it->second * tokens;
 }
 
@@ -282,6 +298,8 @@ int run(const SurveyOptions& o, const dist::World& world) {
   plan.long_domains = split_commas(o.long_domains);
   plan.interventions = probe::parse_interventions(o.interventions, "--interventions");
   plan.intervention_inputs = split_commas(o.intervention_inputs);
+  plan.seq_lens = o.params.seq_lens;
+  plan.seq_len = o.params.seq_len;
   const std::vector<probe::SurveyItem> items = probe::plan_items(models, plan);
   if (o.dry_run) {
     if (world.is_root()) {
@@ -322,6 +340,7 @@ int run(const SurveyOptions& o, const dist::World& world) {
     log::info("memory per rank: %.1f MiB (%s)", double(budget.bytes) / (1 << 20), budget.origin.c_str());
   probe::ModelCache cache(budget);
   probe::InputsFinder finder(o.params.survey_inputs_dir);
+  probe::InputsFinder hellaswag_finder(o.params.hellaswag_dir, "hellaswag");
   const std::function<void()> progress = [&] {
     try {
       queue.poll();
@@ -342,7 +361,7 @@ int run(const SurveyOptions& o, const dist::World& world) {
     Timer timer;
     std::string blob;
     try {
-      const io::ResultSet data = probe::measure_item(item, model, o.params, cache, finder, progress);
+      const io::ResultSet data = probe::measure_item(item, model, o.params, cache, finder, hellaswag_finder, progress);
       blob = encode(true, "", timer.seconds(), data);
     } catch (const Stopped&) {
       abandoned = true;

@@ -87,25 +87,41 @@ std::vector<HeadPair> resolve_head_pairs(const std::vector<HeadPair>& pairs, int
 }
 
 double next_token_loss_sum(Tensor logits, Tensor ids) {
+  SL_CHECK(logits.ndim == 3, "next-token loss: logits must be [B,T,V], got %s", logits.shape_str().c_str());
+  const int64_t B = logits.shape[0], T = logits.shape[1];
+  double sum = 0.0;  // every position after the first is predicted once
+  for (double loglik : continuation_logliks(logits, ids, std::vector<int64_t>(size_t(B), 1), std::vector<int64_t>(size_t(B), T)))
+    sum -= loglik;
+  return sum;
+}
+
+std::vector<double> continuation_logliks(Tensor logits, Tensor ids, const std::vector<int64_t>& start,
+                                         const std::vector<int64_t>& end) {
   check_host_float(logits, "logits");
-  SL_CHECK(logits.ndim == 3 && logits.is_contiguous(), "next-token loss: logits must be contiguous [B,T,V], got %s",
+  SL_CHECK(logits.ndim == 3 && logits.is_contiguous(), "next-token log-likelihood: logits must be contiguous [B,T,V], got %s",
            logits.shape_str().c_str());
   const int64_t B = logits.shape[0], T = logits.shape[1], V = logits.shape[2], N = B * T;
   SL_CHECK(ids.dtype == DType::i32 && ids.device.is_cpu() && ids.is_contiguous() && ids.ndim == 2 &&
                ids.shape[0] == B && ids.shape[1] == T,
-           "next-token loss: ids must be contiguous host i32 [%lld,%lld], got %s %s", (long long)B, (long long)T,
+           "next-token log-likelihood: ids must be contiguous host i32 [%lld,%lld], got %s %s", (long long)B, (long long)T,
            dtype_name(ids.dtype), ids.shape_str().c_str());
-  // targets[b,t] = ids[b,t+1]; the last position of every sequence is ignored (-1).
+  SL_CHECK(int64_t(start.size()) == B && int64_t(end.size()) == B, "next-token log-likelihood: one start and end per sequence");
+  // Position t-1 predicts token t: targets[b, t-1] = ids[b, t] for t in [start_b, end_b), ignored (-1) elsewhere.
   Buffer targets_buffer = Buffer::for_tensor(DType::i32, {N});
   Buffer losses_buffer = Buffer::for_tensor(logits.dtype, {N});
   Tensor targets = targets_buffer.view(DType::i32, {N}), losses = losses_buffer.view(logits.dtype, {N});
   const int32_t* id = ids.ptr<int32_t>();
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) targets.ptr<int32_t>()[b * T + t] = t + 1 < T ? id[b * T + t + 1] : -1;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t s = start[size_t(b)], e = end[size_t(b)];
+    SL_CHECK(s >= 1 && s <= e && e <= T, "next-token log-likelihood: sequence %lld's span [%lld, %lld) is not inside "
+             "[1, %lld]", (long long)b, (long long)s, (long long)e, (long long)T);
+    for (int64_t t = 1; t <= T; ++t) targets.ptr<int32_t>()[b * T + t - 1] = t >= s && t < e ? id[b * T + t] : -1;
+  }
   ops::cross_entropy(losses, Tensor{}, logits.reshape({N, V}), targets, -1, 0.0);
-  double sum = 0.0;  // ignored rows hold 0
-  for (int64_t i = 0; i < N; ++i) sum += at(losses, i);
-  return sum;
+  std::vector<double> loglik(size_t(B), 0.0);  // ignored rows hold 0
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) loglik[size_t(b)] -= at(losses, b * T + t);
+  return loglik;
 }
 
 SurveyProbe::SurveyProbe(SurveyShape shape, std::vector<HeadPair> qk_maps, std::vector<HeadPair> attention_maps)

@@ -66,6 +66,12 @@ std::vector<HeadPair> resolve_head_pairs(const std::vector<HeadPair>& pairs, int
 // ids < V, both contiguous on the host.
 double next_token_loss_sum(Tensor logits, Tensor ids);
 
+// log p(ids[b, start_b:end_b] | ids[b, :start_b]) per sequence b: the sum over t in [start_b, end_b) of
+// log softmax(logits[b, t-1])[ids[b, t]] (ops::cross_entropy with the other positions ignored), in double;
+// the multiple-choice scorer's continuation score. Shapes as next_token_loss_sum; 1 <= start_b <= end_b <= T.
+std::vector<double> continuation_logliks(Tensor logits, Tensor ids, const std::vector<int64_t>& start,
+                                         const std::vector<int64_t>& end);
+
 struct SurveyShape {
   int n_layers = 0;                   // layers the model reports to the observer
   std::vector<int> attention_layers;  // ascending indices of the layers with attention (at least one)

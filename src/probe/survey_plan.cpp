@@ -121,7 +121,10 @@ bool has_learned_positions(const std::string& dir) {
   }
 }
 
-std::string SurveyItem::label() const { return intervention ? input + "+" + intervention->tag() : input; }
+std::string SurveyItem::label() const {
+  if (intervention) return input + "+" + intervention->tag();
+  return seq_len > 0 ? input + "@T" + std::to_string(seq_len) : input;
+}
 
 std::string SurveyItem::id(const std::vector<SurveyModel>& models) const {
   return models[size_t(model)].name + ":" + label() + ":" + domain;
@@ -133,7 +136,7 @@ std::string SurveyItem::group(const std::vector<SurveyModel>& models) const {
 
 std::vector<SurveyItem> plan_items(const std::vector<SurveyModel>& models, const PlanOptions& o) {
   auto domains_of = [&](const std::string& input) -> std::vector<std::string> {
-    if (input == "random" || input == "repeat") return {"-"};
+    if (input == "random" || input == "repeat" || input == "hellaswag") return {"-"};
     if (input == "natural") {
       SL_CHECK(!o.domains.empty(), "--domains names no domain (needed by the natural inputs)");
       return o.domains;
@@ -142,7 +145,7 @@ std::vector<SurveyItem> plan_items(const std::vector<SurveyModel>& models, const
       SL_CHECK(!o.long_domains.empty(), "--long-domains names no domain (needed by the long inputs)");
       return o.long_domains;
     }
-    SL_FAIL("--inputs: '%s' is not natural, random, repeat or long", input.c_str());
+    SL_FAIL("--inputs: '%s' is not natural, random, repeat, long or hellaswag", input.c_str());
   };
   for (const std::string& input : o.inputs) domains_of(input);  // checks the flags before anything else
   for (const std::string& d : o.domains) SL_CHECK(d != "-" && d.find('/') == std::string::npos, "--domains: bad domain '%s'", d.c_str());
@@ -153,6 +156,12 @@ std::vector<SurveyItem> plan_items(const std::vector<SurveyModel>& models, const
   for (int m = 0; m < int(models.size()); ++m) {
     for (const std::string& input : o.inputs)
       for (const std::string& domain : domains_of(input)) items.push_back({m, input, domain, std::nullopt});
+    for (int64_t T : o.seq_lens) {
+      if (T == o.seq_len) continue;
+      for (const std::string& input : o.inputs)
+        if (input == "natural" || input == "random" || input == "repeat")
+          for (const std::string& domain : domains_of(input)) items.push_back({m, input, domain, std::nullopt, T});
+    }
     const SurveyModel& model = models[size_t(m)];
     const std::vector<Intervention> interventions =
         model.interventions ? *model.interventions
@@ -161,7 +170,7 @@ std::vector<SurveyItem> plan_items(const std::vector<SurveyModel>& models, const
     SL_CHECK(!o.intervention_inputs.empty(), "--intervention-inputs names no input");
     for (const std::string& input : o.intervention_inputs)
       for (const std::string& domain : domains_of(input))
-        for (const Intervention& iv : interventions) items.push_back({m, input, domain, iv});
+        for (const Intervention& iv : interventions) items.push_back({m, input, domain, iv, 0});
   }
   std::set<std::string> ids;
   for (const SurveyItem& it : items)

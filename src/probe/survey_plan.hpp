@@ -7,12 +7,16 @@
 //             random    T tokens uniform over the tokenizer's vocabulary, special tokens excluded
 //             repeat    one such token repeated T times (paper Table 1 left)
 //             long      natural text of T = --long-input-len tokens (the long-input appendix)
-//   domain    a Pile domain key for natural/long, "-" for random/repeat
+//             hellaswag multiple-choice log-likelihood scoring of a HellaSwag-format file made into tokens
+//                       by data_prep hellaswag (accuracy beside the sink: paper Fig. 10)
+//   T         natural/random/repeat are measured at T = --seq-len, and again at each T of --seq-lens
+//             (Sink vs T: paper Fig. 3); such an item's label is "<input>@T<T>" ("natural@T256")
+//   domain    a Pile domain key for natural/long, "-" for random/repeat/hellaswag
 //   intervention (learned-position models, paper Table 7): p_1 := p_t (replace) or p_1 <-> p_t (swap),
 //             t the paper's 1-based position
 //
-// Results: /models/<model>/<input label>/<domain>, the label being the input, or "<input>+<tag>" with an
-// intervention ("repeat+swap_5"); bookkeeping under /items/<id>, id = "<model>:<label>:<domain>".
+// Results: /models/<model>/<input label>/<domain>, the label being the input, "<input>@T<T>" at another
+// length, or "<input>+<tag>" with an intervention ("repeat+swap_5"); bookkeeping under /items/<id>, id = "<model>:<label>:<domain>".
 #pragma once
 
 #include <cstdint>
@@ -65,8 +69,9 @@ struct SurveyItem {
   std::string input;   // natural | random | repeat | long
   std::string domain;  // Pile domain key, or "-"
   std::optional<Intervention> intervention;
+  int64_t seq_len = 0;  // T of a --seq-lens item; 0: --seq-len (or the long inputs' length)
 
-  std::string label() const;  // input, or input+tag
+  std::string label() const;  // input, input@T<seq_len>, or input+tag
   std::string id(const std::vector<SurveyModel>& models) const;
   std::string group(const std::vector<SurveyModel>& models) const;  // "/models/<m>/<label>/<domain>"
 };
@@ -77,10 +82,12 @@ struct PlanOptions {
   std::vector<std::string> long_domains;         // for long
   std::vector<Intervention> interventions;       // the global list
   std::vector<std::string> intervention_inputs;  // the inputs interventions are crossed with
+  std::vector<int64_t> seq_lens;                 // more lengths of the natural/random/repeat inputs
+  int64_t seq_len = 0;                           // --seq-len (a --seq-lens entry equal to it is skipped)
 };
 
-// Per model (in order): each input of `inputs` over its domains, then each intervention over the
-// intervention inputs and their domains. Unknown inputs, empty domain lists an input needs and
+// Per model (in order): each input of `inputs` over its domains, then the natural/random/repeat ones
+// again at each length of seq_lens, then each intervention over the intervention inputs and their domains. Unknown inputs, empty domain lists an input needs and
 // duplicate ids throw naming the flag.
 std::vector<SurveyItem> plan_items(const std::vector<SurveyModel>& models, const PlanOptions& options);
 

@@ -13,6 +13,7 @@
 #include "io/h5.hpp"
 #include "io/sha256.hpp"
 #include "probe/inputs.hpp"
+#include "probe/multiple_choice.hpp"
 #include "probe/vocabulary.hpp"
 
 namespace sinklab::probe {
@@ -154,17 +155,28 @@ TokenizerFingerprint tokenizer_fingerprint(const std::string& model_dir) {
 }
 
 std::string InputsFinder::find(const SurveyModel& model, int64_t T) {
-  if (!model.inputs.empty()) {
+  const bool hellaswag = kind_ == "hellaswag";
+  if (hellaswag && fs::is_regular_file(dir_)) return dir_;
+  if (!model.inputs.empty() && !hellaswag) {
     const std::string path = fs::path(model.inputs).is_absolute() || dir_.empty() ? model.inputs
                                                                                   : (fs::path(dir_) / model.inputs).string();
     SL_CHECK(fs::is_regular_file(path), "%s: no such survey inputs file (inputs= of model %s)", path.c_str(),
              model.name.c_str());
     return path;
   }
-  SL_CHECK(!dir_.empty(), "model %s: no --survey-inputs-dir to find its natural inputs in", model.name.c_str());
-  const TokenizerFingerprint tokenizer = tokenizer_fingerprint(model.dir);
+  SL_CHECK(!dir_.empty(), "model %s: no --%s-dir to find its %s inputs in", model.name.c_str(), kind_.c_str(),
+           hellaswag ? "hellaswag" : "natural");
+  TokenizerFingerprint tokenizer;
+  try {
+    tokenizer = tokenizer_fingerprint(model.dir);
+  } catch (const Error&) {
+    if (!hellaswag) throw;
+    SL_FAIL("%s: no tokenizer.json, tokenizer.model or vocab.json + merges.txt to match hellaswag files by (name one "
+            "file with --hellaswag-dir)", model.dir.c_str());
+  }
   if (!indexed_) {
-    SL_CHECK(fs::is_directory(dir_), "--survey-inputs-dir %s is not a directory", dir_.c_str());
+    SL_CHECK(fs::is_directory(dir_), "--%s-dir %s is not a %sdirectory", kind_.c_str(), dir_.c_str(),
+             hellaswag ? "file or " : "");
     std::vector<std::string> files;
     for (const auto& e : fs::directory_iterator(dir_))
       if (e.is_regular_file() && e.path().extension() == ".h5") files.push_back(e.path().string());
@@ -172,9 +184,11 @@ std::string InputsFinder::find(const SurveyModel& model, int64_t T) {
     for (const std::string& path : files) {
       try {
         io::ResultsFile f = io::ResultsFile::open_read(path);
-        entries_.push_back({path, f.attr_string("/", "tokenizer_sha256"), f.attr_int("/", "T")});
+        const bool is_hellaswag = f.has_attr("/", "kind") && f.attr_string("/", "kind") == "hellaswag";
+        if (is_hellaswag != hellaswag) continue;
+        entries_.push_back({path, f.attr_string("/", "tokenizer_sha256"), hellaswag ? 0 : f.attr_int("/", "T")});
       } catch (const Error&) {
-        // not a survey inputs file: ignored
+        // not a survey inputs / hellaswag file: ignored
       }
     }
     indexed_ = true;
@@ -187,19 +201,71 @@ std::string InputsFinder::find(const SurveyModel& model, int64_t T) {
     longest = std::max(longest, e.T);
     if (e.T >= T && (!best || e.T < best->T)) best = &e;
   }
-  SL_CHECK(longest > 0, "no survey inputs in %s were made with the tokenizer of %s (%s, fingerprint %s)",
-           dir_.c_str(), model.dir.c_str(), tokenizer.files.c_str(), sha.substr(0, 12).c_str());
+  SL_CHECK(longest > 0 || (hellaswag && best), "no %s files in %s were made with the tokenizer of %s (%s, fingerprint %s)",
+           hellaswag ? "hellaswag" : "survey inputs", dir_.c_str(), model.dir.c_str(), tokenizer.files.c_str(),
+           sha.substr(0, 12).c_str());
   SL_CHECK(best, "the survey inputs in %s for the tokenizer of %s have T <= %lld, %lld needed", dir_.c_str(),
            model.dir.c_str(), (long long)longest, (long long)T);
   return best->path;
 }
 
+namespace {
+
+// The attributes every item of a model carries.
+void add_model_attrs(const SurveyItem& item, const SurveyModel& model, const hf::HfModelInfo& info, io::ResultSet& set) {
+  add_source_notes(model.dir, set);
+  set.set_attr("", "input", item.input);
+  set.set_attr("", "domain", item.domain);
+  set.set_attr("", "model_type", info.model_type);
+  set.set_attr("", "model_dir", model.dir);
+  set.set_attr("", "weights", info.weights);
+  set.set_attr("", "weights_streamed", int64_t(info.weights_streamed));
+}
+
+// A hellaswag item: the multiple-choice scores of the model's file (multiple_choice.hpp).
+io::ResultSet measure_hellaswag(const SurveyItem& item, const SurveyModel& model, const SurveyParams& params,
+                                hf::HfModel& hf_model, InputsFinder& hellaswag, const std::function<void()>& progress) {
+  const hf::HfModelInfo& info = hf_model.info();
+  SL_CHECK(info.gives_logits, "%s: the hellaswag input needs a model that gives logits (sinklab's own checkpoints "
+           "in the survey give none)", model.dir.c_str());
+  const MultipleChoiceSet mc = read_multiple_choice(hellaswag.find(model, 0), params.hellaswag_n, info.vocab_size);
+  const MultipleChoiceScores scores = score_multiple_choice(hf_model, mc, progress);
+  const int64_t N = mc.n_examples(), C = int64_t(mc.cont_start.size());
+  io::ResultSet set;
+  set.add_array("loglik", {C}, scores.loglik);
+  set.add_array("n_cont_tokens", {C}, scores.n_cont_tokens);
+  set.add_array("choice_chars", {C}, mc.choice_chars);
+  std::vector<int32_t> example_offsets(mc.example_offsets.begin(), mc.example_offsets.end());
+  set.add_array("example_offsets", {N + 1}, example_offsets);
+  set.add_array("label", {N}, mc.label);
+  set.add_array("pred", {N}, scores.pred);
+  set.add_array("pred_norm", {N}, scores.pred_norm);
+  set.set_attr("", "acc", scores.acc);
+  set.set_attr("", "acc_norm", scores.acc_norm);
+  set.set_attr("", "n_examples", N);
+  set.set_attr("", "inputs_file", mc.path);
+  add_model_attrs(item, model, info, set);
+  return set;
+}
+
+}  // namespace
+
 io::ResultSet measure_item(const SurveyItem& item, const SurveyModel& model, const SurveyParams& params,
-                           ModelCache& models, InputsFinder& inputs, const std::function<void()>& progress) {
+                           ModelCache& models, InputsFinder& inputs, InputsFinder& hellaswag,
+                           const std::function<void()>& progress) {
   hf::HfModel& hf_model = models.get(model);
   const hf::HfModelInfo& info = hf_model.info();
+  if (item.input == "hellaswag") {
+    try {
+      return measure_hellaswag(item, model, params, hf_model, hellaswag, progress);
+    } catch (...) {
+      models.drop();  // as below: a pass that did not finish may have left the model mid-layer
+      throw;
+    }
+  }
   const bool is_long = item.input == "long";
-  const int64_t T = is_long ? params.long_len : params.seq_len;
+  const bool other_length = item.seq_len > 0;  // a --seq-lens item (Fig. 3)
+  const int64_t T = is_long ? params.long_len : other_length ? item.seq_len : params.seq_len;
   const int64_t n_requested = is_long ? params.long_n_seq : params.n_seq;
   SL_CHECK(info.max_positions == 0 || T <= info.max_positions, "%s: the model takes at most %lld positions, T = %lld asked",
            model.dir.c_str(), (long long)info.max_positions, (long long)T);
@@ -215,6 +281,7 @@ io::ResultSet measure_item(const SurveyItem& item, const SurveyModel& model, con
         iv.t - 1;
     K = std::max<int>(K, int(iv.t));
   }
+  if (other_length) K = int(std::min<int64_t>(K, T));  // alpha_k of a short --seq-lens item stops at k = T
   SL_CHECK(K <= T, "--max-k %d exceeds T = %lld", K, (long long)T);
 
   InputTokens tokens;
@@ -242,7 +309,7 @@ io::ResultSet measure_item(const SurveyItem& item, const SurveyModel& model, con
   shape.eps = params.eps;
   std::vector<std::string> skipped;
   std::vector<HeadPair> qk, attn;
-  if (!is_long) {  // [T,T] maps at T = 4096 would be 64 MiB each
+  if (!is_long && !other_length) {  // [T,T] maps at T = 4096 would be 64 MiB each
     // The model line's own pairs where it names them (qk-maps= / attention-maps=), else the flags'.
     qk = resolve_head_pairs(model.qk_maps.value_or(params.qk_maps), info.n_layers, shape.attention_layers,
                             info.n_heads, &skipped);
@@ -321,17 +388,11 @@ io::ResultSet measure_item(const SurveyItem& item, const SurveyModel& model, con
     set.set_attr("", "t", item.intervention->t);
   }
   if (want_loss) set.set_attr("", "loss", loss_sum / double(n * (T - 1)));
-  add_source_notes(model.dir, set);
+  add_model_attrs(item, model, info, set);
   set.set_attr("", "n_seq", n);
   set.set_attr("", "n_seq_requested", n_requested);
   set.set_attr("", "T", T);
   set.set_attr("", "bos", tokens.bos);
-  set.set_attr("", "input", item.input);
-  set.set_attr("", "domain", item.domain);
-  set.set_attr("", "model_type", info.model_type);
-  set.set_attr("", "model_dir", model.dir);
-  set.set_attr("", "weights", info.weights);
-  set.set_attr("", "weights_streamed", int64_t(info.weights_streamed));
   set.set_attr("", "seed", int64_t(params.seed));
   set.set_attr("", item.input == "natural" || is_long ? "inputs_file" : "vocabulary", tokens.source);
   if (!skipped.empty()) {

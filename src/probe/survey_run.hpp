@@ -9,6 +9,9 @@
 //   qk_pairs[P,2] (int32) qk_cos[P,T,T] qk_normprod[P,T,T]; attention_pairs[P,2] attention_maps[P,T,T]
 //       (when pairs were asked for and exist in the model; not for long inputs)
 //   intervention items: sink_t[E] = Sink_t^eps at the intervention's position (K is raised to t)
+//   hellaswag items (multiple_choice.hpp) instead: loglik[C] (f64) n_cont_tokens[C] choice_chars[C]
+//       example_offsets[N+1] label[N] pred[N] pred_norm[N]; attrs acc, acc_norm, n_examples, inputs_file, model_type,
+//       model_dir, weights, input, domain
 //   tokens[n,T] (int32) — the token ids measured (natural rows as read, random/repeated as generated)
 //   attrs: n_seq (sequences measured), n_seq_requested, T, bos (the prefix token id, -1: none),
 //          input, domain, model_type, model_dir, seed, inputs_file | vocabulary, intervention, t,
@@ -40,6 +43,7 @@ constexpr int64_t kMaxLogitsBytes = int64_t(256) << 20;
 
 struct SurveyParams {
   int64_t n_seq = 100, seq_len = 64;       // natural / random / repeat
+  std::vector<int64_t> seq_lens;           // more T of those (items with SurveyItem::seq_len)
   int64_t long_n_seq = 16, long_len = 4096;  // long
   int max_k = 8;
   std::vector<double> eps = default_sink_eps();
@@ -48,6 +52,8 @@ struct SurveyParams {
   int64_t max_memory = 0;  // bytes, 0 = unbounded (hf::LoadOptions); -1 = auto (MemoryBudget below)
   std::vector<HeadPair> qk_maps, attention_maps;
   std::string survey_inputs_dir;
+  std::string hellaswag_dir;  // data_prep hellaswag files
+  int64_t hellaswag_n = 0;    // examples per model, 0 = all
 };
 
 // What a rank may hold: --max-memory as given (weights streamed under it), or by default ("auto") the
@@ -108,10 +114,12 @@ struct TokenizerFingerprint {
 TokenizerFingerprint tokenizer_fingerprint(const std::string& model_dir);
 
 // Survey inputs files (data_prep survey-inputs) by the fingerprint of the tokenizer they were made with
-// (their tokenizer_sha256 attribute), and by their T; the directory is indexed once.
+// (their tokenizer_sha256 attribute), and by their T; the directory is indexed once. With kind
+// "hellaswag", data_prep hellaswag files (root attribute kind = "hellaswag") by fingerprint alone; `dir`
+// may then also name one such file, used for every model.
 class InputsFinder {
  public:
-  explicit InputsFinder(std::string dir) : dir_(std::move(dir)) {}
+  explicit InputsFinder(std::string dir, std::string kind = "survey-inputs") : dir_(std::move(dir)), kind_(std::move(kind)) {}
   // The file for `model` with at least T tokens per row: the one the config names, else among the
   // files of the model's tokenizer the one with the smallest T >= T (ties: by name). Throws saying
   // what is missing.
@@ -122,7 +130,7 @@ class InputsFinder {
     std::string path, sha;
     int64_t T = 0;
   };
-  std::string dir_;
+  std::string dir_, kind_;
   bool indexed_ = false;
   std::vector<Entry> entries_;
 };
@@ -130,7 +138,9 @@ class InputsFinder {
 // Measures one item. `progress` is called after every layer of every forward pass (rank 0 serves the
 // work queue from it; throwing from it abandons the item). Errors of the item (files, model, inputs)
 // throw sinklab::Error.
+// `hellaswag` finds the hellaswag input's files (InputsFinder with kind "hellaswag").
 io::ResultSet measure_item(const SurveyItem& item, const SurveyModel& model, const SurveyParams& params,
-                           ModelCache& models, InputsFinder& inputs, const std::function<void()>& progress);
+                           ModelCache& models, InputsFinder& inputs, InputsFinder& hellaswag,
+                           const std::function<void()>& progress);
 
 }  // namespace sinklab::probe

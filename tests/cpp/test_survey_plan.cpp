@@ -140,5 +140,29 @@ TEST_F(SurveyPlanDirs, Items) {
   EXPECT_NE(error_of([&] { plan_items(models, bad); }).find("g:random:- twice"), std::string::npos);
 }
 
+// --seq-lens: natural/random/repeat again at each other T, labelled input@T<T> (not long, not hellaswag, not
+// the interventions; a length equal to --seq-len is not measured twice); hellaswag has the one domain "-".
+TEST_F(SurveyPlanDirs, ItemsAtMoreLengthsAndHellaswag) {
+  std::vector<SurveyModel> models = {parse_model_line("g gpt", root())};
+  PlanOptions o;
+  o.inputs = {"natural", "long", "hellaswag", "repeat"};
+  o.domains = {"pile_cc"};
+  o.long_domains = {"arxiv"};
+  o.interventions = parse_interventions("swap:5", "--interventions");
+  o.intervention_inputs = {"repeat"};
+  o.seq_len = 64;
+  o.seq_lens = {16, 64, 1024};
+  std::vector<std::string> ids;
+  const std::vector<SurveyItem> items = plan_items(models, o);
+  for (const SurveyItem& it : items) ids.push_back(it.id(models));
+  const std::vector<std::string> want = {
+      "g:natural:pile_cc", "g:long:arxiv", "g:hellaswag:-", "g:repeat:-",
+      "g:natural@T16:pile_cc", "g:repeat@T16:-", "g:natural@T1024:pile_cc", "g:repeat@T1024:-", "g:repeat+swap_5:-"};
+  EXPECT_EQ(ids, want);
+  EXPECT_EQ(items[4].seq_len, 16);
+  EXPECT_EQ(items[0].seq_len, 0);
+  EXPECT_EQ(items[6].group(models), "/models/g/natural@T1024/pile_cc");
+}
+
 }  // namespace
 }  // namespace sinklab::probe

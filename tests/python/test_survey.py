@@ -227,6 +227,34 @@ def test_two_ranks_write_what_one_rank_writes(survey_setup, reference, tmp_path)
     assert ranks == {0, 1}, ranks  # both ranks measured items
 
 
+def test_hellaswag_scored_through_the_models_tokenizer(survey_setup, tmp_path):
+    """data_prep hellaswag with the GPT-2 copy's tokenizer, found by its fingerprint in --hellaswag-dir;
+    --hellaswag-n keeps the first examples; a model without a file of its tokenizer fails its item only."""
+    from data_prep.fixtures import WORDS
+    rng = np.random.default_rng(0)
+    words = lambda n: " ".join(rng.choice(WORDS, n))
+    jsonl = tmp_path / "hs.jsonl"
+    jsonl.write_text("".join(json.dumps({"activity_label": words(1), "ctx_a": words(6), "ctx_b": words(3),
+                                         "endings": [words(int(rng.integers(2, 6))) for _ in range(4)],
+                                         "label": int(rng.integers(4))}) + "\n" for _ in range(7)))
+    _run([sys.executable, "-m", "data_prep", "hellaswag", "--jsonl", jsonl, "--model", survey_setup["root"] / "gpt2",
+          "--out-dir", tmp_path / "hs"])
+    out = tmp_path / "r.h5"
+    proc = _run(_cmd(survey_setup, out, "--models=gpt2,llama_gqa", "--inputs=hellaswag", "--hellaswag-n=5", "--interventions=none",
+                     f"--hellaswag-dir={tmp_path / 'hs'}"), check=False)
+    assert proc.returncode == 1 and "1 of 2 items failed" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    with h5py.File(out, "r") as f:
+        g = f["models/gpt2/hellaswag/-"]
+        assert g.attrs["n_examples"] == 5 and g["label"].shape == (5,) and g["loglik"].shape == (20,)
+        assert g.attrs["inputs_file"] == str(tmp_path / "hs" / "gpt2.h5")
+        ll = g["loglik"][:].reshape(5, 4)
+        assert np.all(np.isfinite(ll)) and np.all(ll < 0)
+        assert g["pred"][:].tolist() == ll.argmax(axis=1).tolist()
+        assert g.attrs["acc"] == np.mean(ll.argmax(axis=1) == g["label"][:])
+        failed = f["items/llama_gqa:hellaswag:-"]
+        assert failed.attrs["status"] == "failed" and "to match hellaswag files by" in failed.attrs["error"]
+
+
 def _descendants(pid):
     """pid and every process below it (OpenMPI's ranks are not in mpirun's process group)."""
     children = {}
@@ -457,13 +485,61 @@ def _next_token_loss(logits, ids):
     return -np.take_along_axis(log_probs, ids[:, 1:, None].astype(np.int64), axis=-1).mean()
 
 
+def _write_golden_multiple_choice(path, ids):
+    """A multiple-choice file in data_prep hellaswag's layout whose choices are prefixes of the golden rows
+    (row b, length m, continuation from s), so that transformers' golden logits score them: two examples,
+    of four and two choices, mixing full rows and shorter prefixes (padded in the survey's batch)."""
+    B, T = ids.shape
+    last = B - 1
+    examples = [([(0, T, T // 2), (last, T, T // 2), (0, T - 1, 1), (last, max(3, T // 2), 2)], 1),
+                ([(last, T - 2, T - 3), (0, 2, 1)], 0)]
+    chars = [5, 3, 9, 2, 4, 1]  # choice lengths in characters, for acc_norm
+    tokens, choice_offsets, cont_start, example_offsets, labels, flat = [], [0], [], [0], [], []
+    for choices, label in examples:
+        for b, m, s in choices:
+            tokens += ids[b, :m].tolist()
+            choice_offsets.append(len(tokens))
+            cont_start.append(s)
+            flat.append((b, m, s))
+        example_offsets.append(len(cont_start))
+        labels.append(label)
+    with h5py.File(path, "w") as f:
+        f.attrs["kind"] = "hellaswag"
+        f.attrs["tokenizer_sha256"] = "0" * 64
+        for name, data, dtype in (("tokens", tokens, np.int32), ("choice_offsets", choice_offsets, np.int64),
+                                  ("cont_start", cont_start, np.int32), ("choice_chars", chars, np.int32),
+                                  ("example_offsets", example_offsets, np.int64), ("label", labels, np.int32)):
+            f.create_dataset(name, data=np.asarray(data, dtype=dtype))
+    return {"choices": flat, "chars": chars, "example_offsets": example_offsets, "labels": labels}
+
+
+def _check_multiple_choice(g, mc, logits, ids):
+    """The scorer's log-likelihoods from transformers' logits (numpy log-softmax, float64), and the
+    predictions and accuracies that follow from them."""
+    x = logits.astype(np.float64)
+    log_probs = x - x.max(axis=-1, keepdims=True)
+    log_probs -= np.log(np.exp(log_probs).sum(axis=-1, keepdims=True))
+    want = [sum(log_probs[b, t - 1, ids[b, t]] for t in range(s, m)) for b, m, s in mc["choices"]]
+    np.testing.assert_allclose(g["loglik"][:], want, rtol=2e-6, atol=2e-5)
+    assert g["n_cont_tokens"][:].tolist() == [m - s for _, m, s in mc["choices"]]
+    offsets, chars = mc["example_offsets"], np.asarray(mc["chars"], dtype=np.float64)
+    pred = [int(np.argmax(want[a:b])) for a, b in zip(offsets, offsets[1:])]
+    pred_norm = [int(np.argmax(np.asarray(want[a:b]) / chars[a:b])) for a, b in zip(offsets, offsets[1:])]
+    assert g["pred"][:].tolist() == pred and g["pred_norm"][:].tolist() == pred_norm
+    assert g.attrs["acc"] == np.mean(np.asarray(pred) == mc["labels"])
+    assert g.attrs["acc_norm"] == np.mean(np.asarray(pred_norm) == mc["labels"])
+    assert g.attrs["n_examples"] == 2 and g.attrs["input"] == "hellaswag"
+
+
 @pytest.mark.parametrize("fixture", sorted(p for p in FIXTURES.iterdir() if p.is_dir()), ids=lambda p: p.name)
 def test_measurements_match_transformers(fixture, tmp_path):
     """The survey's numbers from transformers' own outputs on the fixture goldens (float64, eager
     attention): the golden's token ids become a natural-input domain; alpha, Sink_k, last_to_first and
     attention maps are recomputed from transformers' attention probabilities, the hidden-state norms and
     massive ratio from its per-layer hidden states, the next-token loss from its logits (numpy
-    log-softmax); the Table 7 cases through the interventions."""
+    log-softmax); the Table 7 cases through the interventions; the multiple-choice scorer's
+    log-likelihoods of prefixes of the golden rows from the same logits; a --seq-lens item from the
+    leading block of the same probabilities."""
     golden, meta = _golden_of(fixture)
     ids = golden["t13/ids"]
     B, T13 = ids.shape
@@ -480,13 +556,26 @@ def test_measurements_match_transformers(fixture, tmp_path):
     flags = ",".join(f"{c.rstrip('0123456789')}:{t + 1}" for c, t in cases.items()) or "none"
     K, eps = 4, (0.2, 0.3, 0.4)
     out = tmp_path / "r.h5"
+    choices = _write_golden_multiple_choice(tmp_path / "mc.h5", ids)
     # The attention maps at the model line's own pairs (qk-maps= / attention-maps=, as jobs/survey/open_models.ini
     # draws Jamba's attention layers), which win over the flag's.
     _run([SURVEY, "--model", f"m {fixture} inputs={tmp_path / 'golden_ids.h5'} interventions={flags} "
-          f"attention-maps={att[0]}:0,{att[-1]}:1", "--inputs=natural", "--domains=golden",
+          f"attention-maps={att[0]}:0,{att[-1]}:1", "--inputs=natural,hellaswag", "--domains=golden",
+          f"--hellaswag-dir={tmp_path / 'mc.h5'}", f"--seq-lens={T13 - 3},{T13}",
           "--intervention-inputs=natural", f"--seq-len={T13}", f"--n-seq={B}", f"--max-k={K}", "--batch=1",
           "--attention-maps=-1:0", "--commit-every=0", "--output", out])
     with h5py.File(out, "r") as f:
+        _check_multiple_choice(f["models/m/hellaswag/-"], choices, golden["t13/logits"], ids)
+        # --seq-lens: the first T' tokens of the same rows; causal attention makes their attention the
+        # leading [T', T'] block of transformers' (T13 itself is the --seq-len item, not measured twice).
+        short = T13 - 3
+        g = f[f"models/m/natural@T{short}/golden"]
+        assert g.attrs["T"] == short and g.attrs["input"] == "natural" and f"natural@T{T13}" not in f["models/m"]
+        alpha, sink, near = _expected_sinks([golden[f"t13/probs/{l}"][..., :short, :short] for l in att], K, eps)
+        np.testing.assert_allclose(g["alpha"][:], alpha, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(np.where(near, 0, g["sink_k"][:]), np.where(near, 0, sink), rtol=1e-12)
+        np.testing.assert_allclose(g.attrs["loss"], _next_token_loss(golden["t13/logits"][:, :short], ids[:, :short]),
+                                   rtol=2e-6)
         g = f["models/m/natural/golden"]
         assert g["attention_layers"][:].tolist() == att
         alpha, sink, near = _expected_sinks([golden[f"t13/probs/{l}"] for l in att], K, eps)
