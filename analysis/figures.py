@@ -95,11 +95,15 @@ def alpha1_over_training(path, caption, series):
 
 
 def per_layer(path, caption, curves, ylabel, logy=False):
-    """Per-layer curves (Fig. 7: massive ratio; last-token-to-first attention): curves =
-    [(label, x, y, style)] with style a matplotlib format string."""
+    """Per-layer curves (Fig. 7: massive ratio; the long-input figure: last-token-to-first attention with
+    error bars over heads): curves = [(label, x, y, style)] or [(label, x, y, style, yerr)], style a
+    matplotlib format string."""
     fig, ax = _pyplot().subplots(figsize=(5.6, 3.4))
-    for label, x, y, style in curves:
-        ax.plot(x, y, style, ms=3, label=label)
+    for label, x, y, style, *yerr in curves:
+        if yerr:
+            ax.errorbar(x, y, yerr=yerr[0], fmt=style, ms=3, capsize=2, elinewidth=0.8, label=label)
+        else:
+            ax.plot(x, y, style, ms=3, label=label)
     ax.set_xlabel("layer")
     _integer_ticks(ax.xaxis)
     ax.set_ylabel(ylabel)
@@ -173,5 +177,41 @@ def grouped_bars(path, caption, groups, series, values, ylabel):
     ax.set_xticklabels(groups, rotation=30, ha="right", fontsize=7)
     ax.set_ylabel(ylabel)
     ax.set_ylim(0, 100)
+    ax.legend(fontsize=7)
+    return _save(fig, path, caption)
+
+
+def lines_vs(path, caption, series, xlabel, ylabel, logx=False, ylim=None):
+    """One line per series over a shared axis (Fig. 3: Sink_1^eps against T, one line per eps):
+    series = [(label, x, y)]; x ascending."""
+    fig, ax = _pyplot().subplots(figsize=(5.2, 3.4))
+    for label, x, y in series:
+        ax.plot(x, y, "o-", ms=3, label=label)
+    if logx:  # ticks at the measured values, written as plain numbers
+        from matplotlib.ticker import NullFormatter
+
+        ax.set_xscale("log", base=2)
+        ticks = sorted({v for _, x, _ in series for v in x})
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([f"{v:g}" for v in ticks])
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+    ax.legend(fontsize=7)
+    return _save(fig, path, caption)
+
+
+def labelled_scatter(path, caption, series, xlabel, ylabel):
+    """Points named by what they are (Fig. 10: each model's Sink_1^eps against its HellaSwag accuracy):
+    series = [(legend label, marker, [(point label, x, y)])]."""
+    fig, ax = _pyplot().subplots(figsize=(5.8, 4.0))
+    for legend, marker, points in series:
+        ax.scatter([p[1] for p in points], [p[2] for p in points], marker=marker, s=22, label=legend)
+        for name, x, y in points:
+            ax.annotate(name, (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.legend(fontsize=7)
     return _save(fig, path, caption)

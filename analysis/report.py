@@ -490,8 +490,9 @@ def models_section(rep, entries, eps):
         by.setdefault((label, e.input), []).append(e)
 
     # Table 1 (left): Sink_1^eps per model and input; natural (any input) = mean over its domains. Inputs
-    # with an intervention ("natural+swap_5") have their own table.
-    plain = [i for i in inputs if "+" not in i]
+    # with an intervention ("natural+swap_5") have their own table, those at other lengths ("natural@T256")
+    # the Sink-vs-T section.
+    plain = [i for i in inputs if "+" not in i and "@T" not in i]
     missing = [e.label() for e in entries if len(e.sink) and _match_eps(e.eps, eps) is None]
     rows, stars, means = [], set(), []
     for m in models:
@@ -532,6 +533,7 @@ def models_section(rep, entries, eps):
     _per_domain_table(rep, labels, entries, eps)
     _sink_k_table(rep, labels, entries, eps)
     _intervention_table(rep, models, inputs, by, eps)
+    _length_section(rep, models, inputs, by)
     for m in models:
         rep.heading(3, f"Model {m}")
         for inp in plain:
@@ -539,6 +541,76 @@ def models_section(rep, entries, eps):
             if es:
                 _model_input_figures(rep, m, inp, es)
                 _map_figures(rep, m, inp, es)
+
+
+def _base_input(label):
+    """natural@T256 -> natural; other labels unchanged."""
+    return label.split("@T")[0]
+
+
+def _length_section(rep, models, inputs, by):
+    """Sink_1^eps against T (paper Fig. 3) for every model and input measured at two or more lengths
+    (the survey's --seq-lens): a table of every (model, input, T, eps) and one figure per model and input,
+    one line per eps; each point the mean over domains."""
+    rows = []
+    for m in models:
+        for base in dict.fromkeys(_base_input(i) for i in inputs if "+" not in i):
+            by_T = {}  # T -> entries
+            for inp in inputs:
+                if _base_input(inp) != base or "+" in inp:
+                    continue
+                for e in by.get((m, inp), []):
+                    if "T" in e.attrs and len(e.sink):
+                        by_T.setdefault(int(e.attrs["T"]), []).append(e)
+            if len(by_T) < 2:
+                continue
+            lengths = sorted(by_T)
+            eps_all = sorted({x for es in by_T.values() for e in es for x in e.eps if not math.isnan(x)})
+            series = []
+            for e_val in eps_all:
+                ys = []
+                for T in lengths:
+                    vals = [e.sink[_match_eps(e.eps, e_val)] for e in by_T[T] if _match_eps(e.eps, e_val) is not None]
+                    ys.append(float(np.mean(vals)) if vals else np.nan)
+                    if vals:
+                        rows.append([m, base, T, e_val, ys[-1], len(vals)])
+                series.append((f"eps = {e_val:g}", lengths, ys))
+            rep.figure(f"sink_vs_T_{m}_{base}", f"{m} / {base}: Sink_1^eps (%) against T, mean over domains (Fig. 3)",
+                       figures.lines_vs, series, "T (tokens)", "Sink_1^eps (%)", logx=True, ylim=(0, 100))
+    if rows:
+        rep.table(Table("sink_vs_T", "Sink_1^eps (%) against the sequence length T (Fig. 3)",
+                        ["model", "input", "T", "eps", "Sink_1", "domains"], rows, {"Sink_1": ".2f", "eps": "g"}))
+
+
+def downstream_section(rep, entries, scores, eps):
+    """Sink beside downstream accuracy (paper Fig. 10): each model's Sink_1^eps on natural inputs (mean over
+    domains) and its multiple-choice accuracy (the survey's hellaswag input), as a table and a scatter."""
+    if not scores:
+        return
+    rep.heading(2, "Sink and downstream accuracy (Fig. 10)", anchor="downstream")
+    sink_of = {}
+    for e in entries:
+        i = _match_eps(e.eps, eps) if len(e.sink) else None
+        if e.input == "natural" and i is not None:
+            sink_of.setdefault(e.model, []).append(e.sink[i])
+    rows, acc_points, norm_points = [], [], []
+    for s in scores:
+        sink = float(np.mean(sink_of[s.model])) if s.model in sink_of else None
+        rows.append([s.model, s.input, sink, s.acc, s.acc_norm, s.n_examples])
+        if sink is not None:
+            acc_points.append((s.model, sink, s.acc))
+            norm_points.append((s.model, sink, s.acc_norm))
+    rep.table(Table("downstream", f"Sink_1^{eps:g} (%, natural inputs) and multiple-choice accuracy per model",
+                    ["model", "task", f"Sink_1^{eps:g}", "acc", "acc_norm", "examples"], rows,
+                    {f"Sink_1^{eps:g}": ".2f", "acc": ".4f", "acc_norm": ".4f"},
+                    note="acc: the choice of highest log-likelihood; acc_norm: per character of the choice "
+                         "(lm-evaluation-harness's definitions)."))
+    if acc_points:
+        rep.figure("sink_vs_accuracy", f"Sink_1^{eps:g} against multiple-choice accuracy (Fig. 10)",
+                   figures.labelled_scatter, [("acc", "o", acc_points), ("acc_norm", "^", norm_points)],
+                   f"Sink_1^{eps:g} (%)", "accuracy")
+    else:
+        rep.skipped("Fig. 10 (Sink against accuracy)", "no model has both a hellaswag score and natural inputs")
 
 
 def _inputs_table(rep, models, inputs, by):
@@ -702,11 +774,12 @@ def _model_input_figures(rep, model, inp, es):
 
     ltf = _mean_of(es, "last_to_first")
     if ltf is not None:
+        # The paper's long-input figure (App. F, Fig. 12): the mean over heads, error bars = std over heads.
         x = layer_axis(ltf.shape[0])
-        curves = [("mean over heads", x, ltf.mean(axis=1), "o-"), ("max over heads", x, ltf.max(axis=1), "^--"),
-                  ("min over heads", x, ltf.min(axis=1), "v--")]
-        rep.figure(f"{name}_last_to_first", caption + " | attention of the last token to the first, per layer",
-                   figures.per_layer, curves, "A[T-1, 0]")
+        curves = [("mean over heads (bars: std over heads)", x, ltf.mean(axis=1), "o", ltf.std(axis=1)),
+                  ("max over heads", x, ltf.max(axis=1), "^--"), ("min over heads", x, ltf.min(axis=1), "v--")]
+        rep.figure(f"{name}_last_to_first", caption + " | attention of the last token to the first, per layer "
+                   "(long inputs: App. F, Fig. 12)", figures.per_layer, curves, "A[T-1, 0]")
     else:
         rep.skipped(f"{where}: last-token-to-first attention", "no last_to_first dataset")
 
@@ -869,12 +942,14 @@ def build_report(paths, out_dir, eps=DEFAULT_EPS, jobs_dir=JOBS_DIR):
         runs = [r for rf in files for r in rf.runs]
         entries = [e for rf in files for e in rf.entries]
         items = [it for rf in files for it in rf.items]
+        scores = [s for rf in files for s in rf.scores]
         try:
             rep = Report(out_dir)
         except OSError as e:
             raise ResultsError(f"-o {out_dir}: cannot create the directory: {e.strerror or e}") from None
         training_section(rep, runs, eps)
         models_section(rep, entries, eps)
+        downstream_section(rep, entries, scores, eps)
         paper_tables_section(rep, runs, eps, Table, jobs_dir)
         items_section(rep, items)
         rep.write_html(summary_html(files, runs, entries, items, rep, eps))

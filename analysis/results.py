@@ -119,6 +119,18 @@ class ProbeEntry:
 
 
 @dataclass
+class ChoiceScore:
+    """/models/<model>/hellaswag/<domain>: a model's multiple-choice accuracy (the survey's hellaswag input)."""
+    model: str
+    input: str
+    domain: str
+    file: str
+    acc: float
+    acc_norm: float
+    n_examples: int
+
+
+@dataclass
 class Item:
     """/items/<id>: one survey work item."""
     id: str
@@ -137,6 +149,7 @@ class ResultsFile:
     items: list
     notes: list
     _h5: object = None
+    scores: list = field(default_factory=list)  # ChoiceScore
 
     def close(self):
         if self._h5 is not None:
@@ -373,7 +386,7 @@ def open_results(path):
         f = h5py.File(str(p), "r")
     except OSError as e:
         raise ResultsError(f"{path}: cannot open as HDF5: {e}") from None
-    notes, runs, entries, items = [], [], [], []
+    notes, runs, entries, items, scores = [], [], [], [], []
     try:
         runs_g = f.get("runs")
         if isinstance(runs_g, h5py.Group):
@@ -391,7 +404,13 @@ def open_results(path):
             for model, mg in models_g.items():
                 for inp, ig in (mg.items() if isinstance(mg, h5py.Group) else ()):
                     for domain, dg in (ig.items() if isinstance(ig, h5py.Group) else ()):
-                        if isinstance(dg, h5py.Group):
+                        if not isinstance(dg, h5py.Group):
+                            continue
+                        if "acc" in dg.attrs and "loglik" in dg:
+                            scores.append(ChoiceScore(model, inp, domain, str(path), float(dg.attrs["acc"]),
+                                                      float(dg.attrs.get("acc_norm", np.nan)),
+                                                      int(dg.attrs.get("n_examples", 0))))
+                        else:
                             entries.append(_read_entry(dg, model, inp, domain, str(path)))
         items_g = f.get("items")
         if isinstance(items_g, h5py.Group):
@@ -403,7 +422,7 @@ def open_results(path):
     tool = writer_of(attrs.get("command_line", ""))
     for e in entries:
         e.tool = tool
-    if not runs and not entries and not items:
+    if not runs and not entries and not items and not scores:
         notes.append(f"{path}: no /runs, /models or /items: nothing to report")
     return ResultsFile(path=str(path), attrs=attrs, runs=runs, entries=entries, items=items, notes=notes,
-                       _h5=f)
+                       _h5=f, scores=scores)

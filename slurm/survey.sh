@@ -4,8 +4,10 @@
 # file. Models run on the CPUs of each rank (one model per rank; the default --max-memory auto gives each
 # rank the node's memory over its ranks and streams the layers of models that do not fit it).
 #   MODEL_ROOT=/path/to/hf SURVEY_INPUTS=data/survey_inputs sbatch slurm/survey.sh [--flag=value ...]
-#   CONFIG=jobs/survey/long_inputs.ini ... for the long-input appendix
-# MODEL_ROOT and SURVEY_INPUTS, when set, override --model-root / --survey-inputs-dir of the job file;
+#   CONFIG=jobs/survey/long_inputs.ini ... for the long-input appendix, token_lengths.ini for Fig. 3,
+#   CONFIG=jobs/survey/hellaswag.ini HELLASWAG=data/hellaswag ... for Fig. 10
+# MODEL_ROOT, SURVEY_INPUTS and HELLASWAG, when set, override --model-root / --survey-inputs-dir /
+# --hellaswag-dir of the job file;
 # OUTPUT defaults to results/survey/<job file name>.h5.
 # Five minutes before the time limit Slurm sends SIGUSR1: the ranks abandon their items in flight,
 # rank 0 commits the results and the job requeues itself; --resume then skips every item recorded ok.
@@ -26,6 +28,7 @@ OUTPUT=${OUTPUT:-results/survey/$(basename "$CONFIG" .ini).h5}
 args=(--config "$CONFIG" --output "$OUTPUT" --resume)
 [ -n "${MODEL_ROOT:-}" ] && args+=(--model-root "$MODEL_ROOT")
 [ -n "${SURVEY_INPUTS:-}" ] && args+=(--survey-inputs-dir "$SURVEY_INPUTS")
+[ -n "${HELLASWAG:-}" ] && args+=(--hellaswag-dir "$HELLASWAG")
 sinklab_srun "$SINKLAB_BIN/sinklab-survey" "${args[@]}" "$@"
 status=$?
 [ $status -eq 0 ] && sinklab_requeue_unless_marker "$OUTPUT" "$OUTPUT.done"

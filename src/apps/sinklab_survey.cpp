@@ -158,7 +158,10 @@ double item_cost(const probe::SurveyItem& item, const std::vector<probe::SurveyM
   }
   double tokens = item.input == "long" ? double(p.long_n_seq * p.long_len)
                                        : double(p.n_seq * (item.seq_len > 0 ? item.seq_len : p.seq_len));
-  if (item.input == "hellaswag") tokens = double(4 * 64 * (p.hellaswag_n > 0 ? p.hellaswag_n : 10042));  // ~64 tokens a choice
+  // A hellaswag item before its file is read: HellaSwag's validation split, 4 choices of ~64 tokens.
+  constexpr double kHellaswagExamples = 10042, kHellaswagTokensPerExample = 4 * 64;
+  if (item.input == "hellaswag")
+    tokens = kHellaswagTokensPerExample * (p.hellaswag_n > 0 ? double(p.hellaswag_n) : kHellaswagExamples);
   return it->second * tokens;
 }
 

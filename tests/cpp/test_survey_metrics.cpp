@@ -212,6 +212,28 @@ TEST(SurveyMetrics, NextTokenLossHandComputed) {
   EXPECT_THROW(next_token_loss_sum(logits.t, short_ids.t), Error);
 }
 
+// The multiple-choice score: only the continuation's tokens count, each predicted by the position before it.
+TEST(SurveyMetrics, ContinuationLoglikHandComputed) {
+  Owned logits(DType::f32, {2, 3, 3}), ids(DType::i32, {2, 3});
+  for (int64_t b = 0; b < 2; ++b) {
+    for (int64_t v = 0; v < 3; ++v) store_from_double(logits.t.data, DType::f32, b * 9 + v, double(v));  // position 0
+    store_from_double(logits.t.data, DType::f32, b * 9 + 3, 2.0);                                        // position 1
+  }
+  const int32_t id[] = {1, 2, 0, /**/ 1, 0, 1};
+  std::copy(id, id + 6, ids.t.ptr<int32_t>());
+  const double a = std::log(1 + std::exp(1.0) + std::exp(2.0)), c = std::log(std::exp(2.0) + 2);
+  // Row 0: continuation = tokens [1, 3) (both predicted); row 1: only token 1 (end 2).
+  const std::vector<double> got = continuation_logliks(logits.t, ids.t, {1, 1}, {3, 2});
+  EXPECT_NEAR(got[0], -(a - 2) - (c - 2), 1e-5);
+  EXPECT_NEAR(got[1], -(a - 0), 1e-5);
+  // From position 2 on only the last token counts; an empty span scores 0; spans outside [1, T] are errors.
+  EXPECT_NEAR(continuation_logliks(logits.t, ids.t, {2, 3}, {3, 3})[0], -(c - 2), 1e-5);
+  EXPECT_EQ(continuation_logliks(logits.t, ids.t, {2, 3}, {3, 3})[1], 0.0);
+  EXPECT_THROW(continuation_logliks(logits.t, ids.t, {0, 1}, {3, 3}), Error);
+  EXPECT_THROW(continuation_logliks(logits.t, ids.t, {1, 1}, {4, 3}), Error);
+  EXPECT_THROW(continuation_logliks(logits.t, ids.t, {1}, {3}), Error);
+}
+
 // Sequences and (sequence, head) pairs are measured in parallel into their own slots and summed in index
 // order: one thread and two give the same numbers, bit for bit. The shapes are large enough that every
 // parallel loop of the probe runs parallel (kParallelMinWork), with the fused matrix, the per-head
