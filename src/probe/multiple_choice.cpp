@@ -1,6 +1,7 @@
 #include "probe/multiple_choice.hpp"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "backend/memory.hpp"
 #include "core/error.hpp"
@@ -72,7 +73,8 @@ MultipleChoiceSet read_multiple_choice(const std::string& path, int64_t n_exampl
     SL_CHECK(cont_start[size_t(c)] >= 1 && cont_start[size_t(c)] < len, "%s: /cont_start[%lld] = %lld leaves no context "
              "or no continuation in a choice of %lld tokens", path.c_str(), (long long)c, (long long)cont_start[size_t(c)],
              (long long)len);
-    SL_CHECK(choice_chars[size_t(c)] >= 1, "%s: /choice_chars[%lld] must be >= 1", path.c_str(), (long long)c);
+    SL_CHECK(choice_chars[size_t(c)] >= 1 && choice_chars[size_t(c)] <= INT32_MAX, "%s: /choice_chars[%lld] = %lld is not "
+             "a length in characters", path.c_str(), (long long)c, (long long)choice_chars[size_t(c)]);
     s.cont_start.push_back(int32_t(cont_start[size_t(c)]));
     s.choice_chars.push_back(int32_t(choice_chars[size_t(c)]));
   }

@@ -114,6 +114,14 @@ def seeds_survey_inputs():
         (d / f"random_{i}").write_bytes(bytes(rnd.getrandbits(8) for _ in range(n)))
 
 
+def seeds_multiple_choice():
+    """fuzz_multiple_choice builds its HDF5 file from the bytes (structure-aware): random seeds suffice."""
+    d = fresh("fuzz_multiple_choice")
+    rnd = random.Random(1)
+    for i, n in enumerate([16, 64, 256, 1024]):
+        (d / f"random_{i}").write_bytes(bytes(rnd.getrandbits(8) for _ in range(n)))
+
+
 def seeds_gguf():
     """Complete tiny Llama GGUF files (one layer, F32 and Q8_0) written by the GGUF importer's own test
     helpers (tests/python/test_gguf_import.py: gguf's writer, llama.cpp's layout), and a foreign one."""
@@ -138,6 +146,7 @@ if __name__ == "__main__":
     seeds_shard()
     seeds_options()
     seeds_survey_inputs()
+    seeds_multiple_choice()
     seeds_torch_file()
     seeds_gguf()
     for d in sorted(corpus.iterdir()):
