@@ -41,7 +41,8 @@ namespace {
 struct SurveyOptions {
   std::string config_text, command_line;
   std::string model_root, models, inputs, survey_inputs_dir, domains, long_domains, interventions,
-      intervention_inputs, sink_eps, max_memory, qk_maps, attention_maps, seq_lens, output;
+      intervention_inputs, sink_eps, max_memory, qk_maps, attention_maps, seq_lens, ablations, ablation_inputs,
+      max_logits_memory, output;
   std::vector<std::string> model_lines;
   probe::SurveyParams params;
   double commit_every = 60.0;
@@ -49,7 +50,7 @@ struct SurveyOptions {
 };
 
 // "0", "123456", "512M", "16G", "1T" (binary units) -> bytes.
-int64_t parse_bytes(const std::string& text) {
+int64_t parse_bytes(const std::string& text, const char* flag = "--max-memory") {
   size_t end = 0;
   double v = 0;
   try {
@@ -64,8 +65,8 @@ int64_t parse_bytes(const std::string& text) {
   else if (unit == "M") scale = 1024.0 * 1024;
   else if (unit == "G") scale = 1024.0 * 1024 * 1024;
   else if (unit == "T") scale = 1024.0 * 1024 * 1024 * 1024;
-  SL_CHECK(end > 0 && scale > 0 && v >= 0, "--max-memory: '%s' is not a size (bytes, or a number with K, M, G, T)",
-           text.c_str());
+  SL_CHECK(end > 0 && scale > 0 && v >= 0 && v * scale < 0x1p62, "%s: '%s' is not a size (bytes, or a number with K, "
+           "M, G, T)", flag, text.c_str());
   return int64_t(v * scale);
 }
 
@@ -98,6 +99,12 @@ bool parse(int argc, char** argv, SurveyOptions& o) {
       ("interventions", po::value(&o.interventions)->default_value(""),
        "replace:t / swap:t of the first position embedding (Table 7), for learned-position models without their own list")
       ("intervention-inputs", po::value(&o.intervention_inputs)->default_value("repeat"), "inputs the interventions are measured on")
+      ("ablations", po::value(&o.ablations)->default_value(""),
+       "what the sink does, comma-separated: window:W, window_sinks:W:s (StreamingLLM), mask_first:l, massive_zero:l:n, "
+       "massive_mean:l:n; on the ablation inputs at --seq-len and every --seq-lens length")
+      ("ablation-inputs", po::value(&o.ablation_inputs)->default_value("natural"), "inputs the ablations are measured on (natural, long)")
+      ("max-logits-memory", po::value(&o.max_logits_memory)->default_value("256M"),
+       "the most one forward pass's logits may take per rank (the next-token loss; fewer sequences per pass above it)")
       ("qk-maps", po::value(&o.qk_maps)->default_value(""), "layer:head pairs (0-based, negative layer from the end) for QK cosine/norm maps")
       ("attention-maps", po::value(&o.attention_maps)->default_value(""), "layer:head pairs for mean attention maps")
       ("long-input-len", po::value(&p.long_len)->default_value(4096), "T of the long inputs")
@@ -115,6 +122,8 @@ bool parse(int argc, char** argv, SurveyOptions& o) {
   if (!parse_options(argc, argv, desc, vm)) return false;
   p.eps = probe::parse_sink_eps(o.sink_eps);
   p.max_memory = o.max_memory == "auto" ? -1 : parse_bytes(o.max_memory);
+  p.max_logits_bytes = parse_bytes(o.max_logits_memory, "--max-logits-memory");
+  SL_CHECK(p.max_logits_bytes > 0, "--max-logits-memory must be positive");
   p.qk_maps = probe::parse_head_pairs(o.qk_maps, "qk-maps");
   p.attention_maps = probe::parse_head_pairs(o.attention_maps, "attention-maps");
   p.survey_inputs_dir = o.survey_inputs_dir;
@@ -142,6 +151,7 @@ std::string params_fingerprint(const probe::SurveyParams& p) {
                           (long long)p.n_seq, (long long)p.seq_len, p.max_k, eps.c_str(), (long long)p.batch,
                           (unsigned long long)p.seed, (long long)p.long_len, (long long)p.long_n_seq);
   if (p.hellaswag_n > 0) fp += strfmt(" hellaswag-n=%lld", (long long)p.hellaswag_n);  // older files stay resumable
+  if (p.max_logits_bytes != int64_t(256) << 20) fp += strfmt(" max-logits-memory=%lld", (long long)p.max_logits_bytes);
   return fp;
 }
 
@@ -302,6 +312,8 @@ int run(const SurveyOptions& o, const dist::World& world) {
   plan.interventions = probe::parse_interventions(o.interventions, "--interventions");
   plan.intervention_inputs = split_commas(o.intervention_inputs);
   plan.seq_lens = o.params.seq_lens;
+  plan.ablations = probe::parse_ablations(o.ablations, "--ablations");
+  plan.ablation_inputs = split_commas(o.ablation_inputs);
   plan.seq_len = o.params.seq_len;
   const std::vector<probe::SurveyItem> items = probe::plan_items(models, plan);
   if (o.dry_run) {

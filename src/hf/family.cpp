@@ -58,6 +58,23 @@ bool FamilyModel::begin_forward(Tensor ids, Tensor logits, const ForwardOptions&
            (long long)opt.replace_first_position_with);
   SL_CHECK(opt.swap_first_position_with < T, "%s: p_1 <-> p_t needs t < T = %lld, got t = %lld", dir, (long long)T,
            (long long)opt.swap_first_position_with);
+  const AttentionAblation& a = opt.attention_ablation;
+  switch (a.kind) {
+    case AttentionAblation::Kind::none: break;
+    case AttentionAblation::Kind::window:
+    case AttentionAblation::Kind::window_sinks:
+      SL_CHECK(a.window >= 1 && a.sink_tokens >= 0, "%s: a window ablation needs window >= 1 and sink tokens >= 0", dir);
+      break;
+    case AttentionAblation::Kind::mask_first:
+      SL_CHECK(a.from_layer >= 0 && a.from_layer < info_.n_layers, "%s: mask_first from layer %d: the model has layers "
+               "0..%d", dir, a.from_layer, info_.n_layers - 1);
+      break;
+  }
+  const HiddenAblation& h = opt.hidden_ablation;
+  SL_CHECK(h.kind == HiddenAblation::Kind::none ||
+               (h.layer >= 0 && h.layer < info_.n_layers && h.top_dims >= 1 && h.top_dims <= info_.d_model),
+           "%s: the hidden-state ablation needs a layer in 0..%d and 1..%d features, got layer %d, %d features", dir,
+           info_.n_layers - 1, info_.d_model, h.layer, h.top_dims);
   if (!logits.defined() || !opt.want_logits) return false;
   SL_CHECK(logits.dtype == DType::f32 && logits.device.is_cpu() && logits.is_contiguous() && logits.ndim == 3 &&
                logits.shape[0] == B && logits.shape[1] == T && logits.shape[2] == info_.vocab_size,

@@ -47,10 +47,20 @@ class FamilyModel : public HfModel {
   // Allocates the slots for a batch of B x T after checking them against --max-memory.
   void allocate_activations(int64_t batch, int64_t seq, const std::vector<Activations::Slot>& slots);
 
+  // ops::attention_forward of layer `layer` under opt.attention_ablation (ablations.cpp): the same call
+  // without one. q, k rotated (rope: the family's rotary config, for StreamingLLM's position
+  // re-assignment) or not (rope nullptr). probs is passed on only without an ablation (an ablated
+  // forward measures the loss; the probe's matrix would not be the one the model used).
+  void attention(Tensor out, Tensor q, Tensor k, Tensor v, const ops::AttentionSpec& spec, int layer,
+                 const ForwardOptions& opt, const ops::RopeConfig* rope, Tensor probs);
+  // opt.hidden_ablation on the block output x [B*T, d] of layer `layer` (nothing at other layers).
+  void ablate_hidden(Tensor x, int64_t batch, int64_t seq, int layer, const ForwardOptions& opt);
+
   HfModelInfo info_;
   std::unique_ptr<WeightStore> store_;
   Activations acts_;
   int64_t acts_batch_ = 0, acts_seq_ = 0;
+  Buffer ablation_scratch_;  // stats and re-rotated queries of window_sinks
 };
 
 

@@ -93,7 +93,7 @@ class Gpt2Model final : public FamilyModel {
       Tensor q = head_view(qkv_, B, T, 0, H, dh), k = head_view(qkv_, B, T, d, H, dh),
              v = head_view(qkv_, B, T, 2 * d, H, dh);
       Tensor probs = observer_probs(observer, l, q, k);
-      ops::attention_forward(head_view(att_, B, T, 0, H, dh), Tensor{}, q, k, v, specs_[size_t(l)], probs);
+      attention(head_view(att_, B, T, 0, H, dh), q, k, v, specs_[size_t(l)], l, opt, nullptr, probs);
       ops::linear_forward(tmp_, att_, w[kOutW], w[kOutB]);
       ops::add(mid_, x_in, tmp_);
       // MLP block: x_out = mid + act(LN_2(mid) Wfc + bfc) Wproj + bproj.
@@ -102,6 +102,7 @@ class Gpt2Model final : public FamilyModel {
       ops::activation_forward(ffn_, ffn_, act_);
       ops::linear_forward(tmp_, ffn_, w[kProjW], w[kProjB]);
       ops::add(x_out, mid_, tmp_);
+      ablate_hidden(x_out, B, T, l, opt);
       if (observer) observer->on_layer(attention_taps(l, B, x_in, x_out, q, k, v, &specs_[size_t(l)], probs));
     }
     if (!want_logits) return;

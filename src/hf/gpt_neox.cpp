@@ -102,7 +102,7 @@ class NeoxModel final : public FamilyModel {
       ops::rope_forward(q, q, Tensor{}, rope_);
       ops::rope_forward(k, k, Tensor{}, rope_);
       Tensor probs = observer_probs(observer, l, q, k);
-      ops::attention_forward(head_view(att_, B, T, 0, H, dh), Tensor{}, q, k, v, spec_, probs);
+      attention(head_view(att_, B, T, 0, H, dh), q, k, v, spec_, l, opt, &rope_, probs);
       ops::linear_forward(attn_out_, att_, w[kDenseW], w[kDenseB]);
       // MLP input: x_in (parallel) or x_in + a (sequential).
       Tensor mlp_in = x_in;
@@ -121,6 +121,7 @@ class NeoxModel final : public FamilyModel {
       } else {
         ops::add(x_out, mlp_out_, mid_);
       }
+      ablate_hidden(x_out, B, T, l, opt);
       if (observer) observer->on_layer(attention_taps(l, B, x_in, x_out, q, k, v, &spec_, probs));
     }
     if (!want_logits) return;

@@ -27,10 +27,41 @@ struct HfModelInfo {
   bool gives_logits = true;    // forward() can write logits (sinklab's own checkpoints in the survey: no)
 };
 
+// What the sink is for (issue #19): attention that cannot reach the first tokens, StreamingLLM's cache of
+// attention sinks + recent tokens, and the first token's massive activations taken away.
+struct AttentionAblation {
+  enum class Kind : uint8_t {
+    none,
+    window,        // every query sees its `window` most recent keys (itself included), nothing before
+    window_sinks,  // the same plus the first `sink_tokens` keys (StreamingLLM's "attention sink + recent"
+                   // cache of sink_tokens + window entries). Rotary models re-assign positions inside the
+                   // cache as StreamingLLM does: once the cache is full (query i >= sink_tokens + window),
+                   // the query sits at cache slot sink_tokens + window - 1 and sink t at slot t, so a sink's
+                   // relative distance is sink_tokens + window - 1 - t instead of i - t (recent keys keep
+                   // i - j). Learned absolute positions (GPT-2, OPT) and position-free attention (Jamba)
+                   // have nothing to re-assign.
+    mask_first,    // from layer from_layer on, no query but the first sees key 1 (its logits masked)
+  };
+  Kind kind = Kind::none;
+  int64_t window = 0;
+  int64_t sink_tokens = 0;
+  int from_layer = 0;
+};
+// The top `top_dims` features of h_1 by magnitude (per sequence), at the output of block `layer`, set to
+// zero or to their mean over the other tokens of the sequence (Sun et al., "Massive Activations in LLMs").
+struct HiddenAblation {
+  enum class Kind : uint8_t { none, zero, mean };
+  Kind kind = Kind::none;
+  int layer = 0;
+  int top_dims = 0;
+};
+
 struct ForwardOptions {
   // Table 7 interventions on learned-position models (0-based positions; -1 = off):
   int64_t replace_first_position_with = -1;  // p_1 := p_t
   int64_t swap_first_position_with = -1;     // p_1 <-> p_t
+  AttentionAblation attention_ablation;
+  HiddenAblation hidden_ablation;
   bool want_logits = true;
 };
 

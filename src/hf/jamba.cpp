@@ -174,7 +174,7 @@ class JambaModel final : public FamilyModel {
       // Mixer block: mid = x_in + mixer(RMSNorm_in(x_in)).
       ops::rmsnorm_forward(xn_, rstd_, x_in, w[kInputNorm], eps_);
       if (kind.attention) {
-        attention_mixer(w, l, B, T, observer, &taps);
+        attention_mixer(w, l, B, T, observer, &taps, opt);
       } else {
         mamba_mixer(w, B, T);
       }
@@ -188,6 +188,7 @@ class JambaModel final : public FamilyModel {
         swiglu(tmp_, xn_, w[ffn + kGateUp], w[ffn + kDown], N);
       }
       ops::add(x_out, mid_, tmp_);
+      ablate_hidden(x_out, B, T, l, opt);
       if (observer) {
         taps.layer = l;
         taps.hidden_in = x_in.split_dim(0, B, T);
@@ -208,12 +209,12 @@ class JambaModel final : public FamilyModel {
   // tmp = attention(xn) W_o: causal grouped-query softmax attention without position embedding.
   // Fills the attention taps (the attention matrix in the observer's buffer, when it gives one).
   void attention_mixer(const std::vector<Tensor>& w, int layer, int64_t B, int64_t T, LayerObserver* observer,
-                       LayerTaps* taps) {
+                       LayerTaps* taps, const ForwardOptions& opt) {
     ops::linear_forward(qkv_, xn_, w[kMixer + kQkv], Tensor{});
     Tensor q = head_view(qkv_, B, T, 0, H_, dh_), k = head_view(qkv_, B, T, H_ * dh_, Hkv_, dh_),
            v = head_view(qkv_, B, T, (H_ + Hkv_) * dh_, Hkv_, dh_);
     Tensor probs = observer_probs(observer, layer, q, k);
-    ops::attention_forward(head_view(att_, B, T, 0, H_, dh_), Tensor{}, q, k, v, attention_, probs);
+    attention(head_view(att_, B, T, 0, H_, dh_), q, k, v, attention_, layer, opt, nullptr, probs);
     ops::linear_forward(tmp_, att_, w[kMixer + kO], Tensor{});
     taps->q = q;
     taps->k = k;

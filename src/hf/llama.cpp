@@ -116,7 +116,7 @@ class LlamaModel final : public FamilyModel {
       ops::rope_forward(q, q, Tensor{}, rope_);
       ops::rope_forward(k, k, Tensor{}, rope_);
       Tensor probs = observer_probs(observer, l, q, k);
-      ops::attention_forward(head_view(att_, B, T, 0, H, dh), Tensor{}, q, k, v, spec_, probs);
+      attention(head_view(att_, B, T, 0, H, dh), q, k, v, spec_, l, opt, &rope_, probs);
       ops::linear_forward(tmp_, att_, w[kOutW], w[kOutB]);
       ops::add(mid_, x_in, tmp_);
       // MLP block: x_out = mid + (act(m Wg) * (m Wu)) Wd, m = RMSNorm_2(mid).
@@ -125,6 +125,7 @@ class LlamaModel final : public FamilyModel {
       ops::gated_forward(ffn_, gate_up_.slice(1, 0, F_), gate_up_.slice(1, F_, F_), act_);
       ops::linear_forward(tmp_, ffn_, w[kDownW], w[kDownB]);
       ops::add(x_out, mid_, tmp_);
+      ablate_hidden(x_out, B, T, l, opt);
       if (observer) observer->on_layer(attention_taps(l, B, x_in, x_out, q, k, v, &spec_, probs));
     }
     if (!want_logits) return;

@@ -120,7 +120,7 @@ class OptModel final : public FamilyModel {
              v = head_view(qkv_, B, T, 2 * d, H, dh);
       ops::scale(q, q_scale);
       Tensor probs = observer_probs(observer, l, q, k);
-      ops::attention_forward(head_view(att_, B, T, 0, H, dh), Tensor{}, q, k, v, spec_, probs);
+      attention(head_view(att_, B, T, 0, H, dh), q, k, v, spec_, l, opt, nullptr, probs);
       ops::linear_forward(tmp_, att_, w[kOutW], w[kOutB]);
       if (pre_ln_) {
         ops::add(mid_, x_in, tmp_);
@@ -143,6 +143,7 @@ class OptModel final : public FamilyModel {
         ops::add(pre_norm_, mid_, tmp_);  // the residual sum before the layer's last norm (Fig. 7 left)
         ops::layernorm_forward(x_out, mean_, rstd_, pre_norm_, w[kMlpLnW], w[kMlpLnB], kLnEps);
       }
+      ablate_hidden(x_out, B, T, l, opt);
       if (observer) {
         LayerTaps taps = attention_taps(l, B, x_in, x_out, q, k, v, &spec_, probs);
         if (!pre_ln_) taps.hidden_pre_norm = pre_norm_.split_dim(0, B, T);

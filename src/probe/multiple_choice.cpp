@@ -11,19 +11,6 @@
 namespace sinklab::probe {
 namespace {
 
-// Calls `progress` after every layer (rank 0 serves the survey's work queue from it) and nothing else:
-// it asks the model for no attention matrix.
-class ProgressOnly : public LayerObserver {
- public:
-  explicit ProgressOnly(const std::function<void()>& progress) : progress_(progress) {}
-  void on_layer(const LayerTaps&) override {
-    if (progress_) progress_();
-  }
-
- private:
-  const std::function<void()>& progress_;
-};
-
 std::vector<int64_t> read_ints(const io::ResultsFile& f, const std::string& path, const std::string& ds) {
   SL_CHECK(f.exists("/" + ds), "%s: no /%s (not a data_prep hellaswag file?)", path.c_str(), ds.c_str());
   SL_CHECK(f.dims("/" + ds).size() == 1, "%s: /%s is not 1-D", path.c_str(), ds.c_str());
@@ -91,7 +78,7 @@ MultipleChoiceScores score_multiple_choice(hf::HfModel& model, const MultipleCho
                                            const std::function<void()>& progress) {
   const int64_t V = model.info().vocab_size, N = set.n_examples();
   MultipleChoiceScores scores;
-  ProgressOnly observer(progress);
+  ProgressObserver observer(nullptr, progress);  // no attention matrix asked for
   hf::ForwardOptions forward;
   forward.want_logits = true;
   int64_t correct = 0, correct_norm = 0;

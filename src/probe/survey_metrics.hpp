@@ -32,7 +32,9 @@
 // sink token, k*/v* biases: sinklab's own variants, measured by sinklab-probe) are refused.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -94,6 +96,25 @@ struct SurveyResult {
   std::vector<double> last_to_first;                  // [La,H]
   std::vector<float> qk_cos, qk_normprod;             // [Pq,T,T]
   std::vector<float> attention_maps;                  // [Pa,T,T]
+};
+
+// Forwards every layer to `inner` (when there is one: a pass that measures only its loss has none), then
+// lets the caller run: the survey's rank 0 serves the work queue from `progress`, and any rank checks for
+// a stop request.
+class ProgressObserver : public LayerObserver {
+ public:
+  ProgressObserver(LayerObserver* inner, const std::function<void()>& progress) : inner_(inner), progress_(progress) {}
+  Tensor probs_output(int layer, const std::array<int64_t, 4>& shape, DType dtype, Device device) override {
+    return inner_ ? inner_->probs_output(layer, shape, dtype, device) : Tensor{};
+  }
+  void on_layer(const LayerTaps& taps) override {
+    if (inner_) inner_->on_layer(taps);
+    if (progress_) progress_();
+  }
+
+ private:
+  LayerObserver* inner_;
+  const std::function<void()>& progress_;
 };
 
 class SurveyProbe : public LayerObserver {

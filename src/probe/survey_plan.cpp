@@ -121,9 +121,61 @@ bool has_learned_positions(const std::string& dir) {
   }
 }
 
+std::string Ablation::tag() const {
+  switch (kind) {
+    case Kind::window: return "window_" + std::to_string(window);
+    case Kind::window_sinks: return "window_" + std::to_string(window) + "_sinks_" + std::to_string(sink_tokens);
+    case Kind::mask_first: return "mask_first_from_" + std::to_string(layer);
+    case Kind::massive_zero: return "massive_zero_" + std::to_string(layer) + "_top" + std::to_string(top_dims);
+    case Kind::massive_mean: return "massive_mean_" + std::to_string(layer) + "_top" + std::to_string(top_dims);
+  }
+  return "";
+}
+
+std::vector<Ablation> parse_ablations(const std::string& text, const std::string& where) {
+  static const std::pair<const char*, Ablation::Kind> kKinds[] = {
+      {"window", Ablation::Kind::window}, {"window_sinks", Ablation::Kind::window_sinks},
+      {"mask_first", Ablation::Kind::mask_first}, {"massive_zero", Ablation::Kind::massive_zero},
+      {"massive_mean", Ablation::Kind::massive_mean}};
+  std::vector<Ablation> out;
+  if (text == "none") return out;
+  for (const std::string& item : split_commas(text)) {
+    std::vector<std::string> parts;
+    for (size_t b = 0, e; b <= item.size(); b = e + 1) {
+      e = std::min(item.find(':', b), item.size());
+      parts.push_back(item.substr(b, e - b));
+    }
+    Ablation a;
+    bool known = false;
+    for (const auto& [name, kind] : kKinds)
+      if (parts[0] == name) known = true, a.kind = kind;
+    std::vector<int64_t> n;
+    for (size_t i = 1; i < parts.size(); ++i) {
+      int64_t v = -1;
+      auto [p, ec] = std::from_chars(parts[i].data(), parts[i].data() + parts[i].size(), v);
+      n.push_back(ec == std::errc() && p == parts[i].data() + parts[i].size() && !parts[i].empty() ? v : -1);
+    }
+    const size_t want = !known ? 0 : a.kind == Ablation::Kind::window || a.kind == Ablation::Kind::mask_first ? 1 : 2;
+    bool ok = known && n.size() == want && std::all_of(n.begin(), n.end(), [](int64_t v) { return v >= 0; });
+    if (ok) {
+      switch (a.kind) {
+        case Ablation::Kind::window: a.window = n[0], ok = n[0] >= 1; break;
+        case Ablation::Kind::window_sinks: a.window = n[0], a.sink_tokens = n[1], ok = n[0] >= 1 && n[1] >= 1; break;
+        case Ablation::Kind::mask_first: a.layer = int(n[0]), ok = n[0] < (1 << 20); break;
+        default: a.layer = int(n[0]), a.top_dims = int(n[1]), ok = n[0] < (1 << 20) && n[1] >= 1 && n[1] < (1 << 20);
+      }
+    }
+    SL_CHECK(ok, "%s: '%s' is not window:W, window_sinks:W:s, mask_first:l, massive_zero:l:n or massive_mean:l:n "
+             "(W, s, n >= 1; l a 0-based layer)", where.c_str(), item.c_str());
+    out.push_back(a);
+  }
+  return out;
+}
+
 std::string SurveyItem::label() const {
   if (intervention) return input + "+" + intervention->tag();
-  return seq_len > 0 ? input + "@T" + std::to_string(seq_len) : input;
+  const std::string base = seq_len > 0 ? input + "@T" + std::to_string(seq_len) : input;
+  return ablation ? base + "+" + ablation->tag() : base;
 }
 
 std::string SurveyItem::id(const std::vector<SurveyModel>& models) const {
@@ -152,25 +204,38 @@ std::vector<SurveyItem> plan_items(const std::vector<SurveyModel>& models, const
   for (const std::string& d : o.long_domains)
     SL_CHECK(d != "-" && d.find('/') == std::string::npos, "--long-domains: bad domain '%s'", d.c_str());
 
+  if (!o.ablations.empty()) {
+    SL_CHECK(!o.ablation_inputs.empty(), "--ablation-inputs names no input");
+    for (const std::string& input : o.ablation_inputs)
+      SL_CHECK(input == "natural" || input == "long", "--ablation-inputs: '%s' is not natural or long (ablations are "
+               "measured by the next-token loss on text)", input.c_str());
+  }
+  std::vector<int64_t> lengths = {0};  // 0: --seq-len
+  for (int64_t T : o.seq_lens)
+    if (T != o.seq_len) lengths.push_back(T);
+
   std::vector<SurveyItem> items;
   for (int m = 0; m < int(models.size()); ++m) {
     for (const std::string& input : o.inputs)
       for (const std::string& domain : domains_of(input)) items.push_back({m, input, domain, std::nullopt});
-    for (int64_t T : o.seq_lens) {
-      if (T == o.seq_len) continue;
+    for (size_t i = 1; i < lengths.size(); ++i)
       for (const std::string& input : o.inputs)
         if (input == "natural" || input == "random" || input == "repeat")
-          for (const std::string& domain : domains_of(input)) items.push_back({m, input, domain, std::nullopt, T});
-    }
+          for (const std::string& domain : domains_of(input)) items.push_back({m, input, domain, std::nullopt, lengths[i]});
     const SurveyModel& model = models[size_t(m)];
     const std::vector<Intervention> interventions =
         model.interventions ? *model.interventions
                             : (has_learned_positions(model.dir) ? o.interventions : std::vector<Intervention>{});
-    if (interventions.empty()) continue;
-    SL_CHECK(!o.intervention_inputs.empty(), "--intervention-inputs names no input");
-    for (const std::string& input : o.intervention_inputs)
-      for (const std::string& domain : domains_of(input))
-        for (const Intervention& iv : interventions) items.push_back({m, input, domain, iv, 0});
+    if (!interventions.empty()) {
+      SL_CHECK(!o.intervention_inputs.empty(), "--intervention-inputs names no input");
+      for (const std::string& input : o.intervention_inputs)
+        for (const std::string& domain : domains_of(input))
+          for (const Intervention& iv : interventions) items.push_back({m, input, domain, iv, 0});
+    }
+    for (const Ablation& a : o.ablations)
+      for (const std::string& input : o.ablation_inputs)
+        for (int64_t T : input == "long" ? std::vector<int64_t>{0} : lengths)
+          for (const std::string& domain : domains_of(input)) items.push_back({m, input, domain, std::nullopt, T, a});
   }
   std::set<std::string> ids;
   for (const SurveyItem& it : items)

@@ -14,9 +14,19 @@
 //   domain    a Pile domain key for natural/long, "-" for random/repeat/hellaswag
 //   intervention (learned-position models, paper Table 7): p_1 := p_t (replace) or p_1 <-> p_t (swap),
 //             t the paper's 1-based position
+//   ablation  what the sink does (issue #19; hf::AttentionAblation, hf::HiddenAblation), on the ablation
+//             inputs at --seq-len and every --seq-lens length; beside the plain items at the same T (full
+//             attention):
+//               window:W           each query sees its W most recent tokens only
+//               window_sinks:W:s   the same plus the first s tokens (StreamingLLM's cache of s + W)
+//               mask_first:l       the first token's attention logits masked from layer l (0-based) on
+//               massive_zero:l:n   the n largest features of h_1 at block l's output set to 0
+//               massive_mean:l:n   ... set to their mean over the other tokens
+//             attention ablations measure the next-token loss only; the massive ones the sink metric too
 //
 // Results: /models/<model>/<input label>/<domain>, the label being the input, "<input>@T<T>" at another
-// length, or "<input>+<tag>" with an intervention ("repeat+swap_5"); bookkeeping under /items/<id>, id = "<model>:<label>:<domain>".
+// length, "<input>+<tag>" with an intervention ("repeat+swap_5"), "<input>[@T<T>]+<tag>" with an ablation
+// ("natural@T1024+window_256_sinks_4"); bookkeeping under /items/<id>, id = "<model>:<label>:<domain>".
 #pragma once
 
 #include <cstdint>
@@ -36,6 +46,18 @@ struct Intervention {
 
 // "replace:5,swap:10" ("" or "none": no intervention). Errors name `where` (a flag or a config line).
 std::vector<Intervention> parse_interventions(const std::string& text, const std::string& where);
+
+struct Ablation {
+  enum class Kind { window, window_sinks, mask_first, massive_zero, massive_mean };
+  Kind kind = Kind::window;
+  int64_t window = 0, sink_tokens = 0;  // window, window_sinks
+  int layer = 0;                        // mask_first (from this layer on), massive_* (at this block's output)
+  int top_dims = 0;                     // massive_*
+  bool attention() const { return kind == Kind::window || kind == Kind::window_sinks || kind == Kind::mask_first; }
+  std::string tag() const;  // "window_256", "window_256_sinks_4", "mask_first_from_2", "massive_zero_2_top4"
+};
+// "window:256,window_sinks:256:4,mask_first:2,massive_mean:2:4" ("" or "none": none). Errors name `where`.
+std::vector<Ablation> parse_ablations(const std::string& text, const std::string& where);
 
 struct SurveyModel {
   std::string name;    // the results' /models/<name>
@@ -70,8 +92,9 @@ struct SurveyItem {
   std::string domain;  // Pile domain key, or "-"
   std::optional<Intervention> intervention;
   int64_t seq_len = 0;  // T of a --seq-lens item; 0: --seq-len (or the long inputs' length)
+  std::optional<Ablation> ablation{};
 
-  std::string label() const;  // input, input@T<seq_len>, or input+tag
+  std::string label() const;  // input, input@T<seq_len>, input+tag or input[@T<seq_len>]+ablation tag
   std::string id(const std::vector<SurveyModel>& models) const;
   std::string group(const std::vector<SurveyModel>& models) const;  // "/models/<m>/<label>/<domain>"
 };
@@ -84,10 +107,13 @@ struct PlanOptions {
   std::vector<std::string> intervention_inputs;  // the inputs interventions are crossed with
   std::vector<int64_t> seq_lens;                 // more lengths of the natural/random/repeat inputs
   int64_t seq_len = 0;                           // --seq-len (a --seq-lens entry equal to it is skipped)
+  std::vector<Ablation> ablations;
+  std::vector<std::string> ablation_inputs;      // the inputs ablations are measured on (natural, long)
 };
 
 // Per model (in order): each input of `inputs` over its domains, then the natural/random/repeat ones
-// again at each length of seq_lens, then each intervention over the intervention inputs and their domains. Unknown inputs, empty domain lists an input needs and
+// again at each length of seq_lens, then each intervention over the intervention inputs and their domains,
+// then each ablation over the ablation inputs, their lengths and domains. Unknown inputs, empty domain lists an input needs and
 // duplicate ids throw naming the flag.
 std::vector<SurveyItem> plan_items(const std::vector<SurveyModel>& models, const PlanOptions& options);
 

@@ -21,20 +21,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Forwards every layer to the probe, then lets the caller run (poll the queue, check for a stop).
-class ProgressObserver : public LayerObserver {
- public:
-  ProgressObserver(LayerObserver& inner, const std::function<void()>& progress) : inner_(inner), progress_(progress) {}
-  void on_layer(const LayerTaps& taps) override {
-    inner_.on_layer(taps);
-    if (progress_) progress_();
-  }
-
- private:
-  LayerObserver& inner_;
-  const std::function<void()>& progress_;
-};
-
 
 // The provenance notes a model directory may carry (data_prep gguf-import writes them): these members
 // of <dir>/sinklab_source.json become attributes of every item of the model.
@@ -222,6 +208,51 @@ void add_model_attrs(const SurveyItem& item, const SurveyModel& model, const hf:
   set.set_attr("", "weights_streamed", int64_t(info.weights_streamed));
 }
 
+// The forward options of an ablation item; one line naming the model when it cannot take it.
+void set_ablation(const Ablation& a, const SurveyModel& model, const hf::HfModelInfo& info, hf::ForwardOptions& forward) {
+  SL_CHECK(info.gives_logits, "%s: the %s ablation is measured by the next-token loss, which sinklab's own checkpoints "
+           "in the survey do not give", model.dir.c_str(), a.tag().c_str());
+  using AK = hf::AttentionAblation::Kind;
+  using HK = hf::HiddenAblation::Kind;
+  switch (a.kind) {
+    case Ablation::Kind::window: forward.attention_ablation = {AK::window, a.window, 0, 0}; break;
+    case Ablation::Kind::window_sinks: forward.attention_ablation = {AK::window_sinks, a.window, a.sink_tokens, 0}; break;
+    case Ablation::Kind::mask_first: forward.attention_ablation = {AK::mask_first, 0, 0, a.layer}; break;
+    case Ablation::Kind::massive_zero: forward.hidden_ablation = {HK::zero, a.layer, a.top_dims}; break;
+    case Ablation::Kind::massive_mean: forward.hidden_ablation = {HK::mean, a.layer, a.top_dims}; break;
+  }
+}
+
+void add_ablation_attrs(const Ablation& a, io::ResultSet& set) {
+  static const char* const kKinds[] = {"window", "window_sinks", "mask_first", "massive_zero", "massive_mean"};
+  set.set_attr("", "ablation", a.tag());
+  set.set_attr("", "ablation_kind", std::string(kKinds[int(a.kind)]));
+  if (a.kind == Ablation::Kind::window || a.kind == Ablation::Kind::window_sinks) {
+    set.set_attr("", "window", a.window);
+    set.set_attr("", "sink_tokens", a.sink_tokens);
+  } else {
+    set.set_attr("", "layer", int64_t(a.layer));
+    if (!a.attention()) set.set_attr("", "top_dims", int64_t(a.top_dims));
+  }
+}
+
+// An attention ablation's group: its tokens and loss, and the attributes of every item.
+io::ResultSet ablation_result(const SurveyItem& item, const SurveyModel& model, const hf::HfModelInfo& info,
+                              const SurveyParams& params, const InputTokens& tokens, double loss, int64_t T) {
+  const int64_t n = tokens.ids.shape[0];
+  io::ResultSet set;
+  set.add_array("tokens", {n, T}, std::vector<int32_t>(tokens.ids.ptr<int32_t>(), tokens.ids.ptr<int32_t>() + n * T));
+  set.set_attr("", "loss", loss);
+  add_ablation_attrs(*item.ablation, set);
+  add_model_attrs(item, model, info, set);
+  set.set_attr("", "n_seq", n);
+  set.set_attr("", "T", T);
+  set.set_attr("", "bos", tokens.bos);
+  set.set_attr("", "seed", int64_t(params.seed));
+  set.set_attr("", "inputs_file", tokens.source);
+  return set;
+}
+
 // A hellaswag item: the multiple-choice scores of the model's file (multiple_choice.hpp).
 io::ResultSet measure_hellaswag(const SurveyItem& item, const SurveyModel& model, const SurveyParams& params,
                                 hf::HfModel& hf_model, InputsFinder& hellaswag, const std::function<void()>& progress) {
@@ -316,18 +347,25 @@ io::ResultSet measure_item(const SurveyItem& item, const SurveyModel& model, con
     attn = resolve_head_pairs(model.attention_maps.value_or(params.attention_maps), info.n_layers,
                               shape.attention_layers, info.n_heads, &skipped);
   }
+  // An attention ablation is measured by its loss alone (the probe's matrices would not be the model's).
+  const bool probed = !(item.ablation && item.ablation->attention());
+  if (item.ablation) set_ablation(*item.ablation, model, info, forward);
   SurveyProbe probe(shape, qk, attn);
-  ProgressObserver observer(probe, progress);
+  ProgressObserver observer(probed ? &probe : nullptr, progress);
   // The same number of tokens per forward pass for every T (long inputs: one sequence at a time).
   int64_t batch = std::max<int64_t>(1, params.batch * params.seq_len / T);
   // The next-token loss needs the logits [batch,T,V] of a pass: fewer sequences per pass when they would
-  // exceed kMaxLogitsBytes; no loss when one sequence's would (the long inputs: 0.8-2 GiB at T = 4096).
+  // exceed --max-logits-memory; no loss when one sequence's would (the long inputs: 0.8-2 GiB at T = 4096),
+  // except for an ablation, which is nothing without it.
   const int64_t logits_per_seq = T * int64_t(info.vocab_size) * int64_t(sizeof(float));
-  const bool want_loss = info.gives_logits && logits_per_seq <= kMaxLogitsBytes;
+  const bool want_loss = info.gives_logits && logits_per_seq <= params.max_logits_bytes;
+  SL_CHECK(want_loss || !item.ablation, "%s: the %s ablation is measured by the next-token loss: one sequence's logits "
+           "(%.0f MiB at T = %lld) exceed --max-logits-memory", model.dir.c_str(), item.ablation->tag().c_str(),
+           double(logits_per_seq) / double(1 << 20), (long long)T);
   forward.want_logits = want_loss;
   Buffer logits_buffer;
   if (want_loss) {
-    batch = std::min(batch, kMaxLogitsBytes / logits_per_seq);
+    batch = std::min(batch, params.max_logits_bytes / logits_per_seq);
     logits_buffer = Buffer::for_tensor(DType::f32, {std::min(batch, n), T, int64_t(info.vocab_size)});
   }
   double loss_sum = 0.0;
@@ -347,6 +385,7 @@ io::ResultSet measure_item(const SurveyItem& item, const SurveyModel& model, con
     models.drop();  // whatever stopped the pass (an error, a stop request) may have left it mid-layer
     throw;
   }
+  if (!probed) return ablation_result(item, model, info, params, tokens, loss_sum / double(n * (T - 1)), T);
   const SurveyResult r = probe.result();
 
   const int64_t L = info.n_layers, La = int64_t(shape.attention_layers.size()), H = info.n_heads;
@@ -388,6 +427,7 @@ io::ResultSet measure_item(const SurveyItem& item, const SurveyModel& model, con
     set.set_attr("", "t", item.intervention->t);
   }
   if (want_loss) set.set_attr("", "loss", loss_sum / double(n * (T - 1)));
+  if (item.ablation) add_ablation_attrs(*item.ablation, set);
   add_model_attrs(item, model, info, set);
   set.set_attr("", "n_seq", n);
   set.set_attr("", "n_seq_requested", n_requested);

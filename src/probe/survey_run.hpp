@@ -9,6 +9,8 @@
 //   qk_pairs[P,2] (int32) qk_cos[P,T,T] qk_normprod[P,T,T]; attention_pairs[P,2] attention_maps[P,T,T]
 //       (when pairs were asked for and exist in the model; not for long inputs)
 //   intervention items: sink_t[E] = Sink_t^eps at the intervention's position (K is raised to t)
+//   ablation items (survey_plan.hpp) also: attrs ablation (the tag), ablation_kind, window and sink_tokens, or
+//       layer (and top_dims); attention ablations hold only tokens, the loss and the attributes
 //   hellaswag items (multiple_choice.hpp) instead: loglik[C] (f64) n_cont_tokens[C] choice_chars[C]
 //       example_offsets[N+1] label[N] pred[N] pred_norm[N]; attrs acc, acc_norm, n_examples, inputs_file, model_type,
 //       model_dir, weights, input, domain
@@ -18,7 +20,7 @@
 //          skipped_pairs (pairs the model does not have),
 //          loss (f64) — mean next-token cross-entropy in nats over the n (T-1) predicted positions
 //              (next_token_loss_sum); HF models only (sinklab's own checkpoints give no logits), and only
-//              when one sequence's f32 logits [T,V] fit in kMaxLogitsBytes (not the T = 4096 long inputs),
+//              when one sequence's f32 logits [T,V] fit in --max-logits-memory (by default not the T = 4096 long inputs),
 //          source, source_sha256, quantization — copied from the model directory's sinklab_source.json
 //              when it has one (data_prep gguf-import writes it: GGUF file name, sha256, tensor types)
 #pragma once
@@ -38,8 +40,6 @@
 
 namespace sinklab::probe {
 
-// The most memory one forward pass's logits may take for the next-token loss (per rank).
-constexpr int64_t kMaxLogitsBytes = int64_t(256) << 20;
 
 struct SurveyParams {
   int64_t n_seq = 100, seq_len = 64;       // natural / random / repeat
@@ -54,6 +54,7 @@ struct SurveyParams {
   std::string survey_inputs_dir;
   std::string hellaswag_dir;  // data_prep hellaswag files
   int64_t hellaswag_n = 0;    // examples per model, 0 = all
+  int64_t max_logits_bytes = int64_t(256) << 20;  // the most one forward pass's logits may take (the loss)
 };
 
 // What a rank may hold: --max-memory as given (weights streamed under it), or by default ("auto") the

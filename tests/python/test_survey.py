@@ -653,6 +653,43 @@ def test_measurements_match_transformers(fixture, tmp_path):
                                        err_msg=case)
 
 
+ABLATIONS = json.loads((ROOT / "tests" / "golden" / "hf_ablations.json").read_text())
+
+
+@pytest.mark.parametrize("fixture", sorted(p for p in FIXTURES.iterdir() if p.is_dir()), ids=lambda p: p.name)
+def test_ablations_match_transformers(fixture, tmp_path):
+    """Every ablation (window, StreamingLLM's sinks + window with re-assigned rotary positions, the first
+    token masked from a layer on, massive activations zeroed or replaced by their mean) gives the
+    next-token loss transformers gives under the same change (tests/python/goldens/gen_hf_ablations.py,
+    float64) on the fixture's golden ids, within 1e-5; the massive ones keep the probe, the attention ones
+    hold the loss alone."""
+    golden, _ = _golden_of(fixture)
+    ids = golden["t13/ids"]
+    B, T13 = ids.shape
+    assert T13 == ABLATIONS["T"]
+    with h5py.File(tmp_path / "golden_ids.h5", "w") as f:
+        f.attrs["T"] = T13
+        f.attrs["prefix_id"] = -1
+        f.create_dataset("golden/tokens", data=ids)
+    out = tmp_path / "r.h5"
+    _run([SURVEY, "--model", f"m {fixture} inputs={tmp_path / 'golden_ids.h5'} interventions=none", "--inputs=natural",
+          "--domains=golden", f"--ablations={','.join(ABLATIONS['cases'])}", f"--seq-len={T13}", f"--n-seq={B}",
+          "--max-k=4", "--batch=2", "--commit-every=0", "--output", out])
+    want = ABLATIONS["losses"][fixture.name]
+    with h5py.File(out, "r") as f:
+        groups = {g.attrs["ablation"]: g for name, g in f["models/m"].items() if "+" in name for g in [g["golden"]]}
+        assert len(groups) == len(ABLATIONS["cases"])
+        np.testing.assert_allclose(f["models/m/natural/golden"].attrs["loss"], want["none"], rtol=1e-5)
+        for case in ABLATIONS["cases"]:
+            kind, *args = case.split(":")
+            tag = {"window": "window_{0}", "window_sinks": "window_{0}_sinks_{1}", "mask_first": "mask_first_from_{0}",
+                   "massive_zero": "massive_zero_{0}_top{1}", "massive_mean": "massive_mean_{0}_top{1}"}[kind].format(*args)
+            g = groups[tag]
+            np.testing.assert_allclose(g.attrs["loss"], want[case], rtol=1e-5, err_msg=case)
+            assert g.attrs["ablation_kind"] == kind
+            assert ("alpha" in g) == kind.startswith("massive"), case
+
+
 # PyTorch checkpoints (tests/python/goldens/gen_hf_torch_bin.py): the layouts the hub serves for
 # facebook/opt-* and the original GPT-2 repositories, and the weights file each survey records.
 BIN_FIXTURES = {"opt_bin_tied": "pytorch_model.bin", "opt_bin_sharded": "pytorch_model.bin.index.json",
