@@ -181,12 +181,15 @@ def grouped_bars(path, caption, groups, series, values, ylabel):
     return _save(fig, path, caption)
 
 
-def lines_vs(path, caption, series, xlabel, ylabel, logx=False, ylim=None):
-    """One line per series over a shared axis (Fig. 3: Sink_1^eps against T, one line per eps):
-    series = [(label, x, y)]; x ascending."""
+def lines_vs(path, caption, series, xlabel, ylabel, logx=False, ylim=None, hlines=()):
+    """One line per series over a shared axis (Fig. 3: Sink_1^eps against T, one line per eps; the loss
+    against the attention window, with and without sink tokens): series = [(label, x, y)], x ascending;
+    hlines = [(label, y)] drawn dashed across (a reference such as full attention)."""
     fig, ax = _pyplot().subplots(figsize=(5.2, 3.4))
     for label, x, y in series:
         ax.plot(x, y, "o-", ms=3, label=label)
+    for label, y in hlines:
+        ax.axhline(y, ls="--", lw=0.9, color="gray", label=label)
     if logx:  # ticks at the measured values, written as plain numbers
         from matplotlib.ticker import NullFormatter
 

@@ -582,6 +582,63 @@ def _length_section(rep, models, inputs, by):
                         ["model", "input", "T", "eps", "Sink_1", "domains"], rows, {"Sink_1": ".2f", "eps": "g"}))
 
 
+def _ablation_base(label):
+    """natural@T1024+window_256 -> natural@T1024 (the plain measurement at the same input and T)."""
+    return label.split("+")[0]
+
+
+def ablations_section(rep, entries, ablation_losses, eps):
+    """What the sink does (the survey's --ablations): per model, input and T, the next-token loss of every
+    ablation beside full attention's (mean over domains, over the domains both have), the sink metric before
+    and after for the massive-activation ones; the loss against the attention window, with and without the
+    first tokens kept (StreamingLLM's sink tokens), one figure per model, input and T."""
+    ablated = [(a.model, a.input, a.domain, a.attrs, a.loss, None) for a in ablation_losses]
+    ablated += [(e.model, e.input, e.domain, e.attrs, float(e.attrs["loss"]), e) for e in entries
+                if "ablation" in e.attrs and "loss" in e.attrs]
+    if not ablated:
+        return
+    rep.heading(2, "What the sink does: ablations", anchor="ablations")
+    full = {(e.model, e.input, e.domain): e for e in entries if "ablation" not in e.attrs and "loss" in e.attrs}
+    groups = {}  # (model, base label, ablation tag) -> [(domain, loss, entry)]
+    for model, label, domain, attrs, loss, e in ablated:
+        groups.setdefault((model, _ablation_base(label), attr_text(attrs["ablation"])), []).append((domain, loss, e, attrs))
+    rows, curves = [], {}  # curves: (model, base) -> {"full": loss, "window": {W: loss}, "sinks s": {W: loss}}
+    for (model, base, tag), items in sorted(groups.items()):
+        paired = [(d, loss, e, attrs) for d, loss, e, attrs in items if (model, base, d) in full]
+        if not paired:
+            rows.append([model, base, tag, len(items), float(np.mean([x[1] for x in items])), None, None, None, None])
+            continue
+        loss = float(np.mean([x[1] for x in paired]))
+        loss_full = float(np.mean([float(full[(model, base, d)].attrs["loss"]) for d, *_ in paired]))
+        sink_before = sink_after = None
+        ents = [e for _, _, e, _ in paired if e is not None and _match_eps(e.eps, eps) is not None]
+        if ents:
+            sink_after = float(np.mean([e.sink[_match_eps(e.eps, eps)] for e in ents]))
+            befores = [full[(model, base, d)] for d, _, e, _ in paired if e is not None]
+            befores = [b for b in befores if len(b.sink) and _match_eps(b.eps, eps) is not None]
+            if befores:
+                sink_before = float(np.mean([b.sink[_match_eps(b.eps, eps)] for b in befores]))
+        rows.append([model, base, tag, len(paired), loss, loss_full, loss - loss_full, sink_before, sink_after])
+        attrs = paired[0][3]
+        kind = attr_text(attrs.get("ablation_kind", ""))
+        if kind in ("window", "window_sinks"):
+            c = curves.setdefault((model, base), {"full": loss_full, "series": {}})
+            s = int(attrs.get("sink_tokens", 0)) if kind == "window_sinks" else 0
+            c["series"].setdefault(s, {})[int(attrs["window"])] = loss
+    rep.table(Table("ablations", "Next-token loss (nats) under each ablation beside full attention, and Sink_1^"
+                    f"{eps:g} (%) before and after the massive-activation ones (mean over the domains both have)",
+                    ["model", "input", "ablation", "domains", "loss", "loss (full)", "change", f"Sink_1^{eps:g} before",
+                     f"Sink_1^{eps:g} after"], rows,
+                    {"loss": ".4f", "loss (full)": ".4f", "change": "+.4f", f"Sink_1^{eps:g} before": ".2f",
+                     f"Sink_1^{eps:g} after": ".2f"}))
+    for (model, base), c in sorted(curves.items()):
+        series = [("window only" if s == 0 else f"window + first {s} token{'s' if s > 1 else ''}",
+                   sorted(ws), [ws[w] for w in sorted(ws)]) for s, ws in sorted(c["series"].items())]
+        rep.figure(f"loss_vs_window_{model}_{base}", f"{model} / {base}: next-token loss against the attention window, "
+                   "with and without the first tokens kept (StreamingLLM's attention sinks)", figures.lines_vs,
+                   series, "window (most recent tokens)", "loss (nats)", logx=True, hlines=[("full attention", c["full"])])
+
+
 def downstream_section(rep, entries, scores, eps):
     """Sink beside downstream accuracy (paper Fig. 10): each model's Sink_1^eps on natural inputs (mean over
     domains) and its multiple-choice accuracy (the survey's hellaswag input), as a table and a scatter."""
@@ -943,6 +1000,7 @@ def build_report(paths, out_dir, eps=DEFAULT_EPS, jobs_dir=JOBS_DIR):
         entries = [e for rf in files for e in rf.entries]
         items = [it for rf in files for it in rf.items]
         scores = [s for rf in files for s in rf.scores]
+        ablation_losses = [a for rf in files for a in rf.ablation_losses]
         try:
             rep = Report(out_dir)
         except OSError as e:
@@ -950,6 +1008,7 @@ def build_report(paths, out_dir, eps=DEFAULT_EPS, jobs_dir=JOBS_DIR):
         training_section(rep, runs, eps)
         models_section(rep, entries, eps)
         downstream_section(rep, entries, scores, eps)
+        ablations_section(rep, entries, ablation_losses, eps)
         paper_tables_section(rep, runs, eps, Table, jobs_dir)
         items_section(rep, items)
         rep.write_html(summary_html(files, runs, entries, items, rep, eps))

@@ -131,6 +131,17 @@ class ChoiceScore:
 
 
 @dataclass
+class AblationLoss:
+    """/models/<model>/<input>[@T<T>]+<ablation>/<domain> of an attention ablation: the next-token loss alone."""
+    model: str
+    input: str
+    domain: str
+    file: str
+    attrs: dict
+    loss: float
+
+
+@dataclass
 class Item:
     """/items/<id>: one survey work item."""
     id: str
@@ -150,6 +161,7 @@ class ResultsFile:
     notes: list
     _h5: object = None
     scores: list = field(default_factory=list)  # ChoiceScore
+    ablation_losses: list = field(default_factory=list)  # AblationLoss
 
     def close(self):
         if self._h5 is not None:
@@ -386,7 +398,7 @@ def open_results(path):
         f = h5py.File(str(p), "r")
     except OSError as e:
         raise ResultsError(f"{path}: cannot open as HDF5: {e}") from None
-    notes, runs, entries, items, scores = [], [], [], [], []
+    notes, runs, entries, items, scores, ablation_losses = [], [], [], [], [], []
     try:
         runs_g = f.get("runs")
         if isinstance(runs_g, h5py.Group):
@@ -406,7 +418,11 @@ def open_results(path):
                     for domain, dg in (ig.items() if isinstance(ig, h5py.Group) else ()):
                         if not isinstance(dg, h5py.Group):
                             continue
-                        if "acc" in dg.attrs and "loglik" in dg:
+                        if "ablation" in dg.attrs and "sink" not in dg and "loss" in dg.attrs:
+                            ablation_losses.append(AblationLoss(model, inp, domain, str(path),
+                                                                {k: dg.attrs[k] for k in dg.attrs},
+                                                                float(dg.attrs["loss"])))
+                        elif "acc" in dg.attrs and "loglik" in dg:
                             scores.append(ChoiceScore(model, inp, domain, str(path), float(dg.attrs["acc"]),
                                                       float(dg.attrs.get("acc_norm", np.nan)),
                                                       int(dg.attrs.get("n_examples", 0))))
@@ -422,7 +438,7 @@ def open_results(path):
     tool = writer_of(attrs.get("command_line", ""))
     for e in entries:
         e.tool = tool
-    if not runs and not entries and not items and not scores:
+    if not runs and not entries and not items and not scores and not ablation_losses:
         notes.append(f"{path}: no /runs, /models or /items: nothing to report")
     return ResultsFile(path=str(path), attrs=attrs, runs=runs, entries=entries, items=items, notes=notes,
-                       _h5=f, scores=scores)
+                       _h5=f, scores=scores, ablation_losses=ablation_losses)

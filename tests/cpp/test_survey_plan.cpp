@@ -164,5 +164,46 @@ TEST_F(SurveyPlanDirs, ItemsAtMoreLengthsAndHellaswag) {
   EXPECT_EQ(items[6].group(models), "/models/g/natural@T1024/pile_cc");
 }
 
+// --ablations: parsed with their parameters, tagged, crossed with the ablation inputs at every length;
+// malformed entries are one error naming the flag.
+TEST_F(SurveyPlanDirs, Ablations) {
+  const std::vector<Ablation> a =
+      parse_ablations("window:256,window_sinks:1020:4,mask_first:2,massive_zero:3:4,massive_mean:0:1", "--ablations");
+  ASSERT_EQ(a.size(), 5u);
+  EXPECT_EQ(a[0].tag(), "window_256");
+  EXPECT_EQ(a[1].tag(), "window_1020_sinks_4");
+  EXPECT_EQ(a[1].window, 1020);
+  EXPECT_EQ(a[1].sink_tokens, 4);
+  EXPECT_EQ(a[2].tag(), "mask_first_from_2");
+  EXPECT_EQ(a[3].tag(), "massive_zero_3_top4");
+  EXPECT_EQ(a[4].tag(), "massive_mean_0_top1");
+  EXPECT_TRUE(a[2].attention());
+  EXPECT_FALSE(a[3].attention());
+  EXPECT_TRUE(parse_ablations("none", "x").empty());
+  for (const char* bad : {"window", "window:0", "window:-1", "window_sinks:4", "window_sinks:4:0", "mask_first:a",
+                          "massive_zero:1", "massive_mean:1:0", "streaming:4", "window:4:4", "window:4x"})
+    EXPECT_NE(error_of([&] { parse_ablations(bad, "--ablations"); }).find("--ablations: '"), std::string::npos) << bad;
+
+  std::vector<SurveyModel> models = {parse_model_line("g gpt", root())};
+  PlanOptions o;
+  o.inputs = {"natural", "random"};
+  o.domains = {"pile_cc", "arxiv"};
+  o.seq_len = 64;
+  o.seq_lens = {256};
+  o.ablations = {a[0], a[3]};
+  o.ablation_inputs = {"natural"};
+  std::vector<std::string> ids;
+  for (const SurveyItem& it : plan_items(models, o)) ids.push_back(it.id(models));
+  const std::vector<std::string> want = {
+      "g:natural:pile_cc", "g:natural:arxiv", "g:random:-", "g:natural@T256:pile_cc", "g:natural@T256:arxiv",
+      "g:random@T256:-", "g:natural+window_256:pile_cc", "g:natural+window_256:arxiv",
+      "g:natural@T256+window_256:pile_cc", "g:natural@T256+window_256:arxiv", "g:natural+massive_zero_3_top4:pile_cc",
+      "g:natural+massive_zero_3_top4:arxiv", "g:natural@T256+massive_zero_3_top4:pile_cc",
+      "g:natural@T256+massive_zero_3_top4:arxiv"};
+  EXPECT_EQ(ids, want);
+  o.ablation_inputs = {"random"};
+  EXPECT_NE(error_of([&] { plan_items(models, o); }).find("--ablation-inputs: 'random'"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace sinklab::probe

@@ -255,22 +255,24 @@ def test_hellaswag_scored_through_the_models_tokenizer(survey_setup, tmp_path):
         assert failed.attrs["status"] == "failed" and "to match hellaswag files by" in failed.attrs["error"]
 
 
-def test_report_draws_sink_vs_T_accuracy_and_long_inputs(survey_setup, tmp_path):
+def test_report_draws_sink_vs_T_accuracy_long_inputs_and_ablations(survey_setup, tmp_path):
     """The report on a real survey file: Sink_1^eps against T (Fig. 3) from --seq-lens items, Sink against
-    accuracy (Fig. 10) from hellaswag items, the long-input figure with error bars over heads; the tables
-    hold the file's numbers."""
+    accuracy (Fig. 10) from hellaswag items, the long-input figure with error bars over heads, the loss
+    against the attention window with and without sink tokens (the ablations); the tables hold the file's
+    numbers."""
     mc = tmp_path / "mc.h5"
     ids = np.arange(3, 3 + 2 * T, dtype=np.int32).reshape(2, T) % 50 + 3
     _write_golden_multiple_choice(mc, ids)
     out = tmp_path / "r.h5"
     _run(_cmd(survey_setup, out, "--models=llama_gqa,mistral", "--inputs=natural,long,hellaswag",
               "--interventions=none", "--seq-lens=4,8", "--long-input-len=12", "--long-n-seq=4",
-              "--long-domains=pile_cc", f"--hellaswag-dir={mc}"))
+              "--long-domains=pile_cc", f"--hellaswag-dir={mc}",
+              "--ablations=window:2,window:4,window_sinks:2:1,window_sinks:4:1,massive_mean:0:2"))
     from analysis.report import build_report
     rep = build_report([out], tmp_path / "report")
     figs = {Path(p).stem: Path(p) for p in rep.figures}
     for name in ("sink_vs_T_llama_gqa_natural", "sink_vs_T_mistral_natural", "sink_vs_accuracy",
-                 "llama_gqa_long_last_to_first"):
+                 "llama_gqa_long_last_to_first", "loss_vs_window_llama_gqa_natural", "loss_vs_window_mistral_natural_T8"):
         assert name in figs and figs[name].stat().st_size > 5000, (name, sorted(figs))
     with h5py.File(out, "r") as f:
         table = (tmp_path / "report" / "tables" / "sink_vs_T.csv").read_text().splitlines()
@@ -289,6 +291,17 @@ def test_report_draws_sink_vs_T_accuracy_and_long_inputs(survey_setup, tmp_path)
             assert float(down[m]["acc_norm"]) == pytest.approx(g.attrs["acc_norm"])
             sink = np.mean([f[f"models/{m}/natural/{d}/sink"][1] for d in DOMAINS])
             assert float(down[m]["Sink_1^0.3"]) == pytest.approx(sink)
+        # The ablation table: each ablation's loss and full attention's, means over the domains.
+        lines = (tmp_path / "report" / "tables" / "ablations.csv").read_text().splitlines()
+        rows = [dict(zip(lines[0].split(","), line.split(","))) for line in lines[1:]]
+        assert len(rows) == 2 * 3 * 5  # models x lengths (12, 4, 8) x ablations
+        for r in rows:
+            base = r["input"]
+            want = np.mean([f[f"models/{r['model']}/{base}+{r['ablation']}/{d}"].attrs["loss"] for d in DOMAINS])
+            full = np.mean([f[f"models/{r['model']}/{base}/{d}"].attrs["loss"] for d in DOMAINS])
+            assert float(r["loss"]) == pytest.approx(want) and float(r["loss (full)"]) == pytest.approx(full)
+            if r["ablation"].startswith("massive"):
+                assert r["Sink_1^0.3 before"] and r["Sink_1^0.3 after"]
 
 
 def _descendants(pid):
