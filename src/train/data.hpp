@@ -149,9 +149,10 @@ class ChunkSampler {
 // C-1 predictions at most, with the model's full context C.
 //
 // Attention runs plainly causal over the packed row (a conversation sees the end of the previous one
-// in its row), with positions 0..C-1 per row: the file stores no conversation boundaries (a
-// conversation can hold several assistant turns, each ending in EOS, so EOS does not mark one), as
-// TRL-style packing of the paper's fine-tuning does.
+// in its row), with positions 0..C-1 per row, not restarted per conversation: the file stores no
+// conversation boundaries (a conversation can hold several assistant turns, each ending in EOS, so EOS
+// does not mark one), and the attention op's mask is one per call, not per row (a block-diagonal mask
+// would be a new mask kind in every CPU and CUDA attention kernel). README, sinklab-sft.
 //
 // Sampling as ChunkSampler's: sample s reads row perm_e(s % N) of epoch e = s / N, with the same
 // sample_index layout over steps, micro-batches and ranks, so any rank count reads the same rows.
