@@ -8,6 +8,7 @@ The binaries come from $SINKLAB_BIN_DIR; the tests skip only when they are absen
 import os
 import signal
 import subprocess
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -209,3 +210,39 @@ def test_two_ranks_match_one_rank(corpus, bases, tmp_path):
                      "monitor/max_abs_activation", "eval/alpha"):
             np.testing.assert_allclose(f2[f"runs/softmax/{name}"][:], f1[f"runs/softmax/{name}"][:], rtol=1e-5,
                                        atol=0, err_msg=name)
+
+
+JOBS = Path(__file__).resolve().parents[2] / "jobs"
+
+
+def _ini(path):
+    out = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, _, value = line.partition("=")
+            out[key.strip()] = value.strip()
+    return out
+
+
+def test_job_files(bases, tmp_path):
+    d, _ = bases
+    files = sorted((JOBS / "sft").glob("*.ini"))
+    assert {f.name for f in files} >= {"ultrachat_1b_softmax.ini", "ultrachat_1b_sigmoid.ini",
+                                       "tiny_cpu_softmax.ini", "tiny_cpu_sigmoid.ini"}
+    outs = [_ini(f)["out-dir"] for f in files]
+    assert len(set(outs)) == len(outs), outs
+    # Paper App. D: lr 2e-5 cosine, batch 64 x 2048, one epoch, from the 1B runs' own out-dirs.
+    sources = {"softmax": JOBS / "pretrain" / "1b_default.ini",
+               "sigmoid": JOBS / "pretrain" / "sec7_scale_1b" / "sigmoid_one.ini"}
+    for model, pretrain_job in sources.items():
+        s = _ini(JOBS / "sft" / f"ultrachat_1b_{model}.ini")
+        assert (s["lr"], s["lr-schedule"], s["global-batch-tokens"], s["steps"]) == ("2e-5", "cosine", str(64 * 2048), "0")
+        p = _ini(pretrain_job)
+        assert s["init-from"] == p["out-dir"]
+        assert p.get("attn-sim", "exp") == ("sigmoid" if model == "sigmoid" else "exp")
+    # Every file is a valid configuration (the checkpoint replaced by a tiny one; --dry-run reads no data).
+    for f in files:
+        proc = _run([str(SFT), "--config", str(f), f"--init-from={d / 'softmax'}", "--probe-length=12", "--dry-run"],
+                    check=False)
+        assert proc.returncode == 0 and "sft-data = " in proc.stdout and "d-model = 32" in proc.stdout, \
+            (f.name, proc.stderr)
