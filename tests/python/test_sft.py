@@ -246,3 +246,29 @@ def test_job_files(bases, tmp_path):
                     check=False)
         assert proc.returncode == 0 and "sft-data = " in proc.stdout and "d-model = 32" in proc.stdout, \
             (f.name, proc.stderr)
+
+
+def test_report_draws_fig30_and_the_sink_table(corpus, bases, tmp_path):
+    import csv
+
+    from analysis.report import build_report
+    hook = {"SINKLAB_TEST_LOSS_SPIKE_STEP": "12"}
+    for model in MODELS:
+        _sft(corpus, bases, model, tmp_path / model, "--on-nonfinite=skip",
+             env=dict(hook, SINKLAB_TEST_NAN_GRAD_STEP="6") if model == "softmax" else hook)
+    rep = build_report([tmp_path / m / "results.h5" for m in MODELS], tmp_path / "report")
+    assert (tmp_path / "report" / "figures" / "fig30_sft_stability.png").stat().st_size > 10_000
+    with open(tmp_path / "report" / "tables" / "sft_sink_before_after.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["run"] for r in rows] == list(MODELS)
+    for r in rows:
+        with h5py.File(tmp_path / r["run"] / "results.h5", "r") as h:
+            ev = h[f"runs/{r['run']}/eval"]
+            assert float(r["base Sink_1^0.3"]) == pytest.approx(ev["sink"][0, 1])
+            assert float(r["fine-tuned Sink_1^0.3"]) == pytest.approx(ev["sink"][-1, 1])
+            assert float(r["base valid loss"]) == pytest.approx(ev["valid_loss"][0])
+            assert r["base checkpoint"] == h[f"runs/{r['run']}"].attrs["init_from"]
+        assert r["steps"] == "20" and r["spike events"] == "1"
+        assert r["non-finite steps"] == ("1" if r["run"] == "softmax" else "0")
+    assert "Fine-tuning stability" in (tmp_path / "report" / "index.html").read_text()
+    assert not [s for s in rep.skips if "fine-tuning" in s or "before/after" in s], rep.skips
