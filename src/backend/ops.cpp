@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "backend/backend.hpp"
-#include "backend/memory.hpp"
 
 namespace sinklab {
 namespace {
@@ -78,14 +77,7 @@ void Backend::add(Tensor, Tensor, Tensor) { no_kernel("add"); }
 void Backend::accumulate(Tensor, Tensor, double) { no_kernel("accumulate"); }
 void Backend::scale(Tensor, double) { no_kernel("scale"); }
 double Backend::sum_squares(Tensor) { no_kernel("sum_squares"); }
-// Devices without a max_abs kernel: a host copy reduced by the CPU kernel (the training monitor calls
-// it once per layer and step, where one copy of a layer's output costs little next to its GEMMs).
-double Backend::max_abs(Tensor x) {
-  Buffer host = Buffer(size_t(x.numel()) * dtype_size(x.dtype), Device::cpu());
-  Tensor h = Tensor::contiguous_view(host.data(), x.dtype, x.shape.data(), x.ndim, Device::cpu());
-  ops::copy(h, x);
-  return backend_for(Device::cpu()).max_abs(h);
-}
+double Backend::max_abs(Tensor) { no_kernel("max_abs"); }
 void Backend::column_sum(Tensor, Tensor, bool) { no_kernel("column_sum"); }
 void Backend::fill_normal(Tensor, uint64_t, uint64_t, double, double) { no_kernel("fill_normal"); }
 void Backend::fill_uniform(Tensor, uint64_t, uint64_t, double, double) { no_kernel("fill_uniform"); }
