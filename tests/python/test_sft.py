@@ -139,6 +139,15 @@ def test_model_flags_come_from_the_checkpoint(corpus, bases, tmp_path):
     assert "attn-norm = one" in proc.stdout
     proc = _sft(corpus, bases, "softmax", tmp_path / "x", f"--init-from={tmp_path / 'nothing'}", check=False)
     assert proc.returncode != 0 and "--init-from" in proc.stderr, proc.stderr
+    # A resume continues its own run: other SFT data is refused, naming the flag.
+    _sft(corpus, bases, "softmax", tmp_path / "run", "--steps=5")
+    write_sft_rows(tmp_path / "other.h5", 300, 4, C)
+    proc = _sft(corpus, bases, "softmax", tmp_path / "run", "--steps=10", "--resume",
+                f"--sft-data={tmp_path / 'other.h5'}", check=False)
+    assert proc.returncode != 0 and "--sft-data:" in proc.stderr, proc.stderr
+    _sft(corpus, bases, "softmax", tmp_path / "run", "--steps=10", "--resume")  # its own data resumes
+    with h5py.File(tmp_path / "run" / "results.h5", "r") as f:
+        assert len(f["runs/softmax/train/loss"]) == 10 and len(f["runs/softmax/monitor/step"]) == 10
 
 
 def test_nonfinite_gradient_skip_and_halt(corpus, bases, tmp_path):
