@@ -217,4 +217,28 @@ def labelled_scatter(path, caption, series, xlabel, ylabel):
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=7)
+
+
+def sft_stability(path, caption, series):
+    """Fig. 30: training loss and gradient norm over fine-tuning steps, one line per run, the monitor's
+    events marked on both panels. series = [(label, step, loss, grad_norm, events)], events = [(step,
+    kind name)]."""
+    fig, axes = _pyplot().subplots(1, 2, figsize=(9, 3.4))
+    markers = {"non-finite step": "x", "loss spike": "^", "grad-norm spike": "v"}
+    for label, step, loss, grad_norm, events in series:
+        for ax, y in zip(axes, (loss, grad_norm)):
+            line, = ax.plot(step, y, lw=0.9, label=label)
+            by_step = dict(zip(np.asarray(step).tolist(), np.asarray(y).tolist()))
+            for kind, marker in markers.items():
+                xs = [s for s, k in events if k == kind]
+                if xs:  # at the curve's value (non-finite values at the plot's bottom)
+                    ys = [by_step.get(s, np.nan) for s in xs]
+                    low = np.nanmin(y[np.isfinite(y)]) if np.isfinite(y).any() else 0.0
+                    ys = [v if np.isfinite(v) else low for v in ys]
+                    ax.plot(xs, ys, marker, ms=7, color=line.get_color(), label=f"{label}: {kind}")
+    for ax, name in zip(axes, ("training loss", "gradient norm")):
+        ax.set_xlabel("fine-tuning step")
+        ax.set_ylabel(name)
+        _integer_ticks(ax.xaxis)
+        ax.legend(fontsize=7)
     return _save(fig, path, caption)

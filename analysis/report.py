@@ -15,6 +15,9 @@ Sections (each is skipped, with a note saying why, when the files do not hold wh
      prints it, the measured value beside the paper's and each cell's status (done / in progress /
      incomplete / failed / not run), when any run of the files is one of its cells.
   4. survey bookkeeping (/items/<id>).
+  5. fine-tuning (sinklab-sft runs, attribute init_from): Fig. 30 (training loss and gradient norm over
+     the fine-tuning steps, the stability monitor's events marked) and the sink of the base model (eval
+     step 0) beside the fine-tuned one (last eval) on the same probe set, Table 1 (right) layout.
 What was read (files, runs, models), the glossary, notes and skipped sections close the page.
 Output: DIR/index.html, DIR/tables/*.md + *.csv, DIR/figures/*.png. A bad input file ends the program
 with one line naming it and exit status 1.
@@ -33,7 +36,8 @@ import numpy as np
 
 from analysis import figures
 from analysis.paper_tables import JOBS_DIR, ini_settings, paper_tables_section
-from analysis.results import DEFAULT_EPS, NOTE_ATTRS, ResultsError, attr_text, eps_index, open_results
+from analysis.results import (DEFAULT_EPS, EVENT_KINDS, NOTE_ATTRS, ResultsError, attr_text, eps_index,
+                              open_results)
 
 INPUT_ORDER = ("natural", "random", "repeat")
 PROG = "analysis.report"
@@ -988,6 +992,57 @@ def summary_html(files, runs, entries, items, rep, eps):
     return "\n".join(out)
 
 
+# ----------------------------------------------------------------------------------- 5. fine-tuning
+
+def _events_of(r):
+    """[(step, kind name)] of a run's monitor events."""
+    if not r.events or "step" not in r.events or "kind" not in r.events:
+        return []
+    return [(int(s), EVENT_KINDS.get(int(k), f"kind {int(k)}")) for s, k in zip(r.events["step"], r.events["kind"])]
+
+
+def sft_section(rep, runs, eps):
+    """Paper App. D: Fig. 30 over the fine-tuning runs and the before/after sink (Table 1 right layout)."""
+    labels = _run_labels(runs)
+    sft = [(label, r) for label, r in zip(labels, runs) if r.init_from]
+    if not sft:
+        return  # no fine-tuning run: nothing to say
+    rep.heading(2, "5. Fine-tuning stability (paper App. D, Fig. 30)", anchor="sft")
+    series = []
+    for label, r in sft:
+        if not r.train or not {"step", "loss", "grad_norm"} <= set(r.train):
+            rep.skipped(f"fine-tuning run {label} in Fig. 30", "no train step/loss/grad_norm columns")
+            continue
+        series.append((label, r.train["step"], r.train["loss"], r.train["grad_norm"], _events_of(r)))
+    if series:
+        rep.figure("fig30_sft_stability", "Fig. 30: training loss and gradient norm (before clipping) over the "
+                   f"fine-tuning steps of {', '.join(s[0] for s in series)}; markers: the stability monitor's "
+                   "events", figures.sft_stability, series)
+    cols = ["run", "base checkpoint", f"base {_eps_col('Sink_1', eps)}", f"fine-tuned {_eps_col('Sink_1', eps)}",
+            "base valid loss", "fine-tuned valid loss", "steps", "non-finite steps", "spike events"]
+    rows, stars = [], set()
+    for label, r in sft:
+        ev = r.eval
+        i = None if ev is None else _match_eps(ev.eps, eps)
+        have = ev is not None and i is not None and len(ev.step) >= 2 and int(ev.step[0]) == 0
+        if not have:
+            rep.skipped(f"run {label} in the before/after sink table",
+                        f"needs evaluations at step 0 and later with Sink_1 at eps={eps:g}")
+        nonfinite = int(r.monitor["nonfinite_steps"][-1]) if r.monitor and "nonfinite_steps" in r.monitor and \
+            len(r.monitor["nonfinite_steps"]) else None
+        spikes = sum(k != "non-finite step" for _, k in _events_of(r))
+        rows.append([label, r.init_from, _f(ev.sink[0, i]) if have else None, _f(ev.sink[-1, i]) if have else None,
+                     _f(ev.valid_loss[0]) if have else None, _f(ev.valid_loss[-1]) if have else None,
+                     len(r.train["loss"]) if r.train and "loss" in r.train else None, nonfinite, spikes])
+        if have and ev.proxy:
+            stars.update({(len(rows) - 1, 2), (len(rows) - 1, 3)})
+    fmts = {cols[2]: ".2f", cols[3]: ".2f", cols[4]: ".4f", cols[5]: ".4f"}
+    rep.table(Table("sft_sink_before_after", f"Sink_1^{eps:g} (%) of the base model (the fine-tuning run's "
+                    "evaluation at step 0) and of the fine-tuned one (its last evaluation), on the same probe "
+                    "sequences; Table 1 (right): base vs chat", cols, rows, fmts, stars,
+                    note=PROXY_NOTE if stars else ""))
+
+
 # ---------------------------------------------------------------------------------------------- main
 
 def build_report(paths, out_dir, eps=DEFAULT_EPS, jobs_dir=JOBS_DIR):
@@ -1011,6 +1066,7 @@ def build_report(paths, out_dir, eps=DEFAULT_EPS, jobs_dir=JOBS_DIR):
         ablations_section(rep, entries, ablation_losses, eps)
         paper_tables_section(rep, runs, eps, Table, jobs_dir)
         items_section(rep, items)
+        sft_section(rep, runs, eps)
         rep.write_html(summary_html(files, runs, entries, items, rep, eps))
         return rep
     finally:

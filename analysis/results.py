@@ -25,6 +25,10 @@ NOTE_ATTRS = ("quantization", "quantisation", "dtype", "model_type", "source", "
 DEFAULT_EPS = 0.3
 
 TRAIN_COLUMNS = ("step", "tokens", "loss", "lr", "grad_norm", "tokens_per_s")
+MONITOR_DATASETS = {"step": 1, "skipped": 1, "nonfinite_steps": 1, "layer_grad_norm": 2, "update_ratio": 2,
+                    "max_abs_activation": 2}
+EVENT_COLUMNS = ("step", "kind", "value", "window_mean", "window_std")
+EVENT_KINDS = {0: "non-finite step", 1: "loss spike", 2: "grad-norm spike"}
 
 
 class ResultsError(Exception):
@@ -57,6 +61,12 @@ class Run:
     eval: EvalSeries = None
     config: str = ""                      # the run's ini text (attr "config")
     notes: list = field(default_factory=list)
+    # The training loop's stability monitor (src/train/monitor.hpp): /runs/<run>/monitor (step, skipped,
+    # nonfinite_steps, layer_grad_norm [step,L], update_ratio [step,L], max_abs_activation [step,L]) and
+    # /runs/<run>/events (step, kind, value, window_mean, window_std; kinds: EVENT_KINDS).
+    monitor: dict = None
+    events: dict = None
+    init_from: str = ""                   # sinklab-sft: the checkpoint fine-tuned (eval step 0 probes it)
 
 
 @dataclass
@@ -242,6 +252,19 @@ def _read_train(g, notes, where):
     return {k: v[:n] for k, v in cols.items()}
 
 
+def _read_rows(g, names, notes, where):
+    """The datasets `names` ({name: rank} or a tuple of 1-D names) of a row group, cut to their common
+    length; None when none is there."""
+    ranks = names if isinstance(names, dict) else {n: 1 for n in names}
+    cols = {n: a for n, a in ((n, _numeric(g, n, r, notes, where)) for n, r in ranks.items()) if a is not None}
+    if not cols:
+        return None
+    n = min(len(a) for a in cols.values())
+    if any(len(a) != n for a in cols.values()):
+        notes.append(f"{where}: datasets of unequal length, cut to {n} rows")
+    return {k: v[:n] for k, v in cols.items()}
+
+
 def _read_eval(g, notes, where):
     step = _numeric(g, "step", 1, notes, where)
     valid_loss = _numeric(g, "valid_loss", 1, notes, where)
@@ -410,6 +433,11 @@ def open_results(path):
                     run.train = _read_train(g["train"], run.notes, g["train"].name)
                 if isinstance(g.get("eval"), h5py.Group):
                     run.eval = _read_eval(g["eval"], run.notes, g["eval"].name)
+                if isinstance(g.get("monitor"), h5py.Group):
+                    run.monitor = _read_rows(g["monitor"], MONITOR_DATASETS, run.notes, g["monitor"].name)
+                if isinstance(g.get("events"), h5py.Group):
+                    run.events = _read_rows(g["events"], EVENT_COLUMNS, run.notes, g["events"].name)
+                run.init_from = attr_text(g.attrs.get("init_from", ""))
                 runs.append(run)
         models_g = f.get("models")
         if isinstance(models_g, h5py.Group):

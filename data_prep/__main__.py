@@ -80,6 +80,14 @@ def _sft(a) -> int:
     return 0
 
 
+def _chat_demo(a) -> int:
+    from .chat_demo import write_chat_demo
+
+    write_chat_demo(a.out, n=a.n, seed=a.seed)
+    print(f"chat-demo: wrote {a.n} conversations to {a.out}", file=sys.stderr)
+    return 0
+
+
 def _mini_corpus(a) -> int:
     from .mini_corpus import build_mini_corpus
 
@@ -170,6 +178,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--eos-token", help="EOS token (default: tokenizer_config.json eos_token)")
     s.add_argument("--max-records", type=int, default=0, help="stop after this many conversations")
     s.set_defaults(func=_sft)
+
+    s = sub.add_parser("chat-demo", help="generated arithmetic chat (jsonl, the layout sft reads) for the demo")
+    s.add_argument("--out", required=True, help="output jsonl file")
+    s.add_argument("--n", type=int, default=2000, help="conversations (default 2000)")
+    s.add_argument("--seed", type=int, default=0)
+    s.set_defaults(func=_chat_demo)
 
     s = sub.add_parser("mini-corpus", help="build the embedded mini corpus, tokenizer, shards, survey inputs")
     s.add_argument("--out", default="data/mini", help="output directory (default data/mini)")

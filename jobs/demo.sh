@@ -3,7 +3,9 @@
 # models on it with 2 MPI ranks each -- softmax attention, and sigmoid attention without normalisation
 # (the paper's sink-free operation, Sec. 7.4), same size, data and schedule -- probes both checkpoints
 # with natural, random and repeated-token inputs, prints their valid loss and Sink_1^eps side by side
-# over training, surveys both checkpoints as HF-format models with sinklab-survey (mpirun -np 2; named
+# over training, fine-tunes both for 30 steps on generated chat (sinklab-sft, jobs/sft/tiny_cpu_*.ini: loss
+# and grad norm curves, the monitor's events, the sink before and after; paper App. D), surveys both
+# checkpoints as HF-format models with sinklab-survey (mpirun -np 2; named
 # tiny_<model>_hf, so that the report keeps the survey's rows apart from the probe's tiny_<model>), then
 # surveys a real pretrained model, SmolLM2-135M (jobs/demo_smollm2.sh), and writes the report
 # (report/demo/index.html). CPU only. SINKLAB_BUILD_DIR picks the build directory (default build).
@@ -18,7 +20,7 @@ bash env/setup.sh
 echo "== build"
 build=${SINKLAB_BUILD_DIR:-build}
 cmake -S . -B "$build" -DSINKLAB_CUDA=OFF -DCMAKE_BUILD_TYPE=Release > build.log 2>&1 || { cat build.log; exit 1; }
-cmake --build "$build" -j"$(nproc)" --target sinklab-pretrain sinklab-probe sinklab-shard sinklab-survey >> build.log 2>&1 || { tail -40 build.log; exit 1; }
+cmake --build "$build" -j"$(nproc)" --target sinklab-pretrain sinklab-probe sinklab-shard sinklab-survey sinklab-sft >> build.log 2>&1 || { tail -40 build.log; exit 1; }
 
 echo "== mini corpus (data_prep)"
 .venv/bin/python -m data_prep mini-corpus --out data/mini
@@ -46,6 +48,15 @@ echo
 echo "== softmax vs sigmoid without normalisation, over training"
 .venv/bin/python -m analysis.compare results/demo/softmax/results.h5 results/demo/sigmoid/results.h5
 
+echo "== fine-tuning both on generated arithmetic chat (data_prep chat-demo + sft; sinklab-sft, mpirun -np 2)"
+.venv/bin/python -m data_prep chat-demo --out data/mini/chat_demo.jsonl --n 2000 --seed 0
+.venv/bin/python -m data_prep sft --input data/mini/chat_demo.jsonl --model data/mini/tokenizer --context 256 \
+  --out data/mini/chat_demo_sft.h5
+for model in softmax sigmoid; do
+  mpirun -np 2 "$build/bin/sinklab-sft" --config "jobs/sft/tiny_cpu_$model.ini"
+done
+.venv/bin/python -m analysis.compare results/demo/sft_softmax/results.h5 results/demo/sft_sigmoid/results.h5
+
 echo "== surveying both checkpoints as HF-format models tiny_{softmax,sigmoid}_hf (sinklab-survey, mpirun -np 2)"
 domains=$(.venv/bin/python -c "import h5py; print(','.join(sorted(h5py.File('data/mini/survey_inputs.h5').keys())))")
 survey_models=()
@@ -64,7 +75,7 @@ fi
 
 echo "== report (tables, figures, one HTML page)"
 .venv/bin/python -m analysis.report results/demo/softmax/results.h5 results/demo/sigmoid/results.h5 \
-  results/demo/probe.h5 results/demo/survey.h5 -o report/demo
+  results/demo/sft_softmax/results.h5 results/demo/sft_sigmoid/results.h5 results/demo/probe.h5 results/demo/survey.h5 -o report/demo
 echo "report: report/demo/index.html"
 elapsed=$((SECONDS - demo_start))
 echo "demo: done in $((elapsed / 60)) min $((elapsed % 60)) s (installs included; budget 20 min on a 2-core machine)"

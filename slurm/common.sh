@@ -31,12 +31,12 @@ sinklab_requeue_unless_marker() {
 }
 sinklab_requeue_unless_done() { sinklab_requeue_unless_marker "$1" "$1/DONE"; }
 
-# The pre-training jobs (pretrain.sh, pretrain_1b.sh): sinklab-pretrain on CONFIG (default $1) over the
-# allocation, resuming from OUT_DIR's newest checkpoint, requeued until OUT_DIR/DONE exists. The output
-# directory is the one the job file names (out-dir = ..., which every file under jobs/pretrain sets), so
-# that `CONFIG=<another job> sbatch` never resumes another run's checkpoints; OUT_DIR=... or --out-dir
-# among the script's arguments overrides it.
-sinklab_run_pretraining() {
+# The training jobs (pretrain.sh, pretrain_1b.sh: sinklab-pretrain; sft.sh: sinklab-sft, the same loop):
+# $SINKLAB_APP on CONFIG (default $1) over the allocation, resuming from OUT_DIR's newest checkpoint,
+# requeued until OUT_DIR/DONE exists. The output directory is the one the job file names (out-dir = ...,
+# which every file under jobs/pretrain and jobs/sft sets), so that `CONFIG=<another job> sbatch` never
+# resumes another run's checkpoints; OUT_DIR=... or --out-dir among the script's arguments overrides it.
+sinklab_run_training() {
   local config=${CONFIG:-$1}; shift
   [ -f "$config" ] || { echo "slurm: CONFIG=$config: no such job file" >&2; return 2; }
   local out_dir="" given=0 prev="" arg
@@ -51,8 +51,9 @@ sinklab_run_pretraining() {
     set -- --out-dir "$out_dir" "$@"
   fi
   echo "slurm: $config -> $out_dir"
-  sinklab_srun "$SINKLAB_BIN/sinklab-pretrain" --config "$config" --device "${DEVICE:-cuda}" --resume "$@"
+  sinklab_srun "$SINKLAB_BIN/$SINKLAB_APP" --config "$config" --device "${DEVICE:-cuda}" --resume "$@"
   local status=$?
   [ $status -eq 0 ] && sinklab_requeue_unless_done "$out_dir"
   return $status
 }
+sinklab_run_pretraining() { sinklab_run_training "$@"; }

@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
           if (world.rank() == 0) std::fputs(cfg.config_text.c_str(), stdout);
           return 0;
         }
-        return sinklab::train::run_pretraining(cfg, world);
+        return sinklab::train::run_training(cfg, world);
       },
       world.abort_hook());
 }

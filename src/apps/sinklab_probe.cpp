@@ -61,13 +61,7 @@ bool parse(int argc, char** argv, ProbeOptions& o) {
 }
 
 int run(const ProbeOptions& o) {
-  std::string path = o.checkpoint;
-  if (!std::filesystem::exists(path + "/" + train::kCheckpointManifest)) {
-    auto latest = train::latest_checkpoint(path);
-    if (!latest) latest = train::latest_checkpoint(path + "/checkpoints");
-    SL_CHECK(latest.has_value(), "--checkpoint: no complete checkpoint in %s", path.c_str());
-    path = *latest;
-  }
+  const std::string path = train::resolve_checkpoint(o.checkpoint, "--checkpoint");
   train::CheckpointInfo ckpt = train::open_checkpoint(path);
   model::ModelConfig cfg = model::ModelConfig::from_hf_config_json(train::read_config_json(ckpt), path + "/config.json");
   SL_CHECK(o.length >= 1 && o.length <= cfg.context, "--length must lie in [1, %d] (the model's context)", cfg.context);

@@ -31,6 +31,7 @@ class Backend {
   virtual void accumulate(Tensor dst, Tensor src, double alpha);
   virtual void scale(Tensor x, double factor);
   virtual double sum_squares(Tensor x);
+  virtual double max_abs(Tensor x);
   virtual void column_sum(Tensor out, Tensor in, bool accumulate);
   virtual void fill_normal(Tensor out, uint64_t seed, uint64_t stream, double mean, double std);
   virtual void fill_uniform(Tensor out, uint64_t seed, uint64_t stream, double low, double high);

@@ -77,6 +77,7 @@ void Backend::add(Tensor, Tensor, Tensor) { no_kernel("add"); }
 void Backend::accumulate(Tensor, Tensor, double) { no_kernel("accumulate"); }
 void Backend::scale(Tensor, double) { no_kernel("scale"); }
 double Backend::sum_squares(Tensor) { no_kernel("sum_squares"); }
+double Backend::max_abs(Tensor) { no_kernel("max_abs"); }
 void Backend::column_sum(Tensor, Tensor, bool) { no_kernel("column_sum"); }
 void Backend::fill_normal(Tensor, uint64_t, uint64_t, double, double) { no_kernel("fill_normal"); }
 void Backend::fill_uniform(Tensor, uint64_t, uint64_t, double, double) { no_kernel("fill_uniform"); }
@@ -145,6 +146,12 @@ double sum_squares(Tensor x) {
   Backend& backend = backend_for({x}, "sum_squares");
   OpTimer timer("sum_squares", backend);
   return backend.sum_squares(x);
+}
+
+double max_abs(Tensor x) {
+  Backend& backend = backend_for({x}, "max_abs");
+  OpTimer timer("max_abs", backend);
+  return backend.max_abs(x);
 }
 
 void column_sum(Tensor out, Tensor in, bool accumulate) {

@@ -28,6 +28,7 @@ void add(Tensor out, Tensor a, Tensor b);     // out = a + b (residual add; back
 void accumulate(Tensor dst, Tensor src, double alpha = 1.0);  // dst += alpha * src
 void scale(Tensor x, double factor);          // x *= factor
 double sum_squares(Tensor x);                 // sum of x^2, accumulated in double (grad norm pieces)
+double max_abs(Tensor x);                     // max |x| (NaN if any element is NaN; 0 for an empty x): monitors
 // Sum over the leading dimensions of `in` that `out` lacks: in [L..., out...] -> out [out...] (written, or
 // added to when accumulate). out [C], in [R, C]: column sums (the gradient of a bias added to every row);
 // out [H, C], in [B, T, H, C]: per-head sums over batch and positions. in and out strided rows.

@@ -719,6 +719,25 @@ Array ResultsFile::read_array(const std::string& obj) const {
   return a;
 }
 
+void ResultsFile::read_rows(const std::string& obj_in, int64_t first, int64_t n, int32_t* out) const {
+  require_open("read_rows");
+  const std::string obj = normalize(obj_in);
+  Handle ds = open_dataset(hid_t(file_), path_, obj);
+  const std::vector<int64_t> d = dataset_dims(ds, path_, obj);
+  if (d.empty() || first < 0 || n < 0 || first + n > d[0])
+    SL_FAIL("%s: %s: rows [%lld, %lld) outside a dataset of shape %s", path_.c_str(), obj.c_str(), (long long)first,
+            (long long)(first + n), fmt_dims(d).c_str());
+  if (n == 0) return;
+  Handle fspace = checked(H5Dget_space(ds), path_, obj, "cannot read dataspace");
+  std::vector<hsize_t> start(d.size(), 0), cnt(d.begin(), d.end());
+  start[0] = hsize_t(first);
+  cnt[0] = hsize_t(n);
+  check(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start.data(), nullptr, cnt.data(), nullptr), path_, obj,
+        "cannot select rows");
+  Handle mspace = checked(H5Screate_simple(int(cnt.size()), cnt.data(), nullptr), path_, obj, "cannot create dataspace");
+  check(H5Dread(ds, mem_type<int32_t>(), mspace, fspace, H5P_DEFAULT, out), path_, obj, "cannot read rows");
+}
+
 std::vector<int64_t> ResultsFile::dims(const std::string& obj) const {
   require_open("dims");
   Handle ds = open_dataset(hid_t(file_), path_, normalize(obj));

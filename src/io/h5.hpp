@@ -141,6 +141,9 @@ class ResultsFile {
   std::vector<double> read_column(const std::string& obj) const;  // a 1-D dataset
   std::vector<int64_t> read_column_int(const std::string& obj) const;
   Array read_array(const std::string& obj) const;                 // any rank
+  // Rows [first, first + n) along the first dimension of any dataset, converted to int32 (token and
+  // mask files that are too large to read whole).
+  void read_rows(const std::string& obj, int64_t first, int64_t n, int32_t* out) const;
   std::vector<int64_t> dims(const std::string& obj) const;
   // Names of the links directly under a group, sorted.
   std::vector<std::string> list(const std::string& group) const;

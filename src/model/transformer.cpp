@@ -642,8 +642,9 @@ void Transformer::backward_layers(Tensor inputs) {
   (void)N;
 }
 
-double Transformer::forward_backward(Tensor inputs, Tensor targets, double grad_scale, int64_t* counted) {
-  forward_layers(inputs, nullptr);
+double Transformer::forward_backward(Tensor inputs, Tensor targets, double grad_scale, int64_t* counted,
+                                     LayerObserver* observer) {
+  forward_layers(inputs, observer);
   double loss_sum = head_loss(targets, grad_scale, true, counted);
   backward_layers(inputs);
   return loss_sum;

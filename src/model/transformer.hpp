@@ -39,8 +39,10 @@ class Transformer {
 
   // One micro-batch: inputs/targets i32 [B,T] (T <= context; target -1 = not counted). Runs forward and
   // backward, ACCUMULATING grad_scale * d(sum of losses)/d(params) into the gradients; returns the sum
-  // of the per-token losses and (via counted) how many targets were counted.
-  double forward_backward(Tensor inputs, Tensor targets, double grad_scale, int64_t* counted = nullptr);
+  // of the per-token losses and (via counted) how many targets were counted. An observer sees every
+  // layer of the forward pass (the trainer's stability monitor reads the residual stream).
+  double forward_backward(Tensor inputs, Tensor targets, double grad_scale, int64_t* counted = nullptr,
+                          LayerObserver* observer = nullptr);
   // Forward only: the sum of per-token losses and their count.
   double forward_loss(Tensor inputs, Tensor targets, int64_t* counted = nullptr);
   // Forward only, no loss: calls observer.on_layer for every layer (the sink probe).

@@ -320,4 +320,13 @@ std::string rank_state_path(const CheckpointInfo& ckpt, int rank) {
 
 std::string read_config_json(const CheckpointInfo& ckpt) { return read_text(join(ckpt.path, kCheckpointConfig)); }
 
+std::string resolve_checkpoint(const std::string& path, const char* flag) {
+  std::error_code ec;
+  if (std::filesystem::exists(path + "/" + kCheckpointManifest, ec)) return path;
+  std::optional<std::string> latest = latest_checkpoint(path);
+  if (!latest) latest = latest_checkpoint(path + "/checkpoints");
+  SL_CHECK(latest.has_value(), "%s: no complete checkpoint in %s", flag, path.c_str());
+  return *latest;
+}
+
 }  // namespace sinklab::train

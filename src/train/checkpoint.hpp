@@ -76,6 +76,9 @@ struct CheckpointInfo {
 // not validate the files: open_checkpoint does, and refuses a damaged newest checkpoint rather than
 // silently falling back to an older one.
 std::optional<std::string> latest_checkpoint(const std::string& dir);
+// A checkpoint named by a user: a step_<N> directory itself, or a directory (a run's --out-dir, or its
+// checkpoints/) whose newest complete checkpoint is meant. Throws naming `flag` when there is none.
+std::string resolve_checkpoint(const std::string& path, const char* flag);
 // Steps of every complete checkpoint in dir, ascending.
 std::vector<int64_t> list_checkpoints(const std::string& dir);
 

@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "core/philox.hpp"
+#include "train/checkpoint.hpp"
 
 namespace sinklab::train {
 
@@ -229,6 +230,70 @@ std::string ChunkSampler::intervention_text_of(const DataConfig& cfg) {
   if (cfg.fixed_token_position > 0)
     s += strfmt(" fixed=%lld:%d", (long long)cfg.fixed_token_position, cfg.fixed_token_id);
   return s;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// SFT data.
+
+SftSampler::SftSampler(const std::string& path, int64_t context, uint64_t seed, uint32_t vocab_size)
+    : path_(path), file_(io::ResultsFile::open_read(path)), context_(context), seed_(seed), vocab_size_(vocab_size) {
+  SL_CHECK(file_.exists("/tokens") && file_.exists("/loss_mask"),
+           "--sft-data %s: no tokens/loss_mask datasets (not written by `data_prep sft`?)", path.c_str());
+  const std::vector<int64_t> dims = file_.dims("/tokens");
+  SL_CHECK(dims.size() == 2 && dims[0] >= 1 && file_.dims("/loss_mask") == dims,
+           "--sft-data %s: tokens and loss_mask must both be [rows, context] with rows >= 1", path.c_str());
+  SL_CHECK(dims[1] == context, "--sft-data %s holds rows of %lld tokens but the model's context is %lld (run "
+           "`data_prep sft --context %lld`)", path.c_str(), (long long)dims[1], (long long)context, (long long)context);
+  n_rows_ = uint64_t(dims[0]);
+  n_loss_tokens_ = file_.has_attr("/", "n_loss_tokens") ? uint64_t(file_.attr_int("/", "n_loss_tokens")) : 0;
+  const uint32_t crc = file_crc32(path);
+  fingerprint_ = strfmt("sft context=%lld seed=%llu rows=%llu crc32=%08x", (long long)context,
+                        (unsigned long long)seed, (unsigned long long)n_rows_, crc);
+  content_text_ = strfmt("%llu rows of %lld tokens, %llu loss tokens, crc32 %08x", (unsigned long long)n_rows_,
+                         (long long)context, (unsigned long long)n_loss_tokens_, crc);
+}
+
+uint64_t SftSampler::row_of(uint64_t sample) const {
+  return permute_index(sample % n_rows_, n_rows_, seed_, sample / n_rows_);
+}
+
+int64_t SftSampler::count_targets(const BatchLayout& layout, uint64_t step, int64_t micro, int64_t rank) const {
+  std::vector<int32_t> mask(static_cast<size_t>(context_));
+  int64_t counted = 0;
+  for (int64_t j = 0; j < layout.rows; ++j) {
+    file_.read_rows("/loss_mask", int64_t(row_of(ChunkSampler::sample_index(layout, step, micro, rank, j))), 1,
+                    mask.data());
+    for (int64_t i = 1; i < context_; ++i) counted += mask[size_t(i)] != 0;
+  }
+  return counted;
+}
+
+int64_t SftSampler::fill_batch(const BatchLayout& layout, uint64_t step, int64_t micro, int64_t rank, Tensor inputs,
+                               Tensor targets) const {
+  const int64_t C = context_;
+  check_shape(inputs, {layout.rows, C}, "SftSampler::fill_batch", "inputs");
+  check_shape(targets, {layout.rows, C}, "SftSampler::fill_batch", "targets");
+  SL_CHECK(inputs.device.is_cpu() && targets.device.is_cpu() && inputs.is_contiguous() && targets.is_contiguous() &&
+               inputs.dtype == DType::i32 && targets.dtype == DType::i32,
+           "SftSampler::fill_batch: inputs and targets must be contiguous i32 CPU tensors");
+  std::vector<int32_t> mask(static_cast<size_t>(C));
+  int64_t counted = 0;
+  for (int64_t j = 0; j < layout.rows; ++j) {
+    const int64_t row = int64_t(row_of(ChunkSampler::sample_index(layout, step, micro, rank, j)));
+    int32_t* in = inputs.ptr<int32_t>() + j * C;
+    int32_t* tg = targets.ptr<int32_t>() + j * C;
+    file_.read_rows("/tokens", row, 1, in);
+    file_.read_rows("/loss_mask", row, 1, mask.data());
+    for (int64_t i = 0; i < C; ++i)
+      SL_CHECK(in[i] >= 0 && uint32_t(in[i]) < vocab_size_, "--sft-data %s: row %lld holds token %d outside the "
+               "model's vocabulary [0, %u)", path_.c_str(), (long long)row, in[i], vocab_size_);
+    for (int64_t i = 0; i + 1 < C; ++i) {
+      tg[i] = mask[size_t(i + 1)] ? in[i + 1] : -1;
+      counted += mask[size_t(i + 1)] != 0;
+    }
+    tg[C - 1] = -1;
+  }
+  return counted;
 }
 
 }  // namespace sinklab::train

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "core/tensor.hpp"
+#include "io/h5.hpp"
 #include "io/shard.hpp"
 
 namespace sinklab::train {
@@ -136,6 +137,53 @@ class ChunkSampler {
   std::vector<uint64_t> starts_;  // first stream index of each shard (prefix sums)
   uint64_t total_tokens_ = 0, n_tokens_ = 0, n_chunks_ = 0;
   uint32_t vocab_size_ = 0, eos_id_ = 0, bos_id_ = io::kNoBos;
+};
+
+// The fine-tuning data of sinklab-sft: data_prep sft's HDF5 file, `tokens` int32 [N, C] and
+// `loss_mask` uint8 [N, C] (1 = an assistant token, which the model is to predict), conversations
+// packed back to back into rows of C tokens (attribute `context`).
+//
+// Row r gives the inputs tokens[r, 0..C) and the targets tokens[r, 1..C) followed by -1 (the row's
+// last token has no successor in the row: rows are drawn shuffled), a target counted only where
+// loss_mask[r, i+1] = 1, else -1 (Transformer: target -1 = not counted). So a row of C tokens trains
+// C-1 predictions at most, with the model's full context C.
+//
+// Attention runs plainly causal over the packed row (a conversation sees the end of the previous one
+// in its row), with positions 0..C-1 per row, not restarted per conversation: the file stores no
+// conversation boundaries (a conversation can hold several assistant turns, each ending in EOS, so EOS
+// does not mark one), and the attention op's mask is one per call, not per row (a block-diagonal mask
+// would be a new mask kind in every CPU and CUDA attention kernel). README, sinklab-sft.
+//
+// Sampling as ChunkSampler's: sample s reads row perm_e(s % N) of epoch e = s / N, with the same
+// sample_index layout over steps, micro-batches and ranks, so any rank count reads the same rows.
+class SftSampler {
+ public:
+  // Opens the file (throws naming it when it is not data_prep sft output or its context differs from
+  // the model's). Token ids are checked against vocab_size as rows are read.
+  SftSampler(const std::string& path, int64_t context, uint64_t seed, uint32_t vocab_size);
+
+  uint64_t n_rows() const { return n_rows_; }
+  uint64_t n_tokens() const { return n_rows_ * uint64_t(context_); }
+  uint64_t n_loss_tokens() const { return n_loss_tokens_; }
+  uint64_t row_of(uint64_t sample) const;  // the row training sample `sample` reads
+
+  // The counted targets of that micro-batch (reads the mask only).
+  int64_t count_targets(const BatchLayout& layout, uint64_t step, int64_t micro, int64_t rank) const;
+  // Fills inputs and targets (i32 [rows, C], contiguous CPU tensors) as above; returns the counted targets.
+  int64_t fill_batch(const BatchLayout& layout, uint64_t step, int64_t micro, int64_t rank, Tensor inputs,
+                     Tensor targets) const;
+
+  // Identifies the data (file size, CRC-32, rows, C, seed): stored in checkpoints like ChunkSampler's.
+  std::string fingerprint() const { return fingerprint_; }
+  std::string content_text() const { return content_text_; }
+
+ private:
+  std::string path_;
+  io::ResultsFile file_;
+  int64_t context_ = 0;
+  uint64_t seed_ = 0, n_rows_ = 0, n_loss_tokens_ = 0;
+  uint32_t vocab_size_ = 0;
+  std::string fingerprint_, content_text_;
 };
 
 // A Philox-keyed pseudo-random permutation of [0, n): position i -> element. Exposed for tests.

@@ -6,16 +6,50 @@
 #include "core/options.hpp"
 #include "core/text.hpp"
 #include "probe/sink_metrics.hpp"
+#include "train/checkpoint.hpp"
 #include "train/data.hpp"
+
+#include <algorithm>
+#include <set>
+#include <sstream>
 
 namespace sinklab::train {
 
 namespace po = boost::program_options;
 
-bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size) {
+namespace {
+
+// sinklab-sft: the model is --init-from's (its config.json). A model flag given (on the command line or
+// in --config) with another value than the checkpoint's is refused with one line naming it.
+void take_model_from_checkpoint(TrainConfig& c, const po::variables_map& vm) {
+  c.init_from = resolve_checkpoint(c.init_from, "--init-from");
+  const CheckpointInfo info = open_checkpoint(c.init_from);
+  const model::ModelConfig theirs =
+      model::ModelConfig::from_hf_config_json(read_config_json(info), info.path + "/" + kCheckpointConfig);
+  const auto their_settings = theirs.settings(), asked = c.model.settings();
+  for (size_t i = 0; i < asked.size(); ++i) {
+    const std::string& flag = asked[i].first;
+    if (!vm.count(flag) || vm[flag].defaulted()) continue;
+    SL_CHECK(asked[i].second == their_settings[i].second,
+             "--%s: sinklab-sft takes the model from --init-from, whose %s = '%s', but this job asks for '%s' (drop "
+             "the flag)", flag.c_str(), flag.c_str(), their_settings[i].second.c_str(), asked[i].second.c_str());
+  }
+  c.model = theirs;
+}
+
+}  // namespace
+
+bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, bool sft) {
   std::string config_file, train_data, valid_data, sink_eps = "0.2,0.3,0.4", resample_positions;
   model::ModelConfig& m = c.model;
-  po::options_description desc("sinklab-pretrain options (also valid as `name = value` lines in --config)");
+  c.sft = sft;
+  const char* program = sft ? "sinklab-sft" : "sinklab-pretrain";
+  po::options_description desc(strfmt("%s options (also valid as `name = value` lines in --config)", program));
+  // sinklab-sft: the model's flags are optional (the checkpoint has the model); given, they must agree.
+  const auto model_value = [&](int* v) {
+    auto* value = po::value(v);
+    return sft ? value : value->required();
+  };
   // The model's variant axes (model/config.hpp), one option each, defaults = the paper's default model.
   const model::ModelConfig default_model;
   std::vector<std::pair<std::string, std::string>> axes = default_model.axes();
@@ -27,18 +61,29 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size) {
       ("help", "print this help")
       ("config", po::value(&config_file), "ini file with any of these options; flags override it")
       // model
-      ("vocab-size", po::value(&m.vocab_size)->required(), "vocabulary size (>= the shards' vocab)")
-      ("d-model", po::value(&m.d_model)->required(), "hidden dimension d")
-      ("n-layers", po::value(&m.n_layers)->required(), "transformer blocks L")
-      ("n-heads", po::value(&m.n_heads)->required(), "attention heads H")
+      ("vocab-size", model_value(&m.vocab_size), "vocabulary size (>= the shards' vocab)")
+      ("d-model", model_value(&m.d_model), "hidden dimension d")
+      ("n-layers", model_value(&m.n_layers), "transformer blocks L")
+      ("n-heads", model_value(&m.n_heads), "attention heads H")
       ("n-kv-heads", po::value(&m.n_kv_heads)->default_value(0), "key/value heads (0 = n-heads)")
-      ("ffn-hidden", po::value(&m.ffn_hidden)->required(), "SwiGLU hidden width")
-      ("context", po::value(&m.context)->required(), "context length C (tokens per training row)")
+      ("ffn-hidden", model_value(&m.ffn_hidden), "SwiGLU hidden width")
+      ("context", model_value(&m.context), "context length C (tokens per training row)")
       ("rope-theta", po::value(&m.rope_theta)->default_value(10000.0), "rotary base")
       ("norm-eps", po::value(&m.norm_eps)->default_value(1e-5), "RMSNorm epsilon")
-      // data
+      ("valid-data", po::value(&valid_data)->required(),
+       sft ? "validation shard(s) of pre-training, comma-separated: validation loss and the sink probe (the same "
+             "probe set before and after fine-tuning)"
+           : "validation shard(s), comma-separated");
+  if (sft) {
+    desc.add_options()
+      ("init-from", po::value(&c.init_from)->required(),
+       "the checkpoint to fine-tune: a step_<N> directory, or a run's --out-dir (its newest checkpoint); its weights "
+       "and model, a fresh optimizer")
+      ("sft-data", po::value(&c.sft_data)->required(), "data_prep sft output (tokens + assistant loss mask, HDF5)")
+      ("steps", po::value(&c.steps)->default_value(0), "optimizer steps (0 = one epoch of --sft-data)");
+  } else {
+    desc.add_options()
       ("train-data", po::value(&train_data)->required(), "training shard(s), comma-separated")
-      ("valid-data", po::value(&valid_data)->required(), "validation shard(s), comma-separated")
       ("max-train-tokens", po::value(&c.max_train_tokens)->default_value(0), "use only the first N training tokens (0 = all)")
       ("resample-positions", po::value(&resample_positions)->default_value(""),
        "1-based positions of every training chunk whose token is redrawn uniformly from [0, --vocab-size) for each "
@@ -46,8 +91,17 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size) {
       ("fixed-token-position", po::value(&c.fixed_token_position)->default_value(0),
        "1-based position of every training chunk that always holds --fixed-token-id (0 = off; Table 10 right)")
       ("fixed-token-id", po::value(&c.fixed_token_id)->default_value(0), "the token of --fixed-token-position")
+      ("steps", po::value(&c.steps)->required(), "optimizer steps");
+  }
+  desc.add_options()
+      // stability monitor
+      ("on-nonfinite", po::value(&c.on_nonfinite)->default_value("halt"),
+       "a step whose loss or gradient norm is not finite: skip (no update, counted) | halt (exit non-zero; the last "
+       "checkpoint stays)")
+      ("spike-sigma", po::value(&c.spike_sigma)->default_value(6.0),
+       "k: a loss or grad norm above mean + k std of the last --spike-window steps is a spike event")
+      ("spike-window", po::value(&c.spike_window)->default_value(50), "steps in the spike detector's running window")
       // optimisation
-      ("steps", po::value(&c.steps)->required(), "optimizer steps")
       ("global-batch-tokens", po::value(&c.global_batch_tokens)->required(), "tokens per optimizer step (all ranks)")
       ("micro-batch-rows", po::value(&c.micro_batch_rows)->required(), "rows of C tokens per forward/backward per rank")
       ("lr", po::value(&c.lr)->default_value(4e-4), "peak learning rate")
@@ -85,6 +139,7 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size) {
   if (!parse_options(argc, argv, desc, vm)) return false;
 
   for (const auto& [flag, value] : axes) m.set_axis(flag, value);
+  if (sft) take_model_from_checkpoint(c, vm);
   for (double p : parse_number_list(resample_positions, "resample-positions")) {
     SL_CHECK(p == double(int64_t(p)) && p >= 1 && p <= m.context,
              "--resample-positions: %g is not a position in [1, --context]", p);
@@ -94,13 +149,16 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size) {
   SL_CHECK(c.fixed_token_position >= 0 && c.fixed_token_position <= m.context,
            "--fixed-token-position must lie in [0, --context]");
   SL_CHECK(c.fixed_token_id >= 0 && c.fixed_token_id < m.vocab_size, "--fixed-token-id must lie in [0, --vocab-size)");
-  c.train_data = split_commas(train_data);
+  if (!sft) c.train_data = split_commas(train_data);
   c.valid_data = split_commas(valid_data);
   c.sink_eps = probe::parse_sink_eps(sink_eps);
   m.validate();
-  SL_CHECK(!c.train_data.empty(), "--train-data names no shard");
+  SL_CHECK(sft || !c.train_data.empty(), "--train-data names no shard");
   SL_CHECK(!c.valid_data.empty(), "--valid-data names no shard");
-  SL_CHECK(c.steps > 0, "--steps must be positive");
+  SL_CHECK(c.steps > 0 || (sft && c.steps == 0), sft ? "--steps must be >= 0" : "--steps must be positive");
+  SL_CHECK(c.on_nonfinite == "skip" || c.on_nonfinite == "halt", "--on-nonfinite must be skip or halt, not '%s'",
+           c.on_nonfinite.c_str());
+  SL_CHECK(c.spike_sigma > 0 && c.spike_window >= 2, "--spike-sigma must be positive and --spike-window >= 2");
   SL_CHECK(c.lr_schedule == "constant" || c.lr_schedule == "cosine", "--lr-schedule must be constant or cosine, not '%s'",
            c.lr_schedule.c_str());
   make_batch_layout(c.global_batch_tokens, m.context, c.micro_batch_rows, world_size);  // throws naming the flags
@@ -112,8 +170,23 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size) {
   SL_CHECK(c.probe_sequences >= 0, "--probe-sequences must be >= 0");
   SL_CHECK(c.device == "cpu" || c.device == "cuda", "--device must be cpu or cuda, not '%s'", c.device.c_str());
 
-  // The effective configuration, every option with its value, as ini text (sorted by name).
+  // The effective configuration, every option with its value, as ini text (sorted by name); sinklab-sft's
+  // model lines are the checkpoint's.
   c.config_text = options_as_ini(vm, {"config", "help", "dry-run"});
+  if (sft) {
+    std::vector<std::string> lines;
+    std::set<std::string> model_flags;
+    for (const auto& [flag, value] : m.settings()) {
+      lines.push_back(flag + " = " + value);
+      model_flags.insert(flag);
+    }
+    std::istringstream ini(c.config_text);
+    for (std::string line; std::getline(ini, line);)
+      if (!line.empty() && !model_flags.count(line.substr(0, line.find(" = ")))) lines.push_back(line);
+    std::sort(lines.begin(), lines.end());
+    c.config_text.clear();
+    for (const std::string& line : lines) c.config_text += line + "\n";
+  }
   c.command_line = command_line_of(argc, argv);
   return true;
 }

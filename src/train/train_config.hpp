@@ -1,6 +1,8 @@
-// TrainConfig: every setting of sinklab-pretrain, read from `--config jobs/pretrain/x.ini` and flags
-// (flags override the file; both use the same names). Unknown or malformed settings end the program
-// with one line naming the flag or file.
+// TrainConfig: every setting of sinklab-pretrain and sinklab-sft, read from `--config jobs/.../x.ini`
+// and flags (flags override the file; both use the same names). Unknown or malformed settings end the
+// program with one line naming the flag or file. sinklab-sft takes the model from its --init-from
+// checkpoint (a model flag that disagrees with it is refused, naming the flag) and its training data
+// from --sft-data (data_prep sft); it has no data interventions.
 #pragma once
 
 #include <cstdint>
@@ -22,8 +24,18 @@ struct TrainConfig {
   int64_t fixed_token_position = 0;         // > 0: this position always holds fixed_token_id
   int64_t fixed_token_id = 0;
 
+  // Fine-tuning (sinklab-sft).
+  bool sft = false;
+  std::string init_from;  // the step_<N> checkpoint directory whose weights start the run (resolved)
+  std::string sft_data;   // data_prep sft output: tokens + assistant loss mask, packed rows of C
+
+  // Stability monitor (train/monitor.hpp), written every step.
+  std::string on_nonfinite = "halt";  // skip | halt: a step whose loss or gradient norm is not finite
+  double spike_sigma = 6.0;           // a loss or grad norm above mean + k sigma of the window is an event
+  int64_t spike_window = 50;          // steps in the running window
+
   // Optimisation.
-  int64_t steps = 0;
+  int64_t steps = 0;  // sinklab-sft: 0 = one epoch of --sft-data
   int64_t global_batch_tokens = 0;  // tokens per optimizer step, over all ranks and micro-steps
   int64_t micro_batch_rows = 0;     // rows per forward/backward on one rank
   double lr = 4e-4, min_lr = 0.0;
@@ -55,7 +67,8 @@ struct TrainConfig {
   std::string command_line;
 };
 
-// Parses argv (and the --config file). Returns false when --help was printed.
-bool parse_train_config(int argc, char** argv, TrainConfig& out, int world_size);
+// Parses argv (and the --config file) of sinklab-pretrain, or of sinklab-sft when sft is true. Returns
+// false when --help was printed.
+bool parse_train_config(int argc, char** argv, TrainConfig& out, int world_size, bool sft = false);
 
 }  // namespace sinklab::train

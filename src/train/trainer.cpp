@@ -18,6 +18,7 @@
 #include "probe/model_probe.hpp"
 #include "train/checkpoint.hpp"
 #include "train/data.hpp"
+#include "train/monitor.hpp"
 #include "train/optimizer.hpp"
 #include "train/schedule.hpp"
 #include "train/signals.hpp"
@@ -53,6 +54,35 @@ DataConfig training_data_config(const TrainConfig& cfg) {
   return d;
 }
 
+// What one optimizer step did, for the log, results.h5 and the stability monitor (monitor.hpp).
+struct StepRecord {
+  double loss = 0, grad_norm = 0;  // mean loss over the global batch's counted targets; norm before clipping
+  bool finite = true;              // loss and grad norm finite
+  bool updated = true;             // false: non-finite, no update made
+  std::vector<double> layer_grad_norm, update_ratio, max_abs_activation;  // [L]
+};
+
+// The monitor's max |activation| per layer: the residual stream leaving each layer, over every
+// micro-batch of the step (a NaN stays).
+class ActivationMax : public LayerObserver {
+ public:
+  explicit ActivationMax(int n_layers) : max(size_t(n_layers), 0.0) {}
+  void on_layer(const LayerTaps& taps) override {
+    double& m = max[size_t(taps.layer)];
+    const double v = ops::max_abs(taps.hidden_out);
+    if (!std::isnan(m) && (std::isnan(v) || v > m)) m = v;
+  }
+  std::vector<double> max;
+};
+
+// The layer a parameter belongs to (its HF name "model.layers.<l>.*"), -1 for the others (embedding,
+// final norm, head).
+int layer_of(const std::string& name) {
+  const std::string prefix = "model.layers.";
+  if (name.rfind(prefix, 0) != 0) return -1;
+  return std::stoi(name.substr(prefix.size()));
+}
+
 class Trainer {
  public:
   Trainer(const TrainConfig& cfg, dist::World& world);
@@ -62,7 +92,16 @@ class Trainer {
   void resume_or_init();
   std::vector<std::pair<std::string, std::string>> run_settings() const;
   void check_same_run(const CheckpointInfo& info, const std::map<std::string, std::string>& state) const;
-  double train_step(int64_t step, double* grad_norm);
+  // The training data, pre-training shards or SFT rows: its identity, and one micro-batch.
+  std::string data_fingerprint() const { return sft_data_ ? sft_data_->fingerprint() : train_data_->fingerprint(); }
+  uint64_t data_tokens() const { return sft_data_ ? sft_data_->n_tokens() : train_data_->n_tokens(); }
+  int64_t count_targets(int64_t step, int64_t micro) const;
+  void fill_batch(int64_t step, int64_t micro);
+  StepRecord train_step(int64_t step);
+  double layer_norm_of(const std::vector<int64_t>& specs, Tensor flat) const;
+  void restart_monitor();
+  void record_step(int64_t step, StepRecord& rec, int64_t tokens_per_step, double tokens_per_s);
+  void record_event(int64_t step, EventKind kind, double value, double mean, double std);
   Evaluation evaluate();
   void log_eval(int64_t n_done, const Evaluation& e);
   bool has_data_intervention() const { return cfg_.fixed_token_position > 0 || !cfg_.resample_positions.empty(); }
@@ -70,18 +109,26 @@ class Trainer {
   void allreduce(float* data, int64_t n);
   void allgather_owned_params();
 
-  const TrainConfig& cfg_;
+  TrainConfig cfg_;  // sinklab-sft with --steps 0: steps resolved to one epoch
   dist::World& world_;
   const int rank_, world_size_;
   Device device_;
   model::Transformer model_;
   BatchLayout layout_;
-  ChunkSampler train_data_, valid_data_;
+  std::unique_ptr<ChunkSampler> train_data_;  // pre-training
+  std::unique_ptr<SftSampler> sft_data_;      // fine-tuning
+  ChunkSampler valid_data_;
   std::unique_ptr<AdamW> optimizer_;
   ScheduleConfig schedule_;
   std::string ckpt_dir_, results_path_;
   std::optional<io::ResultsFile> results_;  // rank 0 only
   int64_t start_step_ = 0;
+  // Stability monitor.
+  std::vector<std::vector<int64_t>> layer_specs_;  // [L] indices into model_.specs()
+  Buffer previous_params_buf_;                     // the parameters before the update (update ratio)
+  int64_t nonfinite_steps_ = 0;                    // so far, over the whole run (kept in checkpoints)
+  SpikeDetector loss_spikes_, grad_norm_spikes_;  // rank 0
+  int64_t nan_grad_step_ = -1, loss_spike_step_ = -1;  // test hooks (monitor.hpp)
 #if SINKLAB_HAVE_CUDA
   std::unique_ptr<dist::NcclComm> nccl_;  // gradient all-reduce of device buffers (--device cuda, > 1 rank)
 #endif
@@ -99,13 +146,32 @@ Trainer::Trainer(const TrainConfig& cfg, dist::World& world)
       device_(cfg.device == "cuda" ? Device::cuda(world.local_rank()) : Device::cpu()),
       model_(cfg.model, device_),
       layout_(make_batch_layout(cfg.global_batch_tokens, cfg.model.context, cfg.micro_batch_rows, world.size())),
-      train_data_(training_data_config(cfg)),
-      valid_data_(DataConfig{cfg.valid_data, cfg.model.context, cfg.seed, 0, false, true, {}, 0, 0, 0}) {
-  SL_CHECK(train_data_.vocab_size() <= uint32_t(cfg.model.vocab_size),
-           "--vocab-size %d is smaller than the vocabulary of the training shards (%u)", cfg.model.vocab_size,
-           train_data_.vocab_size());
-  SL_CHECK(valid_data_.vocab_size() == train_data_.vocab_size(),
-           "--valid-data has vocabulary %u but --train-data has %u", valid_data_.vocab_size(), train_data_.vocab_size());
+      train_data_(cfg.sft ? nullptr : std::make_unique<ChunkSampler>(training_data_config(cfg))),
+      sft_data_(cfg.sft ? std::make_unique<SftSampler>(cfg.sft_data, cfg.model.context, cfg.seed,
+                                                        uint32_t(cfg.model.vocab_size))
+                        : nullptr),
+      valid_data_(DataConfig{cfg.valid_data, cfg.model.context, cfg.seed, 0, false, true, {}, 0, 0, 0}),
+      loss_spikes_(cfg.spike_sigma, cfg.spike_window),
+      grad_norm_spikes_(cfg.spike_sigma, cfg.spike_window),
+      nan_grad_step_(test_hook_step("SINKLAB_TEST_NAN_GRAD_STEP")),
+      loss_spike_step_(test_hook_step("SINKLAB_TEST_LOSS_SPIKE_STEP")) {
+  if (train_data_) {
+    SL_CHECK(train_data_->vocab_size() <= uint32_t(cfg.model.vocab_size),
+             "--vocab-size %d is smaller than the vocabulary of the training shards (%u)", cfg.model.vocab_size,
+             train_data_->vocab_size());
+    SL_CHECK(valid_data_.vocab_size() == train_data_->vocab_size(),
+             "--valid-data has vocabulary %u but --train-data has %u", valid_data_.vocab_size(),
+             train_data_->vocab_size());
+  } else {
+    SL_CHECK(valid_data_.vocab_size() <= uint32_t(cfg.model.vocab_size),
+             "--valid-data has vocabulary %u, more than the model's %d", valid_data_.vocab_size(),
+             cfg.model.vocab_size);
+    if (cfg_.steps == 0) {  // one epoch
+      cfg_.steps = int64_t(sft_data_->n_rows()) / layout_.global_rows();
+      SL_CHECK(cfg_.steps >= 1, "--sft-data holds %llu rows, fewer than one global batch of %lld rows",
+               (unsigned long long)sft_data_->n_rows(), (long long)layout_.global_rows());
+    }
+  }
   const int64_t needed_valid = std::max(cfg.eval_rows, cfg.probe_sequences);
   SL_CHECK(int64_t(valid_data_.n_chunks()) >= needed_valid,
            "--valid-data holds %llu chunks of %d tokens, fewer than the %lld that --eval-rows/--probe-sequences need",
@@ -116,8 +182,13 @@ Trainer::Trainer(const TrainConfig& cfg, dist::World& world)
     refs.push_back({spec.name, model_.param(spec.name), model_.grad(spec.name), spec.offset, spec.decay ? 1 : 0});
   FlatRange owned = cfg.zero1 ? zero1_partition(model_.flat_params().numel(), world_size_, rank_) : FlatRange{0, -1};
   optimizer_ = std::make_unique<AdamW>(refs, AdamWConfig{cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay}, owned);
-  schedule_ = ScheduleConfig{parse_lr_schedule(cfg.lr_schedule), cfg.lr, cfg.min_lr, cfg.warmup_steps, cfg.steps};
+  schedule_ = ScheduleConfig{parse_lr_schedule(cfg.lr_schedule), cfg.lr, cfg.min_lr, cfg.warmup_steps, cfg_.steps};
   validate(schedule_);
+  layer_specs_.resize(size_t(cfg.model.n_layers));
+  for (size_t i = 0; i < model_.specs().size(); ++i) {
+    const int l = layer_of(model_.specs()[i].name);
+    if (l >= 0) layer_specs_[size_t(l)].push_back(int64_t(i));
+  }
 
   ckpt_dir_ = cfg.out_dir + "/checkpoints";
   results_path_ = cfg.out_dir + "/results.h5";
@@ -175,7 +246,16 @@ void Trainer::resume_or_init() {
   std::optional<std::string> latest = cfg_.resume ? latest_checkpoint(ckpt_dir_) : std::nullopt;
   if (!latest) {
     if (cfg_.resume) log::info0("no checkpoint in %s: starting from step 0", ckpt_dir_.c_str());
-    model_.init_weights(cfg_.seed);
+    if (!cfg_.sft) {
+      model_.init_weights(cfg_.seed);
+      return;
+    }
+    // Fine-tuning starts from the base checkpoint's weights, with a fresh optimizer.
+    std::vector<io::NamedTensor> weights;
+    for (const auto& spec : model_.specs()) weights.push_back({spec.name, model_.param(spec.name)});
+    load_weights(open_checkpoint(cfg_.init_from), weights);
+    model_.zero_grads();
+    log::info0("fine-tuning %s (its weights; a fresh optimizer)", cfg_.init_from.c_str());
     return;
   }
   CheckpointInfo info = open_checkpoint(*latest);
@@ -188,13 +268,18 @@ void Trainer::resume_or_init() {
   for (const auto& spec : model_.specs()) weights.push_back({spec.name, model_.param(spec.name)});
   load_weights(info, weights);
   auto fp = state.metadata().find("data_fingerprint");
-  SL_CHECK(fp != state.metadata().end() && fp->second == train_data_.fingerprint(),
-           "%s: the checkpoint was trained on different data (%s) than --train-data now (%s)", state_path.c_str(),
-           fp == state.metadata().end() ? "unknown" : fp->second.c_str(), train_data_.fingerprint().c_str());
+  SL_CHECK(fp != state.metadata().end() && fp->second == data_fingerprint(),
+           "%s: the checkpoint was trained on different data (%s) than %s now (%s)", state_path.c_str(),
+           fp == state.metadata().end() ? "unknown" : fp->second.c_str(), cfg_.sft ? "--sft-data" : "--train-data",
+           data_fingerprint().c_str());
   optimizer_->load_state(state);
   start_step_ = info.step;
-  SL_CHECK(optimizer_->step_count() == start_step_, "%s: optimizer step %lld differs from checkpoint step %lld",
-           state_path.c_str(), (long long)optimizer_->step_count(), (long long)start_step_);
+  auto nonfinite = state.metadata().find("nonfinite_steps");
+  nonfinite_steps_ = nonfinite == state.metadata().end() ? 0 : std::stoll(nonfinite->second);
+  // Skipped steps (--on-nonfinite skip) made no optimizer step.
+  SL_CHECK(optimizer_->step_count() + nonfinite_steps_ == start_step_,
+           "%s: optimizer step %lld + %lld skipped differs from checkpoint step %lld", state_path.c_str(),
+           (long long)optimizer_->step_count(), (long long)nonfinite_steps_, (long long)start_step_);
   model_.zero_grads();
   log::info0("resumed from %s (step %lld)", latest->c_str(), (long long)start_step_);
 }
@@ -203,10 +288,18 @@ void Trainer::resume_or_init() {
 // checkpoint's config.json) and the training data with its interventions, order and batch (stored in
 // rank 0's state file as "run:<flag>"). The data fingerprint covers the data too, but says less.
 std::vector<std::pair<std::string, std::string>> Trainer::run_settings() const {
+  if (cfg_.sft)
+    return {
+        {"init-from", cfg_.init_from},
+        {"sft-data", sft_data_->content_text()},
+        {"valid-data", valid_data_.content_text()},
+        {"seed", std::to_string(cfg_.seed)},
+        {"global-batch-tokens", std::to_string(cfg_.global_batch_tokens)},
+    };
   std::string resample;
   for (int64_t p : cfg_.resample_positions) resample += strfmt("%s%lld", resample.empty() ? "" : ",", (long long)p);
   return {
-      {"train-data", train_data_.content_text()},
+      {"train-data", train_data_->content_text()},
       {"valid-data", valid_data_.content_text()},
       {"max-train-tokens", std::to_string(cfg_.max_train_tokens)},
       {"resample-positions", resample},
@@ -242,28 +335,77 @@ void Trainer::check_same_run(const CheckpointInfo& info, const std::map<std::str
                "uninterrupted run would", info.path.c_str(), blas->second.c_str(), cpu_blas_description().c_str());
 }
 
-// One optimizer step: accumulate gradients over this rank's micro-batches, all-reduce, clip, update.
-// Returns the mean loss over the global batch.
-double Trainer::train_step(int64_t step, double* grad_norm) {
-  const int64_t C = cfg_.model.context;
-  const double grad_scale = 1.0 / double(layout_.global_rows() * C);
+int64_t Trainer::count_targets(int64_t step, int64_t micro) const {
+  if (sft_data_) return sft_data_->count_targets(layout_, uint64_t(step), micro, rank_);
+  return layout_.rows * cfg_.model.context;  // pre-training counts every target
+}
+
+void Trainer::fill_batch(int64_t step, int64_t micro) {
+  if (sft_data_) sft_data_->fill_batch(layout_, uint64_t(step), micro, rank_, inputs_, targets_);
+  else train_data_->fill_batch(layout_, uint64_t(step), micro, rank_, inputs_, targets_);
+}
+
+// ||x|| over the parameters `specs` of a flat buffer laid out as the model's (parameters, gradients,
+// the saved previous parameters).
+double Trainer::layer_norm_of(const std::vector<int64_t>& specs, Tensor flat) const {
+  double sum = 0.0;
+  for (int64_t i : specs) {
+    const model::ParamSpec& spec = model_.specs()[size_t(i)];
+    sum += ops::sum_squares(flat.slice(0, spec.offset, spec.numel));
+  }
+  return std::sqrt(sum);
+}
+
+// One optimizer step: accumulate gradients over this rank's micro-batches, all-reduce, check, clip,
+// update. The loss is the mean over the global batch's counted targets (trainer.hpp): the global count
+// first (the data alone), then every micro-batch's gradient scaled by its inverse.
+StepRecord Trainer::train_step(int64_t step) {
+  const int L = cfg_.model.n_layers;
+  StepRecord rec;
+  double global_targets = 0.0;
+  for (int64_t micro = 0; micro < layout_.accum; ++micro) global_targets += double(count_targets(step, micro));
+  if (world_size_ > 1) global_targets = world_.allreduce_sum(global_targets);
+  const double grad_scale = global_targets > 0 ? 1.0 / global_targets : 0.0;
   model_.zero_grads();
-  double sums[2] = {0.0, 0.0};  // loss sum, counted targets
+  ActivationMax activations(L);
+  double sums[2] = {0.0, 0.0};  // loss sum, targets the model counted (a prefix-LM's prefix is not)
   for (int64_t micro = 0; micro < layout_.accum; ++micro) {
-    train_data_.fill_batch(layout_, uint64_t(step), micro, rank_, inputs_, targets_);
+    fill_batch(step, micro);
     int64_t counted = 0;
-    sums[0] += model_.forward_backward(on_model_device(inputs_, 0), on_model_device(targets_, 1), grad_scale, &counted);
+    sums[0] += model_.forward_backward(on_model_device(inputs_, 0), on_model_device(targets_, 1), grad_scale, &counted,
+                                       &activations);
     sums[1] += double(counted);
   }
   allreduce(model_.flat_grads().ptr<float>(), model_.flat_grads().numel());
   if (world_size_ > 1) world_.allreduce_sum(sums, 2);
+  rec.loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;  // no assistant token in the whole batch: loss 0, no gradient
+  if (step == nan_grad_step_) ops::fill(model_.flat_grads().slice(0, 0, 1), std::numeric_limits<double>::quiet_NaN());
+  rec.max_abs_activation = activations.max;
+  for (double& m : rec.max_abs_activation)
+    if (world_size_ > 1) m = std::isnan(m) ? m : world_.allreduce_max(m);
   Tensor grads[] = {model_.flat_grads()};
-  *grad_norm = ops::global_norm(grads);
-  double coef = clip_coefficient(*grad_norm, cfg_.grad_clip);
+  rec.grad_norm = ops::global_norm(grads);
+  for (int l = 0; l < L; ++l) rec.layer_grad_norm.push_back(layer_norm_of(layer_specs_[size_t(l)], model_.flat_grads()));
+  rec.finite = std::isfinite(rec.loss) && std::isfinite(rec.grad_norm);
+  rec.update_ratio.assign(size_t(L), 0.0);
+  if (!rec.finite) {  // no update: --on-nonfinite skip goes on with the next step, halt stops (run())
+    rec.updated = false;
+    return rec;
+  }
+  double coef = clip_coefficient(rec.grad_norm, cfg_.grad_clip);
   if (coef < 1.0) ops::scale(model_.flat_grads(), coef);
+  Tensor params = model_.flat_params();
+  if (!previous_params_buf_.data()) previous_params_buf_ = Buffer::for_tensor(DType::f32, {params.numel()}, device_);
+  Tensor previous = previous_params_buf_.view(DType::f32, {params.numel()});
+  ops::copy(previous, params);
   optimizer_->step(learning_rate(schedule_, step));
   allgather_owned_params();
-  return sums[0] / sums[1];
+  ops::accumulate(previous, params, -1.0);  // previous - updated = -(the update)
+  for (int l = 0; l < L; ++l) {
+    const double weight = layer_norm_of(layer_specs_[size_t(l)], params);
+    rec.update_ratio[size_t(l)] = weight > 0 ? layer_norm_of(layer_specs_[size_t(l)], previous) / weight : 0.0;
+  }
+  return rec;
 }
 
 // Validation loss on the first --eval-rows chunks of --valid-data and the sink probe on the first
@@ -297,7 +439,7 @@ Evaluation Trainer::evaluate() {
       const int64_t n = std::min(rows, cfg_.probe_sequences - first);
       for (int64_t r = 0; r < n; ++r) {
         valid_data_.read_chunk(uint64_t(first + r), chunk.data());
-        if (intervened) train_data_.intervene(kProbeSampleBase + uint64_t(first + r), chunk.data());
+        if (intervened) train_data_->intervene(kProbeSampleBase + uint64_t(first + r), chunk.data());
         std::copy(chunk.begin(), chunk.begin() + T, probe_inputs_.ptr<int32_t>() + r * T);
       }
       model_.forward_observe(on_model_device(probe_inputs_.slice(0, 0, n), 0), probe);
@@ -360,7 +502,8 @@ void Trainer::save_checkpoint_at(int64_t n_done) {
   std::vector<Buffer> host;
   state.tensors = optimizer_->state_tensors(&host);
   state.metadata = optimizer_->state_metadata();
-  state.metadata["data_fingerprint"] = train_data_.fingerprint();
+  state.metadata["data_fingerprint"] = data_fingerprint();
+  state.metadata["nonfinite_steps"] = std::to_string(nonfinite_steps_);
   for (const auto& [flag, value] : run_settings()) state.metadata["run:" + flag] = value;
   state.metadata["blas"] = cpu_blas_description();
   write_rank_state(tmp, rank_, state);
@@ -372,6 +515,64 @@ void Trainer::save_checkpoint_at(int64_t n_done) {
   world_.barrier();
   if (rank_ == 0) finish_checkpoint(ckpt_dir_, n_done, world_size_, int(cfg_.keep_checkpoints));
   world_.barrier();
+}
+
+// Rank 0, at start and on --resume: drops the monitor rows and events logged after the checkpoint
+// (the train and eval groups are truncated by run()) and refills the spike detectors' windows from the
+// train rows kept, so that a resumed run flags exactly what an uninterrupted one does.
+void Trainer::restart_monitor() {
+  const std::string run = "/runs/" + cfg_.run_name;
+  if (results_->exists(run + "/monitor")) results_->truncate_rows(run + "/monitor", start_step_);
+  if (results_->exists(run + "/events/step")) {
+    std::vector<int64_t> steps = results_->read_column_int(run + "/events/step");
+    results_->truncate_rows(run + "/events",
+                            std::count_if(steps.begin(), steps.end(), [&](int64_t s) { return s < start_step_; }));
+  }
+  if (start_step_ > 0 && results_->exists(run + "/train/loss")) {
+    const std::vector<double> loss = results_->read_column(run + "/train/loss");
+    const std::vector<double> grad_norm = results_->read_column(run + "/train/grad_norm");
+    for (size_t i = 0; i < loss.size() && int64_t(i) < start_step_; ++i) {
+      loss_spikes_.observe(loss[i], nullptr, nullptr);
+      grad_norm_spikes_.observe(grad_norm[i], nullptr, nullptr);
+    }
+  }
+}
+
+void Trainer::record_event(int64_t step, EventKind kind, double value, double mean, double std) {
+  static const char* names[] = {"non-finite step", "loss spike", "grad-norm spike"};
+  if (kind == EventKind::nonfinite)
+    log::warn("event at step %lld: %s (%s; %lld so far)", (long long)step + 1, names[int(kind)],
+              cfg_.on_nonfinite == "skip" ? "skipped: no update" : "halting", (long long)nonfinite_steps_);
+  else
+    log::warn("event at step %lld: %s, %.4g > mean %.4g + %g x std %.3g of the last %lld steps", (long long)step + 1,
+              names[int(kind)], value, mean, cfg_.spike_sigma, std, (long long)cfg_.spike_window);
+  const std::string g = "/runs/" + cfg_.run_name + "/events";
+  results_->append_row(g, {io::Cell("step", step), io::Cell("kind", int(kind)), io::Cell("value", value),
+                           io::Cell("window_mean", mean), io::Cell("window_std", std)});
+  results_->set_attr(g, "kinds", kEventKinds);
+}
+
+// The step's rows: train (as always), monitor, and events (monitor.hpp). Counts a non-finite step.
+void Trainer::record_step(int64_t step, StepRecord& rec, int64_t tokens_per_step, double tokens_per_s) {
+  if (!rec.finite) ++nonfinite_steps_;
+  if (step == loss_spike_step_) rec.loss *= 100.0;  // test hook: what the detector must flag
+  if (!results_) return;
+  const int64_t L = cfg_.model.n_layers;
+  const std::string run = "/runs/" + cfg_.run_name;
+  results_->append_row(run + "/train", {io::Cell("step", step), io::Cell("tokens", (step + 1) * tokens_per_step),
+                                        io::Cell("loss", rec.loss), io::Cell("lr", learning_rate(schedule_, step)),
+                                        io::Cell("grad_norm", rec.grad_norm), io::Cell("tokens_per_s", tokens_per_s)});
+  results_->append_row(run + "/monitor", {io::Cell("step", step), io::Cell("skipped", rec.updated ? 0 : 1),
+                                          io::Cell("nonfinite_steps", nonfinite_steps_)});
+  results_->append_slab(run + "/monitor/layer_grad_norm", {L}, rec.layer_grad_norm.data());
+  results_->append_slab(run + "/monitor/update_ratio", {L}, rec.update_ratio.data());
+  results_->append_slab(run + "/monitor/max_abs_activation", {L}, rec.max_abs_activation.data());
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  if (!rec.finite) record_event(step, EventKind::nonfinite, std::isfinite(rec.loss) ? rec.grad_norm : rec.loss, nan, nan);
+  double mean = 0, std = 0;
+  if (loss_spikes_.observe(rec.loss, &mean, &std)) record_event(step, EventKind::loss_spike, rec.loss, mean, std);
+  if (grad_norm_spikes_.observe(rec.grad_norm, &mean, &std))
+    record_event(step, EventKind::grad_norm_spike, rec.grad_norm, mean, std);
 }
 
 int Trainer::run() {
@@ -394,24 +595,28 @@ int Trainer::run() {
       int64_t keep = std::count_if(steps.begin(), steps.end(), [&](int64_t s) { return s <= start_step_; });
       results_->truncate_rows(eval_group, keep);
     }
+    restart_monitor();
     results_->create_group("/runs/" + cfg_.run_name);
     results_->set_attr("/runs/" + cfg_.run_name, "config", cfg_.config_text);
+    if (cfg_.sft)  // eval row step 0 probes these weights: the sink before fine-tuning (Table 1 right)
+      results_->set_attr("/runs/" + cfg_.run_name, "init_from", cfg_.init_from);
     results_->set_attr("/runs/" + cfg_.run_name, "cpu_blas", cpu_blas_description());  // whose last bits these are
     results_->create_group(eval_group);
     std::string eps_list;
     for (double eps : cfg_.sink_eps) eps_list += strfmt("%s%g", eps_list.empty() ? "" : ",", eps);
     results_->set_attr(eval_group, "sink_eps", eps_list);
     if (has_data_intervention())  // what the *_intervened datasets measured (ChunkSampler::intervene)
-      results_->set_attr(eval_group, "intervention", train_data_.intervention_text().substr(1));
+      results_->set_attr(eval_group, "intervention", train_data_->intervention_text().substr(1));
   }
 
   const int64_t tokens_per_step = layout_.global_rows() * cfg_.model.context;
-  log::info0("sinklab-pretrain: %lld parameters, %d rank(s), %lld tokens/step (%lld rows x %d, %lld micro-step(s) "
-             "of %lld rows per rank), %llu training tokens",
-             (long long)model_.num_parameters(), world_size_, (long long)tokens_per_step,
-             (long long)layout_.global_rows(), cfg_.model.context, (long long)layout_.accum, (long long)layout_.rows,
-             (unsigned long long)train_data_.n_tokens());
-  if (start_step_ == 0 && (cfg_.eval_every > 0)) log_eval(0, evaluate());
+  log::info0("%s: %lld parameters, %d rank(s), %lld tokens/step (%lld rows x %d, %lld micro-step(s) "
+             "of %lld rows per rank), %llu training tokens, %lld steps",
+             cfg_.sft ? "sinklab-sft" : "sinklab-pretrain", (long long)model_.num_parameters(), world_size_,
+             (long long)tokens_per_step, (long long)layout_.global_rows(), cfg_.model.context, (long long)layout_.accum,
+             (long long)layout_.rows, (unsigned long long)data_tokens(), (long long)cfg_.steps);
+  // Fine-tuning always probes the base model first: the "before" of the before/after sink.
+  if (start_step_ == 0 && (cfg_.eval_every > 0 || cfg_.sft)) log_eval(0, evaluate());
 
   Timer run_timer;
   double train_seconds = 0.0;
@@ -419,25 +624,26 @@ int Trainer::run() {
   bool stopped = false;
   for (int64_t step = start_step_; step < cfg_.steps; ++step) {
     Timer step_timer;
-    double grad_norm = 0.0;
-    double loss = train_step(step, &grad_norm);
+    StepRecord rec = train_step(step);
     const double seconds = step_timer.seconds();
     train_seconds += seconds;
     ++steps_timed;
     const double lr = learning_rate(schedule_, step);
     const double tokens_per_s = double(tokens_per_step) / seconds;
     const int64_t n_done = step + 1;
-    if (results_)
-      results_->append_row(train_group, {io::Cell("step", step), io::Cell("tokens", n_done * tokens_per_step), io::Cell("loss", loss),
-                                         io::Cell("lr", lr), io::Cell("grad_norm", grad_norm),
-                                         io::Cell("tokens_per_s", tokens_per_s)});
+    record_step(step, rec, tokens_per_step, tokens_per_s);
     if (step == start_step_ || n_done % cfg_.log_every == 0 || n_done == cfg_.steps) {
       const double eta = train_seconds / double(steps_timed) * double(cfg_.steps - n_done);
       log::info0("step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | elapsed %s | ETA %s",
-                 (long long)n_done, (long long)cfg_.steps, loss, lr, grad_norm, tokens_per_s,
+                 (long long)n_done, (long long)cfg_.steps, rec.loss, lr, rec.grad_norm, tokens_per_s,
                  hms(run_timer.seconds()).c_str(), hms(eta).c_str());
     }
-    SL_CHECK(std::isfinite(loss), "loss became %f at step %lld: stopping (lower --lr?)", loss, (long long)n_done);
+    if (!rec.finite && cfg_.on_nonfinite == "halt") {
+      if (results_) results_->commit();  // the monitor rows and the event of this step; checkpoints untouched
+      SL_FAIL("step %lld: loss %g, grad norm %g are not finite: halting (--on-nonfinite halt; the checkpoints in %s "
+              "are intact; lower --lr, or --on-nonfinite skip)", (long long)n_done, rec.loss, rec.grad_norm,
+              ckpt_dir_.c_str());
+    }
 
     double stop_flag = stop_requested() ? 1.0 : 0.0;  // every rank must agree to stop at the same step
     if (world_size_ > 1) world_.allreduce_sum(&stop_flag, 1);
@@ -463,7 +669,7 @@ int Trainer::run() {
 
 }  // namespace
 
-int run_pretraining(const TrainConfig& cfg, dist::World& world) {
+int run_training(const TrainConfig& cfg, dist::World& world) {
   Trainer trainer(cfg, world);
   return trainer.run();
 }

@@ -1,7 +1,18 @@
-// The pre-training loop of sinklab-pretrain: data-parallel over MPI ranks (gradients all-reduced,
-// optionally ZeRO-1 optimizer sharding), AdamW with warmup + constant/cosine schedule and clipping,
-// HDF5 logging of every step, evaluation + sink probe every --eval-every steps, atomic checkpoints,
-// bit-exact --resume, and a clean stop on SIGTERM/SIGUSR1.
+// The training loop of sinklab-pretrain and sinklab-sft: data-parallel over MPI ranks (gradients
+// all-reduced, optionally ZeRO-1 optimizer sharding), AdamW with warmup + constant/cosine schedule and
+// clipping, HDF5 logging of every step with the stability monitor (train/monitor.hpp), evaluation +
+// sink probe every --eval-every steps, atomic checkpoints, bit-exact --resume, and a clean stop on
+// SIGTERM/SIGUSR1. Fine-tuning (cfg.sft) differs only in where it starts (the weights of --init-from,
+// a fresh optimizer), its data (SftSampler: the assistant-only loss mask) and an evaluation at step 0
+// (the base model's sink, before fine-tuning).
+//
+// The loss is the mean over the targets counted in the whole global batch: the sum of the per-token
+// losses of every rank and micro-batch divided by their global count (every target in pre-training,
+// the assistant tokens in SFT). The count is data, known before any backward pass, so each micro-batch's
+// gradient is scaled by 1 / (global count) and the all-reduced sum is the gradient of that one mean:
+// every assistant token weighs the same whatever the split over ranks and micro-batches (-np 2 equals
+// -np 1), unlike a mean per micro-batch or per row, which would weigh a token by how many others share
+// its row.
 #pragma once
 
 #include "dist/mpi.hpp"
@@ -10,6 +21,6 @@
 namespace sinklab::train {
 
 // Runs the configured training to the end (or to a requested stop). Returns the process exit status.
-int run_pretraining(const TrainConfig& cfg, dist::World& world);
+int run_training(const TrainConfig& cfg, dist::World& world);
 
 }  // namespace sinklab::train

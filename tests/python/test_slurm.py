@@ -249,3 +249,21 @@ def test_survey_sh_two_ranks_sigusr1_requeue_resume(cluster, tmp_path):
     assert resumed and 0 < int(resumed.group(1)) < 36, text
     assert f"slurm: {out} finished" in text and "survey done: 36 items, 0 failed" in text, text
     assert_same_contents(survey_contents(out), survey_contents(ref))
+
+
+def test_sft_sh_fine_tunes_two_ranks_to_done(cluster, corpus, reference, tmp_path):
+    """slurm/sft.sh with a tiny job file (jobs/sft/tiny_cpu_softmax.ini) fine-tunes the reference run's
+    checkpoint on synthetic chat rows with 2 ranks, to DONE, through the requeue/resume code of pretrain.sh."""
+    from test_sft import write_sft_rows
+    write_sft_rows(tmp_path / "chat.h5", 200, 3, 16)
+    out, log = tmp_path / "out", tmp_path / "job.out"
+    flags = [f"--init-from={reference['out']}", f"--sft-data={tmp_path / 'chat.h5'}",
+             f"--valid-data={corpus / 'valid.bin'}", "--steps=10", "--global-batch-tokens=128", "--micro-batch-rows=2",
+             "--eval-rows=8", "--probe-sequences=8", "--probe-length=12", "--run-name=t"]
+    job_id = _sbatch(cluster, "sft.sh", out, log, flags, config="jobs/sft/tiny_cpu_softmax.ini")
+    job, text = _wait_job(cluster, job_id, log)
+    _check_finished(cluster, job_id, job, log, text, out, 10)
+    assert "fine-tuning" in text and "sinklab-sft:" in text, text
+    with h5py.File(out / "results.h5", "r") as f:
+        assert f["runs/t/monitor/update_ratio"].shape == (10, 2)
+        assert list(f["runs/t/eval/step"][:]) == [0, 10]  # before and after

@@ -19,6 +19,7 @@ class CpuBackend final : public Backend {
   void accumulate(Tensor dst, Tensor src, double alpha) override;
   void scale(Tensor x, double factor) override;
   double sum_squares(Tensor x) override;
+  double max_abs(Tensor x) override;
   void column_sum(Tensor out, Tensor in, bool accumulate) override;
   void fill_normal(Tensor out, uint64_t seed, uint64_t stream, double mean, double std) override;
   void fill_uniform(Tensor out, uint64_t seed, uint64_t stream, double low, double high) override;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/cpu_common.hpp"
@@ -118,6 +119,24 @@ double CpuBackend::sum_squares(Tensor x) {
       total += s;
     }
     return total;
+  });
+}
+
+double CpuBackend::max_abs(Tensor x) {
+  return dispatch_float(x.dtype, "max_abs", [&](auto zero) {
+    using T = decltype(zero);
+    Rows rx = rows_of(x, "max_abs", "x");
+    double result = 0.0;
+    bool nan = false;
+    for (int64_t r = 0; r < rx.rows; ++r) {
+      const T* p = x.ptr<T>() + rx.offset(r);
+      for (int64_t c = 0; c < rx.cols; ++c) {
+        const double v = std::fabs(double(p[c]));
+        if (std::isnan(v)) nan = true;  // std::max would drop a NaN depending on where it sits
+        else result = std::max(result, v);
+      }
+    }
+    return nan ? std::numeric_limits<double>::quiet_NaN() : result;
   });
 }
 

@@ -5,7 +5,7 @@
 //
 // What runs on the device (everything else keeps the Backend default, which throws "no <op> kernel"):
 //   memory ops: fill, copy (H2D / D2H / D2D / peer; dtype conversion f32/f64/bf16/f16/i32 as the CPU
-//   does it), add, accumulate, scale, sum_squares, column_sum (bit-identical to the CPU), fill_normal, fill_uniform (bit-identical to the CPU:
+//   does it), add, accumulate, scale, sum_squares, max_abs, column_sum (bit-identical to the CPU), fill_normal, fill_uniform (bit-identical to the CPU:
 //   same Philox stream, element i in row-major logical order), and the elementwise ops over the shared
 //   *_math.hpp functions: activation_forward/backward, gated_forward/backward, adamw_update;
 //   linear_forward/backward and matmul on cuBLASLt (linear.cu: f32, or bf16 inputs with f32
@@ -59,6 +59,7 @@ class CudaBackend final : public Backend {
   void accumulate(Tensor dst, Tensor src, double alpha) override;
   void scale(Tensor x, double factor) override;
   double sum_squares(Tensor x) override;
+  double max_abs(Tensor x) override;
   void column_sum(Tensor out, Tensor in, bool accumulate) override;
   void fill_normal(Tensor out, uint64_t seed, uint64_t stream, double mean, double std) override;
   void fill_uniform(Tensor out, uint64_t seed, uint64_t stream, double low, double high) override;
@@ -106,7 +107,8 @@ class CudaBackend final : public Backend {
   int index_;
   std::string name_;
   CUstream_st* stream_ = nullptr;
-  void* reduce_buffer_ = nullptr;  // sum_squares' partial sums, allocated on first use
+  void* reduce_buffer_ = nullptr;  // sum_squares' and max_abs' partial results, allocated on first use
+  double reduce_to_host(Tensor x, const char* op, bool max_abs);
   struct ScratchBuffer {
     void* ptr = nullptr;
     size_t bytes = 0;

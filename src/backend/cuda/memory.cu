@@ -46,31 +46,39 @@ __global__ void scale_kernel(float* x, DevRows rx, float factor) {
 constexpr int kReduceThreads = 256;
 constexpr int kMaxReduceBlocks = 1024;
 
-__device__ double block_sum(double v) {
+// The two reductions to one host value: sum of squares (grad norms) and max |x| (the training monitor).
+// max |x| keeps a NaN wherever it sits (fmax would drop it), as the CPU kernel does.
+__device__ double reduce_combine(double a, double b, bool max_abs) {
+  if (!max_abs) return a + b;
+  return (a != a || b != b) ? __longlong_as_double(0x7ff8000000000000LL) : (a > b ? a : b);
+}
+
+__device__ double block_reduce(double v, bool max_abs) {
   __shared__ double shared[kReduceThreads];
   shared[threadIdx.x] = v;
   __syncthreads();
   for (int width = kReduceThreads / 2; width > 0; width /= 2) {
-    if (int(threadIdx.x) < width) shared[threadIdx.x] += shared[threadIdx.x + width];
+    if (int(threadIdx.x) < width)
+      shared[threadIdx.x] = reduce_combine(shared[threadIdx.x], shared[threadIdx.x + width], max_abs);
     __syncthreads();
   }
   return shared[0];
 }
 
-__global__ void sum_squares_partial_kernel(const float* x, DevRows rx, double* partials) {
+__global__ void reduce_partial_kernel(const float* x, DevRows rx, bool max_abs, double* partials) {
   double s = 0.0;
   SL_GRID_LOOP(i, rx.numel) {
     double v = x[rx.offset(i)];
-    s += v * v;
+    s = max_abs ? reduce_combine(s, fabs(v), true) : s + v * v;
   }
-  double total = block_sum(s);
+  double total = block_reduce(s, max_abs);
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
-__global__ void sum_partials_kernel(const double* partials, int n, double* out) {
+__global__ void reduce_partials_kernel(const double* partials, int n, bool max_abs, double* out) {
   double s = 0.0;
-  for (int i = int(threadIdx.x); i < n; i += int(blockDim.x)) s += partials[i];
-  double total = block_sum(s);
+  for (int i = int(threadIdx.x); i < n; i += int(blockDim.x)) s = reduce_combine(s, partials[i], max_abs);
+  double total = block_reduce(s, max_abs);
   if (threadIdx.x == 0) *out = total;
 }
 
@@ -298,9 +306,12 @@ void CudaBackend::scale(Tensor x, double factor) {
   CUDA_CHECK_LAUNCH("scale");
 }
 
-double CudaBackend::sum_squares(Tensor x) {
-  check_device_f32(*this, x, "sum_squares", "x");
-  DevRows rx = rows_of(x, "sum_squares", "x");
+double CudaBackend::sum_squares(Tensor x) { return reduce_to_host(x, "sum_squares", false); }
+double CudaBackend::max_abs(Tensor x) { return reduce_to_host(x, "max_abs", true); }
+
+double CudaBackend::reduce_to_host(Tensor x, const char* op, bool max_abs) {
+  check_device_f32(*this, x, op, "x");
+  DevRows rx = rows_of(x, op, "x");
   if (rx.numel == 0) return 0.0;
   DeviceGuard guard(index_);
   int64_t want = (rx.numel + kReduceThreads - 1) / kReduceThreads;
@@ -311,10 +322,10 @@ double CudaBackend::sum_squares(Tensor x) {
   std::lock_guard<std::mutex> lock(reduce_mutex);
   if (!reduce_buffer_) CUDA_CHECK(cudaMalloc(&reduce_buffer_, sizeof(double) * size_t(kMaxReduceBlocks + 1)));
   double* partials = static_cast<double*>(reduce_buffer_);
-  sum_squares_partial_kernel<<<unsigned(blocks), kReduceThreads, 0, stream_>>>(x.ptr<float>(), rx, partials);
-  CUDA_CHECK_LAUNCH("sum_squares_partial");
-  sum_partials_kernel<<<1, kReduceThreads, 0, stream_>>>(partials, blocks, partials + blocks);
-  CUDA_CHECK_LAUNCH("sum_partials");
+  reduce_partial_kernel<<<unsigned(blocks), kReduceThreads, 0, stream_>>>(x.ptr<float>(), rx, max_abs, partials);
+  CUDA_CHECK_LAUNCH("reduce_partial");
+  reduce_partials_kernel<<<1, kReduceThreads, 0, stream_>>>(partials, blocks, max_abs, partials + blocks);
+  CUDA_CHECK_LAUNCH("reduce_partials");
   double result = 0.0;
   CUDA_CHECK(cudaMemcpyAsync(&result, partials + blocks, sizeof(double), cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));

@@ -4,7 +4,9 @@
 // skips when no CUDA device is usable (CPU-only builds, machines without a GPU or with an old driver).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -128,6 +130,12 @@ TEST(CudaBackend, FillAddAccumulateScaleSumSquares) {
   Owned half_host = to_host(half, DType::f32);
   want = ops::sum_squares(half_host.t);
   EXPECT_NEAR(ops::sum_squares(half), want, 1e-10 * want);
+
+  // max_abs (the training monitor): exact, the same strided view; a NaN anywhere wins.
+  EXPECT_EQ(ops::max_abs(dbig.t), ops::max_abs(big.t));
+  EXPECT_EQ(ops::max_abs(half), ops::max_abs(half_host.t));
+  ops::fill(dbig.t.slice(0, 777777, 1), std::numeric_limits<double>::quiet_NaN());
+  EXPECT_TRUE(std::isnan(ops::max_abs(dbig.t)));
 
   // Device arithmetic is f32 only: a clear error otherwise.
   Dev h(DType::bf16, shape);
