@@ -217,6 +217,7 @@ def labelled_scatter(path, caption, series, xlabel, ylabel):
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=7)
+    return _save(fig, path, caption)
 
 
 def sft_stability(path, caption, series):
