@@ -75,7 +75,8 @@ fi
 
 echo "== report (tables, figures, one HTML page)"
 .venv/bin/python -m analysis.report results/demo/softmax/results.h5 results/demo/sigmoid/results.h5 \
-  results/demo/sft_softmax/results.h5 results/demo/sft_sigmoid/results.h5 results/demo/probe.h5 results/demo/survey.h5 -o report/demo
+  results/demo/sft_softmax/results.h5 results/demo/sft_sigmoid/results.h5 results/demo/probe.h5 results/demo/survey.h5 \
+  $([ -f results/demo/streaming.h5 ] && echo results/demo/streaming.h5) -o report/demo
 echo "report: report/demo/index.html"
 elapsed=$((SECONDS - demo_start))
 echo "demo: done in $((elapsed / 60)) min $((elapsed % 60)) s (installs included; budget 20 min on a 2-core machine)"

@@ -12,7 +12,9 @@
 #      survey's n-seq each), alpha/Sink/norms, next-token loss, QK maps and attention maps of a few heads.
 #      When results/demo/survey.h5 exists (jobs/demo.sh surveyed the tiny models into it), the survey
 #      continues it (--resume) with the parameters recorded in it, so both surveys share T, K, n-seq, eps;
-#   4. prints a Table-1-style line (Sink_1^eps per input, loss, provenance).
+#   4. prints a Table-1-style line (Sink_1^eps per input, loss, provenance);
+#   5. StreamingLLM's experiment (issue #19): the loss at T = 1024 with full attention, a window of 256 recent
+#      tokens, and 4 sink tokens + a window of 252, into results/demo/streaming.h5.
 # Wall time on the 2-core development machine (it prints "took ..."): 44 s when the machine was otherwise
 # idle, 88-174 s with other jobs on it (load 5-9); the whole jobs/demo.sh took 904 s (15 min, load ~6.5).
 #
@@ -100,5 +102,37 @@ with open_results(path) as rf:
     bos = "no BOS" if int(a["bos"]) < 0 else f"BOS id {a['bos']}"
     print(f"  T={a['T']}, {bos}; natural = mean over the domains of the mini corpus; loss = mean next-token "
           f"cross-entropy (nats); weights: {a['source']} [{a['quantization']}], dequantised to float32")
+PY
+# What the sink does (issue #19), StreamingLLM's experiment on SmolLM2: the next-token loss of T = 1024 tokens
+# with full attention, with a window of the 256 most recent tokens only, and with StreamingLLM's cache of
+# the first 4 tokens + the 252 most recent (rotary positions re-assigned inside the cache). Two mini-corpus
+# domains with documents of >= 1024 SmolLM2 tokens, 2 sequences each: its own results file (other T).
+streaming_inputs=data/survey_inputs/smollm2-135m_T1024.h5
+streaming_out=results/demo/streaming.h5
+echo "== StreamingLLM on SmolLM2-135M: loss at T = 1024, full attention / window 256 / 4 sink tokens + window 252"
+"$py" -m data_prep survey-inputs --pile data/mini/pile_mini.jsonl.zst --model "$model" --out "$streaming_inputs" \
+  --n 2 --T 1024 2> data/survey_inputs/smollm2-135m_T1024.log
+rm -f "$streaming_out"
+mpirun -np 2 "$build/bin/sinklab-survey" --model "$name $root/$model inputs=$root/$streaming_inputs" \
+  --inputs natural --domains pile_cc,arxiv --n-seq 2 --seq-len 1024 --max-k 8 --batch 1 --interventions none \
+  --ablations window:256,window_sinks:252:4 --output "$streaming_out" > data/survey_inputs/streaming_survey.log
+"$py" - "$streaming_out" "$out" "$name" <<'PY'
+import sys
+import numpy as np
+import h5py
+
+path, survey, name = sys.argv[1:]
+with h5py.File(path, "r") as f:
+    m = f[f"models/{name}"]
+    def loss(label):
+        return float(np.mean([m[label][d].attrs["loss"] for d in m[label]]))
+    full, window, sinks = loss("natural"), loss("natural+window_256"), loss("natural+window_252_sinks_4")
+    n = sum(int(m["natural"][d].attrs["n_seq"]) for d in m["natural"])
+with h5py.File(survey, "r") as f:
+    g = f[f"models/{name}/natural"]
+    sink = float(np.mean([g[d]["sink"][list(g[d]["sink_eps"][:]).index(0.3)] for d in g]))
+print(f"{name}, T=1024 ({n} sequences): loss {full:.3f} full attention | {window:.3f} window of 256 "
+      f"({window - full:+.3f}) | {sinks:.3f} 4 sink tokens + window of 252 ({sinks - full:+.3f}); "
+      f"its Sink_1^0.3 on natural text: {sink:.2f} %")
 PY
 echo "jobs/demo_smollm2.sh took $((SECONDS - start)) s"
