@@ -2,14 +2,14 @@
 # The GPU check in one command, for a GPU machine without network (nvcc, CMake and PyTorch there; no
 # MPI / HDF5 / Boost / OpenBLAS / GoogleTest dev files): configures sinklab with SINKLAB_CUDA=ON over
 # the bundle env/gpu_bundle.sh made elsewhere, builds, runs `ctest -L gpu` and prints a summary (the
-# device, then each gpu test's result).
+# device, then each gpu test's result), also written to $build/gpu_summary.txt with the commit.
 #
 #   tests/gpu/run.sh                         build everything, run the gpu tests
 #   SINKLAB_GPU_TARGETS="test_cuda_attention test_cuda_rope" tests/gpu/run.sh   build only these
 #
 # Environment: SINKLAB_GPU_BUNDLE (default .gpu_bundle), SINKLAB_GPU_BUILD (default build-gpu), JOBS
 # (default: all cores). With the device tool: carry [".gpu_bundle"] and run `tests/gpu/run.sh`; the
-# log is also copied to $OUT when that is set.
+# log and the summary are also copied to $OUT when that is set.
 # cuDNN and NCCL (linked by the CUDA build) come from the CUDA toolkit, the system, or PyTorch's pip
 # packages (nvidia-cudnn-*, nvidia-nccl-*), in that order.
 #
@@ -100,16 +100,22 @@ ctest_out="$build/gpu_ctest.log"
 (cd "$build" && ctest -L gpu --output-on-failure --timeout 600) > "$ctest_out" 2>&1
 ctest_rc=$?
 cat "$ctest_out" >> "$log"
-echo "==== gpu tests on: $device"
-# ctest's per-test lines: "  3/24 Test  #7: CudaRope.MatchesCpu ......   Passed    0.21 sec"
-sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) \.*[ *]*([A-Za-z][A-Za-z ()]*[A-Za-z)]) +[0-9.]+ sec.*/\2\t\1/p' "$ctest_out" |
-  awk -F'\t' '{printf "  %-10s %s\n", $1, $2}'
 passed=$(grep -cE ' Passed +[0-9.]+ sec' "$ctest_out")
 skipped=$(grep -cE '\*\*\*Skipped|Skipped +[0-9.]+ sec' "$ctest_out")
 total=$(sed -nE 's/.*tests passed, ([0-9]+) tests failed out of ([0-9]+).*/\2/p' "$ctest_out" | tail -n1)
 failed=$(sed -nE 's/.*tests passed, ([0-9]+) tests failed out of ([0-9]+).*/\1/p' "$ctest_out" | tail -n1)
+summary="$build/gpu_summary.txt"
+commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo "unknown (no git checkout)")
+dirty=$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo " + local changes" || true)
+{
+echo "==== sinklab gpu tests, commit $commit$dirty, $(date -u +%FT%TZ)"
+echo "==== device: $device"
+# ctest's per-test lines: "  3/24 Test  #7: CudaRope.MatchesCpu ......   Passed    0.21 sec"
+sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) \.*[ *]*([A-Za-z][A-Za-z ()]*[A-Za-z)]) +[0-9.]+ sec.*/\2\t\1/p' "$ctest_out" |
+  awk -F'\t' '{printf "  %-10s %s\n", $1, $2}'
 echo "==== ${total:-0} gpu tests: $passed passed, ${failed:-?} failed, $skipped skipped (full log: $log)"
-[ -n "${OUT:-}" ] && [ -d "${OUT:-}" ] && cp "$log" "$OUT/gpu_run.log"
+} | tee "$summary"
+if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then cp "$log" "$summary" "$OUT/"; fi
 if [ "$ctest_rc" -ne 0 ] || [ -z "$total" ] || [ "${failed:-1}" != 0 ]; then
   say "FAILED: gpu tests (ctest status $ctest_rc)"
   exit 1
