@@ -152,6 +152,22 @@ SL_HD int64_t attn_key_end(const AttnConfig& c, int64_t i, int64_t S) {
   return e < S ? e : S;
 }
 
+// The queries that may see key j (j in [0, S), with the lead_keys offset) lie in
+// [attn_query_begin, attn_query_end) (a superset is allowed; attn_visible decides per element): every
+// query for a lead key; for a positional key j' the transpose of the mask's range. The key-major
+// backward loops (dk, dv owned by one key row) walk this range.
+SL_HD int64_t attn_query_begin(const AttnConfig& c, int64_t j) {
+  const int64_t jp = j - c.lead_keys;
+  if (jp < 0) return 0;
+  if (c.mask == AttnMask::prefix_lm && jp < c.prefix) return 0;
+  return jp;
+}
+SL_HD int64_t attn_query_end(const AttnConfig& c, int64_t j, int64_t T) {
+  const int64_t jp = j - c.lead_keys;
+  if (jp >= 0 && c.mask == AttnMask::sliding_window) return jp + c.window < T ? jp + c.window : T;
+  return T;
+}
+
 // ---- position bias ----------------------------------------------------------------------------------
 
 // ALiBi slope of query head h (0-based) among H heads: paper Eq. 7 as the released code computes it

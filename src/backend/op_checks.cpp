@@ -1,6 +1,9 @@
 #include "backend/op_checks.hpp"
 
 #include <algorithm>
+#include <cmath>
+
+#include "backend/attention_math.hpp"
 
 namespace sinklab {
 
@@ -54,6 +57,94 @@ void check_rope_args(const Tensor& out, const Tensor& x, const ops::RopeConfig& 
              "%s: llama3 scaling needs high_freq_factor (%g) > low_freq_factor (%g) > 0 and "
              "original_max_position > 0",
              op, cfg.llama3_high_freq_factor, cfg.llama3_low_freq_factor);
+}
+
+static void check_4d(const Tensor& t, const char* op, const char* arg) {
+  SL_CHECK(t.defined(), "%s: %s is required", op, arg);
+  SL_CHECK(t.ndim == 4, "%s: %s must be [B,L,heads,dh], got %s", op, arg, t.shape_str().c_str());
+}
+
+AttentionDims check_attention_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const ops::AttentionSpec& spec) {
+  check_4d(q, op, "q");
+  check_4d(k, op, "k");
+  AttentionDims d{q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3]};
+  SL_CHECK(k.shape[0] == d.B && k.shape[3] == d.dh, "%s: k %s does not match q %s (same B and head dim)", op,
+           k.shape_str().c_str(), q.shape_str().c_str());
+  SL_CHECK(d.Hkv > 0 && d.H % d.Hkv == 0, "%s: query heads (%lld) must be a multiple of key/value heads (%lld)",
+           op, (long long)d.H, (long long)d.Hkv);
+  if (v.defined()) {
+    check_4d(v, op, "v");
+    check_same_shape(v, k, op, "v", "k");
+    SL_CHECK(v.dtype == q.dtype, "%s: v is %s but q is %s", op, dtype_name(v.dtype), dtype_name(q.dtype));
+  }
+  SL_CHECK(k.dtype == q.dtype, "%s: k is %s but q is %s", op, dtype_name(k.dtype), dtype_name(q.dtype));
+  const char* invalid = math::attn_config_error(math::attn_config(spec));
+  SL_CHECK(invalid == nullptr, "%s: invalid attention variant: %s", op, invalid);
+  SL_CHECK(d.S >= spec.lead_keys, "%s: k has fewer keys (%lld) than lead_keys (%lld)", op, (long long)d.S,
+           (long long)spec.lead_keys);
+  switch (spec.mask) {
+    case ops::AttnMask::causal:
+    case ops::AttnMask::sliding_window:
+    case ops::AttnMask::prefix_lm:
+      // Query i and positional key j' = i are the same position: the masks and the position bias
+      // are defined for aligned sequences only.
+      SL_CHECK(d.S - spec.lead_keys == d.T,
+               "%s: the attention masks need as many positional keys as queries (S - lead_keys = %lld - %lld, "
+               "T = %lld)",
+               op, (long long)d.S, (long long)spec.lead_keys, (long long)d.T);
+      break;
+  }
+  if (spec.sink_logit.defined()) {
+    check_shape(spec.sink_logit, {d.H}, op, "sink_logit");
+    SL_CHECK(spec.sink_logit.dtype == q.dtype, "%s: sink_logit is %s but q is %s", op,
+             dtype_name(spec.sink_logit.dtype), dtype_name(q.dtype));
+  }
+  if (spec.d_sink_logit.defined()) {
+    SL_CHECK(spec.sink_logit.defined(), "%s: d_sink_logit given without sink_logit", op);
+    check_shape(spec.d_sink_logit, {d.H}, op, "d_sink_logit");
+    SL_CHECK(spec.d_sink_logit.dtype == q.dtype, "%s: d_sink_logit is %s but q is %s", op,
+             dtype_name(spec.d_sink_logit.dtype), dtype_name(q.dtype));
+  }
+  if (spec.pos_bias == ops::AttnPosBias::relative) {
+    SL_CHECK(spec.relative_bias.ndim == 2 && spec.relative_bias.shape[0] == d.H,
+             "%s: relative_bias must be [H=%lld, num_buckets], got %s", op, (long long)d.H,
+             spec.relative_bias.shape_str().c_str());
+    SL_CHECK(spec.relative_bias.dtype == q.dtype, "%s: relative_bias is %s but q is %s", op,
+             dtype_name(spec.relative_bias.dtype), dtype_name(q.dtype));
+  }
+  if (spec.d_relative_bias.defined()) {
+    SL_CHECK(spec.relative_bias.defined(), "%s: d_relative_bias given without relative_bias", op);
+    check_shape(spec.d_relative_bias, {d.H, spec.relative_bias.shape[1]}, op, "d_relative_bias");
+    SL_CHECK(spec.d_relative_bias.dtype == q.dtype, "%s: d_relative_bias is %s but q is %s", op,
+             dtype_name(spec.d_relative_bias.dtype), dtype_name(q.dtype));
+  }
+  SL_CHECK(spec.scale >= 0.0 && std::isfinite(spec.scale), "%s: scale must be finite and >= 0 (0 = 1/sqrt(dh))",
+           op);
+  return d;
+}
+
+void check_attention_like(const Tensor& t, const Tensor& ref, const char* op, const char* arg, const char* ref_name) {
+  if (!t.defined()) return;
+  check_4d(t, op, arg);
+  check_same_shape(t, ref, op, arg, ref_name);
+  SL_CHECK(t.dtype == ref.dtype, "%s: %s is %s but %s is %s", op, arg, dtype_name(t.dtype), ref_name,
+           dtype_name(ref.dtype));
+}
+
+void check_attention_stats(const Tensor& stats, const AttentionDims& d, const Tensor& q, const char* op) {
+  check_shape(stats, {d.B, d.H, d.T}, op, "stats");
+  SL_CHECK(stats.dtype == q.dtype, "%s: stats is %s but q is %s", op, dtype_name(stats.dtype), dtype_name(q.dtype));
+}
+
+void check_attention_probs(const Tensor& probs, const AttentionDims& d, const Tensor& q, const char* op) {
+  check_shape(probs, {d.B, d.H, d.T, d.S}, op, "probs");
+  SL_CHECK(probs.dtype == q.dtype, "%s: probs is %s but q is %s", op, dtype_name(probs.dtype), dtype_name(q.dtype));
+  SL_CHECK(probs.stride[3] == 1 || d.S == 1, "%s: the last dimension of probs must be contiguous", op);
+}
+
+double attention_scale(const ops::AttentionSpec& spec, int64_t dh) {
+  return spec.scale > 0.0 ? spec.scale : 1.0 / std::sqrt(double(dh));
 }
 
 }  // namespace sinklab

@@ -33,4 +33,21 @@ MatmulGeometry matmul_geometry(const Tensor& out, const Tensor& a, const Tensor&
 // in (0, dh], a positive base, consistent llama3 scaling factors.
 void check_rope_args(const Tensor& out, const Tensor& x, const ops::RopeConfig& cfg, const char* op);
 
+// The generic attention operation's operands (ops.hpp), shared by the CPU and CUDA backends:
+// q [B,T,H,dh], k/v [B,S,Hkv,dh] (v optional: attention_probs), H a multiple of Hkv, the same dtype,
+// S = lead_keys + T, a valid variant (attn_config_error), sink/relative-bias tensors of the right
+// shape and dtype, scale finite and >= 0. Returns the dimensions.
+struct AttentionDims {
+  int64_t B = 0, T = 0, S = 0, H = 0, Hkv = 0, dh = 0;
+};
+AttentionDims check_attention_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const ops::AttentionSpec& spec);
+// t (when defined) is 4-D with ref's shape and dtype.
+void check_attention_like(const Tensor& t, const Tensor& ref, const char* op, const char* arg, const char* ref_name);
+// stats [B,H,T] and probs [B,H,T,S] (contiguous last dim) in q's dtype.
+void check_attention_stats(const Tensor& stats, const AttentionDims& d, const Tensor& q, const char* op);
+void check_attention_probs(const Tensor& probs, const AttentionDims& d, const Tensor& q, const char* op);
+// The score scale: spec.scale, or 1/sqrt(dh) when it is 0.
+double attention_scale(const ops::AttentionSpec& spec, int64_t dh);
+
 }  // namespace sinklab

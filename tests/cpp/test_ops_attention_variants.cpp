@@ -483,6 +483,41 @@ TEST(AttentionVariantsMasks, ProbsAreNonZeroExactlyWhereVisible) {
   }
 }
 
+// The key ranges (attn_key_begin/end, the forward's loops) and the query ranges (attn_query_begin/end,
+// the key-major backward of the CUDA kernels) hold every visible pair of every mask, with and without
+// lead keys, for windows / prefixes shorter than, equal to and longer than T; and the query range is
+// exact for the positional keys (no query outside it sees the key, the first and last inside do).
+TEST(AttentionVariantsMasks, KeyAndQueryRangesHoldEveryVisiblePair) {
+  for (int64_t T : {1, 7, 20})
+    for (int64_t L : {0, 3})
+      for (AttnMask mask : {AttnMask::causal, AttnMask::sliding_window, AttnMask::prefix_lm})
+        for (int64_t w : {1, 4, 7, 30}) {
+          math::AttnConfig c;
+          c.mask = mask;
+          c.window = w;
+          c.prefix = w - 1;
+          c.lead_keys = L;
+          const int64_t S = L + T;
+          for (int64_t j = 0; j < S; ++j) {
+            const int64_t qb = math::attn_query_begin(c, j), qe = math::attn_query_end(c, j, T);
+            int64_t first = T, last = -1;
+            for (int64_t i = 0; i < T; ++i) {
+              const bool vis = math::attn_visible(c, i, j);
+              const bool in_keys = j < L || (j >= math::attn_key_begin(c, i, S) && j < math::attn_key_end(c, i, S));
+              ASSERT_TRUE(!vis || in_keys) << int(mask) << " T=" << T << " L=" << L << " w=" << w << " i=" << i
+                                           << " j=" << j;
+              ASSERT_TRUE(!vis || (i >= qb && i < qe)) << int(mask) << " T=" << T << " L=" << L << " w=" << w
+                                                       << " i=" << i << " j=" << j;
+              if (vis) first = std::min(first, i), last = std::max(last, i);
+            }
+            if (last >= 0) {
+              EXPECT_EQ(qb, first) << int(mask) << " T=" << T << " L=" << L << " w=" << w << " j=" << j;
+              EXPECT_EQ(qe, last + 1) << int(mask) << " T=" << T << " L=" << L << " w=" << w << " j=" << j;
+            }
+          }
+        }
+}
+
 // Softpick rows whose scores are all <= 0 attend to nothing: P = 0, out = 0, zero gradients, and all
 // is finite in f32 and f64, also for scores so negative that e^{-max s} overflows f32 (the shift is
 // clamped at 0) or so large that e^s does (the shift is the row max).

@@ -42,6 +42,7 @@
 #include "backend/cpu/blas.hpp"
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/cpu_common.hpp"
+#include "backend/op_checks.hpp"
 
 namespace sinklab {
 
@@ -88,98 +89,6 @@ struct RowStat {
   int64_t sb = 0, sh = 0, st = 0;
   T* at(int64_t b, int64_t h, int64_t i) const { return base + b * sb + h * sh + i * st; }
 };
-
-struct Dims {
-  int64_t B = 0, T = 0, S = 0, H = 0, Hkv = 0, dh = 0;
-};
-
-void check_4d(const Tensor& t, const char* op, const char* arg) {
-  SL_CHECK(t.defined(), "%s: %s is required", op, arg);
-  SL_CHECK(t.ndim == 4, "%s: %s must be [B,L,heads,dh], got %s", op, arg, t.shape_str().c_str());
-}
-
-// Validates q/k (and v when defined) and the spec; returns the problem dimensions.
-Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionSpec& spec) {
-  check_4d(q, op, "q");
-  check_4d(k, op, "k");
-  Dims d{q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3]};
-  SL_CHECK(k.shape[0] == d.B && k.shape[3] == d.dh, "%s: k %s does not match q %s (same B and head dim)", op,
-           k.shape_str().c_str(), q.shape_str().c_str());
-  SL_CHECK(d.Hkv > 0 && d.H % d.Hkv == 0, "%s: query heads (%lld) must be a multiple of key/value heads (%lld)",
-           op, (long long)d.H, (long long)d.Hkv);
-  if (v.defined()) {
-    check_4d(v, op, "v");
-    cpu::check_same_shape(v, k, op, "v", "k");
-    SL_CHECK(v.dtype == q.dtype, "%s: v is %s but q is %s", op, dtype_name(v.dtype), dtype_name(q.dtype));
-  }
-  SL_CHECK(k.dtype == q.dtype, "%s: k is %s but q is %s", op, dtype_name(k.dtype), dtype_name(q.dtype));
-  const char* invalid = math::attn_config_error(math::attn_config(spec));
-  SL_CHECK(invalid == nullptr, "%s: invalid attention variant: %s", op, invalid);
-  SL_CHECK(d.S >= spec.lead_keys, "%s: k has fewer keys (%lld) than lead_keys (%lld)", op, (long long)d.S,
-           (long long)spec.lead_keys);
-  switch (spec.mask) {
-    case ops::AttnMask::causal:
-    case ops::AttnMask::sliding_window:
-    case ops::AttnMask::prefix_lm:
-      // Query i and positional key j' = i are the same position: the masks and the position bias
-      // are defined for aligned sequences only.
-      SL_CHECK(d.S - spec.lead_keys == d.T,
-               "%s: the attention masks need as many positional keys as queries (S - lead_keys = %lld - %lld, "
-               "T = %lld)",
-               op, (long long)d.S, (long long)spec.lead_keys, (long long)d.T);
-      break;
-  }
-  if (spec.sink_logit.defined()) {
-    check_shape(spec.sink_logit, {d.H}, op, "sink_logit");
-    SL_CHECK(spec.sink_logit.dtype == q.dtype, "%s: sink_logit is %s but q is %s", op,
-             dtype_name(spec.sink_logit.dtype), dtype_name(q.dtype));
-  }
-  if (spec.d_sink_logit.defined()) {
-    SL_CHECK(spec.sink_logit.defined(), "%s: d_sink_logit given without sink_logit", op);
-    check_shape(spec.d_sink_logit, {d.H}, op, "d_sink_logit");
-    SL_CHECK(spec.d_sink_logit.dtype == q.dtype, "%s: d_sink_logit is %s but q is %s", op,
-             dtype_name(spec.d_sink_logit.dtype), dtype_name(q.dtype));
-  }
-  if (spec.pos_bias == ops::AttnPosBias::relative) {
-    SL_CHECK(spec.relative_bias.ndim == 2 && spec.relative_bias.shape[0] == d.H,
-             "%s: relative_bias must be [H=%lld, num_buckets], got %s", op, (long long)d.H,
-             spec.relative_bias.shape_str().c_str());
-    SL_CHECK(spec.relative_bias.dtype == q.dtype, "%s: relative_bias is %s but q is %s", op,
-             dtype_name(spec.relative_bias.dtype), dtype_name(q.dtype));
-  }
-  if (spec.d_relative_bias.defined()) {
-    SL_CHECK(spec.relative_bias.defined(), "%s: d_relative_bias given without relative_bias", op);
-    check_shape(spec.d_relative_bias, {d.H, spec.relative_bias.shape[1]}, op, "d_relative_bias");
-    SL_CHECK(spec.d_relative_bias.dtype == q.dtype, "%s: d_relative_bias is %s but q is %s", op,
-             dtype_name(spec.d_relative_bias.dtype), dtype_name(q.dtype));
-  }
-  SL_CHECK(spec.scale >= 0.0 && std::isfinite(spec.scale), "%s: scale must be finite and >= 0 (0 = 1/sqrt(dh))",
-           op);
-  return d;
-}
-
-void check_like(const Tensor& t, const Tensor& ref, const char* op, const char* arg, const char* ref_name) {
-  if (!t.defined()) return;
-  check_4d(t, op, arg);
-  cpu::check_same_shape(t, ref, op, arg, ref_name);
-  SL_CHECK(t.dtype == ref.dtype, "%s: %s is %s but %s is %s", op, arg, dtype_name(t.dtype), ref_name,
-           dtype_name(ref.dtype));
-}
-
-void check_stats(const Tensor& stats, const Dims& d, const Tensor& q, const char* op) {
-  check_shape(stats, {d.B, d.H, d.T}, op, "stats");
-  SL_CHECK(stats.dtype == q.dtype, "%s: stats is %s but q is %s", op, dtype_name(stats.dtype), dtype_name(q.dtype));
-}
-
-void check_probs(const Tensor& probs, const Dims& d, const Tensor& q, const char* op) {
-  check_shape(probs, {d.B, d.H, d.T, d.S}, op, "probs");
-  SL_CHECK(probs.dtype == q.dtype, "%s: probs is %s but q is %s", op, dtype_name(probs.dtype), dtype_name(q.dtype));
-  SL_CHECK(probs.stride[3] == 1 || d.S == 1, "%s: the last dimension of probs must be contiguous", op);
-}
-
-double scale_of(const ops::AttentionSpec& spec, int64_t dh) {
-  return spec.scale > 0.0 ? spec.scale : 1.0 / std::sqrt(double(dh));
-}
 
 // The positional key range [kb, ke) (key indices) visible to any of the query rows [i0, i1); the lead
 // keys [0, lead_keys) come on top.
@@ -361,13 +270,13 @@ void store_probs_row(T* row, const T* s, T inv, int64_t n, int64_t lead, int64_t
 // so the matrix a forward hands out and attention_probs' are the same products.
 template <class T, bool kPlain>
 void forward_impl(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const ops::AttentionSpec& spec,
-                  Tensor probs, const Dims& d) {
+                  Tensor probs, const AttentionDims& d) {
   const char* op = out.defined() ? "attention_forward" : "attention_probs";
   const Heads<T> Q = heads_of<T>(q, op, "q"), K = heads_of<T>(k, op, "k"), V = heads_of<T>(v, op, "v"),
                  O = heads_of<T>(out, op, "out");
   RowStat<T> L{stats.defined() ? stats.ptr<T>() : nullptr, stats.stride[0], stats.stride[1], stats.stride[2]};
   RowStat<T> P{probs.defined() ? probs.ptr<T>() : nullptr, probs.stride[0], probs.stride[1], probs.stride[2]};
-  const T scale = T(scale_of(spec, d.dh));
+  const T scale = T(attention_scale(spec, d.dh));
   const int64_t group = d.H / d.Hkv;
   const PosBias<T> bias(spec, d.H, d.T);
 #pragma omp parallel if (d.B * d.H * d.T * d.S * d.dh > 32768)
@@ -412,13 +321,13 @@ void forward_impl(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const 
 
 template <class T, bool kPlain>
 void backward_impl(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, Tensor k, Tensor v, Tensor out,
-                   Tensor stats, const ops::AttentionSpec& spec, const Dims& d) {
+                   Tensor stats, const ops::AttentionSpec& spec, const AttentionDims& d) {
   const char* op = "attention_backward";
   const Heads<T> Q = heads_of<T>(q, op, "q"), K = heads_of<T>(k, op, "k"), V = heads_of<T>(v, op, "v"),
                  O = heads_of<T>(out, op, "out"), dO = heads_of<T>(d_out, op, "d_out"),
                  dQ = heads_of<T>(d_q, op, "d_q"), dK = heads_of<T>(d_k, op, "d_k"), dV = heads_of<T>(d_v, op, "d_v");
   const RowStat<T> L{stats.ptr<T>(), stats.stride[0], stats.stride[1], stats.stride[2]};
-  const T scale = T(scale_of(spec, d.dh));
+  const T scale = T(attention_scale(spec, d.dh));
   const int64_t group = d.H / d.Hkv;
   const PosBias<T> bias(spec, d.H, d.T);
   // dL/dS_h per (b, h), summed over b after the parallel loop (tasks of different b share h).
@@ -540,11 +449,11 @@ void CpuBackend::attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k,
                                    Tensor probs) {
   const char* op = "attention_forward";
   SL_CHECK(v.defined(), "%s: v is required", op);
-  Dims d = check_qkv(op, q, k, v, spec);
-  check_like(out, q, op, "out", "q");
+  AttentionDims d = check_attention_qkv(op, q, k, v, spec);
+  check_attention_like(out, q, op, "out", "q");
   SL_CHECK(out.defined(), "%s: out is required", op);
-  if (stats.defined()) check_stats(stats, d, q, op);
-  if (probs.defined()) check_probs(probs, d, q, op);
+  if (stats.defined()) check_attention_stats(stats, d, q, op);
+  if (probs.defined()) check_attention_probs(probs, d, q, op);
   dispatch_float(q.dtype, op, [&](auto zero) {
     with_plain_softmax(spec, [&](auto plain) {
       forward_impl<decltype(zero), plain()>(out, stats, q, k, v, spec, probs, d);
@@ -556,14 +465,14 @@ void CpuBackend::attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d
                                     Tensor out, Tensor stats, const AttentionSpec& spec) {
   const char* op = "attention_backward";
   SL_CHECK(v.defined(), "%s: v is required", op);
-  Dims d = check_qkv(op, q, k, v, spec);
+  AttentionDims d = check_attention_qkv(op, q, k, v, spec);
   SL_CHECK(out.defined() && d_out.defined() && stats.defined(), "%s: out, d_out and stats are required", op);
-  check_like(out, q, op, "out", "q");
-  check_like(d_out, q, op, "d_out", "q");
-  check_like(d_q, q, op, "d_q", "q");
-  check_like(d_k, k, op, "d_k", "k");
-  check_like(d_v, v, op, "d_v", "v");
-  check_stats(stats, d, q, op);
+  check_attention_like(out, q, op, "out", "q");
+  check_attention_like(d_out, q, op, "d_out", "q");
+  check_attention_like(d_q, q, op, "d_q", "q");
+  check_attention_like(d_k, k, op, "d_k", "k");
+  check_attention_like(d_v, v, op, "d_v", "v");
+  check_attention_stats(stats, d, q, op);
   dispatch_float(q.dtype, op, [&](auto zero) {
     with_plain_softmax(spec, [&](auto plain) {
       backward_impl<decltype(zero), plain()>(d_q, d_k, d_v, d_out, q, k, v, out, stats, spec, d);
@@ -573,8 +482,8 @@ void CpuBackend::attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d
 
 void CpuBackend::attention_probs(Tensor probs, Tensor q, Tensor k, const AttentionSpec& spec) {
   const char* op = "attention_probs";
-  Dims d = check_qkv(op, q, k, Tensor{}, spec);
-  check_probs(probs, d, q, op);
+  AttentionDims d = check_attention_qkv(op, q, k, Tensor{}, spec);
+  check_attention_probs(probs, d, q, op);
   dispatch_float(q.dtype, op, [&](auto zero) {
     with_plain_softmax(spec, [&](auto plain) {
       forward_impl<decltype(zero), plain()>(Tensor{}, Tensor{}, q, k, Tensor{}, spec, probs, d);

@@ -11,7 +11,8 @@
 //   linear_forward/backward and matmul on cuBLASLt (linear.cu: f32, or bf16 inputs with f32
 //   accumulation); embedding_forward/backward (embedding.cu, no float atomics); rmsnorm/layernorm
 //   forward/backward (norms.cu); rope_forward/backward (rope.cu, cached tables); cross_entropy
-//   (cross_entropy.cu).
+//   (cross_entropy.cu); attention_forward/backward/probs, every AttentionSpec variant (attention.cu:
+//   reference kernels, deterministic, no T x T storage).
 // Arithmetic ops take f32 tensors only (bf16/f16/f64 are storage for copy/fill), except the matmuls,
 // which also take bf16. Tensors may have strided leading dimensions with a contiguous last dimension,
 // as on the CPU.
@@ -87,11 +88,17 @@ class CudaBackend final : public Backend {
   // cross_entropy.cu
   void cross_entropy(Tensor losses, Tensor d_logits, Tensor logits, Tensor targets, int ignore_index,
                      double grad_scale) override;
+  // attention.cu
+  void attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec,
+                         Tensor probs) override;
+  void attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, Tensor k, Tensor v, Tensor out,
+                          Tensor stats, const AttentionSpec& spec) override;
+  void attention_probs(Tensor probs, Tensor q, Tensor k, const AttentionSpec& spec) override;
   // ---- state shared by the op files (cuda_backend.cu) ----
   // Grow-only device scratch buffers, one per use, so that no allocation happens once the shapes of a
   // training step have been seen. Growing waits for the stream (queued work may still read the old
   // buffer). Two buffers in use by one op need two slots.
-  enum class ScratchSlot : int { column_partials, embedding_sort, embedding_sort_temp, rope_table, count };
+  enum class ScratchSlot : int { column_partials, embedding_sort, embedding_sort_temp, rope_table, attention, count };
   void* scratch(ScratchSlot slot, size_t bytes);
   // Data errors recorded by kernels (see above): one slot per op that can record one. A kernel gets
   // the device word; `bound` is what the message names (the vocabulary). After the launch,

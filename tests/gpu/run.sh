@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# The GPU check in one command, for a GPU machine without network (nvcc, CMake and PyTorch there; no
+# MPI / HDF5 / Boost / OpenBLAS / GoogleTest dev files): configures sinklab with SINKLAB_CUDA=ON over
+# the bundle env/gpu_bundle.sh made elsewhere, builds, runs `ctest -L gpu` and prints a summary (the
+# device, then each gpu test's result), also written to $build/gpu_summary.txt with the commit.
+#
+#   tests/gpu/run.sh                         build everything, run the gpu tests
+#   SINKLAB_GPU_TARGETS="test_cuda_attention test_cuda_rope" tests/gpu/run.sh   build only these
+#
+# Environment: SINKLAB_GPU_BUNDLE (default .gpu_bundle), SINKLAB_GPU_BUILD (default build-gpu), JOBS
+# (default: all cores). With the device tool: carry [".gpu_bundle"] and run `tests/gpu/run.sh`; the
+# log and the summary are also copied to $OUT when that is set.
+# cuDNN and NCCL (linked by the CUDA build) come from the CUDA toolkit, the system, or PyTorch's pip
+# packages (nvidia-cudnn-*, nvidia-nccl-*), in that order.
+#
+# Exit status: 0 every gpu test passed; 1 configure / build failed or a gpu test failed; 2 no bundle;
+# 3 built, but no usable CUDA device (every gpu test skipped).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+bundle_dir=${SINKLAB_GPU_BUNDLE:-$root/.gpu_bundle}
+build=${SINKLAB_GPU_BUILD:-$root/build-gpu}
+jobs=${JOBS:-$(nproc)}
+log="$build/gpu_run.log"
+say() { echo "tests/gpu/run.sh: $*"; }
+
+archive="$bundle_dir/sinklab-gpu-bundle.tar.xz"
+if [ ! -f "$archive" ]; then
+  say "no bundle at $archive: run env/gpu_bundle.sh on a machine with the dev packages, then carry .gpu_bundle"
+  exit 2
+fi
+mkdir -p "$build"
+: > "$log"
+# ---- the bundle, unpacked once per archive
+bundle="$build/_bundle"
+stamp=$(sha256sum "$archive" | cut -d' ' -f1)
+if [ "$(cat "$bundle/.stamp" 2>/dev/null)" != "$stamp" ]; then
+  say "unpacking $archive"
+  rm -rf "$bundle" && mkdir -p "$bundle"
+  tar -C "$bundle" --strip-components=1 -xJf "$archive" || { say "cannot unpack $archive"; exit 1; }
+  echo "$stamp" > "$bundle/.stamp"
+fi
+
+# ---- cuDNN and NCCL libraries, nccl.h
+site_dirs=$(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null || true)
+find_first() {  # find_first <file pattern> <dirs...>: the first match, shortest name first (libx.so before libx.so.9)
+  local pat=$1; shift
+  for d in "$@"; do
+    [ -d "$d" ] || continue
+    local hit
+    hit=$(find "$d" -maxdepth 4 -name "$pat" \( -type f -o -type l \) 2>/dev/null | awk '{print length, $0}' | sort -n |
+          head -n1 | cut -d' ' -f2-)
+    if [ -n "$hit" ]; then echo "$hit"; return 0; fi
+  done
+  return 1
+}
+lib_dirs=(/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu)
+py_dirs=()
+for s in $site_dirs; do py_dirs+=("$s/nvidia"); done
+cudnn=$(find_first 'libcudnn.so*' "${lib_dirs[@]}" "${py_dirs[@]}") || { say "no libcudnn.so found (CUDA toolkit, system, PyTorch's nvidia-cudnn)"; exit 1; }
+nccl=$(find_first 'libnccl.so*' "${lib_dirs[@]}" "${py_dirs[@]}") || { say "no libnccl.so found (CUDA toolkit, system, PyTorch's nvidia-nccl)"; exit 1; }
+nccl_inc=""
+if [ ! -f /usr/local/cuda/include/nccl.h ] && [ ! -f /usr/include/nccl.h ]; then
+  h=$(find_first nccl.h "${py_dirs[@]}") || h="$bundle/include/nccl/nccl.h"
+  [ -f "$h" ] || { say "no nccl.h found"; exit 1; }
+  nccl_inc=$(dirname "$h")
+fi
+say "cuDNN $cudnn, NCCL $nccl${nccl_inc:+, nccl.h from $nccl_inc}"
+
+# ---- configure and build. The bundle's libraries (and cuDNN / NCCL) are found through the binaries'
+# RPATH (not RUNPATH: it also serves the libraries those load), so nothing else needs LD_LIBRARY_PATH.
+rpath="$bundle/lib;$(dirname "$cudnn");$(dirname "$nccl")"
+extra_flags=()
+if [ -n "$nccl_inc" ]; then
+  extra_flags+=("-DCMAKE_CXX_FLAGS=-isystem $nccl_inc" "-DCMAKE_CUDA_FLAGS=-isystem $nccl_inc")
+fi
+generator=()  # Ninja for a new build dir when there is one; an existing build keeps its generator
+if [ ! -f "$build/CMakeCache.txt" ] && command -v ninja > /dev/null; then generator=(-G Ninja); fi
+say "configuring $build (log: $log)"
+cmake -S "$root" -B "$build" "${generator[@]}" -DSINKLAB_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_MODULE_PATH="$bundle/cmake" \
+  -DSINKLAB_BLAS_LIB="$bundle/lib/libopenblas.so" -DSINKLAB_BLAS_INCLUDE="$bundle/include/openblas" \
+  -DSINKLAB_CUDNN_LIB="$cudnn" -DSINKLAB_NCCL_LIB="$nccl" \
+  -DCMAKE_BUILD_RPATH="$rpath" -DCMAKE_EXE_LINKER_FLAGS="-Wl,--disable-new-dtags" \
+  "${extra_flags[@]}" >> "$log" 2>&1 || { tail -n 40 "$log"; say "FAILED: configure"; exit 1; }
+targets=()
+for t in ${SINKLAB_GPU_TARGETS:-}; do targets+=(--target "$t"); done
+say "building${SINKLAB_GPU_TARGETS:+ $SINKLAB_GPU_TARGETS} with $jobs jobs"
+start=$(date +%s)
+cmake --build "$build" -j "$jobs" "${targets[@]}" >> "$log" 2>&1 || { grep -E "error|Error" "$log" | head -n 30; tail -n 20 "$log"; say "FAILED: build"; exit 1; }
+say "built in $(( $(date +%s) - start )) s"
+
+# ---- the device and the gpu tests
+device="none seen by nvidia-smi"
+if command -v nvidia-smi > /dev/null; then
+  d=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n1)
+  [ -n "$d" ] && device="$d"
+fi
+say "device: $device"
+ctest_out="$build/gpu_ctest.log"
+(cd "$build" && ctest -L gpu --output-on-failure --timeout 600) > "$ctest_out" 2>&1
+ctest_rc=$?
+cat "$ctest_out" >> "$log"
+passed=$(grep -cE ' Passed +[0-9.]+ sec' "$ctest_out")
+skipped=$(grep -cE '\*\*\*Skipped|Skipped +[0-9.]+ sec' "$ctest_out")
+total=$(sed -nE 's/.*tests passed, ([0-9]+) tests failed out of ([0-9]+).*/\2/p' "$ctest_out" | tail -n1)
+failed=$(sed -nE 's/.*tests passed, ([0-9]+) tests failed out of ([0-9]+).*/\1/p' "$ctest_out" | tail -n1)
+summary="$build/gpu_summary.txt"
+commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo "unknown (no git checkout)")
+dirty=$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo " + local changes" || true)
+{
+echo "==== sinklab gpu tests, commit $commit$dirty, $(date -u +%FT%TZ)"
+echo "==== device: $device"
+# ctest's per-test lines: "  3/24 Test  #7: CudaRope.MatchesCpu ......   Passed    0.21 sec"
+sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) \.*[ *]*([A-Za-z][A-Za-z ()]*[A-Za-z)]) +[0-9.]+ sec.*/\2\t\1/p' "$ctest_out" |
+  awk -F'\t' '{printf "  %-10s %s\n", $1, $2}'
+echo "==== ${total:-0} gpu tests: $passed passed, ${failed:-?} failed, $skipped skipped (full log: $log)"
+} | tee "$summary"
+if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then cp "$log" "$summary" "$OUT/"; fi
+if [ "$ctest_rc" -ne 0 ] || [ -z "$total" ] || [ "${failed:-1}" != 0 ]; then
+  say "FAILED: gpu tests (ctest status $ctest_rc)"
+  exit 1
+fi
+if [ "$total" -gt 0 ] && [ "$skipped" -eq "$total" ]; then
+  say "no usable CUDA device: every gpu test skipped (built, nothing checked)"
+  exit 3
+fi
+say "ok"
