@@ -12,6 +12,7 @@
 #include <cmath>
 #include <functional>
 #include <initializer_list>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -69,7 +70,11 @@ inline double rel_error(const Tensor& a, const Tensor& ref) {
   EXPECT_EQ(a.numel(), ref.numel()) << "shapes " << a.shape_str() << " vs " << ref.shape_str();
   double max_err = 0.0, max_ref = 0.0;
   for (int64_t i = 0; i < ref.numel(); ++i) {
-    max_err = std::max(max_err, std::fabs(element(a, i) - element(ref, i)));
+    const double err = std::fabs(element(a, i) - element(ref, i));
+    // A NaN anywhere (an element never written, a poisoned output) is an infinite error: std::max would
+    // silently skip it.
+    if (std::isnan(err)) return std::numeric_limits<double>::infinity();
+    max_err = std::max(max_err, err);
     max_ref = std::max(max_ref, std::fabs(element(ref, i)));
   }
   return max_ref > 0 ? max_err / max_ref : max_err;
