@@ -175,3 +175,34 @@ def grouped_bars(path, caption, groups, series, values, ylabel):
     ax.set_ylim(0, 100)
     ax.legend(fontsize=7)
     return _save(fig, path, caption)
+
+
+def xy_panels(path, caption, panels, ncols=None):
+    """Panels of lines/points side by side (Figs. 4 left, 5, 6, 9, 28): each panel a dict with title,
+    xlabel, ylabel, series = [(label, x, y, style)], and optionally logx, xticks = [labels] (x is then
+    0..n-1), annotate = [(text, x, y)], ylim."""
+    n = len(panels)
+    ncols = ncols or n
+    nrows = (n + ncols - 1) // ncols
+    fig, axes = _pyplot().subplots(nrows, ncols, figsize=(4.2 * ncols, 3.3 * nrows), squeeze=False)
+    for k, p in enumerate(panels):
+        ax = axes[k // ncols][k % ncols]
+        for label, x, y, style in p["series"]:
+            ax.plot(x, y, style, ms=4, label=label)
+        for text, x, y in p.get("annotate", ()):
+            ax.annotate(text, (x, y), textcoords="offset points", xytext=(3, 3), fontsize=6)
+        if p.get("logx"):
+            ax.set_xscale("log")
+        if p.get("xticks") is not None:
+            ax.set_xticks(range(len(p["xticks"])))
+            ax.set_xticklabels(p["xticks"], rotation=40, ha="right", fontsize=7)
+        if p.get("ylim") is not None:
+            ax.set_ylim(*p["ylim"])
+        ax.set_title(p.get("title", ""), fontsize=9)
+        ax.set_xlabel(p.get("xlabel", ""))
+        ax.set_ylabel(p.get("ylabel", ""))
+        if any(s[0] for s in p["series"]):
+            ax.legend(fontsize=7)
+    for k in range(n, nrows * ncols):
+        axes[k // ncols][k % ncols].axis("off")
+    return _save(fig, path, caption)

@@ -14,6 +14,10 @@ Sections (each is skipped, with a note saying why, when the files do not hold wh
   3. the paper's tables (analysis/paper_tables.py): every table of jobs/pretrain/make_jobs.py as the paper
      prints it, the measured value beside the paper's and each cell's status (done / in progress /
      incomplete / failed / not run), when any run of the files is one of its cells.
+  3b. the paper's comparison figures (analysis/paper_figures.py): Fig. 4 left (Sink vs parameter count),
+     Fig. 5 middle (Sink per position, prefix LM), Figs. 5 right and 28 (vs training-data budget), Fig. 6
+     (vs window size, absolute and relative to the window start), Fig. 9 (per domain at each eps), each
+     with its numbers as a table; a figure without data is listed under Skipped, not drawn.
   4. survey bookkeeping (/items/<id>).
 What was read (files, runs, models), the glossary, notes and skipped sections close the page.
 Output: DIR/index.html, DIR/tables/*.md + *.csv, DIR/figures/*.png. A bad input file ends the program
@@ -32,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis import figures
+from analysis.paper_figures import paper_figures_section
 from analysis.paper_tables import JOBS_DIR, ini_settings, paper_tables_section
 from analysis.results import DEFAULT_EPS, NOTE_ATTRS, ResultsError, attr_text, eps_index, open_results
 
@@ -876,6 +881,7 @@ def build_report(paths, out_dir, eps=DEFAULT_EPS, jobs_dir=JOBS_DIR):
         training_section(rep, runs, eps)
         models_section(rep, entries, eps)
         paper_tables_section(rep, runs, eps, Table, jobs_dir)
+        paper_figures_section(rep, runs, entries, eps, Table, jobs_dir)
         items_section(rep, items)
         rep.write_html(summary_html(files, runs, entries, items, rep, eps))
         return rep

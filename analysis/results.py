@@ -47,6 +47,12 @@ class EvalSeries:
     sink_k_intervened: np.ndarray = None  # [n,K,E] the same on inputs carrying the run's data intervention
     intervention: str = ""                # what that intervention was (attr "intervention")
     proxy: bool = False                   # an attribute says the sink columns are proxy scores
+    # Sliding-window runs: alpha_k / Sink_k relative to each query's window start (probe/sink_metrics.hpp)
+    alpha_k_window: np.ndarray = None     # [n,L,H,Kw]
+    sink_k_window: np.ndarray = None      # [n,Kw,E]
+    # Prefix-LM runs: alpha and Sink of every position 1..T
+    alpha_pos: np.ndarray = None          # [n,L,H,T]
+    sink_pos: np.ndarray = None           # [n,T,E]
 
 
 @dataclass
@@ -57,6 +63,7 @@ class Run:
     eval: EvalSeries = None
     config: str = ""                      # the run's ini text (attr "config")
     notes: list = field(default_factory=list)
+    attrs: dict = field(default_factory=dict)  # the run group's attributes (n_params, cpu_blas, ...)
 
 
 @dataclass
@@ -237,8 +244,12 @@ def _read_eval(g, notes, where):
         "massive_ratio_pre_norm": _numeric(g, "massive_ratio_pre_norm", 2, notes, where),
         "sink_k": _numeric(g, "sink_k", 3, notes, where),
         "sink_k_intervened": _numeric(g, "sink_k_intervened", 3, notes, where),
+        "alpha_k_window": _numeric(g, "alpha_k_window", 4, notes, where),
+        "sink_k_window": _numeric(g, "sink_k_window", 3, notes, where),
+        "alpha_pos": _numeric(g, "alpha_pos", 4, notes, where),
+        "sink_pos": _numeric(g, "sink_pos", 3, notes, where),
     }
-    for name in ("sink_k", "sink_k_intervened"):
+    for name in ("sink_k", "sink_k_intervened", "sink_k_window", "sink_pos"):
         if optional[name] is not None and optional[name].shape[2] != sink.shape[1]:
             notes.append(f"{where}/{name}: {optional[name].shape[2]} columns for {sink.shape[1]} thresholds, ignored")
             optional[name] = None
@@ -274,6 +285,10 @@ ENTRY_ARRAYS = {
     "vnorm_first": 1, "vnorm_rest": 1,   # [La]
     "last_to_first": 2,            # [La,H]
     "attention_layers": 1,         # [La] indices of the layers with attention (when not all are)
+    "alpha_window": 3,             # [L,H,Kw] sliding window: relative to each query's window start
+    "sink_k_window": 2,            # [Kw,E]
+    "alpha_pos": 3,                # [L,H,T] prefix LM: every position
+    "sink_pos": 2,                 # [T,E]
 }
 MAP_DATASETS = ("qk_cos", "qk_normprod", "attention_maps")
 # Where the (layer, head) pairs of the maps may be stored (dataset or attribute of the entry group).
@@ -380,7 +395,8 @@ def open_results(path):
             for name, g in runs_g.items():
                 if not isinstance(g, h5py.Group):
                     continue
-                run = Run(name=name, file=str(path), config=attr_text(g.attrs.get("config", "")))
+                run = Run(name=name, file=str(path), config=attr_text(g.attrs.get("config", "")),
+                          attrs={k: g.attrs[k] for k in g.attrs})
                 if isinstance(g.get("train"), h5py.Group):
                     run.train = _read_train(g["train"], run.notes, g["train"].name)
                 if isinstance(g.get("eval"), h5py.Group):

@@ -166,6 +166,9 @@ int run(const ProbeOptions& o) {
     out.write_array(g + "/sink_pos", {o.length, int64_t(eps.size())}, r.sink_pos.data());  // [T, eps]
     out.set_attr(g, "prefix", int64_t(cfg.prefix_length));
   }
+  // Parameter counts (Fig. 4 left): all, and without the word embedding and unembedding.
+  out.set_attr(g, "n_params", model.num_parameters());
+  out.set_attr(g, "n_params_non_embedding", model.num_parameters_non_embedding());
   out.set_attr(g, "n_seq", o.sequences);
   out.set_attr(g, "proxy_scores", int64_t(r.proxy_scores));
   out.set_attr(g, "T", o.length);

@@ -412,6 +412,10 @@ int Trainer::run() {
     results_->create_group("/runs/" + cfg_.run_name);
     results_->set_attr("/runs/" + cfg_.run_name, "config", cfg_.config_text);
     results_->set_attr("/runs/" + cfg_.run_name, "cpu_blas", cpu_blas_description());  // whose last bits these are
+    // Parameter counts (Fig. 4 left): all, and without the word embedding and unembedding (the paper's
+    // "60M parameters except for word embeddings and unembeddings", Sec. 4).
+    results_->set_attr("/runs/" + cfg_.run_name, "n_params", model_.num_parameters());
+    results_->set_attr("/runs/" + cfg_.run_name, "n_params_non_embedding", model_.num_parameters_non_embedding());
     results_->create_group(eval_group);
     std::string eps_list;
     for (double eps : cfg_.sink_eps) eps_list += strfmt("%s%g", eps_list.empty() ? "" : ",", eps);
