@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from analysis.results import ini_settings
+
 JOBS_DIR = Path(__file__).resolve().parents[1] / "jobs" / "pretrain"
 RECENT_MINUTES = 30
 
@@ -33,17 +35,6 @@ def load_groups(jobs_dir: Path = JOBS_DIR):
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module.GROUPS, module._file_of
-
-
-def ini_settings(text: str) -> dict:
-    """`name = value` lines of an ini text (comments and blank lines dropped; the last one wins)."""
-    out = {}
-    for line in text.splitlines():
-        line = line.split("#", 1)[0].strip()
-        key, sep, value = line.partition("=")
-        if sep:
-            out[key.strip()] = value.strip()
-    return out
 
 
 def _int(text):

@@ -37,8 +37,9 @@ import numpy as np
 
 from analysis import figures
 from analysis.paper_figures import paper_figures_section
-from analysis.paper_tables import JOBS_DIR, ini_settings, paper_tables_section
-from analysis.results import DEFAULT_EPS, NOTE_ATTRS, ResultsError, attr_text, eps_index, open_results
+from analysis.paper_tables import JOBS_DIR, paper_tables_section
+from analysis.results import (DEFAULT_EPS, NOTE_ATTRS, ResultsError, attr_text, eps_index, mean_alpha1, open_results,
+                              probe_length, uniform_alpha1)
 
 INPUT_ORDER = ("natural", "random", "repeat")
 PROG = "analysis.report"
@@ -411,7 +412,7 @@ def _one_run(rep, label, r, eps):
                    figures.head_layer_heatmap, a, list(range(a.shape[0])), "alpha_1")
     series = _alpha1_series(label, r)
     if series is not None:
-        rep.figure(f"run_{label}_mean_alpha1", f"{caption} | T={_probe_length(r)} | mean alpha_1 over training "
+        rep.figure(f"run_{label}_mean_alpha1", f"{caption} | T={probe_length(r)} | mean alpha_1 over training "
                    "against uniform attention", figures.alpha1_over_training, [series])
     if ev.alpha_star is not None:
         a = ev.alpha_star[-1]
@@ -420,26 +421,13 @@ def _one_run(rep, label, r, eps):
                    "alpha_*")
 
 
-def uniform_alpha1(T):
-    """alpha_1 of uniform causal attention over T positions: (1/T) sum_i 1/i = H_T / T (the metric's
-    mean over rows i = 1..T of A[i, 1], sink_metrics.cpp)."""
-    return float(sum(1.0 / i for i in range(1, T + 1)) / T)
-
-
-def _probe_length(run):
-    """The run's --probe-length (its config attribute; sinklab-pretrain's default 64 when absent)."""
-    try:
-        return int(ini_settings(run.config).get("probe-length", 64))
-    except ValueError:
-        return None
-
-
 def _alpha1_series(label, r):
-    """(label, steps, mean alpha_1, uniform baseline) of a run's evaluations, or None without alpha."""
-    ev, T = r.eval, _probe_length(r)
-    if ev is None or ev.alpha is None or not len(ev.step) or not T:
+    """(label, steps, mean alpha_1, uniform baseline) of a run's evaluations (results.mean_alpha1), or None."""
+    m = mean_alpha1(r)
+    if m is None:
         return None
-    return label, ev.step, ev.alpha.reshape(len(ev.step), -1).mean(axis=1), uniform_alpha1(T)
+    what, steps, values, baseline = m
+    return (f"{label} ({what})" if what else label), steps, values, baseline
 
 
 def _csv_num(v):

@@ -45,6 +45,7 @@ class EvalSeries:
     massive_ratio_pre_norm: np.ndarray = None  # [n,L] post-norm models: before the block's last norm
     sink_k: np.ndarray = None             # [n,K,E] Sink_k^eps, k = 1..K
     sink_k_intervened: np.ndarray = None  # [n,K,E] the same on inputs carrying the run's data intervention
+    alpha_k_intervened: np.ndarray = None  # [n,L,H,K] alpha_k on those inputs
     intervention: str = ""                # what that intervention was (attr "intervention")
     proxy: bool = False                   # an attribute says the sink columns are proxy scores
     # Sliding-window runs: alpha_k / Sink_k relative to each query's window start (probe/sink_metrics.hpp)
@@ -244,6 +245,7 @@ def _read_eval(g, notes, where):
         "massive_ratio_pre_norm": _numeric(g, "massive_ratio_pre_norm", 2, notes, where),
         "sink_k": _numeric(g, "sink_k", 3, notes, where),
         "sink_k_intervened": _numeric(g, "sink_k_intervened", 3, notes, where),
+        "alpha_k_intervened": _numeric(g, "alpha_k_intervened", 4, notes, where),
         "alpha_k_window": _numeric(g, "alpha_k_window", 4, notes, where),
         "sink_k_window": _numeric(g, "sink_k_window", 3, notes, where),
         "alpha_pos": _numeric(g, "alpha_pos", 4, notes, where),
@@ -423,3 +425,47 @@ def open_results(path):
         notes.append(f"{path}: no /runs, /models or /items: nothing to report")
     return ResultsFile(path=str(path), attrs=attrs, runs=runs, entries=entries, items=items, notes=notes,
                        _h5=f)
+
+
+def uniform_alpha1(T):
+    """alpha_1 of uniform causal attention over T positions: (1/T) sum_i 1/i = H_T / T (the metric's
+    mean over rows i = 1..T of A[i, 1], sink_metrics.cpp)."""
+    return float(sum(1.0 / i for i in range(1, T + 1)) / T)
+
+
+def ini_settings(text):
+    """`name = value` lines of an ini text (comments and blank lines dropped; the last one wins)."""
+    out = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def probe_length(run):
+    """The run's --probe-length (its config attribute; sinklab-pretrain's default 64 when absent)."""
+    try:
+        return int(ini_settings(run.config).get("probe-length", 64))
+    except ValueError:
+        return None
+
+
+def mean_alpha1(run):
+    """(what, steps, mean alpha_1 over layers and heads per evaluation, uniform baseline H_T / T) of a run,
+    or None without alpha. A run trained with a fixed token at position 1 (--fixed-token-position 1: every
+    training sequence starts with x_fix, e.g. BOS) is measured on probe inputs that start with it too
+    (eval/alpha_k_intervened), as its data did; `what` then says so (else "")."""
+    ev, T = run.eval, probe_length(run)
+    if ev is None or not len(ev.step) or not T:
+        return None
+    settings = ini_settings(run.config)
+    if settings.get("fixed-token-position", "0") == "1" and ev.alpha_k_intervened is not None:
+        a1 = ev.alpha_k_intervened[..., 0]
+        what = f"inputs start with token {settings.get('fixed-token-id', '?')}"
+    elif ev.alpha is not None:
+        a1, what = ev.alpha, ""
+    else:
+        return None
+    return what, ev.step, a1.reshape(len(ev.step), -1).mean(axis=1), uniform_alpha1(T)
