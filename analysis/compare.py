@@ -1,5 +1,7 @@
 """Prints training runs side by side, one row per evaluation step: the valid loss and Sink_1^eps of each
-run (the demo's softmax vs sigmoid-without-normalisation comparison, or any runs of the same schedule).
+run (the demo's softmax vs sigmoid-without-normalisation comparison, or any runs of the same schedule),
+then each run's mean alpha_1 over layers and heads against its uniform-attention baseline H_T / T (a
+sink grows above it long before a thresholded Sink_1 moves off 0%; results.mean_alpha1).
 
     python -m analysis.compare results/a/results.h5 results/b/results.h5 [--eps 0.3]
 
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.results import ResultsError, open_results
+from analysis.results import ResultsError, ini_settings, mean_alpha1, open_results
 
 
 @dataclass
@@ -25,15 +27,7 @@ class Run:
     valid_loss: np.ndarray
     sink: np.ndarray    # [eval] at the chosen eps, %
     train_line: str
-
-
-def _config(text):
-    settings = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            settings[key.strip()] = value.strip()
-    return settings
+    alpha1: tuple = None  # results.mean_alpha1: (what, steps, mean alpha_1, uniform baseline), or None
 
 
 def read_runs(path, eps):
@@ -47,7 +41,7 @@ def read_runs(path, eps):
             matches = [i for i, e in enumerate(ev.eps) if abs(e - eps) < 1e-9]
             if not matches:
                 raise SystemExit(f"{path}: run {run.name} has Sink_1 at eps {ev.eps}, not at --eps {eps:g}")
-            cfg = _config(run.config)
+            cfg = ini_settings(run.config)
             sim, norm = cfg.get("attn-sim", "exp"), cfg.get("attn-norm", "sum")
             # The probe measures proxy scores whenever the weights are not a distribution (probe/model_probe).
             proxy = ev.proxy or norm != "sum" or float(cfg.get("attn-alpha", "1")) != 1.0
@@ -58,7 +52,7 @@ def read_runs(path, eps):
                 if "tokens_per_s" in run.train:
                     train_line += f", median {np.median(run.train['tokens_per_s']):.0f} tokens/s"
             runs.append(Run(run.name, f"{sim}, Z = {norm}", proxy, ev.step, ev.valid_loss, ev.sink[:, matches[0]],
-                            train_line))
+                            train_line, mean_alpha1(run)))
     return runs
 
 
@@ -83,6 +77,23 @@ def compare_table(runs, eps):
             else:
                 cells.append(" " * group)
         lines.append(f"{step:>6}" + "".join(cells))
+    with_alpha = [r for r in runs if r.alpha1 is not None]
+    if with_alpha:
+        lines.append("")
+        lines.append("mean alpha_1 over layers and heads (uniform attention: H_T / T):")
+        for r in with_alpha:
+            what, steps, values, baseline = r.alpha1
+            lines.append(f"  {r.name}{' (' + what + ')' if what else ''}: {values[0]:.4f} at step {int(steps[0])} -> "
+                         f"{values[-1]:.4f} at step {int(steps[-1])}, uniform baseline {baseline:.4f} "
+                         f"({'above' if values[-1] > baseline else 'not above'} it at the end)")
+        width = 12
+        lines.append(f"{'step':>6}" + "".join(f"{r.name[:width - 1]:>{width}}" for r in with_alpha))
+        for step in sorted({int(s) for r in with_alpha for s in r.alpha1[1]}):
+            cells = []
+            for r in with_alpha:
+                hit = np.nonzero(r.alpha1[1] == step)[0]
+                cells.append(f"{r.alpha1[2][hit[0]]:>{width}.4f}" if len(hit) else " " * width)
+            lines.append(f"{step:>6}" + "".join(cells))
     return "\n".join(lines)
 
 

@@ -181,45 +181,6 @@ def grouped_bars(path, caption, groups, series, values, ylabel):
     return _save(fig, path, caption)
 
 
-def lines_vs(path, caption, series, xlabel, ylabel, logx=False, ylim=None, hlines=()):
-    """One line per series over a shared axis (Fig. 3: Sink_1^eps against T, one line per eps; the loss
-    against the attention window, with and without sink tokens): series = [(label, x, y)], x ascending;
-    hlines = [(label, y)] drawn dashed across (a reference such as full attention)."""
-    fig, ax = _pyplot().subplots(figsize=(5.2, 3.4))
-    for label, x, y in series:
-        ax.plot(x, y, "o-", ms=3, label=label)
-    for label, y in hlines:
-        ax.axhline(y, ls="--", lw=0.9, color="gray", label=label)
-    if logx:  # ticks at the measured values, written as plain numbers
-        from matplotlib.ticker import NullFormatter
-
-        ax.set_xscale("log", base=2)
-        ticks = sorted({v for _, x, _ in series for v in x})
-        ax.set_xticks(ticks)
-        ax.set_xticklabels([f"{v:g}" for v in ticks])
-        ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    if ylim is not None:
-        ax.set_ylim(*ylim)
-    ax.legend(fontsize=7)
-    return _save(fig, path, caption)
-
-
-def labelled_scatter(path, caption, series, xlabel, ylabel):
-    """Points named by what they are (Fig. 10: each model's Sink_1^eps against its HellaSwag accuracy):
-    series = [(legend label, marker, [(point label, x, y)])]."""
-    fig, ax = _pyplot().subplots(figsize=(5.8, 4.0))
-    for legend, marker, points in series:
-        ax.scatter([p[1] for p in points], [p[2] for p in points], marker=marker, s=22, label=legend)
-        for name, x, y in points:
-            ax.annotate(name, (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.legend(fontsize=7)
-    return _save(fig, path, caption)
-
-
 def sft_stability(path, caption, series):
     """Fig. 30: training loss and gradient norm over fine-tuning steps, one line per run, the monitor's
     events marked on both panels. series = [(label, step, loss, grad_norm, events)], events = [(step,
@@ -242,4 +203,46 @@ def sft_stability(path, caption, series):
         ax.set_ylabel(name)
         _integer_ticks(ax.xaxis)
         ax.legend(fontsize=7)
+
+
+def xy_panels(path, caption, panels, ncols=None):
+    """Panels of lines/points side by side (Figs. 3, 4 left, 5, 6, 9, 10, 28; the loss against the attention
+    window): each panel a dict with title, xlabel, ylabel, series = [(label, x, y, style)], and optionally
+    logx (True: log10; 2: log2 with ticks at the values the series take, written as plain numbers),
+    xticks = [labels] (x is then 0..n-1), annotate = [(text, x, y)], hlines = [(label, y)] (dashed
+    references across the panel, e.g. full attention), ylim."""
+    n = len(panels)
+    ncols = ncols or n
+    nrows = (n + ncols - 1) // ncols
+    fig, axes = _pyplot().subplots(nrows, ncols, figsize=(4.2 * ncols, 3.3 * nrows), squeeze=False)
+    for k, p in enumerate(panels):
+        ax = axes[k // ncols][k % ncols]
+        for label, x, y, style in p["series"]:
+            ax.plot(x, y, style, ms=4, label=label)
+        for label, y in p.get("hlines", ()):
+            ax.axhline(y, ls="--", lw=0.9, color="gray", label=label)
+        for text, x, y in p.get("annotate", ()):
+            ax.annotate(text, (x, y), textcoords="offset points", xytext=(3, 3), fontsize=6)
+        if p.get("logx") == 2:
+            from matplotlib.ticker import NullFormatter
+
+            ax.set_xscale("log", base=2)
+            ticks = sorted({float(v) for s in p["series"] for v in s[1]})
+            ax.set_xticks(ticks)
+            ax.set_xticklabels([f"{v:g}" for v in ticks])
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        elif p.get("logx"):
+            ax.set_xscale("log")
+        if p.get("xticks") is not None:
+            ax.set_xticks(range(len(p["xticks"])))
+            ax.set_xticklabels(p["xticks"], rotation=40, ha="right", fontsize=7)
+        if p.get("ylim") is not None:
+            ax.set_ylim(*p["ylim"])
+        ax.set_title(p.get("title", ""), fontsize=9)
+        ax.set_xlabel(p.get("xlabel", ""))
+        ax.set_ylabel(p.get("ylabel", ""))
+        if any(s[0] for s in p["series"]) or p.get("hlines"):
+            ax.legend(fontsize=7)
+    for k in range(n, nrows * ncols):
+        axes[k // ncols][k % ncols].axis("off")
     return _save(fig, path, caption)

@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from analysis.results import ini_settings
+
 JOBS_DIR = Path(__file__).resolve().parents[1] / "jobs" / "pretrain"
 RECENT_MINUTES = 30
 
@@ -33,17 +35,6 @@ def load_groups(jobs_dir: Path = JOBS_DIR):
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module.GROUPS, module._file_of
-
-
-def ini_settings(text: str) -> dict:
-    """`name = value` lines of an ini text (comments and blank lines dropped; the last one wins)."""
-    out = {}
-    for line in text.splitlines():
-        line = line.split("#", 1)[0].strip()
-        key, sep, value = line.partition("=")
-        if sep:
-            out[key.strip()] = value.strip()
-    return out
 
 
 def _int(text):
@@ -163,3 +154,21 @@ def paper_tables_section(rep, runs, eps, Table, jobs_dir=JOBS_DIR, now=None):
         rep.table(Table(group.folder, group.title, cols, rows, fmts, stars, note=group.note))
     rep.para("Cells: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1])) + ".")
 
+
+
+def group_cell_runs(folder, runs, jobs_dir=JOBS_DIR):
+    """[(cell, job settings, run)] of the cells of make_jobs group `folder` that have a run among `runs`
+    (matched by the job file's run-name, as the tables match them), in the group's order."""
+    groups, file_of = load_groups(jobs_dir)
+    by_name = {r.name: r for r in runs}
+    out = []
+    for group in groups:
+        if group.folder != folder:
+            continue
+        for cell in group.cells:
+            path = Path(jobs_dir) / file_of(group, cell)
+            settings = ini_settings(path.read_text()) if path.is_file() else {}
+            run = by_name.get(settings.get("run-name", ""))
+            if run is not None:
+                out.append((cell, settings, run))
+    return out

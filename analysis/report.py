@@ -14,6 +14,10 @@ Sections (each is skipped, with a note saying why, when the files do not hold wh
   3. the paper's tables (analysis/paper_tables.py): every table of jobs/pretrain/make_jobs.py as the paper
      prints it, the measured value beside the paper's and each cell's status (done / in progress /
      incomplete / failed / not run), when any run of the files is one of its cells.
+  3b. the paper's comparison figures (analysis/paper_figures.py): Fig. 4 left (Sink vs parameter count),
+     Fig. 5 middle (Sink per position, prefix LM), Figs. 5 right and 28 (vs training-data budget), Fig. 6
+     (vs window size, absolute and relative to the window start), Fig. 9 (per domain at each eps), each
+     with its numbers as a table; a figure without data is listed under Skipped, not drawn.
   4. survey bookkeeping (/items/<id>).
   5. fine-tuning (sinklab-sft runs, attribute init_from): Fig. 30 (training loss and gradient norm over
      the fine-tuning steps, the stability monitor's events marked) and the sink of the base model (eval
@@ -35,9 +39,10 @@ from pathlib import Path
 import numpy as np
 
 from analysis import figures
-from analysis.paper_tables import JOBS_DIR, ini_settings, paper_tables_section
-from analysis.results import (DEFAULT_EPS, EVENT_KINDS, NOTE_ATTRS, ResultsError, attr_text, eps_index,
-                              open_results)
+from analysis.paper_figures import paper_figures_section
+from analysis.paper_tables import JOBS_DIR, paper_tables_section
+from analysis.results import (DEFAULT_EPS, EVENT_KINDS, NOTE_ATTRS, ResultsError, attr_text, eps_index, mean_alpha1,
+                              open_results, probe_length, uniform_alpha1)
 
 INPUT_ORDER = ("natural", "random", "repeat")
 PROG = "analysis.report"
@@ -410,7 +415,7 @@ def _one_run(rep, label, r, eps):
                    figures.head_layer_heatmap, a, list(range(a.shape[0])), "alpha_1")
     series = _alpha1_series(label, r)
     if series is not None:
-        rep.figure(f"run_{label}_mean_alpha1", f"{caption} | T={_probe_length(r)} | mean alpha_1 over training "
+        rep.figure(f"run_{label}_mean_alpha1", f"{caption} | T={probe_length(r)} | mean alpha_1 over training "
                    "against uniform attention", figures.alpha1_over_training, [series])
     if ev.alpha_star is not None:
         a = ev.alpha_star[-1]
@@ -419,26 +424,13 @@ def _one_run(rep, label, r, eps):
                    "alpha_*")
 
 
-def uniform_alpha1(T):
-    """alpha_1 of uniform causal attention over T positions: (1/T) sum_i 1/i = H_T / T (the metric's
-    mean over rows i = 1..T of A[i, 1], sink_metrics.cpp)."""
-    return float(sum(1.0 / i for i in range(1, T + 1)) / T)
-
-
-def _probe_length(run):
-    """The run's --probe-length (its config attribute; sinklab-pretrain's default 64 when absent)."""
-    try:
-        return int(ini_settings(run.config).get("probe-length", 64))
-    except ValueError:
-        return None
-
-
 def _alpha1_series(label, r):
-    """(label, steps, mean alpha_1, uniform baseline) of a run's evaluations, or None without alpha."""
-    ev, T = r.eval, _probe_length(r)
-    if ev is None or ev.alpha is None or not len(ev.step) or not T:
+    """(label, steps, mean alpha_1, uniform baseline) of a run's evaluations (results.mean_alpha1), or None."""
+    m = mean_alpha1(r)
+    if m is None:
         return None
-    return label, ev.step, ev.alpha.reshape(len(ev.step), -1).mean(axis=1), uniform_alpha1(T)
+    what, steps, values, baseline = m
+    return (f"{label} ({what})" if what else label), steps, values, baseline
 
 
 def _csv_num(v):
@@ -578,9 +570,10 @@ def _length_section(rep, models, inputs, by):
                     ys.append(float(np.mean(vals)) if vals else np.nan)
                     if vals:
                         rows.append([m, base, T, e_val, ys[-1], len(vals)])
-                series.append((f"eps = {e_val:g}", lengths, ys))
+                series.append((f"eps = {e_val:g}", lengths, ys, "o-"))
             rep.figure(f"sink_vs_T_{m}_{base}", f"{m} / {base}: Sink_1^eps (%) against T, mean over domains (Fig. 3)",
-                       figures.lines_vs, series, "T (tokens)", "Sink_1^eps (%)", logx=True, ylim=(0, 100))
+                       figures.xy_panels, [{"series": series, "xlabel": "T (tokens)", "ylabel": "Sink_1^eps (%)",
+                                            "logx": 2, "ylim": (0, 100)}])
     if rows:
         rep.table(Table("sink_vs_T", "Sink_1^eps (%) against the sequence length T (Fig. 3)",
                         ["model", "input", "T", "eps", "Sink_1", "domains"], rows, {"Sink_1": ".2f", "eps": "g"}))
@@ -637,10 +630,11 @@ def ablations_section(rep, entries, ablation_losses, eps):
                      f"Sink_1^{eps:g} after": ".2f"}))
     for (model, base), c in sorted(curves.items()):
         series = [("window only" if s == 0 else f"window + first {s} token{'s' if s > 1 else ''}",
-                   sorted(ws), [ws[w] for w in sorted(ws)]) for s, ws in sorted(c["series"].items())]
+                   sorted(ws), [ws[w] for w in sorted(ws)], "o-") for s, ws in sorted(c["series"].items())]
         rep.figure(f"loss_vs_window_{model}_{base}", f"{model} / {base}: next-token loss against the attention window, "
-                   "with and without the first tokens kept (StreamingLLM's attention sinks)", figures.lines_vs,
-                   series, "window (most recent tokens)", "loss (nats)", logx=True, hlines=[("full attention", c["full"])])
+                   "with and without the first tokens kept (StreamingLLM's attention sinks)", figures.xy_panels,
+                   [{"series": series, "xlabel": "window (most recent tokens)", "ylabel": "loss (nats)", "logx": 2,
+                     "hlines": [("full attention", c["full"])]}])
 
 
 def downstream_section(rep, entries, scores, eps):
@@ -667,9 +661,11 @@ def downstream_section(rep, entries, scores, eps):
                     note="acc: the choice of highest log-likelihood; acc_norm: per character of the choice "
                          "(lm-evaluation-harness's definitions)."))
     if acc_points:
-        rep.figure("sink_vs_accuracy", f"Sink_1^{eps:g} against multiple-choice accuracy (Fig. 10)",
-                   figures.labelled_scatter, [("acc", "o", acc_points), ("acc_norm", "^", norm_points)],
-                   f"Sink_1^{eps:g} (%)", "accuracy")
+        series = [(name, [p[1] for p in points], [p[2] for p in points], marker)
+                  for name, marker, points in (("acc", "o", acc_points), ("acc_norm", "^", norm_points))]
+        rep.figure("sink_vs_accuracy", f"Sink_1^{eps:g} against multiple-choice accuracy (Fig. 10)", figures.xy_panels,
+                   [{"series": series, "annotate": acc_points + norm_points, "xlabel": f"Sink_1^{eps:g} (%)",
+                     "ylabel": "accuracy"}])
     else:
         rep.skipped("Fig. 10 (Sink against accuracy)", "no model has both a hellaswag score and natural inputs")
 
@@ -1065,6 +1061,7 @@ def build_report(paths, out_dir, eps=DEFAULT_EPS, jobs_dir=JOBS_DIR):
         downstream_section(rep, entries, scores, eps)
         ablations_section(rep, entries, ablation_losses, eps)
         paper_tables_section(rep, runs, eps, Table, jobs_dir)
+        paper_figures_section(rep, runs, entries, eps, Table, jobs_dir)
         items_section(rep, items)
         sft_section(rep, runs, eps)
         rep.write_html(summary_html(files, runs, entries, items, rep, eps))

@@ -49,8 +49,15 @@ class EvalSeries:
     massive_ratio_pre_norm: np.ndarray = None  # [n,L] post-norm models: before the block's last norm
     sink_k: np.ndarray = None             # [n,K,E] Sink_k^eps, k = 1..K
     sink_k_intervened: np.ndarray = None  # [n,K,E] the same on inputs carrying the run's data intervention
+    alpha_k_intervened: np.ndarray = None  # [n,L,H,K] alpha_k on those inputs
     intervention: str = ""                # what that intervention was (attr "intervention")
     proxy: bool = False                   # an attribute says the sink columns are proxy scores
+    # Sliding-window runs: alpha_k / Sink_k relative to each query's window start (probe/sink_metrics.hpp)
+    alpha_k_window: np.ndarray = None     # [n,L,H,Kw]
+    sink_k_window: np.ndarray = None      # [n,Kw,E]
+    # Prefix-LM runs: alpha and Sink of every position 1..T
+    alpha_pos: np.ndarray = None          # [n,L,H,T]
+    sink_pos: np.ndarray = None           # [n,T,E]
 
 
 @dataclass
@@ -67,6 +74,7 @@ class Run:
     monitor: dict = None
     events: dict = None
     init_from: str = ""                   # sinklab-sft: the checkpoint fine-tuned (eval step 0 probes it)
+    attrs: dict = field(default_factory=dict)  # the run group's attributes (n_params, cpu_blas, ...)
 
 
 @dataclass
@@ -285,8 +293,13 @@ def _read_eval(g, notes, where):
         "massive_ratio_pre_norm": _numeric(g, "massive_ratio_pre_norm", 2, notes, where),
         "sink_k": _numeric(g, "sink_k", 3, notes, where),
         "sink_k_intervened": _numeric(g, "sink_k_intervened", 3, notes, where),
+        "alpha_k_intervened": _numeric(g, "alpha_k_intervened", 4, notes, where),
+        "alpha_k_window": _numeric(g, "alpha_k_window", 4, notes, where),
+        "sink_k_window": _numeric(g, "sink_k_window", 3, notes, where),
+        "alpha_pos": _numeric(g, "alpha_pos", 4, notes, where),
+        "sink_pos": _numeric(g, "sink_pos", 3, notes, where),
     }
-    for name in ("sink_k", "sink_k_intervened"):
+    for name in ("sink_k", "sink_k_intervened", "sink_k_window", "sink_pos"):
         if optional[name] is not None and optional[name].shape[2] != sink.shape[1]:
             notes.append(f"{where}/{name}: {optional[name].shape[2]} columns for {sink.shape[1]} thresholds, ignored")
             optional[name] = None
@@ -322,6 +335,10 @@ ENTRY_ARRAYS = {
     "vnorm_first": 1, "vnorm_rest": 1,   # [La]
     "last_to_first": 2,            # [La,H]
     "attention_layers": 1,         # [La] indices of the layers with attention (when not all are)
+    "alpha_window": 3,             # [L,H,Kw] sliding window: relative to each query's window start
+    "sink_k_window": 2,            # [Kw,E]
+    "alpha_pos": 3,                # [L,H,T] prefix LM: every position
+    "sink_pos": 2,                 # [T,E]
 }
 MAP_DATASETS = ("qk_cos", "qk_normprod", "attention_maps")
 # Where the (layer, head) pairs of the maps may be stored (dataset or attribute of the entry group).
@@ -428,7 +445,8 @@ def open_results(path):
             for name, g in runs_g.items():
                 if not isinstance(g, h5py.Group):
                     continue
-                run = Run(name=name, file=str(path), config=attr_text(g.attrs.get("config", "")))
+                run = Run(name=name, file=str(path), config=attr_text(g.attrs.get("config", "")),
+                          attrs={k: g.attrs[k] for k in g.attrs})
                 if isinstance(g.get("train"), h5py.Group):
                     run.train = _read_train(g["train"], run.notes, g["train"].name)
                 if isinstance(g.get("eval"), h5py.Group):
@@ -470,3 +488,47 @@ def open_results(path):
         notes.append(f"{path}: no /runs, /models or /items: nothing to report")
     return ResultsFile(path=str(path), attrs=attrs, runs=runs, entries=entries, items=items, notes=notes,
                        _h5=f, scores=scores, ablation_losses=ablation_losses)
+
+
+def uniform_alpha1(T):
+    """alpha_1 of uniform causal attention over T positions: (1/T) sum_i 1/i = H_T / T (the metric's
+    mean over rows i = 1..T of A[i, 1], sink_metrics.cpp)."""
+    return float(sum(1.0 / i for i in range(1, T + 1)) / T)
+
+
+def ini_settings(text):
+    """`name = value` lines of an ini text (comments and blank lines dropped; the last one wins)."""
+    out = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def probe_length(run):
+    """The run's --probe-length (its config attribute; sinklab-pretrain's default 64 when absent)."""
+    try:
+        return int(ini_settings(run.config).get("probe-length", 64))
+    except ValueError:
+        return None
+
+
+def mean_alpha1(run):
+    """(what, steps, mean alpha_1 over layers and heads per evaluation, uniform baseline H_T / T) of a run,
+    or None without alpha. A run trained with a fixed token at position 1 (--fixed-token-position 1: every
+    training sequence starts with x_fix, e.g. BOS) is measured on probe inputs that start with it too
+    (eval/alpha_k_intervened), as its data did; `what` then says so (else "")."""
+    ev, T = run.eval, probe_length(run)
+    if ev is None or not len(ev.step) or not T:
+        return None
+    settings = ini_settings(run.config)
+    if settings.get("fixed-token-position", "0") == "1" and ev.alpha_k_intervened is not None:
+        a1 = ev.alpha_k_intervened[..., 0]
+        what = f"inputs start with token {settings.get('fixed-token-id', '?')}"
+    elif ev.alpha is not None:
+        a1, what = ev.alpha, ""
+    else:
+        return None
+    return what, ev.step, a1.reshape(len(ev.step), -1).mean(axis=1), uniform_alpha1(T)

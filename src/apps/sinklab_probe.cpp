@@ -113,7 +113,11 @@ int run(const ProbeOptions& o) {
                                o.length);
 
   const std::vector<double> eps = probe::parse_sink_eps(o.sink_eps);
-  probe::ModelProbe probe(cfg.n_layers, cfg.n_heads, o.length, o.max_k, eps);
+  probe::ModelProbe probe(cfg.n_layers, cfg.n_heads, o.length, o.max_k, eps,
+                          probe::ProbeMask{cfg.attn_window, cfg.prefix_length});
+  if (cfg.attn_window > 0 && !probe.measures_window())
+    log::warn("the model's window (%d keys) exceeds --length %lld: no query has a full window, alpha_k_window is not measured",
+              cfg.attn_window, (long long)o.length);
   for (int64_t first = 0; first < o.sequences; first += o.batch) {
     const int64_t n = std::min(o.batch, o.sequences - first);
     model.forward_observe(inputs.slice(0, first, n), probe);
@@ -143,6 +147,22 @@ int run(const ProbeOptions& o) {
   }
   if (!r.massive_ratio_pre_norm.empty())
     out.write_array(g + "/massive_ratio_pre_norm", {cfg.n_layers}, r.massive_ratio_pre_norm.data());
+  // Mask-relative metrics (probe/sink_metrics.hpp): sliding window, relative to each query's window start;
+  // prefix LM, alpha and Sink of every position.
+  if (!r.alpha_k_window.empty()) {
+    const int64_t Kw = int64_t(r.sink_k_window.size() / eps.size());
+    out.write_array(g + "/alpha_window", {cfg.n_layers, cfg.n_heads, Kw}, r.alpha_k_window.data());
+    out.write_array(g + "/sink_k_window", {Kw, int64_t(eps.size())}, r.sink_k_window.data());  // [Kw, eps]
+    out.set_attr(g, "window", int64_t(cfg.attn_window));
+  }
+  if (!r.alpha_pos.empty()) {
+    out.write_array(g + "/alpha_pos", {cfg.n_layers, cfg.n_heads, o.length}, r.alpha_pos.data());
+    out.write_array(g + "/sink_pos", {o.length, int64_t(eps.size())}, r.sink_pos.data());  // [T, eps]
+    out.set_attr(g, "prefix", int64_t(cfg.prefix_length));
+  }
+  // Parameter counts (Fig. 4 left): all, and without the word embedding and unembedding.
+  out.set_attr(g, "n_params", model.num_parameters());
+  out.set_attr(g, "n_params_non_embedding", model.num_parameters_non_embedding());
   out.set_attr(g, "n_seq", o.sequences);
   out.set_attr(g, "proxy_scores", int64_t(r.proxy_scores));
   out.set_attr(g, "T", o.length);

@@ -125,6 +125,13 @@ int64_t Transformer::num_parameters() const {
   return n;
 }
 
+int64_t Transformer::num_parameters_non_embedding() const {
+  int64_t n = 0;
+  for (const auto& s : specs_)
+    if (s.name != "model.embed_tokens.weight" && s.name != "lm_head.weight") n += s.numel;
+  return n;
+}
+
 Tensor Transformer::at(int64_t param_index, bool grad) const {
   const ParamSpec& s = specs_[size_t(param_index)];
   float* base = (grad ? flat_grads_ : flat_params_).ptr<float>() + s.offset;

@@ -25,6 +25,9 @@ class Transformer {
   const ModelConfig& config() const { return cfg_; }
   const std::vector<ParamSpec>& specs() const { return specs_; }
   int64_t num_parameters() const;      // without alignment padding
+  // Without the word embedding and the unembedding (the paper's count: "60M parameters except for word
+  // embeddings and unembeddings", Sec. 4).
+  int64_t num_parameters_non_embedding() const;
   Tensor flat_params() const { return flat_params_; }  // [n_elements]
   Tensor flat_grads() const { return flat_grads_; }    // [n_elements]
   Tensor param(const std::string& name) const;

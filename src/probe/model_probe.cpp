@@ -1,15 +1,22 @@
 #include "probe/model_probe.hpp"
 
+#include <algorithm>
+
 #include "core/error.hpp"
 
 namespace sinklab::probe {
 
-ModelProbe::ModelProbe(int n_layers, int n_heads, int64_t seq_len, int max_k, std::vector<double> eps)
+ModelProbe::ModelProbe(int n_layers, int n_heads, int64_t seq_len, int max_k, std::vector<double> eps, ProbeMask mask)
     : sink_(n_layers, n_heads, max_k, eps),
       sink_star_(n_layers, n_heads, 1, eps),
+      mask_(mask),
       massive_sums_(size_t(n_layers) + 1, 0.0),
       pre_norm_sums_(size_t(n_layers), 0.0),
-      seq_len_(seq_len) {}
+      seq_len_(seq_len) {
+  if (mask.window > 0 && mask.window <= seq_len)
+    window_.emplace(n_layers, n_heads, int(std::min<int64_t>(max_k, mask.window)), eps);
+  if (mask.prefix > 1) positions_.emplace(n_layers, n_heads, int(seq_len), eps);
+}
 
 
 Tensor ModelProbe::probs_output(int, const std::array<int64_t, 4>& shape, DType dtype, Device device) {
@@ -53,6 +60,10 @@ void ModelProbe::on_layer(const LayerTaps& taps) {
     has_star_ = true;
   }
   sink_.add(taps.layer, text_probs);
+  // Mask-relative metrics in text coordinates: a window never comes with lead positions (ModelConfig
+  // refuses a sink token with a window) and a prefix of p text tokens is p text columns.
+  if (window_) window_->add_window(taps.layer, text_probs, mask_.window);
+  if (positions_) positions_->add_prefix(taps.layer, text_probs, mask_.prefix);
   for (int64_t b = 0; b < B; ++b) {
     massive_sums_[size_t(taps.layer)] += massive_ratio(taps.hidden_out.slice(0, b, 1).reshape({Tm, d}));
     if (taps.hidden_pre_norm.defined())
@@ -65,6 +76,8 @@ void ModelProbe::on_layer(const LayerTaps& taps) {
 void ModelProbe::reduce(const std::function<void(double*, size_t)>& allreduce_sum) {
   allreduce_sum(sink_.state().data(), sink_.state().size());
   allreduce_sum(sink_star_.state().data(), sink_star_.state().size());
+  if (window_) allreduce_sum(window_->state().data(), window_->state().size());
+  if (positions_) allreduce_sum(positions_->state().data(), positions_->state().size());
   allreduce_sum(massive_sums_.data(), massive_sums_.size());
   allreduce_sum(pre_norm_sums_.data(), pre_norm_sums_.size());
 }
@@ -81,6 +94,16 @@ ProbeResult ModelProbe::result() const {
   r.sink = sink_.sinks(0);
   for (int p = 0; p < K; ++p)
     for (double s : sink_.sinks(p)) r.sink_k.push_back(s);
+  if (window_) {
+    r.alpha_k_window = window_->mean_alpha();
+    for (int p = 0; p < window_->K(); ++p)
+      for (double s : window_->sinks(p)) r.sink_k_window.push_back(s);
+  }
+  if (positions_) {
+    r.alpha_pos = positions_->mean_alpha();
+    for (int p = 0; p < positions_->K(); ++p)
+      for (double s : positions_->sinks(p)) r.sink_pos.push_back(s);
+  }
   const double n = massive_sums_.back();
   for (int l = 0; l < L; ++l) r.massive_ratio.push_back(float(n > 0 ? massive_sums_[size_t(l)] / n : 0.0));
   if (has_pre_norm_)

@@ -57,6 +57,38 @@ void alpha_of(const Tensor& t, int64_t base, int64_t si, int64_t sj, int64_t T, 
   else alpha_of(t.ptr<float>() + base, si, sj, T, K, out);
 }
 
+// alpha_k^win of one head (see window_importance_scores): the rows i >= w-1, each read from its window
+// start; every offset's sum runs over i in ascending order.
+template <typename F>
+void window_alpha_of(const F* a, int64_t si, int64_t sj, int64_t T, int64_t w, int K, double* out) {
+  std::fill(out, out + K, 0.0);
+  for (int64_t i = w - 1; i < T; ++i) {
+    const F* start = a + i * si + (i - w + 1) * sj;
+    for (int k = 0; k < K; ++k) out[k] += double(start[k * sj]);
+  }
+  for (int k = 0; k < K; ++k) out[k] /= double(T - w + 1);
+}
+void window_alpha_of(const Tensor& t, int64_t base, int64_t si, int64_t sj, int64_t T, int64_t w, int K, double* out) {
+  if (t.dtype == DType::f64) window_alpha_of(t.ptr<double>() + base, si, sj, T, w, K, out);
+  else window_alpha_of(t.ptr<float>() + base, si, sj, T, w, K, out);
+}
+
+// Per-position alpha of one head (see prefix_importance_scores): column j over the rows that see it.
+template <typename F>
+void prefix_alpha_of(const F* a, int64_t si, int64_t sj, int64_t T, int64_t prefix, double* out) {
+  std::fill(out, out + T, 0.0);
+  for (int64_t i = 0; i < T; ++i) {
+    const F* row = a + i * si;
+    const int64_t seen = std::max(i + 1, std::min(prefix, T));  // keys 0..max(i, p-1)
+    for (int64_t j = 0; j < seen; ++j) out[j] += double(row[j * sj]);
+  }
+  for (int64_t j = 0; j < T; ++j) out[j] /= double(j < prefix ? T : T - j);
+}
+void prefix_alpha_of(const Tensor& t, int64_t base, int64_t si, int64_t sj, int64_t T, int64_t prefix, double* out) {
+  if (t.dtype == DType::f64) prefix_alpha_of(t.ptr<double>() + base, si, sj, T, prefix, out);
+  else prefix_alpha_of(t.ptr<float>() + base, si, sj, T, prefix, out);
+}
+
 // sum_j x[j]^2 over n entries `stride` apart, accumulated in double (vectorised when adjacent).
 template <typename F>
 double sum_squares(const F* x, int64_t n, int64_t stride) {
@@ -98,6 +130,26 @@ std::vector<double> importance_scores(const Tensor& attn, int K) {
   std::vector<double> out(size_t(std::max(K, 0)));
   importance_scores(attn, K, out.data());
   return out;
+}
+
+void window_importance_scores(const Tensor& attn, int64_t window, int K, double* out) {
+  check_float_cpu(attn, "window_importance_scores", "attn");
+  SL_CHECK(attn.ndim == 2, "window_importance_scores: attn must be [T,S], got %s", attn.shape_str().c_str());
+  const int64_t T = attn.shape[0], S = attn.shape[1];
+  SL_CHECK(S >= T && window >= 1 && window <= T,
+           "window_importance_scores: attn %s needs S >= T >= window = %lld >= 1 (no query has a full window)",
+           attn.shape_str().c_str(), (long long)window);
+  SL_CHECK(K >= 1 && K <= window, "window_importance_scores: K = %d outside [1, window = %lld]", K, (long long)window);
+  window_alpha_of(attn, 0, attn.stride[0], attn.stride[1], T, window, K, out);
+}
+
+void prefix_importance_scores(const Tensor& attn, int64_t prefix, double* out) {
+  check_float_cpu(attn, "prefix_importance_scores", "attn");
+  SL_CHECK(attn.ndim == 2, "prefix_importance_scores: attn must be [T,S], got %s", attn.shape_str().c_str());
+  const int64_t T = attn.shape[0], S = attn.shape[1];
+  SL_CHECK(T >= 1 && S >= T, "prefix_importance_scores: attn %s needs S >= T >= 1", attn.shape_str().c_str());
+  SL_CHECK(prefix >= 0, "prefix_importance_scores: prefix %lld < 0", (long long)prefix);
+  prefix_alpha_of(attn, 0, attn.stride[0], attn.stride[1], T, prefix, out);
 }
 
 double sink_from_alpha(const double* alpha, int64_t n_heads_total, int K, int p, double eps) {
@@ -166,21 +218,48 @@ void SinkAccumulator::add_sample_alpha(int l, int h, const double* alpha) {
   }
 }
 
-void SinkAccumulator::add(int layer, const Tensor& probs) {
-  check_float_cpu(probs, "SinkAccumulator::add", "probs");
-  SL_CHECK(layer >= 0 && layer < L_, "SinkAccumulator::add: layer %d outside [0, %d)", layer, L_);
-  SL_CHECK(probs.ndim == 4 && probs.shape[1] == H_,
-           "SinkAccumulator::add: probs must be [B,%d,T,S], got %s", H_, probs.shape_str().c_str());
+template <typename AlphaOf>
+void SinkAccumulator::add_heads(int layer, const Tensor& probs, const char* op, AlphaOf alpha_of) {
+  check_float_cpu(probs, op, "probs");
+  SL_CHECK(layer >= 0 && layer < L_, "%s: layer %d outside [0, %d)", op, layer, L_);
+  SL_CHECK(probs.ndim == 4 && probs.shape[1] == H_, "%s: probs must be [B,%d,T,S], got %s", op, H_,
+           probs.shape_str().c_str());
   const int64_t B = probs.shape[0], T = probs.shape[2], S = probs.shape[3];
-  SL_CHECK(S >= T && T >= K_, "SinkAccumulator::add: probs %s needs S >= T >= K = %d", probs.shape_str().c_str(), K_);
+  SL_CHECK(S >= T && T >= K_, "%s: probs %s needs S >= T >= K = %d", op, probs.shape_str().c_str(), K_);
   std::vector<double> alpha(static_cast<size_t>(K_));
   for (int64_t b = 0; b < B; ++b) {
     for (int h = 0; h < H_; ++h) {
-      alpha_of(probs, b * probs.stride[0] + h * probs.stride[1], probs.stride[2], probs.stride[3], T, K_, alpha.data());
+      alpha_of(b * probs.stride[0] + h * probs.stride[1], probs.stride[2], probs.stride[3], T, alpha.data());
       add_sample_alpha(layer, h, alpha.data());
     }
   }
   state_[samples_index(layer)] += double(B);
+}
+
+void SinkAccumulator::add(int layer, const Tensor& probs) {
+  add_heads(layer, probs, "SinkAccumulator::add", [&](int64_t base, int64_t si, int64_t sj, int64_t T, double* out) {
+    alpha_of(probs, base, si, sj, T, K_, out);
+  });
+}
+
+void SinkAccumulator::add_window(int layer, const Tensor& probs, int64_t window) {
+  SL_CHECK(probs.ndim == 4 && window >= K_ && window <= probs.shape[2],
+           "SinkAccumulator::add_window: needs K = %d <= window = %lld <= T (probs %s)", K_, (long long)window,
+           probs.shape_str().c_str());
+  add_heads(layer, probs, "SinkAccumulator::add_window",
+            [&](int64_t base, int64_t si, int64_t sj, int64_t T, double* out) {
+              window_alpha_of(probs, base, si, sj, T, window, K_, out);
+            });
+}
+
+void SinkAccumulator::add_prefix(int layer, const Tensor& probs, int64_t prefix) {
+  SL_CHECK(probs.ndim == 4 && probs.shape[2] == K_ && prefix >= 0,
+           "SinkAccumulator::add_prefix: needs K = T = %d and prefix >= 0 (probs %s, prefix %lld)", K_,
+           probs.shape_str().c_str(), (long long)prefix);
+  add_heads(layer, probs, "SinkAccumulator::add_prefix",
+            [&](int64_t base, int64_t si, int64_t sj, int64_t T, double* out) {
+              prefix_alpha_of(probs, base, si, sj, T, prefix, out);
+            });
 }
 
 void SinkAccumulator::add_weights(int layer, const Tensor& weights, bool absolute) {

@@ -45,6 +45,25 @@ inline const std::vector<double>& default_sink_eps() {
 void importance_scores(const Tensor& attn, int K, double* out);
 std::vector<double> importance_scores(const Tensor& attn, int K);
 
+// WINDOW ATTENTION (paper Sec. 6, Fig. 6 middle: with a sliding window the sink stays on the absolute
+// first token, "but not on the 'first token' within each window"). Query i (0-based) of a window of w
+// keys sees keys max(0, i-w+1)..i; its window is full when i >= w-1 and then starts at s_i = i-w+1.
+// The importance score of offset k (1-based) from the window start, over the queries whose window is full:
+//   alpha_k^win = 1/(T-w+1) * sum_{i=w-1}^{T-1} A[i, i-w+k]          k = 1..K, K <= w <= T
+// (queries i < w-1 see the sequence start, whose first token is the absolute one that alpha_k measures).
+// k = 1 is the window's "first token", k = w the query itself. out has K entries.
+void window_importance_scores(const Tensor& attn, int64_t window, int K, double* out);
+
+// PER-POSITION alpha (prefix LM, paper Sec. 6, Fig. 5 middle: the sink moves among the p prefix tokens,
+// which every query sees). alpha_j of every key position j = 0..T-1 is the mean of column j over the
+// queries that see key j:
+//   j < p:  1/T     * sum_{i=0}^{T-1} A[i,j]      (the prefix: every query, the prefix rows included)
+//   j >= p: 1/(T-j) * sum_{i=j}^{T-1} A[i,j]      (the paper's alpha_{j+1})
+// so on a causal matrix (p <= 1) it is importance_scores with K = T, and 0 <= alpha_j <= 1 always (the
+// reference code's whole-column sum over T-j would count the prefix rows above the diagonal but divide by
+// T-j, exceeding 1 for a prefix key every query attends to). out has T entries.
+void prefix_importance_scores(const Tensor& attn, int64_t prefix, double* out);
+
 // Sink (percent) at position p from alpha laid out [n_heads_total, K] (all (layer, head) pairs).
 double sink_from_alpha(const double* alpha, int64_t n_heads_total, int K, int p, double eps);
 
@@ -71,6 +90,12 @@ class SinkAccumulator {
   void add(int layer, const Tensor& probs);
   // Unnormalised weights [B,H,T,S]: converted to proxy scores (see proxy_scores), then add().
   void add_weights(int layer, const Tensor& weights, bool absolute);
+  // probs [B,H,T,S] of a sliding-window layer: alpha_k^win (window_importance_scores) of B samples,
+  // k = 1..K; K <= window <= T required.
+  void add_window(int layer, const Tensor& probs, int64_t window);
+  // probs [B,H,T,S] of a prefix-LM layer: per-position alpha (prefix_importance_scores) of B samples;
+  // the accumulator's K must be T (every position).
+  void add_prefix(int layer, const Tensor& probs, int64_t prefix);
   // alpha already computed, [B,H,K] (f32/f64) for one layer.
   void add_alpha(int layer, const Tensor& alpha);
 
@@ -101,6 +126,9 @@ class SinkAccumulator {
   size_t samples_index(int l) const { return size_t(L_) * H_ * K_ * (1 + eps_.size()) + l; }
   int eps_index(double eps) const;
   void add_sample_alpha(int layer, int head, const double* alpha);
+  // Adds B samples of probs [B,H,T,S]: alpha_of(probs, base, si, sj, T, out) fills one head's K scores.
+  template <typename AlphaOf>
+  void add_heads(int layer, const Tensor& probs, const char* op, AlphaOf alpha_of);
 
   int L_, H_, K_;
   std::vector<double> eps_;

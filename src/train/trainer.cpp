@@ -434,7 +434,8 @@ Evaluation Trainer::evaluate() {
 
   const int64_t T = cfg_.probe_length;
   auto run_probe = [&](bool intervened) {
-    probe::ModelProbe probe(cfg_.model.n_layers, cfg_.model.n_heads, T, cfg_.probe_max_k, cfg_.sink_eps);
+    probe::ModelProbe probe(cfg_.model.n_layers, cfg_.model.n_heads, T, cfg_.probe_max_k, cfg_.sink_eps,
+                            probe::ProbeMask{cfg_.model.attn_window, cfg_.model.prefix_length});
     for (int64_t first = rank_ * rows; first < cfg_.probe_sequences; first += rows * world_size_) {
       const int64_t n = std::min(rows, cfg_.probe_sequences - first);
       for (int64_t r = 0; r < n; ++r) {
@@ -484,6 +485,20 @@ void Trainer::log_eval(int64_t n_done, const Evaluation& e) {
   }
   if (!e.probe.massive_ratio_pre_norm.empty())  // post-norm: before each block's last norm (Fig. 7 left)
     results_->append_slab(g + "/massive_ratio_pre_norm", {L}, e.probe.massive_ratio_pre_norm.data());
+  // Sliding window: alpha_k / Sink_k relative to each query's window start (Fig. 6 middle); prefix LM:
+  // alpha and Sink of every position (Fig. 5 middle). Definitions: probe/sink_metrics.hpp.
+  if (!e.probe.alpha_k_window.empty()) {
+    const int64_t Kw = int64_t(e.probe.sink_k_window.size()) / E;
+    results_->append_slab(g + "/alpha_k_window", {L, H, Kw}, e.probe.alpha_k_window.data());  // [step, L, H, Kw]
+    results_->append_slab(g + "/sink_k_window", {Kw, E}, e.probe.sink_k_window.data());       // [step, Kw, eps], %
+    results_->set_attr(g, "window", int64_t(cfg_.model.attn_window));
+  }
+  if (!e.probe.alpha_pos.empty()) {
+    const int64_t T = cfg_.probe_length;
+    results_->append_slab(g + "/alpha_pos", {L, H, T}, e.probe.alpha_pos.data());  // [step, L, H, T]
+    results_->append_slab(g + "/sink_pos", {T, E}, e.probe.sink_pos.data());       // [step, T, eps], %
+    results_->set_attr(g, "prefix", int64_t(cfg_.model.prefix_length));
+  }
   if (e.probe_intervened) {  // the probe sequences with the run's own data intervention (attr "intervention")
     results_->append_slab(g + "/alpha_k_intervened", {L, H, K}, e.probe_intervened->alpha_k.data());
     results_->append_slab(g + "/sink_k_intervened", {K, E}, e.probe_intervened->sink_k.data());
@@ -601,6 +616,10 @@ int Trainer::run() {
     if (cfg_.sft)  // eval row step 0 probes these weights: the sink before fine-tuning (Table 1 right)
       results_->set_attr("/runs/" + cfg_.run_name, "init_from", cfg_.init_from);
     results_->set_attr("/runs/" + cfg_.run_name, "cpu_blas", cpu_blas_description());  // whose last bits these are
+    // Parameter counts (Fig. 4 left): all, and without the word embedding and unembedding (the paper's
+    // "60M parameters except for word embeddings and unembeddings", Sec. 4).
+    results_->set_attr("/runs/" + cfg_.run_name, "n_params", model_.num_parameters());
+    results_->set_attr("/runs/" + cfg_.run_name, "n_params_non_embedding", model_.num_parameters_non_embedding());
     results_->create_group(eval_group);
     std::string eps_list;
     for (double eps : cfg_.sink_eps) eps_list += strfmt("%s%g", eps_list.empty() ? "" : ",", eps);

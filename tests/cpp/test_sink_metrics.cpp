@@ -2,9 +2,11 @@
 // Indexing: position p (0-based) is the paper's k = p + 1.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "core/error.hpp"
 #include "probe/sink_metrics.hpp"
 
 namespace sinklab::probe {
@@ -102,6 +104,115 @@ TEST(SinkMetrics, SinkIsExactOnConstructedHeads) {
   // A threshold that was not accumulated cannot be asked per sample.
   EXPECT_THROW(acc.sink(0, 0.5), Error);
   EXPECT_DOUBLE_EQ(acc.sink(0, 0.5, SinkAveraging::mean_alpha), 0.0);
+}
+
+// A sliding-window matrix [T,T] (window w) whose full-window rows i >= w-1 put weights[k] on the key at
+// offset k from their window start (i-w+1+k); rows i < w-1 put 0.9 on the absolute first token and the
+// rest on their diagonal (they must not enter alpha^win).
+std::vector<double> window_matrix(int T, int w, const std::vector<double>& weights) {
+  std::vector<double> A(size_t(T) * T, 0.0);
+  for (int i = 0; i < T; ++i) {
+    if (i < w - 1) {
+      A[size_t(i) * T] += i == 0 ? 1.0 : 0.9;
+      if (i > 0) A[size_t(i) * T + i] += 0.1;
+    } else {
+      for (int k = 0; k < w; ++k) A[size_t(i) * T + (i - w + 1 + k)] = weights[size_t(k)];
+    }
+  }
+  return A;
+}
+
+TEST(SinkMetrics, WindowScoresAreRelativeToEachQuerysWindowStart) {
+  // w = 3, T = 7 (5 full-window rows): every full row is (0.5, 0.3, 0.2) from its window start, so
+  // alpha^win = (0.5, 0.3, 0.2) exactly, whatever the first w-1 rows hold; the absolute alpha_1 counts
+  // rows 0..w-1 only: (1 + 0.9 + 0.5) / 7.
+  const int T = 7, w = 3;
+  std::vector<double> A = window_matrix(T, w, {0.5, 0.3, 0.2});
+  Tensor t(A.data(), DType::f64, {T, T});
+  double win[4];
+  window_importance_scores(t, w, 3, win);
+  EXPECT_NEAR(win[0], 0.5, 1e-15);
+  EXPECT_NEAR(win[1], 0.3, 1e-15);
+  EXPECT_NEAR(win[2], 0.2, 1e-15);
+  EXPECT_NEAR(importance_scores(t, 1)[0], (1.0 + 0.9 + 0.5) / 7, 1e-15);
+  // Odd sizes: w = 1 (each query sees itself: alpha^win_1 = 1), w = T (one full row: row T-1 itself).
+  std::vector<double> A1 = window_matrix(5, 1, {1.0});
+  window_importance_scores(Tensor(A1.data(), DType::f64, {5, 5}), 1, 1, win);
+  EXPECT_DOUBLE_EQ(win[0], 1.0);
+  std::vector<double> AT = window_matrix(4, 4, {0.4, 0.3, 0.2, 0.1});
+  window_importance_scores(Tensor(AT.data(), DType::f64, {4, 4}), 4, 2, win);
+  EXPECT_NEAR(win[0], 0.4, 1e-15);
+  EXPECT_NEAR(win[1], 0.3, 1e-15);
+  // A direct evaluation of the definition on an irregular matrix (rows differ), f32 and transposed storage.
+  const int T2 = 9, w2 = 4;
+  std::vector<double> R(size_t(T2) * T2, 0.0);
+  for (int i = 0; i < T2; ++i)
+    for (int j = std::max(0, i - w2 + 1); j <= i; ++j) R[size_t(i) * T2 + j] = 0.01 * (1 + (i * 7 + j * 3) % 11);
+  double want[4] = {0, 0, 0, 0};
+  for (int i = w2 - 1; i < T2; ++i)
+    for (int k = 0; k < w2; ++k) want[k] += R[size_t(i) * T2 + i - w2 + 1 + k] / (T2 - w2 + 1);
+  std::vector<float> Rt(R.size());
+  for (int i = 0; i < T2; ++i)
+    for (int j = 0; j < T2; ++j) Rt[size_t(j) * T2 + i] = float(R[size_t(i) * T2 + j]);
+  Tensor rt(Rt.data(), DType::f32, {T2, T2});
+  std::swap(rt.stride[0], rt.stride[1]);
+  window_importance_scores(rt, w2, 4, win);
+  for (int k = 0; k < 4; ++k) EXPECT_NEAR(win[k], want[k], 1e-7) << "k=" << k + 1;
+  // Refused: no full window (w > T), K > w.
+  EXPECT_THROW(window_importance_scores(t, 8, 1, win), Error);
+  EXPECT_THROW(window_importance_scores(t, 3, 4, win), Error);
+
+  // The accumulator: two layers of one head; layer 1's full rows put 0.35 on their window start, so
+  // Sink_1^{win} is 50 % at eps 0.3 (layer 0: 0.5 also above) ... 0.4: layer 0 only.
+  SinkAccumulator acc(2, 1, 2);
+  std::vector<double> B0 = window_matrix(T, w, {0.5, 0.3, 0.2}), B1 = window_matrix(T, w, {0.35, 0.45, 0.2});
+  acc.add_window(0, Tensor(B0.data(), DType::f64, {1, 1, T, T}), w);
+  acc.add_window(1, Tensor(B1.data(), DType::f64, {1, 1, T, T}), w);
+  EXPECT_DOUBLE_EQ(acc.sink(0, 0.3), 100.0);
+  EXPECT_DOUBLE_EQ(acc.sink(0, 0.4), 50.0);
+  EXPECT_DOUBLE_EQ(acc.sink(1, 0.4), 50.0);  // offset 2: 0.3 and 0.45
+  EXPECT_NEAR(acc.mean_alpha()[3], 0.45, 1e-15);
+  EXPECT_THROW(acc.add_window(0, Tensor(B0.data(), DType::f64, {1, 1, T, T}), 1), Error);  // K = 2 > w
+}
+
+TEST(SinkMetrics, PrefixScoresAverageEachColumnOverTheQueriesThatSeeIt) {
+  // Prefix p = 3, T = 6. Every row puts 0.6 on key 1 (a prefix token every query sees, rows 0 and 1
+  // included: they see the whole prefix), the rest on its last visible key max(i, p-1).
+  const int T = 6, p = 3;
+  std::vector<double> A(size_t(T) * T, 0.0);
+  for (int i = 0; i < T; ++i) {
+    A[size_t(i) * T + 1] += 0.6;
+    A[size_t(i) * T + std::max(i, p - 1)] += 0.4;
+  }
+  Tensor t(A.data(), DType::f64, {T, T});
+  std::vector<double> pos(T);
+  prefix_importance_scores(t, p, pos.data());
+  EXPECT_NEAR(pos[0], 0.0, 1e-15);
+  EXPECT_NEAR(pos[1], 0.6, 1e-15);                 // 6 rows * 0.6 / 6
+  EXPECT_NEAR(pos[2], (3 * 0.4) / 6.0, 1e-15);     // rows 0, 1, 2 end on key 2; every row sees it
+  for (int j = p; j < T; ++j) EXPECT_NEAR(pos[j], 0.4 / (T - j), 1e-15) << "j=" << j;  // row j only
+  // p <= 1 is the causal importance score of every position.
+  std::vector<double> C = first_column_matrix(T, 0.4);
+  std::vector<double> causal = importance_scores(Tensor(C.data(), DType::f64, {T, T}), T);
+  for (int64_t q : {0, 1}) {
+    prefix_importance_scores(Tensor(C.data(), DType::f64, {T, T}), q, pos.data());
+    for (int j = 0; j < T; ++j) EXPECT_NEAR(pos[j], causal[j], 1e-15) << "p=" << q << " j=" << j;
+  }
+  // p = T: the whole matrix is visible, every column's mean over T rows.
+  prefix_importance_scores(t, T, pos.data());
+  for (int j = 0; j < T; ++j) {
+    double col = 0;
+    for (int i = 0; i < T; ++i) col += A[size_t(i) * T + j];
+    EXPECT_NEAR(pos[j], col / T, 1e-15) << "j=" << j;
+  }
+  // The accumulator at K = T: Sink per position; position 2 (k = 2) sinks at every eps (0.6).
+  SinkAccumulator acc(1, 1, T);
+  acc.add_prefix(0, Tensor(A.data(), DType::f64, {1, 1, T, T}), p);
+  EXPECT_DOUBLE_EQ(acc.sink(1, 0.4), 100.0);
+  EXPECT_DOUBLE_EQ(acc.sink(0, 0.2), 0.0);
+  EXPECT_DOUBLE_EQ(acc.sink(T - 1, 0.3), 100.0);  // the last row alone: 0.4
+  SinkAccumulator small(1, 1, 2);
+  EXPECT_THROW(small.add_prefix(0, Tensor(A.data(), DType::f64, {1, 1, T, T}), p), Error);  // K != T
 }
 
 TEST(SinkMetrics, PerSampleAndMeanAlphaAveragingDiffer) {

@@ -30,10 +30,11 @@ def _write(path, run, steps, valid, sink, config, eps="0.2,0.3,0.4"):
         ev["sink"] = np.array(sink)
 
 
-def _rows(text):
-    """step -> the numbers of its row."""
+def _rows(text, table=0):
+    """step -> the numbers of its row, in the first table (1: the mean alpha_1 table after it)."""
     out = {}
-    for line in text.splitlines():
+    parts_of = text.split("mean alpha_1 over layers and heads")
+    for line in (parts_of[table] if table < len(parts_of) else "").splitlines():
         parts = line.split()
         if parts and parts[0].isdigit():
             out[int(parts[0])] = [float(p.rstrip("%")) for p in parts[1:]]
@@ -85,3 +86,10 @@ def test_compare_reads_real_runs(corpus, tmp_path):
         ev = f["runs/sigmoid/eval"]
         np.testing.assert_allclose([r[2] for _, r in sorted(rows.items())], ev["valid_loss"][:], atol=5e-5)
         np.testing.assert_allclose([r[3] for _, r in sorted(rows.items())], ev["sink"][:, 1], atol=5e-3)
+        sigmoid_alpha1 = ev["alpha"][:].reshape(3, -1).mean(axis=1)
+    # The mean alpha_1 table: both runs, each the mean of its eval/alpha over layers and heads.
+    alpha_rows = _rows(proc.stdout, table=1)
+    assert sorted(alpha_rows) == [0, 4, 8]
+    np.testing.assert_allclose([r[1] for _, r in sorted(alpha_rows.items())], sigmoid_alpha1, atol=5e-5)
+    baseline = sum(1 / i for i in range(1, 13)) / 12
+    assert f"uniform baseline {baseline:.4f}" in proc.stdout

@@ -393,3 +393,25 @@ def test_uniform_alpha1_baseline():
         attn = np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None]
         assert uniform_alpha1(T) == pytest.approx(attn[:, 0].mean(), rel=1e-12)
     assert round(uniform_alpha1(64), 4) == 0.0741
+
+
+def test_mean_alpha1_of_a_fixed_first_token_run_reads_its_intervened_probe():
+    """A run trained with x_fix at position 1 (BOS) is measured on probe inputs that start with it
+    (eval/alpha_k_intervened[..., 0]); other runs on plain text (eval/alpha)."""
+    from analysis.results import EvalSeries, Run, mean_alpha1, uniform_alpha1
+
+    steps = np.array([0, 5])
+    plain = np.full((2, L, H), 0.1)
+    moved = np.stack([np.full((L, H, K), 0.2), np.full((L, H, K), 0.3)])
+    moved[..., 1] = 0.9  # alpha_2 must not be read
+    ev = EvalSeries(step=steps, valid_loss=np.ones(2), eps=EPS, sink=np.zeros((2, 3)), alpha=plain,
+                    alpha_k_intervened=moved)
+    bos = Run(name="bos", file="x", eval=ev, config="probe-length = 12\nfixed-token-position = 1\nfixed-token-id = 1\n")
+    what, s, a1, base = mean_alpha1(bos)
+    assert what == "inputs start with token 1" and list(s) == [0, 5]
+    np.testing.assert_allclose(a1, [0.2, 0.3])
+    assert base == uniform_alpha1(12)
+    for config in ("probe-length = 12\n", "probe-length = 12\nfixed-token-position = 2\n"):
+        what, _, a1, _ = mean_alpha1(Run(name="r", file="x", eval=ev, config=config))
+        assert what == ""
+        np.testing.assert_allclose(a1, [0.1, 0.1])

@@ -433,8 +433,9 @@ def ffn(cfg, params, l, f):
     return h @ params[p + "down_proj.weight"].T
 
 
-def forward(cfg, params, ids, targets, probs_out=None, return_logits=False):
-    """Sum of the counted cross-entropies (float64 scalar) and their count."""
+def forward(cfg, params, ids, targets, probs_out=None, return_logits=False, all_layers=False):
+    """Sum of the counted cross-entropies (float64 scalar) and their count. probs_out: layer 0's
+    attention probabilities [B,H,Tp,S'] are appended (every layer's, in order, with all_layers)."""
     B, T = ids.shape
     h = params["model.embed_tokens.weight"][ids]  # [B,T,d]
     if cfg.bias == "sink-token":
@@ -448,7 +449,7 @@ def forward(cfg, params, ids, targets, probs_out=None, return_logits=False):
     for l in range(cfg.L):
         g1 = params[f"model.layers.{l}.input_layernorm.weight"]
         g2 = params[f"model.layers.{l}.post_attention_layernorm.weight"]
-        out = probs_out if l == 0 else None
+        out = probs_out if (l == 0 or all_layers) else None
         if cfg.post:
             x_mid = rmsnorm(x + attention(cfg, params, l, x, Tp, out), g1, cfg.eps)
             x = rmsnorm(x_mid + ffn(cfg, params, l, x_mid), g2, cfg.eps)
