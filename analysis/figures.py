@@ -203,6 +203,7 @@ def sft_stability(path, caption, series):
         ax.set_ylabel(name)
         _integer_ticks(ax.xaxis)
         ax.legend(fontsize=7)
+    return _save(fig, path, caption)
 
 
 def xy_panels(path, caption, panels, ncols=None):
