@@ -64,7 +64,7 @@ runs=(results/demo/softmax_bos/results.h5 results/demo/sigmoid_bos/results.h5 re
 
 echo "== fine-tuning the two BOS-first models on generated arithmetic chat (data_prep chat-demo + sft; sinklab-sft, mpirun -np 2)"
 .venv/bin/python -m data_prep chat-demo --out data/mini/chat_demo.jsonl --n 2000 --seed 0
-.venv/bin/python -m data_prep sft --input data/mini/chat_demo.jsonl --model data/mini/tokenizer --context 256 \
+.venv/bin/python -m data_prep sft --input data/mini/chat_demo.jsonl --model data/mini/tokenizer --context 64 \
   --out data/mini/chat_demo_sft.h5
 for model in softmax sigmoid; do
   mpirun -np 2 "$build/bin/sinklab-sft" --config "jobs/sft/tiny_cpu_$model.ini"
