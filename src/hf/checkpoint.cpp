@@ -343,6 +343,7 @@ WeightStore::WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan
 
   // Validate the whole table first; a spec is present when all its parts are (optional: none).
   int64_t largest_stored = 0;  // the largest block staged at once (kStageBytes, or less, or one row)
+  int64_t params_in_specs = 0;  // elements of every present spec (the parameter count, with the embeddings)
   auto validate = [&](WeightSpec& spec) {
     size_t present = 0;
     for (const WeightPart& p : spec.parts) present += ck.has(p.name) ? 1 : 0;
@@ -360,6 +361,7 @@ WeightStore::WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan
       largest_stored = std::max(largest_stored,
                                 e.contiguous() ? std::min(stored, std::max(kStageBytes, stored / rows)) : stored);
     }
+    params_in_specs += numel_of(spec.shape());
     return aligned_f32_bytes(numel_of(spec.shape()));
   };
   int64_t resident_bytes = 0;
@@ -396,6 +398,8 @@ WeightStore::WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan
   const int64_t emb_bytes = aligned_f32_bytes(vocab_ * d_embed_);
   const int64_t head_bytes = tied ? 0 : aligned_f32_bytes(vocab_ * d_head_);
   weight_bytes_ = resident_bytes + emb_bytes + head_bytes;
+  n_params_ = params_in_specs + vocab_ * d_embed_ + (tied ? 0 : vocab_ * d_head_);
+  n_params_embedding_ = vocab_ * d_embed_ + (tied ? 0 : vocab_ * d_head_);
   for (int64_t b : per_layer) weight_bytes_ += b;
   streaming_ = max_memory_ > 0 && !(resident_if_fits && weight_bytes_ <= max_memory_ / 4 * 3);
 

@@ -150,6 +150,9 @@ class WeightStore {
   int64_t vocab_size() const { return vocab_; }
 
   int64_t weight_bytes() const { return weight_bytes_; }  // every weight as f32 (tied head counted once)
+  // Parameters (elements of every weight, a tied head once), and those of the token embedding and the head.
+  int64_t n_params() const { return n_params_; }
+  int64_t n_params_embedding() const { return n_params_embedding_; }
   // Bytes held for weights in this mode (all of them, or resident + layer buffer + staging).
   int64_t held_bytes() const { return held_bytes_; }
   // Throws "--max-memory ...: ..." when the weights held plus `activation_bytes` exceed the bound (any
@@ -170,6 +173,7 @@ class WeightStore {
   bool streaming_ = false;
   int64_t vocab_ = 0, d_embed_ = 0, d_head_ = 0;
   int64_t weight_bytes_ = 0, held_bytes_ = 0, layer_bytes_ = 0, staging_bytes_ = 0;
+  int64_t n_params_ = 0, n_params_embedding_ = 0;
   int64_t head_chunk_rows_ = 1;  // rows of the head per GEMM, in both modes (see the constructor)
   Buffer resident_buffer_, layer_buffer_;
   std::vector<Tensor> resident_;

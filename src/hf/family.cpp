@@ -101,6 +101,8 @@ void fill_common_info(HfModelInfo& info, const ModelSource& source, const Weight
   info.d_model = int(shape.d_model);
   info.vocab_size = int(store.vocab_size());
   info.weight_bytes = store.weight_bytes();
+  info.n_params = store.n_params();
+  info.n_params_non_embedding = store.n_params() - store.n_params_embedding();
   info.weights_streamed = store.streaming();
   info.attention_layers.clear();
   for (int l = 0; l < info.n_layers; ++l) info.attention_layers.push_back(l);

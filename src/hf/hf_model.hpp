@@ -23,6 +23,8 @@ struct HfModelInfo {
   bool learned_positions = false;  // GPT-2 / OPT: the position interventions of Table 7 apply
   std::vector<int> attention_layers;  // indices of layers that have attention (Jamba: a subset)
   int64_t weight_bytes = 0;    // all weights as f32
+  int64_t n_params = 0;        // parameters (a tied head once); n_params_non_embedding without the token
+  int64_t n_params_non_embedding = 0;  // embedding and the head (learned positions stay: Fig. 4 left's x)
   bool weights_streamed = false;  // layer streaming under LoadOptions::max_memory_bytes
   bool gives_logits = true;    // forward() can write logits (sinklab's own checkpoints in the survey: no)
 };

@@ -206,6 +206,10 @@ void add_model_attrs(const SurveyItem& item, const SurveyModel& model, const hf:
   set.set_attr("", "model_dir", model.dir);
   set.set_attr("", "weights", info.weights);
   set.set_attr("", "weights_streamed", int64_t(info.weights_streamed));
+  if (info.n_params > 0) {  // sinklab's own checkpoints through own_model: no weight store to count
+    set.set_attr("", "n_params", info.n_params);
+    set.set_attr("", "n_params_non_embedding", info.n_params_non_embedding);
+  }
 }
 
 // The forward options of an ablation item; one line naming the model when it cannot take it.

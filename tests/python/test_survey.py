@@ -15,6 +15,7 @@ random and repeated tokens, and the Table 7 interventions.
 The binaries come from $SINKLAB_BIN_DIR (tests/run_all.sh builds them first); the tests skip only when
 they are absent.
 """
+import csv
 import json
 import os
 import shutil
@@ -291,6 +292,12 @@ def test_report_draws_sink_vs_T_accuracy_long_inputs_and_ablations(survey_setup,
             assert float(down[m]["acc_norm"]) == pytest.approx(g.attrs["acc_norm"])
             sink = np.mean([f[f"models/{m}/natural/{d}/sink"][1] for d in DOMAINS])
             assert float(down[m]["Sink_1^0.3"]) == pytest.approx(sink)
+        # Fig. 4 left: the surveyed models at their parameter counts.
+        with open(tmp_path / "report" / "tables" / "fig4_left.csv", newline="") as table:
+            fig4 = {r["model or run"]: r for r in csv.DictReader(table)}
+        for m in ("llama_gqa", "mistral"):
+            assert int(fig4[m]["parameters"]) == f[f"models/{m}/natural/{DOMAINS[0]}"].attrs["n_params"] > 0
+        assert "fig4_left" in figs
         # The ablation table: each ablation's loss and full attention's, means over the domains.
         lines = (tmp_path / "report" / "tables" / "ablations.csv").read_text().splitlines()
         rows = [dict(zip(lines[0].split(","), line.split(","))) for line in lines[1:]]
@@ -506,6 +513,14 @@ def _read_safetensors(path):
     return out, header.get("__metadata__", {})
 
 
+def _read_safetensors_shapes(path):
+    """name -> shape of every tensor of a safetensors file (its header), and its metadata."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+    return {k: v["shape"] for k, v in header.items() if k != "__metadata__"}, header.get("__metadata__", {})
+
+
 def _golden_of(fixture):
     for name in ("golden.safetensors", "jamba_golden.safetensors"):
         if (fixture / name).exists():
@@ -627,6 +642,10 @@ def test_measurements_match_transformers(fixture, tmp_path):
                                    rtol=2e-6)
         g = f["models/m/natural/golden"]
         assert g["attention_layers"][:].tolist() == att
+        if (fixture / "model.safetensors").exists():  # Fig. 4 left's x: every stored weight, counted once
+            stored, _ = _read_safetensors_shapes(fixture / "model.safetensors")
+            assert g.attrs["n_params"] == sum(int(np.prod(shape)) for name, shape in stored.items()
+                                              if not name.endswith((".attn.bias", ".attn.masked_bias")))
         alpha, sink, near = _expected_sinks([golden[f"t13/probs/{l}"] for l in att], K, eps)
         np.testing.assert_allclose(g["alpha"][:], alpha, rtol=1e-4, atol=1e-6)
         np.testing.assert_allclose(np.where(near, 0, g["sink_k"][:]), np.where(near, 0, sink), rtol=1e-12)
