@@ -297,7 +297,7 @@ def test_report_draws_sink_vs_T_accuracy_long_inputs_and_ablations(survey_setup,
             fig4 = {r["model or run"]: r for r in csv.DictReader(table)}
         for m in ("llama_gqa", "mistral"):
             assert int(fig4[m]["parameters"]) == f[f"models/{m}/natural/{DOMAINS[0]}"].attrs["n_params"] > 0
-        assert "fig4_left" in figs
+        assert "fig4_left" in figs and "fig9" in figs  # Fig. 9 from the survey file itself
         # The ablation table: each ablation's loss and full attention's, means over the domains.
         lines = (tmp_path / "report" / "tables" / "ablations.csv").read_text().splitlines()
         rows = [dict(zip(lines[0].split(","), line.split(","))) for line in lines[1:]]
