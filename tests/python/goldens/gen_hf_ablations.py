@@ -23,6 +23,9 @@ import torch
 from safetensors.numpy import load_file
 from transformers import AutoModelForCausalLM
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gen_hf_families import decoder_layers  # noqa: E402  (the fixtures' own layer lookup)
+
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures" / "hf"
 # The survey's --ablations syntax; W and s small against T = 13 so that every regime occurs (queries
@@ -30,18 +33,6 @@ FIXTURES = ROOT / "tests" / "fixtures" / "hf"
 CASES = ["window:4", "window:1", "window_sinks:4:2", "window_sinks:3:1", "mask_first:0", "mask_first:1",
          "massive_zero:0:2", "massive_mean:1:3"]
 FAMILY_MODULES = ["llama", "mistral", "gpt_neox", "gpt2", "opt", "jamba"]
-
-
-def decoder_layers(model):
-    for attr in ("transformer.h", "gpt_neox.layers", "model.decoder.layers", "model.layers"):
-        obj = model
-        try:
-            for part in attr.split("."):
-                obj = getattr(obj, part)
-            return obj
-        except AttributeError:
-            continue
-    raise RuntimeError(f"no decoder layers in {type(model).__name__}")
 
 
 def rotary_inv_freq(model):
