@@ -240,23 +240,6 @@ void add_ablation_attrs(const Ablation& a, io::ResultSet& set) {
   }
 }
 
-// An attention ablation's group: its tokens and loss, and the attributes of every item.
-io::ResultSet ablation_result(const SurveyItem& item, const SurveyModel& model, const hf::HfModelInfo& info,
-                              const SurveyParams& params, const InputTokens& tokens, double loss, int64_t T) {
-  const int64_t n = tokens.ids.shape[0];
-  io::ResultSet set;
-  set.add_array("tokens", {n, T}, std::vector<int32_t>(tokens.ids.ptr<int32_t>(), tokens.ids.ptr<int32_t>() + n * T));
-  set.set_attr("", "loss", loss);
-  add_ablation_attrs(*item.ablation, set);
-  add_model_attrs(item, model, info, set);
-  set.set_attr("", "n_seq", n);
-  set.set_attr("", "T", T);
-  set.set_attr("", "bos", tokens.bos);
-  set.set_attr("", "seed", int64_t(params.seed));
-  set.set_attr("", "inputs_file", tokens.source);
-  return set;
-}
-
 // A hellaswag item: the multiple-choice scores of the model's file (multiple_choice.hpp).
 io::ResultSet measure_hellaswag(const SurveyItem& item, const SurveyModel& model, const SurveyParams& params,
                                 hf::HfModel& hf_model, InputsFinder& hellaswag, const std::function<void()>& progress) {
@@ -389,46 +372,47 @@ io::ResultSet measure_item(const SurveyItem& item, const SurveyModel& model, con
     models.drop();  // whatever stopped the pass (an error, a stop request) may have left it mid-layer
     throw;
   }
-  if (!probed) return ablation_result(item, model, info, params, tokens, loss_sum / double(n * (T - 1)), T);
-  const SurveyResult r = probe.result();
-
-  const int64_t L = info.n_layers, La = int64_t(shape.attention_layers.size()), H = info.n_heads;
-  const int64_t E = int64_t(params.eps.size());
   io::ResultSet set;
   set.add_array("tokens", {n, T}, std::vector<int32_t>(tokens.ids.ptr<int32_t>(), tokens.ids.ptr<int32_t>() + n * T));
-  set.add_array("alpha", {La, H, K}, r.alpha);
-  set.add_array("sink", {E}, row(r.sink_k, 0, size_t(E)));
-  set.add_array("sink_eps", {E}, params.eps);
-  set.add_array("sink_k", {K, E}, r.sink_k);
-  set.add_array("hnorm_first", {L}, r.hnorm_first);
-  set.add_array("hnorm_rest", {L}, r.hnorm_rest);
-  set.add_array("massive_ratio", {L}, r.massive_ratio);
-  if (!r.massive_ratio_pre_norm.empty()) {
-    set.add_array("hnorm_first_pre_norm", {L}, r.hnorm_first_pre_norm);
-    set.add_array("hnorm_rest_pre_norm", {L}, r.hnorm_rest_pre_norm);
-    set.add_array("massive_ratio_pre_norm", {L}, r.massive_ratio_pre_norm);
-  }
-  set.add_array("knorm_first", {La}, r.knorm_first);
-  set.add_array("knorm_rest", {La}, r.knorm_rest);
-  set.add_array("vnorm_first", {La}, r.vnorm_first);
-  set.add_array("vnorm_rest", {La}, r.vnorm_rest);
-  set.add_array("last_to_first", {La, H}, r.last_to_first);
-  set.add_array("attention_layers", {La}, std::vector<int32_t>(shape.attention_layers.begin(), shape.attention_layers.end()));
-  if (!qk.empty()) {
-    const int64_t P = int64_t(qk.size());
-    set.add_array("qk_pairs", {P, 2}, flatten(qk));
-    set.add_array("qk_cos", {P, T, T}, r.qk_cos);
-    set.add_array("qk_normprod", {P, T, T}, r.qk_normprod);
-  }
-  if (!attn.empty()) {
-    const int64_t P = int64_t(attn.size());
-    set.add_array("attention_pairs", {P, 2}, flatten(attn));
-    set.add_array("attention_maps", {P, T, T}, r.attention_maps);
-  }
-  if (item.intervention) {
-    set.add_array("sink_t", {E}, row(r.sink_k, size_t(item.intervention->t - 1), size_t(E)));
-    set.set_attr("", "intervention", std::string(item.intervention->kind == Intervention::Kind::replace ? "replace" : "swap"));
-    set.set_attr("", "t", item.intervention->t);
+  // The probe's arrays; an attention ablation holds only its tokens, its loss and the attributes below.
+  if (probed) {
+    const SurveyResult r = probe.result();
+    const int64_t L = info.n_layers, La = int64_t(shape.attention_layers.size()), H = info.n_heads;
+    const int64_t E = int64_t(params.eps.size());
+    set.add_array("alpha", {La, H, K}, r.alpha);
+    set.add_array("sink", {E}, row(r.sink_k, 0, size_t(E)));
+    set.add_array("sink_eps", {E}, params.eps);
+    set.add_array("sink_k", {K, E}, r.sink_k);
+    set.add_array("hnorm_first", {L}, r.hnorm_first);
+    set.add_array("hnorm_rest", {L}, r.hnorm_rest);
+    set.add_array("massive_ratio", {L}, r.massive_ratio);
+    if (!r.massive_ratio_pre_norm.empty()) {
+      set.add_array("hnorm_first_pre_norm", {L}, r.hnorm_first_pre_norm);
+      set.add_array("hnorm_rest_pre_norm", {L}, r.hnorm_rest_pre_norm);
+      set.add_array("massive_ratio_pre_norm", {L}, r.massive_ratio_pre_norm);
+    }
+    set.add_array("knorm_first", {La}, r.knorm_first);
+    set.add_array("knorm_rest", {La}, r.knorm_rest);
+    set.add_array("vnorm_first", {La}, r.vnorm_first);
+    set.add_array("vnorm_rest", {La}, r.vnorm_rest);
+    set.add_array("last_to_first", {La, H}, r.last_to_first);
+    set.add_array("attention_layers", {La}, std::vector<int32_t>(shape.attention_layers.begin(), shape.attention_layers.end()));
+    if (!qk.empty()) {
+      const int64_t P = int64_t(qk.size());
+      set.add_array("qk_pairs", {P, 2}, flatten(qk));
+      set.add_array("qk_cos", {P, T, T}, r.qk_cos);
+      set.add_array("qk_normprod", {P, T, T}, r.qk_normprod);
+    }
+    if (!attn.empty()) {
+      const int64_t P = int64_t(attn.size());
+      set.add_array("attention_pairs", {P, 2}, flatten(attn));
+      set.add_array("attention_maps", {P, T, T}, r.attention_maps);
+    }
+    if (item.intervention) {
+      set.add_array("sink_t", {E}, row(r.sink_k, size_t(item.intervention->t - 1), size_t(E)));
+      set.set_attr("", "intervention", std::string(item.intervention->kind == Intervention::Kind::replace ? "replace" : "swap"));
+      set.set_attr("", "t", item.intervention->t);
+    }
   }
   if (want_loss) set.set_attr("", "loss", loss_sum / double(n * (T - 1)));
   if (item.ablation) add_ablation_attrs(*item.ablation, set);
@@ -439,7 +423,7 @@ io::ResultSet measure_item(const SurveyItem& item, const SurveyModel& model, con
   set.set_attr("", "bos", tokens.bos);
   set.set_attr("", "seed", int64_t(params.seed));
   set.set_attr("", item.input == "natural" || is_long ? "inputs_file" : "vocabulary", tokens.source);
-  if (!skipped.empty()) {
+  if (probed && !skipped.empty()) {
     std::string s;
     for (const std::string& x : skipped) s += (s.empty() ? "" : ", ") + x;
     set.set_attr("", "skipped_pairs", s);
