@@ -132,6 +132,33 @@ void check_attention_like(const Tensor& t, const Tensor& ref, const char* op, co
            dtype_name(ref.dtype));
 }
 
+AttentionDims check_attention_forward_args(const char* op, const Tensor& out, const Tensor& stats, const Tensor& q,
+                                           const Tensor& k, const Tensor& v, const ops::AttentionSpec& spec,
+                                           const Tensor& probs) {
+  SL_CHECK(v.defined(), "%s: v is required", op);
+  const AttentionDims d = check_attention_qkv(op, q, k, v, spec);
+  SL_CHECK(out.defined(), "%s: out is required", op);
+  check_attention_like(out, q, op, "out", "q");
+  if (stats.defined()) check_attention_stats(stats, d, q, op);
+  if (probs.defined()) check_attention_probs(probs, d, q, op);
+  return d;
+}
+
+AttentionDims check_attention_backward_args(const char* op, const Tensor& d_q, const Tensor& d_k, const Tensor& d_v,
+                                            const Tensor& d_out, const Tensor& q, const Tensor& k, const Tensor& v,
+                                            const Tensor& out, const Tensor& stats, const ops::AttentionSpec& spec) {
+  SL_CHECK(v.defined(), "%s: v is required", op);
+  const AttentionDims d = check_attention_qkv(op, q, k, v, spec);
+  SL_CHECK(out.defined() && d_out.defined() && stats.defined(), "%s: out, d_out and stats are required", op);
+  check_attention_like(out, q, op, "out", "q");
+  check_attention_like(d_out, q, op, "d_out", "q");
+  check_attention_like(d_q, q, op, "d_q", "q");
+  check_attention_like(d_k, k, op, "d_k", "k");
+  check_attention_like(d_v, v, op, "d_v", "v");
+  check_attention_stats(stats, d, q, op);
+  return d;
+}
+
 void check_attention_stats(const Tensor& stats, const AttentionDims& d, const Tensor& q, const char* op) {
   check_shape(stats, {d.B, d.H, d.T}, op, "stats");
   SL_CHECK(stats.dtype == q.dtype, "%s: stats is %s but q is %s", op, dtype_name(stats.dtype), dtype_name(q.dtype));

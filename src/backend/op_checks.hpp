@@ -47,6 +47,14 @@ void check_attention_like(const Tensor& t, const Tensor& ref, const char* op, co
 // stats [B,H,T] and probs [B,H,T,S] (contiguous last dim) in q's dtype.
 void check_attention_stats(const Tensor& stats, const AttentionDims& d, const Tensor& q, const char* op);
 void check_attention_probs(const Tensor& probs, const AttentionDims& d, const Tensor& q, const char* op);
+// Every operand of attention_forward (out required; stats and probs when given) and of attention_backward
+// (v, out, d_out and stats required; d_q, d_k, d_v when given), as both backends check them.
+AttentionDims check_attention_forward_args(const char* op, const Tensor& out, const Tensor& stats, const Tensor& q,
+                                           const Tensor& k, const Tensor& v, const ops::AttentionSpec& spec,
+                                           const Tensor& probs);
+AttentionDims check_attention_backward_args(const char* op, const Tensor& d_q, const Tensor& d_k, const Tensor& d_v,
+                                            const Tensor& d_out, const Tensor& q, const Tensor& k, const Tensor& v,
+                                            const Tensor& out, const Tensor& stats, const ops::AttentionSpec& spec);
 // The score scale: spec.scale, or 1/sqrt(dh) when it is 0.
 double attention_scale(const ops::AttentionSpec& spec, int64_t dh);
 

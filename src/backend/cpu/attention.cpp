@@ -448,12 +448,7 @@ void backward_impl(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, T
 void CpuBackend::attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec,
                                    Tensor probs) {
   const char* op = "attention_forward";
-  SL_CHECK(v.defined(), "%s: v is required", op);
-  AttentionDims d = check_attention_qkv(op, q, k, v, spec);
-  check_attention_like(out, q, op, "out", "q");
-  SL_CHECK(out.defined(), "%s: out is required", op);
-  if (stats.defined()) check_attention_stats(stats, d, q, op);
-  if (probs.defined()) check_attention_probs(probs, d, q, op);
+  const AttentionDims d = check_attention_forward_args(op, out, stats, q, k, v, spec, probs);
   dispatch_float(q.dtype, op, [&](auto zero) {
     with_plain_softmax(spec, [&](auto plain) {
       forward_impl<decltype(zero), plain()>(out, stats, q, k, v, spec, probs, d);
@@ -464,15 +459,7 @@ void CpuBackend::attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k,
 void CpuBackend::attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, Tensor k, Tensor v,
                                     Tensor out, Tensor stats, const AttentionSpec& spec) {
   const char* op = "attention_backward";
-  SL_CHECK(v.defined(), "%s: v is required", op);
-  AttentionDims d = check_attention_qkv(op, q, k, v, spec);
-  SL_CHECK(out.defined() && d_out.defined() && stats.defined(), "%s: out, d_out and stats are required", op);
-  check_attention_like(out, q, op, "out", "q");
-  check_attention_like(d_out, q, op, "d_out", "q");
-  check_attention_like(d_q, q, op, "d_q", "q");
-  check_attention_like(d_k, k, op, "d_k", "k");
-  check_attention_like(d_v, v, op, "d_v", "v");
-  check_attention_stats(stats, d, q, op);
+  const AttentionDims d = check_attention_backward_args(op, d_q, d_k, d_v, d_out, q, k, v, out, stats, spec);
   dispatch_float(q.dtype, op, [&](auto zero) {
     with_plain_softmax(spec, [&](auto plain) {
       backward_impl<decltype(zero), plain()>(d_q, d_k, d_v, d_out, q, k, v, out, stats, spec, d);

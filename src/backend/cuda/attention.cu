@@ -533,12 +533,7 @@ void forward(CudaBackend& be, Tensor out, Tensor stats, Tensor q, Tensor k, Tens
 void CudaBackend::attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec,
                                     Tensor probs) {
   const char* op = "attention_forward";
-  SL_CHECK(v.defined(), "%s: v is required", op);
-  const AttentionDims d = check_attention_qkv(op, q, k, v, spec);
-  SL_CHECK(out.defined(), "%s: out is required", op);
-  check_attention_like(out, q, op, "out", "q");
-  if (stats.defined()) check_attention_stats(stats, d, q, op);
-  if (probs.defined()) check_attention_probs(probs, d, q, op);
+  const AttentionDims d = check_attention_forward_args(op, out, stats, q, k, v, spec, probs);
   forward(*this, out, stats, q, k, v, spec, probs, d, op);
 }
 
@@ -555,15 +550,7 @@ void CudaBackend::attention_probs(Tensor probs, Tensor q, Tensor k, const Attent
 void CudaBackend::attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, Tensor k, Tensor v,
                                      Tensor out, Tensor stats, const AttentionSpec& spec) {
   const char* op = "attention_backward";
-  SL_CHECK(v.defined(), "%s: v is required", op);
-  const AttentionDims d = check_attention_qkv(op, q, k, v, spec);
-  SL_CHECK(out.defined() && d_out.defined() && stats.defined(), "%s: out, d_out and stats are required", op);
-  check_attention_like(out, q, op, "out", "q");
-  check_attention_like(d_out, q, op, "d_out", "q");
-  check_attention_like(d_q, q, op, "d_q", "q");
-  check_attention_like(d_k, k, op, "d_k", "k");
-  check_attention_like(d_v, v, op, "d_v", "v");
-  check_attention_stats(stats, d, q, op);
+  const AttentionDims d = check_attention_backward_args(op, d_q, d_k, d_v, d_out, q, k, v, out, stats, spec);
   for (const auto& [t, name] :
        {std::pair<const Tensor*, const char*>{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}, {&d_out, "d_out"},
         {&stats, "stats"}, {&d_q, "d_q"}, {&d_k, "d_k"}, {&d_v, "d_v"}})
