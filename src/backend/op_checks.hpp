@@ -2,6 +2,7 @@
 // (one message, one rule), then add their own dtype and device checks.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "backend/ops.hpp"
@@ -32,6 +33,28 @@ MatmulGeometry matmul_geometry(const Tensor& out, const Tensor& a, const Tensor&
 // rope_forward/backward's operands and configuration: x [B,T,H,dh], out of x's shape, rotary_dim even
 // in (0, dh], a positive base, consistent llama3 scaling factors.
 void check_rope_args(const Tensor& out, const Tensor& x, const ops::RopeConfig& cfg, const char* op);
+
+// The row stride (leading dimension) of t seen as a matrix: its leading dimensions, given as a backend's
+// rows view r (lead_ndim, lead_shape, lead_stride, rows, cols), must collapse into rows with one common
+// stride (that of the innermost leading dimension of size > 1), and rows must not overlap. At least cols.
+template <class RowsView>
+int64_t collapsed_row_stride(const RowsView& r, const Tensor& t, const char* op, const char* arg) {
+  int64_t ld = r.cols, expect = -1;
+  for (int d = r.lead_ndim - 1; d >= 0; --d) {
+    if (r.lead_shape[d] == 1) continue;
+    if (expect < 0) {
+      ld = r.lead_stride[d];
+    } else {
+      SL_CHECK(r.lead_stride[d] == expect,
+               "%s: the leading dimensions of %s %s do not collapse into rows with one stride", op, arg,
+               t.shape_str().c_str());
+    }
+    expect = r.lead_stride[d] * r.lead_shape[d];
+  }
+  SL_CHECK(ld >= r.cols || r.rows <= 1, "%s: rows of %s overlap (row stride %lld < %lld columns)", op, arg,
+           (long long)ld, (long long)r.cols);
+  return std::max<int64_t>(ld, std::max<int64_t>(r.cols, 1));
+}
 
 // The generic attention operation's operands (ops.hpp), shared by the CPU and CUDA backends:
 // q [B,T,H,dh], k/v [B,S,Hkv,dh] (v optional: attention_probs), H a multiple of Hkv, the same dtype,

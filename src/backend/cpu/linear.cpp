@@ -31,25 +31,8 @@ struct Mat {
 // Collapses the leading dimensions of t into rows; they must have one common row stride.
 Mat as_matrix(const Tensor& t, const char* op, const char* arg) {
   SL_CHECK(t.ndim >= 1, "%s: %s must have at least one dimension", op, arg);
-  cpu::Rows r = cpu::rows_of(t, op, arg);
-  Mat m{t.data, r.rows, r.cols, r.cols};
-  // Row stride = stride of the innermost leading dim of size > 1; every outer one must be a multiple.
-  int64_t expect = -1;
-  for (int d = r.lead_ndim - 1; d >= 0; --d) {
-    if (r.lead_shape[d] == 1) continue;
-    if (expect < 0) {
-      m.ld = r.lead_stride[d];
-    } else {
-      SL_CHECK(r.lead_stride[d] == expect,
-               "%s: the leading dimensions of %s %s do not collapse into rows with one stride", op, arg,
-               t.shape_str().c_str());
-    }
-    expect = r.lead_stride[d] * r.lead_shape[d];
-  }
-  SL_CHECK(m.ld >= m.cols || m.rows <= 1, "%s: rows of %s overlap (row stride %lld < %lld columns)", op, arg,
-           (long long)m.ld, (long long)m.cols);
-  m.ld = std::max<int64_t>(m.ld, std::max<int64_t>(m.cols, 1));
-  return m;
+  const cpu::Rows r = cpu::rows_of(t, op, arg);
+  return Mat{t.data, r.rows, r.cols, collapsed_row_stride(r, t, op, arg)};
 }
 
 void check_same_dtype(std::initializer_list<Tensor> ts, DType dt, const char* op) {
