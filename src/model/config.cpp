@@ -342,6 +342,12 @@ ModelConfig ModelConfig::from_hf_config_json(const std::string& text, const std:
   return c;
 }
 
+int layer_of_param(const std::string& name) {
+  const std::string prefix = "model.layers.";
+  if (name.rfind(prefix, 0) != 0) return -1;
+  return std::stoi(name.substr(prefix.size()));
+}
+
 std::vector<ParamSpec> param_layout(const ModelConfig& cfg, int64_t* total_elements) {
   cfg.validate();
   const int64_t d = cfg.d_model, V = cfg.vocab_size, F = cfg.ffn_hidden;

@@ -131,4 +131,8 @@ struct ParamSpec {
 // post-norm models have no model.norm.
 std::vector<ParamSpec> param_layout(const ModelConfig& cfg, int64_t* total_elements);
 
+// The layer a parameter belongs to (its HF name "model.layers.<l>.*"), -1 for the others (embeddings,
+// shared tensors, final norm, head).
+int layer_of_param(const std::string& name);
+
 }  // namespace sinklab::model

@@ -55,6 +55,23 @@ Transformer::Transformer(const ModelConfig& cfg, Device device) : cfg_(cfg), dev
     li.down = find(p + "mlp.down_proj.weight");
     layer_index_.push_back(li);
   }
+  // Backward's spans, from param_layout's order: part 0 the embeddings and shared tensors, part 1 + l
+  // layer l, part L + 1 the final norm and head. A part begins at its first parameter (part 0 at 0).
+  const int L = cfg_.n_layers;
+  std::vector<int64_t> part_begin(size_t(L) + 3, -1);
+  part_begin[0] = 0;
+  part_begin[size_t(L) + 2] = n_elements_;
+  int part = 0;
+  for (const ParamSpec& spec : specs_) {
+    const int l = layer_of_param(spec.name);
+    const int this_part = l >= 0 ? 1 + l : (part == 0 ? 0 : L + 1);
+    SL_CHECK(this_part >= part, "param_layout: %s is out of backward's order", spec.name.c_str());
+    if (part_begin[size_t(this_part)] < 0) part_begin[size_t(this_part)] = spec.offset;
+    part = this_part;
+  }
+  for (int p = L + 1; p >= 0; --p)  // a part without parameters is empty: it begins where the next does
+    if (part_begin[size_t(p)] < 0) part_begin[size_t(p)] = part_begin[size_t(p) + 1];
+  for (int p = L + 1; p >= 0; --p) backward_spans_.push_back({part_begin[size_t(p)], part_begin[size_t(p) + 1]});
 
   params_buffer_ = Buffer(size_t(n_elements_) * sizeof(float), device_);
   grads_buffer_ = Buffer(size_t(n_elements_) * sizeof(float), device_);
@@ -130,6 +147,14 @@ int64_t Transformer::num_parameters_non_embedding() const {
   for (const auto& s : specs_)
     if (s.name != "model.embed_tokens.weight" && s.name != "lm_head.weight") n += s.numel;
   return n;
+}
+
+double Transformer::flops_per_token(int64_t seq) const {
+  int64_t multiplied = 0;
+  for (const auto& s : specs_)
+    if (s.name != "model.embed_tokens.weight" && s.name != "model.embed_positions.weight") multiplied += s.numel;
+  return 6.0 * double(multiplied) +
+         12.0 * double(cfg_.n_layers) * double(cfg_.n_heads) * double(cfg_.head_dim()) * double(model_seq(seq));
 }
 
 Tensor Transformer::at(int64_t param_index, bool grad) const {
@@ -579,7 +604,13 @@ void Transformer::attention_backward(int l, Tensor d_att_rows) {
   }
 }
 
-void Transformer::backward_layers(Tensor inputs) {
+void Transformer::backward_layers(Tensor inputs, GradReadyObserver* grads_ready) {
+  // Reports the next span of backward_spans() as final (head_loss already wrote the head's gradient).
+  size_t next_span = 0;
+  auto span_done = [&]() {
+    const FlatSpan span = backward_spans_[next_span++];
+    if (grads_ready) grads_ready->on_grads_ready(span.begin, span.end);
+  };
   const int64_t B = batch_, T = seq_, N = B * T, d = cfg_.d_model, F = cfg_.ffn_hidden;
   const int64_t H = cfg_.n_heads, dh = cfg_.head_dim(), Hkv = cfg_.kv_heads();
   const int64_t qkv_dim = (H + 2 * Hkv) * dh;
@@ -588,6 +619,7 @@ void Transformer::backward_layers(Tensor inputs) {
 
   if (post) ops::copy(d_res_, d_xf_);
   else ops::rmsnorm_backward(d_res_, at(final_norm_index_, true), d_xf_, x_final_in_, at(final_norm_index_, false), rstdf_);
+  span_done();  // the head and final norm
   for (int l = cfg_.n_layers - 1; l >= 0; --l) {
     LayerActs& a = layers_[size_t(l)];
     const LayerIndex& li = layer_index_[size_t(l)];
@@ -644,16 +676,18 @@ void Transformer::backward_layers(Tensor inputs) {
       ops::rmsnorm_backward(d_tmp_, at(li.norm1, true), d_attn_in_, a.x_in, at(li.norm1, false), a.rstd1);
       ops::accumulate(d_res_, d_tmp_);
     }
+    span_done();  // layer l
   }
   embed_backward(inputs);
+  span_done();  // the embeddings and the shared tensors
   (void)N;
 }
 
 double Transformer::forward_backward(Tensor inputs, Tensor targets, double grad_scale, int64_t* counted,
-                                     LayerObserver* observer) {
+                                     LayerObserver* observer, GradReadyObserver* grads_ready) {
   forward_layers(inputs, observer);
   double loss_sum = head_loss(targets, grad_scale, true, counted);
-  backward_layers(inputs);
+  backward_layers(inputs, grads_ready);
   return loss_sum;
 }
 

@@ -18,6 +18,19 @@ namespace sinklab::model {
 using sinklab::LayerObserver;
 using sinklab::LayerTaps;
 
+// Told during backward which gradients are final: each part of the flat gradient buffer as soon as
+// the backward pass has written its last contribution to it. Data-parallel training starts reducing
+// that part while backward goes on with the earlier layers (train/grad_sync.hpp).
+class GradReadyObserver {
+ public:
+  virtual ~GradReadyObserver() = default;
+  virtual void on_grads_ready(int64_t begin, int64_t end) = 0;  // flat elements [begin, end)
+};
+
+struct FlatSpan {
+  int64_t begin = 0, end = 0;
+};
+
 class Transformer {
  public:
   Transformer(const ModelConfig& cfg, Device device = Device::cpu());
@@ -28,6 +41,11 @@ class Transformer {
   // Without the word embedding and the unembedding (the paper's count: "60M parameters except for word
   // embeddings and unembeddings", Sec. 4).
   int64_t num_parameters_non_embedding() const;
+  // Training FLOPs per token at sequence length seq, forward and backward, counted as PaLM does
+  // (Chowdhery et al. 2022, App. B) and nanoGPT's MFU after it: 6 per parameter of the matrix products
+  // (every parameter but the embedding tables, which are gathered) plus 12 * L * H * dh * seq for the
+  // attention's QK^T and PV, every key counted (causal masking not discounted).
+  double flops_per_token(int64_t seq) const;
   Tensor flat_params() const { return flat_params_; }  // [n_elements]
   Tensor flat_grads() const { return flat_grads_; }    // [n_elements]
   Tensor param(const std::string& name) const;
@@ -44,8 +62,14 @@ class Transformer {
   // backward, ACCUMULATING grad_scale * d(sum of losses)/d(params) into the gradients; returns the sum
   // of the per-token losses and (via counted) how many targets were counted. An observer sees every
   // layer of the forward pass (the trainer's stability monitor reads the residual stream).
+  // grads_ready, when given, is told each span of backward_spans() as backward finishes it.
   double forward_backward(Tensor inputs, Tensor targets, double grad_scale, int64_t* counted = nullptr,
-                          LayerObserver* observer = nullptr);
+                          LayerObserver* observer = nullptr, GradReadyObserver* grads_ready = nullptr);
+  // The spans of the flat gradient buffer in the order backward finishes them: the head and final norm,
+  // layer L-1, ..., layer 0, then the embeddings and the tensors every layer shares (the sink token,
+  // learned positions, the relative bias). They partition [0, flat size) and run from its end to its
+  // start, because param_layout places the embeddings first and the head last.
+  const std::vector<FlatSpan>& backward_spans() const { return backward_spans_; }
   // Forward only: the sum of per-token losses and their count.
   double forward_loss(Tensor inputs, Tensor targets, int64_t* counted = nullptr);
   // Forward only, no loss: calls observer.on_layer for every layer (the sink probe).
@@ -70,7 +94,7 @@ class Transformer {
   ops::AttentionSpec layer_spec(int l, bool backward) const;
   Tensor model_targets(Tensor targets);
   double head_loss(Tensor targets, double grad_scale, bool backward, int64_t* counted);
-  void backward_layers(Tensor inputs);
+  void backward_layers(Tensor inputs, GradReadyObserver* grads_ready);
   void attention_backward(int l, Tensor d_attn_in);
   Tensor weight(int64_t first_param_index, int64_t rows, int64_t cols, bool grad) const;
   Tensor at(int64_t param_index, bool grad) const;  // the parameter (or its gradient) in its own shape
@@ -84,6 +108,7 @@ class Transformer {
   int64_t embed_index_ = -1, positions_index_ = -1, sink_token_index_ = -1, relative_index_ = -1,
           final_norm_index_ = -1, head_index_ = -1;
   int64_t n_elements_ = 0;
+  std::vector<FlatSpan> backward_spans_;  // [L + 2]: top, layers L-1..0, bottom
   Buffer params_buffer_, grads_buffer_;
   Tensor flat_params_, flat_grads_;
   ops::AttentionSpec attention_;

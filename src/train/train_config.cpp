@@ -114,6 +114,10 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, b
       ("weight-decay", po::value(&c.weight_decay)->default_value(0.1), "decoupled weight decay (matrices only)")
       ("grad-clip", po::value(&c.grad_clip)->default_value(1.0), "global grad-norm clip (0 = off)")
       ("zero1", po::value(&c.zero1)->default_value(false), "shard the optimizer state across ranks (ZeRO-1)")
+      ("grad-bucket-mb", po::value(&c.grad_bucket_mb)->default_value(25.0),
+       "MiB of gradients per data-parallel bucket, reduced while backward runs (0 = one bucket per layer)")
+      ("peak-tflops", po::value(&c.peak_tflops)->default_value(0.0),
+       "the device's dense peak in TFLOP/s for MFU (0 = the GPU's known bf16 peak; none on CPU)")
       ("seed", po::value(&c.seed)->default_value(1234), "seed of initialisation and data order")
       // evaluation / probe
       ("eval-every", po::value(&c.eval_every)->default_value(0), "steps between evaluations (0 = end only)")
@@ -165,6 +169,8 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, b
   SL_CHECK(c.lr > 0 && c.min_lr >= 0 && c.min_lr <= c.lr, "--lr must be positive and --min-lr in [0, lr]");
   SL_CHECK(c.beta1 >= 0 && c.beta1 < 1 && c.beta2 >= 0 && c.beta2 < 1, "--beta1/--beta2 must lie in [0, 1)");
   SL_CHECK(c.weight_decay >= 0, "--weight-decay must be >= 0");
+  SL_CHECK(c.grad_bucket_mb >= 0, "--grad-bucket-mb must be >= 0");
+  SL_CHECK(c.peak_tflops >= 0, "--peak-tflops must be >= 0");
   SL_CHECK(c.probe_length >= 1 && c.probe_length <= m.context, "--probe-length must lie in [1, --context]");
   SL_CHECK(c.probe_max_k >= 1 && c.probe_max_k <= c.probe_length, "--probe-max-k must lie in [1, --probe-length]");
   SL_CHECK(c.probe_sequences >= 0, "--probe-sequences must be >= 0");

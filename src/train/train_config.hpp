@@ -43,6 +43,8 @@ struct TrainConfig {
   std::string lr_schedule = "constant";  // constant | cosine
   double beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8, weight_decay = 0.1, grad_clip = 1.0;
   bool zero1 = false;
+  double grad_bucket_mb = 25.0;  // data-parallel gradient buckets (train/grad_sync.hpp); 0 = one per layer
+  double peak_tflops = 0.0;      // MFU's denominator per rank; 0 = the GPU's known dense bf16 peak, none on CPU
   uint64_t seed = 1234;
 
   // Evaluation and the sink probe (paper Sec. 3.2 / 4).

@@ -18,6 +18,7 @@
 #include "probe/model_probe.hpp"
 #include "train/checkpoint.hpp"
 #include "train/data.hpp"
+#include "train/grad_sync.hpp"
 #include "train/monitor.hpp"
 #include "train/optimizer.hpp"
 #include "train/schedule.hpp"
@@ -29,7 +30,31 @@
 #endif
 
 namespace sinklab::train {
+
+double gpu_dense_bf16_peak_flops(const std::string& gpu_name) {
+  // Most specific first: "H100 PCIe" and "H100 NVL" also contain "H100".
+  static const std::pair<const char*, double> table[] = {
+      {"H100 PCIe", 756e12}, {"H100 NVL", 835e12}, {"H100", 989.4e12}, {"H200", 989.4e12}, {"GH200", 989.4e12},
+      {"A100", 312e12},
+  };
+  for (const auto& [name, peak] : table)
+    if (gpu_name.find(name) != std::string::npos) return peak;
+  return 0.0;
+}
+
 namespace {
+
+// The data-parallel collectives: MPI on host buffers, NCCL on the CUDA backend's device buffers. A job
+// of one rank needs none (MpiComm's operations are then the identity and touch no memory).
+std::unique_ptr<dist::Communicator> make_communicator(const dist::World& world, Device device) {
+  if (device.is_cpu() || world.size() == 1) return std::make_unique<dist::MpiComm>(world);
+#if SINKLAB_HAVE_CUDA
+  CUstream_st* stream = static_cast<cuda::CudaBackend&>(backend_for(device)).stream();
+  return std::make_unique<dist::NcclComm>(world, device.index, stream);
+#else
+  SL_FAIL("--device cuda: this sinklab was built without CUDA");
+#endif
+}
 
 // One evaluation: validation loss and the sink probe of DESIGN.md (paper Sec. 3.2 / 4).
 struct Evaluation {
@@ -75,14 +100,6 @@ class ActivationMax : public LayerObserver {
   std::vector<double> max;
 };
 
-// The layer a parameter belongs to (its HF name "model.layers.<l>.*"), -1 for the others (embedding,
-// final norm, head).
-int layer_of(const std::string& name) {
-  const std::string prefix = "model.layers.";
-  if (name.rfind(prefix, 0) != 0) return -1;
-  return std::stoi(name.substr(prefix.size()));
-}
-
 class Trainer {
  public:
   Trainer(const TrainConfig& cfg, dist::World& world);
@@ -100,14 +117,12 @@ class Trainer {
   StepRecord train_step(int64_t step);
   double layer_norm_of(const std::vector<int64_t>& specs, Tensor flat) const;
   void restart_monitor();
-  void record_step(int64_t step, StepRecord& rec, int64_t tokens_per_step, double tokens_per_s);
+  void record_step(int64_t step, StepRecord& rec, int64_t tokens_per_step, double tokens_per_s, double mfu);
   void record_event(int64_t step, EventKind kind, double value, double mean, double std);
   Evaluation evaluate();
   void log_eval(int64_t n_done, const Evaluation& e);
   bool has_data_intervention() const { return cfg_.fixed_token_position > 0 || !cfg_.resample_positions.empty(); }
   void save_checkpoint_at(int64_t n_done);
-  void allreduce(float* data, int64_t n);
-  void allgather_owned_params();
 
   TrainConfig cfg_;  // sinklab-sft with --steps 0: steps resolved to one epoch
   dist::World& world_;
@@ -129,13 +144,14 @@ class Trainer {
   int64_t nonfinite_steps_ = 0;                    // so far, over the whole run (kept in checkpoints)
   SpikeDetector loss_spikes_, grad_norm_spikes_;  // rank 0
   int64_t nan_grad_step_ = -1, loss_spike_step_ = -1;  // test hooks (monitor.hpp)
-#if SINKLAB_HAVE_CUDA
-  std::unique_ptr<dist::NcclComm> nccl_;  // gradient all-reduce of device buffers (--device cuda, > 1 rank)
-#endif
+  std::unique_ptr<dist::Communicator> comm_;
+  std::unique_ptr<GradientSync> grad_sync_;  // gradients reduced in buckets during backward
+  std::vector<std::vector<FlatRange>> norm_groups_;  // [L + 1]: layer l's parameters; [L]: the others
   Buffer inputs_buf_, targets_buf_, probe_buf_;
   Tensor inputs_, targets_, probe_inputs_;
   Buffer device_ids_buf_;  // batches are built on the host; a device model reads a copy
   Tensor on_model_device(Tensor host_ids, int slot);
+  double peak_flops_per_rank() const;
 };
 
 Trainer::Trainer(const TrainConfig& cfg, dist::World& world)
@@ -185,10 +201,17 @@ Trainer::Trainer(const TrainConfig& cfg, dist::World& world)
   schedule_ = ScheduleConfig{parse_lr_schedule(cfg.lr_schedule), cfg.lr, cfg.min_lr, cfg.warmup_steps, cfg_.steps};
   validate(schedule_);
   layer_specs_.resize(size_t(cfg.model.n_layers));
+  norm_groups_.resize(size_t(cfg.model.n_layers) + 1);
   for (size_t i = 0; i < model_.specs().size(); ++i) {
-    const int l = layer_of(model_.specs()[i].name);
+    const model::ParamSpec& spec = model_.specs()[i];
+    const int l = model::layer_of_param(spec.name);
     if (l >= 0) layer_specs_[size_t(l)].push_back(int64_t(i));
+    norm_groups_[l >= 0 ? size_t(l) : size_t(cfg.model.n_layers)].push_back({spec.offset, spec.offset + spec.numel});
   }
+  comm_ = make_communicator(world, device_);
+  const int64_t bucket_elements = int64_t(cfg.grad_bucket_mb * double(1 << 20) / sizeof(float));
+  grad_sync_ = std::make_unique<GradientSync>(*comm_, model_.flat_grads(), model_.backward_spans(), bucket_elements,
+                                              cfg.zero1 && world_size_ > 1);
 
   ckpt_dir_ = cfg.out_dir + "/checkpoints";
   results_path_ = cfg.out_dir + "/results.h5";
@@ -201,33 +224,13 @@ Trainer::Trainer(const TrainConfig& cfg, dist::World& world)
   probe_inputs_ = probe_buf_.view(DType::i32, {rows, cfg.probe_length});
 }
 
-// Sums a float buffer over ranks in place (gradients, ZeRO-1 parameters): MPI for host buffers, NCCL on
-// the backend's stream for device buffers.
-void Trainer::allreduce(float* data, int64_t n) {
-  if (world_size_ == 1) return;
-  if (device_.is_cpu()) {
-    world_.allreduce_sum(data, size_t(n));
-    return;
-  }
+// MFU's denominator for one rank: --peak-tflops, else the GPU's known dense bf16 peak, else 0 (no MFU).
+double Trainer::peak_flops_per_rank() const {
+  if (cfg_.peak_tflops > 0) return cfg_.peak_tflops * 1e12;
 #if SINKLAB_HAVE_CUDA
-  if (!nccl_) nccl_ = std::make_unique<dist::NcclComm>(world_, device_.index);
-  CUstream_st* stream = static_cast<cuda::CudaBackend&>(backend_for(device_)).stream();
-  nccl_->allreduce_sum(data, size_t(n), stream);
-  nccl_->synchronize(stream);
-#else
-  SL_FAIL("--device cuda: this sinklab was built without CUDA");
+  if (!device_.is_cpu()) return gpu_dense_bf16_peak_flops(static_cast<cuda::CudaBackend&>(backend_for(device_)).device_name());
 #endif
-}
-
-// ZeRO-1: each rank updated only its own range of the flat parameters. Every element is owned by exactly
-// one rank, so zeroing the rest and summing over ranks is an exact all-gather.
-void Trainer::allgather_owned_params() {
-  if (world_size_ == 1 || !cfg_.zero1) return;
-  Tensor flat = model_.flat_params();
-  const FlatRange owned = optimizer_->owned();
-  if (owned.begin > 0) ops::fill(flat.slice(0, 0, owned.begin), 0.0);
-  if (owned.end < flat.numel()) ops::fill(flat.slice(0, owned.end, flat.numel() - owned.end), 0.0);
-  allreduce(flat.ptr<float>(), flat.numel());
+  return 0.0;
 }
 
 // The model's view of a host-built i32 batch: the batch itself on CPU, else a copy in device memory
@@ -372,20 +375,25 @@ StepRecord Trainer::train_step(int64_t step) {
   for (int64_t micro = 0; micro < layout_.accum; ++micro) {
     fill_batch(step, micro);
     int64_t counted = 0;
+    // The last micro-batch's backward hands each finished part of the gradients to grad_sync_.
+    const bool last = micro == layout_.accum - 1;
     sums[0] += model_.forward_backward(on_model_device(inputs_, 0), on_model_device(targets_, 1), grad_scale, &counted,
-                                       &activations);
+                                       &activations, last ? grad_sync_.get() : nullptr);
     sums[1] += double(counted);
   }
-  allreduce(model_.flat_grads().ptr<float>(), model_.flat_grads().numel());
+  grad_sync_->finish();
   if (world_size_ > 1) world_.allreduce_sum(sums, 2);
   rec.loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;  // no assistant token in the whole batch: loss 0, no gradient
   if (step == nan_grad_step_) ops::fill(model_.flat_grads().slice(0, 0, 1), std::numeric_limits<double>::quiet_NaN());
   rec.max_abs_activation = activations.max;
   for (double& m : rec.max_abs_activation)
     if (world_size_ > 1) m = std::isnan(m) ? m : world_.allreduce_max(m);
-  Tensor grads[] = {model_.flat_grads()};
-  rec.grad_norm = ops::global_norm(grads);
-  for (int l = 0; l < L; ++l) rec.layer_grad_norm.push_back(layer_norm_of(layer_specs_[size_t(l)], model_.flat_grads()));
+  // The norms from the reduced gradients' owned ranges (grad_sync.hpp): layer l's, then the others'.
+  const std::vector<double> squares = grad_sync_->sums_of_squares(norm_groups_);
+  double total = 0.0;
+  for (int l = 0; l <= L; ++l) total += squares[size_t(l)];
+  rec.grad_norm = std::sqrt(total);
+  for (int l = 0; l < L; ++l) rec.layer_grad_norm.push_back(std::sqrt(squares[size_t(l)]));
   rec.finite = std::isfinite(rec.loss) && std::isfinite(rec.grad_norm);
   rec.update_ratio.assign(size_t(L), 0.0);
   if (!rec.finite) {  // no update: --on-nonfinite skip goes on with the next step, halt stops (run())
@@ -399,7 +407,7 @@ StepRecord Trainer::train_step(int64_t step) {
   Tensor previous = previous_params_buf_.view(DType::f32, {params.numel()});
   ops::copy(previous, params);
   optimizer_->step(learning_rate(schedule_, step));
-  allgather_owned_params();
+  if (grad_sync_->zero1()) grad_sync_->allgather_params(params);
   ops::accumulate(previous, params, -1.0);  // previous - updated = -(the update)
   for (int l = 0; l < L; ++l) {
     const double weight = layer_norm_of(layer_specs_[size_t(l)], params);
@@ -568,7 +576,7 @@ void Trainer::record_event(int64_t step, EventKind kind, double value, double me
 }
 
 // The step's rows: train (as always), monitor, and events (monitor.hpp). Counts a non-finite step.
-void Trainer::record_step(int64_t step, StepRecord& rec, int64_t tokens_per_step, double tokens_per_s) {
+void Trainer::record_step(int64_t step, StepRecord& rec, int64_t tokens_per_step, double tokens_per_s, double mfu) {
   if (!rec.finite) ++nonfinite_steps_;
   if (step == loss_spike_step_) rec.loss *= 100.0;  // test hook: what the detector must flag
   if (!results_) return;
@@ -576,7 +584,8 @@ void Trainer::record_step(int64_t step, StepRecord& rec, int64_t tokens_per_step
   const std::string run = "/runs/" + cfg_.run_name;
   results_->append_row(run + "/train", {io::Cell("step", step), io::Cell("tokens", (step + 1) * tokens_per_step),
                                         io::Cell("loss", rec.loss), io::Cell("lr", learning_rate(schedule_, step)),
-                                        io::Cell("grad_norm", rec.grad_norm), io::Cell("tokens_per_s", tokens_per_s)});
+                                        io::Cell("grad_norm", rec.grad_norm), io::Cell("tokens_per_s", tokens_per_s),
+                                        io::Cell("mfu", mfu)});
   results_->append_row(run + "/monitor", {io::Cell("step", step), io::Cell("skipped", rec.updated ? 0 : 1),
                                           io::Cell("nonfinite_steps", nonfinite_steps_)});
   results_->append_slab(run + "/monitor/layer_grad_norm", {L}, rec.layer_grad_norm.data());
@@ -598,6 +607,7 @@ int Trainer::run() {
   resume_or_init();
 
   const std::string train_group = "/runs/" + cfg_.run_name + "/train";
+  const double flops_per_token = model_.flops_per_token(cfg_.model.context), peak_flops = peak_flops_per_rank();
   const std::string eval_group = "/runs/" + cfg_.run_name + "/eval";
   if (rank_ == 0) {
     io::RootInfo info{SINKLAB_VERSION, "", io::now_utc_iso(), cfg_.command_line, cfg_.config_text};
@@ -620,6 +630,14 @@ int Trainer::run() {
     // "60M parameters except for word embeddings and unembeddings", Sec. 4).
     results_->set_attr("/runs/" + cfg_.run_name, "n_params", model_.num_parameters());
     results_->set_attr("/runs/" + cfg_.run_name, "n_params_non_embedding", model_.num_parameters_non_embedding());
+    // MFU = flops_per_token x tokens/s / (peak_flops_per_rank x ranks); the train table's mfu is NaN
+    // where no peak is known (CPU without --peak-tflops).
+    results_->set_attr("/runs/" + cfg_.run_name, "flops_per_token", flops_per_token);
+    results_->set_attr("/runs/" + cfg_.run_name, "peak_flops_per_rank", peak_flops);
+    // How the gradients were reduced (grad_sync.hpp).
+    results_->set_attr("/runs/" + cfg_.run_name, "grad_buckets", int64_t(grad_sync_->buckets().size()));
+    results_->set_attr("/runs/" + cfg_.run_name, "grad_reduction",
+                       std::string(grad_sync_->zero1() ? "reduce-scatter (ZeRO-1)" : "all-reduce"));
     results_->create_group(eval_group);
     std::string eps_list;
     for (double eps : cfg_.sink_eps) eps_list += strfmt("%s%g", eps_list.empty() ? "" : ",", eps);
@@ -634,6 +652,11 @@ int Trainer::run() {
              cfg_.sft ? "sinklab-sft" : "sinklab-pretrain", (long long)model_.num_parameters(), world_size_,
              (long long)tokens_per_step, (long long)layout_.global_rows(), cfg_.model.context, (long long)layout_.accum,
              (long long)layout_.rows, (unsigned long long)data_tokens(), (long long)cfg_.steps);
+  if (world_size_ > 1)
+    log::info0("gradients: %s in %zu bucket(s) of >= %.3g MiB, started during backward", grad_sync_->zero1() ? "reduce-scatter (ZeRO-1)" : "all-reduce",
+               grad_sync_->buckets().size(), cfg_.grad_bucket_mb);
+  if (peak_flops > 0)
+    log::info0("MFU: %.4g GFLOP per token against %.4g TFLOP/s per rank", flops_per_token / 1e9, peak_flops / 1e12);
   // Fine-tuning always probes the base model first: the "before" of the before/after sink.
   if (start_step_ == 0 && (cfg_.eval_every > 0 || cfg_.sft)) log_eval(0, evaluate());
 
@@ -649,12 +672,15 @@ int Trainer::run() {
     ++steps_timed;
     const double lr = learning_rate(schedule_, step);
     const double tokens_per_s = double(tokens_per_step) / seconds;
+    const double mfu = peak_flops > 0 ? flops_per_token * tokens_per_s / (peak_flops * world_size_)
+                                      : std::numeric_limits<double>::quiet_NaN();
     const int64_t n_done = step + 1;
-    record_step(step, rec, tokens_per_step, tokens_per_s);
+    record_step(step, rec, tokens_per_step, tokens_per_s, mfu);
     if (step == start_step_ || n_done % cfg_.log_every == 0 || n_done == cfg_.steps) {
       const double eta = train_seconds / double(steps_timed) * double(cfg_.steps - n_done);
-      log::info0("step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | elapsed %s | ETA %s",
-                 (long long)n_done, (long long)cfg_.steps, rec.loss, lr, rec.grad_norm, tokens_per_s,
+      const std::string mfu_text = peak_flops > 0 ? strfmt(" | MFU %.1f%%", 100.0 * mfu) : "";
+      log::info0("step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s%s | elapsed %s | ETA %s",
+                 (long long)n_done, (long long)cfg_.steps, rec.loss, lr, rec.grad_norm, tokens_per_s, mfu_text.c_str(),
                  hms(run_timer.seconds()).c_str(), hms(eta).c_str());
     }
     if (!rec.finite && cfg_.on_nonfinite == "halt") {

@@ -15,10 +15,17 @@
 // its row.
 #pragma once
 
+#include <string>
+
 #include "dist/mpi.hpp"
 #include "train/train_config.hpp"
 
 namespace sinklab::train {
+
+// A GPU's dense bf16 peak in FLOP/s from its product name (cudaDeviceProp::name) by the vendor's data
+// sheet (H100/H200 SXM 989.4 TFLOP/s, H100 NVL 835, H100 PCIe 756, A100 312), 0 for one not listed:
+// MFU's denominator unless --peak-tflops gives it.
+double gpu_dense_bf16_peak_flops(const std::string& gpu_name);
 
 // Runs the configured training to the end (or to a requested stop). Returns the process exit status.
 int run_training(const TrainConfig& cfg, dist::World& world);

@@ -157,10 +157,62 @@ def test_resume_into_another_run_is_refused(corpus, tmp_path):
         assert "kernels" in f["runs/t"].attrs["cpu_blas"]
 
 
-def test_zero1_matches_plain_data_parallel(corpus, tmp_path):
-    _pretrain(corpus, tmp_path / "plain", 2)
-    _pretrain(corpus, tmp_path / "zero1", 2, "--zero1=true")
-    np.testing.assert_allclose(_losses(tmp_path / "zero1")[0], _losses(tmp_path / "plain")[0], rtol=1e-5, atol=0)
+def _trajectory(out):
+    """What a run computed: its curves, the monitor's per-layer norms, the probe, and the final weights."""
+    with h5py.File(out / "results.h5", "r") as f:
+        run = f["runs/t"]
+        arrays = {name: run[name][:] for name in ("train/loss", "train/grad_norm", "monitor/layer_grad_norm",
+                                                  "monitor/update_ratio", "eval/valid_loss", "eval/alpha_k")}
+    last = sorted((out / "checkpoints").glob("step_*"))[-1]
+    arrays["weights"] = np.frombuffer((last / "model.safetensors").read_bytes(), dtype=np.uint8)
+    return arrays
+
+
+def test_zero1_and_buckets_equal_plain_data_parallel_bit_for_bit(corpus, tmp_path):
+    # Two ranks, the same global batch, through the bucketed path that starts each bucket's reduction
+    # during backward: one bucket (the default 25 MiB) or one bucket per layer (--grad-bucket-mb=0), and
+    # with ZeRO-1 (reduce-scatter into the owned shard, all-gather of the parameters). Every element's
+    # gradient is the same a + b in each, and the norm is summed from the same pieces (grad_sync.hpp),
+    # so everything the run computed is identical, the weights' bytes included.
+    runs = {"plain": (), "per_layer": ("--grad-bucket-mb=0",), "zero1": ("--zero1=true",),
+            "zero1_per_layer": ("--zero1=true", "--grad-bucket-mb=0")}
+    for name, extra in runs.items():
+        _pretrain(corpus, tmp_path / name, 2, *extra)
+    plain = _trajectory(tmp_path / "plain")
+    for name in runs:
+        for key, values in _trajectory(tmp_path / name).items():
+            np.testing.assert_array_equal(values, plain[key], err_msg=f"{name}: {key}")
+    with h5py.File(tmp_path / "plain" / "results.h5", "r") as f:
+        assert f["runs/t"].attrs["grad_buckets"] == 1 and f["runs/t"].attrs["grad_reduction"] == "all-reduce"
+    with h5py.File(tmp_path / "zero1_per_layer" / "results.h5", "r") as f:
+        # head + 2 layers + embeddings
+        assert f["runs/t"].attrs["grad_buckets"] == 4
+        assert f["runs/t"].attrs["grad_reduction"] == "reduce-scatter (ZeRO-1)"
+    # Against one rank: the same global batch, other GEMM shapes (test_two_ranks_match_one_rank).
+    _pretrain(corpus, tmp_path / "np1", 1, "--grad-bucket-mb=0")
+    np.testing.assert_allclose(_trajectory(tmp_path / "np1")["train/loss"], plain["train/loss"], rtol=1e-5, atol=0)
+
+
+def test_mfu_is_reported_against_the_given_peak(corpus, tmp_path):
+    out = tmp_path / "mfu"
+    proc = _pretrain(corpus, out, 1, "--steps=4", "--log-every=1", "--peak-tflops=0.002")
+    with h5py.File(out / "results.h5", "r") as f:
+        run = f["runs/t"]
+        flops_per_token, peak = run.attrs["flops_per_token"], run.attrs["peak_flops_per_rank"]
+        mfu, tokens_per_s = run["train/mfu"][:], run["train/tokens_per_s"][:]
+        n_params = run.attrs["n_params"]
+    # PaLM's count from the model's shape: 6 x (parameters less the token embedding) + 12 L H dh T.
+    vocab, d, layers, heads, context = VOCAB, 32, 2, 2, 16
+    assert flops_per_token == 6 * (n_params - vocab * d) + 12 * layers * heads * (d // heads) * context
+    assert peak == 0.002e12
+    np.testing.assert_allclose(mfu, flops_per_token * tokens_per_s / peak, rtol=1e-12)
+    shown = [line for line in proc.stdout.splitlines() if line.startswith("step ")]
+    assert len(shown) == 4 and all("| MFU " in line for line in shown), proc.stdout
+    # Without a peak (CPU, no --peak-tflops) there is no MFU: NaN in the table, nothing in the progress line.
+    proc = _pretrain(corpus, tmp_path / "none", 1, "--steps=2")
+    with h5py.File(tmp_path / "none" / "results.h5", "r") as f:
+        assert np.isnan(f["runs/t/train/mfu"][:]).all() and f["runs/t"].attrs["peak_flops_per_rank"] == 0
+    assert "MFU" not in proc.stdout
 
 
 def _wait_for(path, proc, timeout=120):

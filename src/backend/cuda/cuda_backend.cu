@@ -56,6 +56,9 @@ CudaBackend::CudaBackend(int index) : index_(index), name_("cuda:" + std::to_str
   cudaStream_t s = nullptr;
   CUDA_CHECK(cudaStreamCreate(&s));
   stream_ = s;
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, index_));
+  device_name_ = prop.name;
 }
 
 CudaBackend::~CudaBackend() {

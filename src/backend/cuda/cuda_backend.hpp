@@ -46,6 +46,8 @@ class CudaBackend final : public Backend {
 
   const char* name() const override { return name_.c_str(); }
   int index() const { return index_; }
+  // The GPU's product name (cudaDeviceProp::name), e.g. "NVIDIA H100 80GB HBM3".
+  const std::string& device_name() const { return device_name_; }
   // The stream every op of this device runs on (a blocking stream: ordered with the legacy default
   // stream too, so code that uses stream 0 stays correct).
   CUstream_st* stream() const { return stream_; }
@@ -113,6 +115,7 @@ class CudaBackend final : public Backend {
  private:
   int index_;
   std::string name_;
+  std::string device_name_;
   CUstream_st* stream_ = nullptr;
   void* reduce_buffer_ = nullptr;  // sum_squares' and max_abs' partial results, allocated on first use
   double reduce_to_host(Tensor x, const char* op, bool max_abs);
