@@ -20,6 +20,7 @@
 #include "dist/comm.hpp"
 #include "model/transformer.hpp"
 #include "train/grad_sync.hpp"
+#include "mpi/mpi_test_main.hpp"
 
 #if SINKLAB_HAVE_CUDA
 #include "backend/cuda/cuda_backend.hpp"
@@ -241,15 +242,4 @@ TEST(GradientSync, OverNcclOnDeviceBuffers) {
 }  // namespace
 }  // namespace sinklab::train
 
-int main(int argc, char** argv) {
-  auto world = sinklab::dist::World::init(argc, argv);
-  sinklab::train::g_world = &world;
-  ::testing::InitGoogleTest(&argc, argv);
-  if (!world.is_root()) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int rc = RUN_ALL_TESTS();
-  int64_t failed = world.allreduce_sum(int64_t(rc != 0));
-  return failed ? 1 : 0;
-}
+SINKLAB_MPI_TEST_MAIN(sinklab::train::g_world)

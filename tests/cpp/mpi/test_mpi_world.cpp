@@ -10,6 +10,7 @@
 
 #include "core/log.hpp"
 #include "dist/mpi.hpp"
+#include "mpi/mpi_test_main.hpp"
 
 namespace sinklab::dist {
 namespace {
@@ -109,16 +110,4 @@ TEST(MpiWorld, GatherVariableLengthBlobs) {
 }  // namespace
 }  // namespace sinklab::dist
 
-int main(int argc, char** argv) {
-  auto world = sinklab::dist::World::init(argc, argv);
-  sinklab::dist::g_world = &world;
-  ::testing::InitGoogleTest(&argc, argv);
-  // Only rank 0 prints the gtest report; every rank's result decides the exit status.
-  if (!world.is_root()) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int rc = RUN_ALL_TESTS();
-  int64_t failed = world.allreduce_sum(int64_t(rc != 0));
-  return failed ? 1 : 0;
-}
+SINKLAB_MPI_TEST_MAIN(sinklab::dist::g_world)

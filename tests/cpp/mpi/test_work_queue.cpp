@@ -13,6 +13,7 @@
 
 #include "dist/mpi.hpp"
 #include "dist/work_queue.hpp"
+#include "mpi/mpi_test_main.hpp"
 
 namespace sinklab::dist {
 namespace {
@@ -146,15 +147,4 @@ TEST(WorkQueue, RanksStayWithTheirGroup) {
 }  // namespace
 }  // namespace sinklab::dist
 
-int main(int argc, char** argv) {
-  auto world = sinklab::dist::World::init(argc, argv);
-  sinklab::dist::g_world = &world;
-  ::testing::InitGoogleTest(&argc, argv);
-  if (!world.is_root()) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int rc = RUN_ALL_TESTS();
-  int64_t failed = world.allreduce_sum(int64_t(rc != 0));
-  return failed ? 1 : 0;
-}
+SINKLAB_MPI_TEST_MAIN(sinklab::dist::g_world)
