@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "model/transformer.hpp"
+#include "model_variant_cases.hpp"
 #include "test_util.hpp"
 
 namespace sinklab {
@@ -25,51 +26,10 @@ namespace {
 using model::ModelConfig;
 using model::Transformer;
 using nlohmann::json;
-
-const json& golden_index() {
-  static const json index = [] {
-    const std::string path = test::golden_path("model_variants.json");
-    std::ifstream in(path);
-    if (!in) throw Error("cannot open golden index " + path);
-    return json::parse(in);
-  }();
-  return index;
-}
-
-std::vector<std::string> case_names() {
-  std::vector<std::string> names;
-  try {
-    for (const auto& [name, c] : golden_index().at("cases").items()) names.push_back(name);
-  } catch (const std::exception&) {
-    names.push_back("golden_index_unreadable");  // the test body then fails on the same read
-  }
-  return names;
-}
-
-ModelConfig config_of(const json& c) {
-  const json& d = c.at("dims");
-  ModelConfig cfg;
-  cfg.vocab_size = d.at("vocab").get<int>();
-  cfg.d_model = d.at("d").get<int>();
-  cfg.n_layers = d.at("layers").get<int>();
-  cfg.n_heads = d.at("heads").get<int>();
-  cfg.n_kv_heads = d.at("kv_heads").get<int>();
-  cfg.ffn_hidden = d.at("ffn").get<int>();
-  cfg.context = d.at("context").get<int>();
-  cfg.norm_eps = d.at("norm_eps").get<double>();
-  cfg.rope_theta = d.at("rope_theta").get<double>();
-  for (const auto& [flag, value] : c.at("axes").items()) cfg.set_axis(flag, value.get<std::string>());
-  return cfg;
-}
-
-std::string shape_key(const std::vector<int64_t>& shape) {
-  std::string s;
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += 'x';
-    s += std::to_string(shape[i]);
-  }
-  return s;
-}
+using test::case_names;
+using test::config_of;
+using test::golden_index;
+using test::shape_key;
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
