@@ -137,12 +137,6 @@ void AdamW::step(double lr) {
   }
 }
 
-double AdamW::owned_grad_sum_squares() const {
-  double total = 0.0;
-  for (const Piece& piece : pieces_) total += ops::sum_squares(piece.grad);
-  return total;
-}
-
 std::vector<io::NamedTensor> AdamW::state_tensors(std::vector<Buffer>* host) const {
   std::vector<io::NamedTensor> out;
   auto add = [&](const std::string& name, const Tensor& t) {

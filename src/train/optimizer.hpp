@@ -12,8 +12,8 @@
 // ranges of equal size S (the last ones shorter or empty), S a multiple of `align`: the shape that
 // reduce-scatter / all-gather over a flat buffer padded to S * world elements need. A rank's optimizer
 // keeps m and v only for the part of each parameter inside its range and updates only that part; the
-// communication layer reduce-scatters the gradients before step() and all-gathers the parameters
-// after it.
+// communication layer (train/grad_sync.hpp) reduce-scatters the gradients into that range during
+// backward and all-gathers the parameters after step().
 //
 // State file (safetensors): for each owned piece "exp_avg/<name>" and "exp_avg_sq/<name>" (1-D, the
 // piece's length), metadata "optimizer"="adamw", "step", "owned_begin", "owned_end", and per piece
@@ -77,9 +77,6 @@ class AdamW {
   // ops::adamw_update with weight_decay = cfg.weight_decay on decayed parameters, 0 otherwise.
   void step(double lr);
   int64_t step_count() const { return step_; }
-
-  // The owned part of the gradients (for the grad norm under ZeRO-1: sum over ranks, then sqrt).
-  double owned_grad_sum_squares() const;
 
   const AdamWConfig& config() const { return cfg_; }
   void set_config(const AdamWConfig& cfg) { cfg_ = cfg; }

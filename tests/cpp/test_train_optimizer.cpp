@@ -209,19 +209,13 @@ TEST(AdamW, Zero1ShardsEqualTheUnshardedOptimizer) {
       state += ranks.back()->state_elements();
     }
     EXPECT_EQ(state, reference.state_elements()) << "world " << world;  // padding holds no state
-    double sumsq = 0;
     for (int t = 1; t <= 3; ++t) {
       full.random_grads(uint64_t(t));
       sharded.random_grads(uint64_t(t));
       reference.step(1e-2);
-      sumsq = 0;
-      for (auto& r : ranks) {
-        r->step(1e-2);  // each rank updates its range of the shared buffer (= after all-gather)
-        sumsq += r->owned_grad_sum_squares();
-      }
+      for (auto& r : ranks) r->step(1e-2);  // each rank updates its range of the shared buffer (= after all-gather)
       EXPECT_TRUE(sharded.params_equal(full)) << "world " << world << " step " << t;
     }
-    EXPECT_NEAR(sumsq, reference.owned_grad_sum_squares(), 1e-9 * sumsq);
   }
 }
 
