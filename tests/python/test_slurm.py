@@ -563,3 +563,15 @@ def test_sweep_accepts_every_table_folder_of_jobs_pretrain(cluster):
         words = _line(proc.stdout, "slurm: dry run:")
         assert _value(words, "array") == f"0-{n - 1}", words
         assert _value(words, "gpus-per-node") == ("8" if ranks == 32 else "1"), words
+    # --parallel=K throttles the array (%K); sbatch options and trainer flags pass through in order.
+    folder = ROOT / "jobs/pretrain/table15_attn_ops"
+    proc = subprocess.run(["bash", str(ROOT / "slurm/pretrain_sweep.sh"), str(folder), "--parallel=3", "--time=1:00:00",
+                           "--", "--steps=5"], cwd=ROOT, env=dict(env, SINKLAB_DRY_RUN="1"), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    words = _line(proc.stdout, "slurm: dry run:")
+    assert _value(words, "array") == "0-9%3" and _value(words, "time") == "1:00:00" and words[-1] == "--steps=5", words
+    assert words[-2] == str(ROOT / "slurm/pretrain_sweep.sh") and "at most 3 at a time" in proc.stdout, words
+    proc = subprocess.run(["bash", str(ROOT / "slurm/pretrain_sweep.sh"), str(folder), "--parallel=0"], cwd=ROOT,
+                          env=dict(env, SINKLAB_DRY_RUN="1"), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--parallel=0: not a positive number" in proc.stderr, proc.stderr
