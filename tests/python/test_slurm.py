@@ -2,7 +2,10 @@
 cluster started on this machine (tests/integration/slurm_cluster.sh): 2 ranks through srun --mpi=pmix,
 results.h5 and DONE, and the preemption path: SIGUSR1 to the job's steps (what `#SBATCH --signal=USR1@120`
 does before the time limit) -> the trainer checkpoints and exits 0 -> the script requeues the job -> the
-requeued job resumes, and its loss sequence equals an uninterrupted run's bit for bit.
+requeued job resumes, and its loss sequence equals an uninterrupted run's bit for bit. slurm/pretrain_sweep.sh
+over a folder of three tiny job files as one job array (each task its own file, device, out-dir and
+requeue), its refusals, and the resources a job file leads to (sbatch and srun lines, SINKLAB_DRY_RUN=1:
+a GPU job file's layout is checked as far as a cluster without GPUs allows).
 
 Skips only when Slurm (slurmctld, slurmd, sbatch) is not installed, or, like test_pretrain.py, when the
 binaries are not built. Needs root (the private cluster runs with SlurmUser=root).
@@ -33,8 +36,8 @@ VOCAB = 64  # conftest.SYNTHETIC_VOCAB: the `corpus` fixture's vocabulary
 JOB_TIMEOUT = 150  # seconds for one job (requeue included) on a loaded 2-core machine
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
             "DEADLINE", "PREEMPTED"}
-# The job's resources on the sbatch line override the scripts' #SBATCH lines (8 GPUs x 8 tasks, 4 nodes).
-RESOURCES = ["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1", "--gpus-per-node=0"]
+# The job's resources on the sbatch line override the scripts' #SBATCH lines (1 task of 8 CPUs, no GPUs).
+RESOURCES = ["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1"]
 
 
 def _slurm_path():
@@ -267,3 +270,308 @@ def test_sft_sh_fine_tunes_two_ranks_to_done(cluster, corpus, reference, tmp_pat
     with h5py.File(out / "results.h5", "r") as f:
         assert f["runs/t/monitor/update_ratio"].shape == (10, 2)
         assert list(f["runs/t/eval/step"][:]) == [0, 10]  # before and after
+
+
+# ---------------------------------------------------------------------------------------------------
+# Resources from the job file (SINKLAB_DRY_RUN=1: the sbatch and srun lines, nothing submitted or run)
+
+def _script(cluster, script, args=(), config=None, extra_env=None, dry=True):
+    """bash slurm/<script> ARGS outside a job (submits) or, with SLURM_* in extra_env, as the batch job."""
+    env = {k: v for k, v in cluster["env"].items() if k not in ("DEVICE", "CONFIG", "OUT_DIR")}
+    if dry:
+        env["SINKLAB_DRY_RUN"] = "1"
+    if config:
+        env["CONFIG"] = str(config)
+    env.update(extra_env or {})
+    return subprocess.run(["bash", str(ROOT / "slurm" / script), *map(str, args)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def _line(text, prefix):
+    lines = [ln for ln in text.splitlines() if ln.startswith(prefix)]
+    assert len(lines) == 1, text
+    return lines[0].split()
+
+
+def _value(words, name):
+    """The last value of --name=v among a command line's words (what sbatch and srun use)."""
+    values = [w.split("=", 1)[1] for w in words if w.startswith(f"--{name}=")]
+    return values[-1] if values else None
+
+
+def _gpu_job_file(tmp_path, sbatch_line, name="gpu.ini"):
+    """tiny_test.ini as a GPU job: device = cuda and the given #SBATCH line, its own out-dir."""
+    f = tmp_path / name
+    f.write_text((ROOT / "jobs/pretrain/tiny_test.ini").read_text().replace(
+        "out-dir = results/tiny_test", f"device = cuda\n{sbatch_line}\nout-dir = {tmp_path / 'gpu_out'}"))
+    return f
+
+
+def test_resources_submit_side_dry_run(cluster, tmp_path):
+    """What sbatch is asked for: a CPU job file no GPUs; a GPU job file one rank per GPU on the nodes its
+    #SBATCH line says; sbatch options on the command line win; a global batch the ranks do not divide
+    and a CPU file that asks for GPUs are refused before anything is submitted."""
+    sub = _script(cluster, "pretrain.sh", ["--cpus-per-task=1"], config="jobs/pretrain/tiny_test.ini")
+    assert sub.returncode == 0, sub.stderr
+    words = _line(sub.stdout, "slurm: dry run:")
+    assert not [w for w in words if "gpu" in w.lower() or "gres" in w.lower()], words
+    assert "CONFIG=jobs/pretrain/tiny_test.ini" in words and words[-1].endswith("slurm/pretrain.sh")
+    assert "slurm: jobs/pretrain/tiny_test.ini: device cpu, 1 rank(s), out-dir results/tiny_test" in sub.stdout
+
+    # The 60M default: one GPU, not eight.
+    sub = _script(cluster, "pretrain.sh")
+    assert sub.returncode == 0, sub.stderr
+    words = _line(sub.stdout, "slurm: dry run:")
+    assert (_value(words, "nodes"), _value(words, "gpus-per-node"), _value(words, "ntasks-per-node")) == ("1", "1", "1")
+    assert _value(words, "output") == "results/60m_default/slurm-%j.out"  # the log beside the results
+
+    # The 1B default: 4 nodes x 8 GPUs = 32 ranks; the command line's --gpus-per-node=2 takes the ranks with it.
+    sub = _script(cluster, "pretrain_1b.sh", ["--partition=debug", "--", "--steps=10"])
+    assert sub.returncode == 0, sub.stderr
+    words = _line(sub.stdout, "slurm: dry run:")
+    assert (_value(words, "nodes"), _value(words, "gpus-per-node"), _value(words, "ntasks-per-node")) == ("4", "8", "8")
+    assert "32 rank(s)" in sub.stdout and words[-2:] == [str(ROOT / "slurm/pretrain_1b.sh"), "--steps=10"], words
+    sub = _script(cluster, "pretrain_1b.sh", ["--gpus-per-node=2"])
+    words = _line(sub.stdout, "slurm: dry run:")
+    assert (_value(words, "gpus-per-node"), _value(words, "ntasks-per-node")) == ("2", "2") and "8 rank(s)" in sub.stdout
+
+    # Refused: 3 GPUs do not divide 60m's 64 micro-batches; a CPU job file that asks for GPUs; a bad file.
+    sub = _script(cluster, "pretrain.sh", ["--gpus-per-node=3"])
+    assert sub.returncode == 2 and "slurm: jobs/pretrain/60m_default.ini: global-batch-tokens 1048576 is not a " \
+        "multiple of context x micro-batch-rows x ranks = 2048 x 8 x 3" in sub.stderr, sub.stderr
+    cpu_gpus = tmp_path / "cpu_gpus.ini"
+    cpu_gpus.write_text((ROOT / "jobs/pretrain/tiny_test.ini").read_text() + "#SBATCH --gpus-per-node=2\n")
+    sub = _script(cluster, "pretrain.sh", config=cpu_gpus)
+    assert sub.returncode == 2 and f"slurm: {cpu_gpus}: device cpu but its #SBATCH lines ask for GPUs" in sub.stderr
+    bad = tmp_path / "bad.ini"
+    bad.write_text((ROOT / "jobs/pretrain/tiny_test.ini").read_text() + "no-such-option = 1\n")
+    sub = _script(cluster, "pretrain.sh", config=bad)
+    assert sub.returncode == 2 and sub.stderr.startswith(f"slurm: {bad}: not a valid job file:"), sub.stderr
+    assert len(sub.stderr.strip().splitlines()) == 1 and "no-such-option" in sub.stderr, sub.stderr
+
+
+def test_resources_batch_side_dry_run(cluster, tmp_path):
+    """The srun line inside the job, from its allocation (SLURM_* as Slurm sets them on a 2-node x 4-GPU job):
+    one rank per GPU with --gpus-per-task=1 and core binding, NCCL's environment; a CPU job file on the same
+    allocation gets no GPU options; a GPU job without GPUs or with fewer tasks than GPUs is refused."""
+    gpu = _gpu_job_file(tmp_path, "#SBATCH --nodes=2 --gpus-per-node=4")
+    alloc = {"SLURM_JOB_ID": "12345", "SLURM_JOB_NUM_NODES": "2", "SLURM_NTASKS_PER_NODE": "4",
+             "SLURM_GPUS_ON_NODE": "4", "SLURM_CPUS_PER_TASK": "8"}
+    run = _script(cluster, "pretrain.sh", ["--steps=5"], config=gpu, extra_env=alloc)
+    assert run.returncode == 0, run.stderr
+    words = _line(run.stdout, "slurm: launch:")
+    assert words[2:5] == ["srun", "--mpi=pmix", "--kill-on-bad-exit=1"], words
+    assert (_value(words, "nodes"), _value(words, "ntasks-per-node"), _value(words, "gpus-per-task"),
+            _value(words, "gpu-bind"), _value(words, "cpu-bind")) == ("2", "4", "1", "none", "cores"), words
+    assert words[words.index("--device") + 1] == "cuda"
+    assert words[words.index("--out-dir") + 1] == str(tmp_path / "gpu_out") and words[-1] == "--steps=5"
+    assert "slurm: 2 node(s) x 4 GPU(s), one rank per GPU; NCCL_DEBUG=WARN CUDA_DEVICE_ORDER=PCI_BUS_ID" in run.stdout
+    run = _script(cluster, "pretrain.sh", config=gpu, extra_env=dict(alloc, NCCL_DEBUG="INFO"))
+    assert "NCCL_DEBUG=INFO" in run.stdout  # the user's setting stays
+
+    cpu = _script(cluster, "pretrain.sh", config="jobs/pretrain/tiny_test.ini",
+                  extra_env=dict(alloc, SLURM_GPUS_ON_NODE="0"))
+    words = _line(cpu.stdout, "slurm: launch:")
+    assert not [w for w in words if "gpu" in w.lower()] and _value(words, "cpu-bind") == "cores", words
+    assert words[words.index("--device") + 1] == "cpu" and "NCCL" not in cpu.stdout
+
+    no_gpus = _script(cluster, "pretrain.sh", config=gpu, extra_env=dict(alloc, SLURM_GPUS_ON_NODE="0"))
+    assert no_gpus.returncode == 2 and "device cuda, but this job has no GPUs" in no_gpus.stderr
+    one_task = _script(cluster, "pretrain.sh", config=gpu, extra_env=dict(alloc, SLURM_NTASKS_PER_NODE="1"))
+    assert one_task.returncode == 2 and "the job has 4 GPU(s) but 1 task(s) per node; one rank per GPU needs " \
+        "sbatch --ntasks-per-node=4" in one_task.stderr, one_task.stderr
+
+
+def test_cpu_cluster_accepts_the_cpu_request_and_rejects_a_gpu_one(cluster, tmp_path):
+    """sbatch --test-only of what the scripts ask for: the CPU job file's request is valid on the private
+    CPU cluster (no GPU request at all), the GPU job file's is not (the cluster has no GPUs)."""
+    cpu_file = tmp_path / "cpu.ini"
+    cpu_file.write_text((ROOT / "jobs/pretrain/tiny_test.ini").read_text().replace(
+        "out-dir = results/tiny_test", f"out-dir = {tmp_path / 'cpu_out'}"))
+    cpu = _script(cluster, "pretrain.sh", ["--test-only", "--ntasks-per-node=2", "--cpus-per-task=1"],
+                  config=cpu_file, dry=False)
+    assert cpu.returncode == 0 and "to start at" in cpu.stderr, cpu.stderr
+    gpu = _script(cluster, "pretrain.sh", ["--test-only", "--cpus-per-task=1"],
+                  config=_gpu_job_file(tmp_path, "#SBATCH --gpus-per-node=1"), dry=False)
+    assert gpu.returncode != 0 and "gres" in gpu.stderr.lower(), gpu.stderr
+
+
+# ---------------------------------------------------------------------------------------------------
+# slurm/pretrain_sweep.sh: a folder of job files as one job array
+
+SWEEP_STEPS = 200
+SWEEP_CELLS = {  # file -> its own settings on top of tiny_test.ini
+    "a_softmax.ini": "device = cpu\n",
+    "b_sigmoid_one.ini": "attn-sim = sigmoid\nattn-norm = one\n",
+    "c_elu_sum.ini": "attn-sim = elu-plus-one\nattn-norm = sum\n",
+}
+
+
+def _sweep_dir(tmp_path, corpus, cells=SWEEP_CELLS, sbatch="#SBATCH --ntasks-per-node=2 --cpus-per-task=1"):
+    """Tiny job files made from tiny_test.ini: the synthetic corpus, each its own out-dir and run name."""
+    d = tmp_path / "sweep"
+    d.mkdir()
+    base = (ROOT / "jobs/pretrain/tiny_test.ini").read_text()
+    for name, settings in cells.items():
+        stem = name[:-4]
+        text = (base.replace("out-dir = results/tiny_test", f"out-dir = {tmp_path / 'out' / stem}")
+                .replace("run-name = tiny_test", f"run-name = {stem}")
+                .replace("steps = 12", f"steps = {SWEEP_STEPS}")
+                .replace("data/mini/train.bin", str(corpus / "train.bin"))
+                .replace("data/mini/valid.bin", str(corpus / "valid.bin"))
+                .replace("vocab-size = 4096", f"vocab-size = {VOCAB}")
+                .replace("checkpoint-every = 4", "checkpoint-every = 10000")
+                .replace("eval-every = 4", "eval-every = 100")
+                .replace("log-every = 1", "log-every = 10"))
+        (d / name).write_text(f"# sweep cell {stem}\n{settings}{sbatch}\n{text}")
+    return d
+
+
+def _array_tasks(cluster, array_id):
+    """{task index: scontrol's record} of an array job's tasks (once Slurm split them)."""
+    proc = subprocess.run(["scontrol", "-o", "show", "job", array_id], env=cluster["env"], capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    tasks = {}
+    for line in proc.stdout.splitlines():
+        rec = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+        if rec.get("ArrayTaskId", "").isdigit():
+            tasks[int(rec["ArrayTaskId"])] = rec
+    return tasks
+
+
+def _wait_array(cluster, array_id, n, log_of, timeout, until=None):
+    t0 = time.time()
+    while True:
+        tasks = _array_tasks(cluster, array_id)
+        if until is not None and until(tasks):
+            return tasks
+        if until is None and len(tasks) == n and all(t["JobState"] in TERMINAL for t in tasks.values()):
+            return tasks
+        if time.time() - t0 > timeout:
+            msg = "\n".join(_diagnose(cluster, t["JobId"], log_of(i)) for i, t in sorted(tasks.items()))
+            subprocess.run(["scancel", array_id], env=cluster["env"], timeout=30)
+            raise AssertionError(f"array {array_id} not done after {timeout}s: {tasks}\n{msg}")
+        time.sleep(0.25)
+
+
+def _squeue(cluster):
+    return subprocess.run(["squeue", "-h", "-o", "%i"], env=cluster["env"], capture_output=True, text=True,
+                          timeout=30).stdout
+
+
+def test_sweep_runs_each_job_file_as_an_array_task(cluster, corpus, tmp_path):
+    """Three tiny job files (softmax, sigmoid without normalisation, elu+1 with sum) as one job array: each
+    task runs its own file (its device, out-dir, run name and attention) with 2 ranks to DONE; SIGUSR1 to
+    one task checkpoints it, requeues that task alone, and it resumes to the end."""
+    d = _sweep_dir(tmp_path, corpus)
+    env = {k: v for k, v in cluster["env"].items() if k != "DEVICE"}  # the files say where they run
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    sub = subprocess.run(["bash", str(ROOT / "slurm/pretrain_sweep.sh"), str(d), f"--output={logs}/%A_%a.out"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert sub.returncode == 0, sub.stdout + sub.stderr
+    m = re.search(r"^slurm: sweep \S+: array job (\d+), 3 task\(s\) \(device cpu, 2 rank\(s\) each\)$", sub.stdout, re.M)
+    assert m, sub.stdout
+    array_id = m.group(1)
+    names = sorted(SWEEP_CELLS)
+    for i, name in enumerate(names):  # the mapping task -> file, sorted by name
+        assert f"slurm: task {i}: {d / name} -> {tmp_path / 'out' / name[:-4]}" in sub.stdout, sub.stdout
+    log_of = lambda i: logs / f"{array_id}_{i}.out"  # noqa: E731
+
+    # Interrupt task 1 once it is under way; the others go on.
+    def task1_training(tasks):
+        return 1 in tasks and log_of(1).exists() and re.search(r"step [3-9]0/", log_of(1).read_text()) is not None
+    _wait_array(cluster, array_id, 3, log_of, JOB_TIMEOUT, until=task1_training)
+    sig = subprocess.run(["scancel", "--signal=USR1", f"{array_id}_1"], env=cluster["env"], capture_output=True,
+                         text=True, timeout=30)
+    assert sig.returncode == 0, sig.stderr
+    tasks = _wait_array(cluster, array_id, 3, log_of, 3 * JOB_TIMEOUT)
+
+    for i, name in enumerate(names):
+        stem, t = name[:-4], tasks[i]
+        out, text = tmp_path / "out" / stem, log_of(i).read_text()
+        assert t["JobState"] == "COMPLETED" and t["ExitCode"] == "0:0", _diagnose(cluster, t["JobId"], log_of(i))
+        assert t["Restarts"] == ("1" if i == 1 else "0"), _diagnose(cluster, t["JobId"], log_of(i))
+        assert f"slurm: sweep array job {array_id} task {i} (job {t['JobId']}): {d / name}" in text, text
+        launches = [ln for ln in text.splitlines() if ln.startswith("slurm: launch: srun")]
+        assert len(launches) == (2 if i == 1 else 1), text  # task 1 ran again after its requeue
+        assert all("gpu" not in ln.lower() and " --device cpu " in ln for ln in launches), launches
+        assert "2 rank(s)" in text and f"slurm: {out} finished" in text, text
+        assert (out / "DONE").exists()
+        with h5py.File(out / "results.h5", "r") as f:
+            assert list(f[f"runs/{stem}/train/step"][:]) == list(range(SWEEP_STEPS))
+            assert np.all(np.isfinite(f[f"runs/{stem}/train/loss"][:]))
+            config = str(f.attrs["config"])
+        assert f"out-dir = {out}" in config and f"run-name = {stem}" in config and "device = cpu" in config, config
+        for line in SWEEP_CELLS[name].strip().splitlines():
+            assert line in config, (name, config)
+        if i == 0:
+            assert "attn-sim = exp" in config and "attn-norm = sum" in config, config
+    text = log_of(1).read_text()
+    stopped = re.search(r"stop requested: checkpointed at step (\d+)", text)
+    assert stopped and f"not finished, requeueing job {tasks[1]['JobId']}" in text, text
+    assert f"(step {stopped.group(1)})" in text and 30 <= int(stopped.group(1)) < SWEEP_STEPS, text
+
+
+def test_sweep_refuses_before_submitting(cluster, corpus, tmp_path):
+    """A missing or empty folder, a file the binary refuses, files of different resources, two files with
+    one out-dir: one line naming the problem, exit 2, no job submitted."""
+    before = _squeue(cluster)
+    env = {k: v for k, v in cluster["env"].items() if k != "DEVICE"}
+
+    def sweep(path, *args):
+        proc = subprocess.run(["bash", str(ROOT / "slurm/pretrain_sweep.sh"), str(path), *args], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, (proc.stdout, proc.stderr)
+        assert "array job" not in proc.stdout, proc.stdout
+        return proc.stderr.strip()
+
+    assert sweep(tmp_path / "nope") == f"slurm: pretrain_sweep.sh: {tmp_path / 'nope'}: no such directory"
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("not a job file\n")
+    assert sweep(tmp_path / "empty") == f"slurm: pretrain_sweep.sh: {tmp_path / 'empty'} has no job files (*.ini)"
+
+    d = _sweep_dir(tmp_path, corpus)
+    (d / "b_sigmoid_one.ini").write_text((d / "b_sigmoid_one.ini").read_text() + "attn-sim = nonsense\n")
+    err = sweep(d)
+    assert err.startswith(f"slurm: {d / 'b_sigmoid_one.ini'}: not a valid job file:") and "attn-sim" in err, err
+
+    (d / "b_sigmoid_one.ini").unlink()
+    (d / "c_elu_sum.ini").write_text((d / "c_elu_sum.ini").read_text().replace("--ntasks-per-node=2", "--ntasks-per-node=1"))
+    err = sweep(d)
+    assert "ask for different resources; one array has one shape" in err and str(d / "c_elu_sum.ini") in err, err
+
+    (d / "c_elu_sum.ini").write_text((d / "a_softmax.ini").read_text())
+    assert "write to one out-dir" in sweep(d)
+    assert _squeue(cluster) == before
+
+
+def test_sweep_accepts_every_table_folder_of_jobs_pretrain(cluster):
+    """Each folder of jobs/pretrain submits as one array (dry run): every file valid, one resource shape per
+    folder (one GPU per task for the 60M cells, 4 nodes x 8 GPUs for the 1B ones), out-dirs distinct."""
+    folders = sorted(p for p in (ROOT / "jobs/pretrain").iterdir() if p.is_dir() and list(p.glob("*.ini")))
+    assert len(folders) >= 20
+    env = {k: v for k, v in cluster["env"].items() if k != "DEVICE"}
+    for folder in folders:
+        proc = subprocess.run(["bash", str(ROOT / "slurm/pretrain_sweep.sh"), str(folder)], cwd=ROOT,
+                              env=dict(env, SINKLAB_DRY_RUN="1"), capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, (folder.name, proc.stderr)
+        n = len(list(folder.glob("*.ini")))
+        ranks = 32 if folder.name == "sec7_scale_1b" else 1
+        assert f"array job (dry run), {n} task(s) (device cuda, {ranks} rank(s) each)" in proc.stdout, proc.stdout
+        words = _line(proc.stdout, "slurm: dry run:")
+        assert _value(words, "array") == f"0-{n - 1}", words
+        assert _value(words, "gpus-per-node") == ("8" if ranks == 32 else "1"), words
+    # --parallel=K throttles the array (%K); sbatch options and trainer flags pass through in order.
+    folder = ROOT / "jobs/pretrain/table15_attn_ops"
+    proc = subprocess.run(["bash", str(ROOT / "slurm/pretrain_sweep.sh"), str(folder), "--parallel=3", "--time=1:00:00",
+                           "--", "--steps=5"], cwd=ROOT, env=dict(env, SINKLAB_DRY_RUN="1"), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    words = _line(proc.stdout, "slurm: dry run:")
+    assert _value(words, "array") == "0-9%3" and _value(words, "time") == "1:00:00" and words[-1] == "--steps=5", words
+    assert words[-2] == str(ROOT / "slurm/pretrain_sweep.sh") and "at most 3 at a time" in proc.stdout, words
+    proc = subprocess.run(["bash", str(ROOT / "slurm/pretrain_sweep.sh"), str(folder), "--parallel=0"], cwd=ROOT,
+                          env=dict(env, SINKLAB_DRY_RUN="1"), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--parallel=0: not a positive number" in proc.stderr, proc.stderr
