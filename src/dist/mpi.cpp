@@ -79,6 +79,14 @@ World World::init(int& argc, char**& argv) {
   return w;
 }
 
+int World::gpu_for(int local_rank, int local_size, int visible) {
+  if (visible == 0 || visible == 1) return visible == 1 ? 0 : local_rank;
+  SL_CHECK(local_rank < visible,
+           "local rank %d of %d on this node sees %d GPUs: start at most one rank per GPU, or bind one GPU to each "
+           "rank (srun --gpus-per-task=1)", local_rank, local_size, visible);
+  return local_rank;
+}
+
 World::~World() {
   if (!owns_mpi_) return;
   int finalized = 0;

@@ -46,6 +46,13 @@ class World {
   // OMPI_COMM_WORLD_LOCAL_RANK / SLURM_LOCALID) and the number of them: the GPU index of this rank.
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
+  // The GPU this rank drives among the `visible` ones: its local rank when the node's ranks all see
+  // every GPU (mpirun, srun --gpu-bind=none), GPU 0 when each rank sees one of its own (srun
+  // --gpus-per-task=1 with binding, CUDA_VISIBLE_DEVICES per rank). Fails with one line naming the
+  // counts when neither holds (more ranks on the node than GPUs). visible = 0: local_rank (the CUDA
+  // backend then reports that there is no device).
+  static int gpu_for(int local_rank, int local_size, int visible);
+  int local_gpu(int visible) const { return gpu_for(local_rank_, local_size_, visible); }
   MPI_Comm comm() const { return MPI_COMM_WORLD; }
 
   void barrier() const;

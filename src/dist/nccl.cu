@@ -27,7 +27,7 @@ NcclComm::NcclComm(const World& world, int device, CUstream_st* compute_stream)
     : world_(world), compute_(compute_stream) {
   int count = 0;
   cuda_check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
-  device_ = device >= 0 ? device : world.local_rank();
+  device_ = device >= 0 ? device : world.local_gpu(count);
   SL_CHECK(count > 0, "NCCL: no CUDA device on this node (rank %d)", world.rank());
   SL_CHECK(device_ < count, "NCCL: rank %d wants GPU %d but this node has %d (more ranks per node than GPUs?)",
            world.rank(), device_, count);

@@ -1,7 +1,7 @@
 // NCCL data-parallel communicator over the MPI world (CUDA builds only; without CUDA this header
 // declares nothing, so host code may include it unconditionally and test SINKLAB_HAVE_CUDA).
 //
-// Bootstrap: every rank selects GPU local_rank (cudaSetDevice), rank 0 creates the ncclUniqueId and
+// Bootstrap: every rank selects its GPU (World::local_gpu, cudaSetDevice), rank 0 creates the ncclUniqueId and
 // MPI-broadcasts it, then all ranks ncclCommInitRank(size, id, rank).
 //
 // Streams (the dist::Communicator contract): collectives run on a communication stream of their own.
@@ -28,7 +28,7 @@ namespace sinklab::dist {
 
 class NcclComm final : public Communicator {
  public:
-  // Collective over `world`: every rank must construct it. device < 0 means world.local_rank().
+  // Collective over `world`: every rank must construct it. device < 0 means world.local_gpu().
   // `compute_stream`: the stream the backend computes on (the CUDA backend's stream).
   NcclComm(const World& world, int device, CUstream_st* compute_stream);
   ~NcclComm() override;

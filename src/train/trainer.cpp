@@ -44,6 +44,14 @@ double gpu_dense_bf16_peak_flops(const std::string& gpu_name) {
 
 namespace {
 
+int visible_gpus() {
+#if SINKLAB_HAVE_CUDA
+  return cuda::device_count();
+#else
+  return 0;
+#endif
+}
+
 // The data-parallel collectives: MPI on host buffers, NCCL on the CUDA backend's device buffers. A job
 // of one rank needs none (MpiComm's operations are then the identity and touch no memory).
 std::unique_ptr<dist::Communicator> make_communicator(const dist::World& world, Device device) {
@@ -159,7 +167,7 @@ Trainer::Trainer(const TrainConfig& cfg, dist::World& world)
       world_(world),
       rank_(world.rank()),
       world_size_(world.size()),
-      device_(cfg.device == "cuda" ? Device::cuda(world.local_rank()) : Device::cpu()),
+      device_(cfg.device == "cuda" ? Device::cuda(world.local_gpu(visible_gpus())) : Device::cpu()),
       model_(cfg.model, device_),
       layout_(make_batch_layout(cfg.global_batch_tokens, cfg.model.context, cfg.micro_batch_rows, world.size())),
       train_data_(cfg.sft ? nullptr : std::make_unique<ChunkSampler>(training_data_config(cfg))),

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.hpp"
 #include "core/log.hpp"
 #include "dist/mpi.hpp"
 #include "mpi/mpi_test_main.hpp"
@@ -47,6 +48,22 @@ TEST(MpiWorld, MpiOnlyUnderALauncher) {
   if (!launched) {
     EXPECT_EQ(w.size(), 1);
     EXPECT_EQ(w.rank(), 0);
+  }
+}
+
+// Which GPU a rank drives: its local rank when every rank sees every GPU, GPU 0 when each sees its own;
+// more ranks than GPUs is refused naming the counts.
+TEST(MpiWorld, GpuOfALocalRank) {
+  EXPECT_EQ(World::gpu_for(0, 8, 8), 0);
+  EXPECT_EQ(World::gpu_for(5, 8, 8), 5);
+  EXPECT_EQ(World::gpu_for(5, 8, 1), 0);  // srun --gpus-per-task=1 with binding: one visible GPU per rank
+  EXPECT_EQ(World::gpu_for(1, 2, 4), 1);  // fewer ranks than GPUs
+  EXPECT_EQ(World::gpu_for(3, 4, 0), 3);  // no GPU: the CUDA backend says so
+  try {
+    World::gpu_for(2, 4, 2);
+    ADD_FAILURE() << "4 ranks on 2 GPUs were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("local rank 2 of 4 on this node sees 2 GPUs"), std::string::npos) << e.what();
   }
 }
 
