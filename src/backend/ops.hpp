@@ -172,6 +172,7 @@ enum class AttnKernel : uint8_t {
 
 struct AttentionSpec {
   AttnKernel kernel = AttnKernel::auto_select;  // the request; the computed function does not depend on it
+  bool deterministic = true;  // backward: cuDNN's deterministic algorithm (the other kernels always are)
   double scale = 0.0;  // 0 means 1/sqrt(dh)
   AttnSim sim = AttnSim::exp;
   AttnNorm norm = AttnNorm::sum;

@@ -36,8 +36,12 @@ class Transformer {
   const ops::AttentionSpec& attention_spec() const { return attention_; }
   // The attention op's spec for layer l with its per-layer tensors (sink logits, relative bias).
   ops::AttentionSpec layer_spec(int l, bool backward) const;
-  // --attn-kernel: the kernel the attention calls of training ask for (backend/attention_dispatch.hpp).
-  void set_attention_kernel(ops::AttnKernel request) { attention_.kernel = request; }
+  // --attn-kernel: the kernel the attention calls of training ask for (backend/attention_dispatch.hpp);
+  // --attn-deterministic: the backward's deterministic algorithm where a kernel has a faster other one.
+  void set_attention_kernel(ops::AttnKernel request, bool deterministic = true) {
+    attention_.kernel = request;
+    attention_.deterministic = deterministic;
+  }
   // The kernel those calls run on this model's device, and why; throws "--attn-kernel ...: why not" when
   // the requested one cannot run this model's attention.
   ops::AttnKernelChoice attention_kernel() const;

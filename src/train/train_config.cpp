@@ -135,6 +135,8 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, b
       ("attn-kernel", po::value(&c.attn_kernel)->default_value("auto"),
        "attention kernel: auto (cuDNN when the attention fits, then the flash kernel, then the reference) | cudnn | "
        "flash | reference; on the CPU only auto and reference (the CPU reference kernel)")
+      ("attn-deterministic", po::value(&c.attn_deterministic)->default_value(true),
+       "attention backward with cuDNN's deterministic algorithm (same bits every run; false: its faster one)")
       ("dry-run", po::value(&c.dry_run)->default_value(false)->implicit_value(true),
        "check the configuration and print it (every option with its value), then exit");
   desc.add(variant_desc);

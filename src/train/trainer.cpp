@@ -156,7 +156,7 @@ Trainer::Trainer(const TrainConfig& cfg, dist::World& world)
       grad_norm_spikes_(cfg.spike_sigma, cfg.spike_window),
       nan_grad_step_(test_hook_step("SINKLAB_TEST_NAN_GRAD_STEP")),
       loss_spike_step_(test_hook_step("SINKLAB_TEST_LOSS_SPIKE_STEP")) {
-  model_.set_attention_kernel(ops::parse_attn_kernel(cfg.attn_kernel));
+  model_.set_attention_kernel(ops::parse_attn_kernel(cfg.attn_kernel), cfg.attn_deterministic);
   attn_kernel_ = model_.attention_kernel();  // refuses a requested kernel that cannot run this attention
   if (train_data_) {
     SL_CHECK(train_data_->vocab_size() <= uint32_t(cfg.model.vocab_size),
