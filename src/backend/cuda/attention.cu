@@ -540,12 +540,13 @@ void CudaBackend::attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k
   const char* op = "attention_forward";
   const AttentionDims d = check_attention_forward_args(op, out, stats, q, k, v, spec, probs);
   const ops::AttnKernelChoice kernel = ops::choose_attention_kernel(spec, ops::attn_call_of(q, probs.defined()));
-  if (kernel.kernel == ops::AttnKernel::cudnn) {
+  if (kernel.kernel != ops::AttnKernel::reference) {
     for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"},
                                   {&stats, "stats"}})
       if (t->defined()) check_device_f32(*this, *t, op, name);
     check_spec_tensors(*this, spec, op);
-    return cudnn_attention_forward(*this, out, stats, q, k, v, spec, d);
+    if (kernel.kernel == ops::AttnKernel::cudnn) return cudnn_attention_forward(*this, out, stats, q, k, v, spec, d);
+    return flash_attention_forward(*this, out, stats, q, k, v, spec, d);
   }
   forward(*this, out, stats, q, k, v, spec, probs, d, op);
 }
@@ -572,6 +573,8 @@ void CudaBackend::attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor 
   const ops::AttnKernelChoice kernel = ops::choose_attention_kernel(spec, ops::attn_call_of(q, false));
   if (kernel.kernel == ops::AttnKernel::cudnn)
     return cudnn_attention_backward(*this, d_q, d_k, d_v, d_out, q, k, v, out, stats, spec, d);
+  if (kernel.kernel == ops::AttnKernel::flash)
+    return flash_attention_backward(*this, d_q, d_k, d_v, d_out, q, k, v, out, stats, spec, d);
   const size_t smem_query = shared_bytes(d, 3, op), smem_key = shared_bytes(d, 4, op);
   DeviceGuard guard(index_);
   const int64_t rows = d.B * d.H * d.T;

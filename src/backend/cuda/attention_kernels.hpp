@@ -18,4 +18,11 @@ void cudnn_attention_backward(CudaBackend& be, Tensor d_q, Tensor d_k, Tensor d_
                               Tensor v, Tensor out, Tensor stats, const ops::AttentionSpec& spec,
                               const AttentionDims& d);
 
+// attention_flash.cu: the flash-style kernel for sigmoid / elu+1 / identity (bf16 tensor cores inside).
+void flash_attention_forward(CudaBackend& be, Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v,
+                             const ops::AttentionSpec& spec, const AttentionDims& d);
+void flash_attention_backward(CudaBackend& be, Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, Tensor k,
+                              Tensor v, Tensor out, Tensor stats, const ops::AttentionSpec& spec,
+                              const AttentionDims& d);
+
 }  // namespace sinklab::cuda
