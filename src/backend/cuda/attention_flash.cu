@@ -354,8 +354,14 @@ __global__ void __launch_bounds__(kThreadsFlash) flash_backward_dkv_kernel(Flash
     dKf[e] = 0.0f;
     dVf[e] = 0.0f;
   }
-  // The queries that may see keys [j0, j0 + nk) (the ranges are monotone in j).
-  const int64_t qb = math::attn_query_begin(cfg, j0), qe = math::attn_query_end(cfg, j0 + nk - 1, g.T);
+  // The queries that may see keys [j0, j0 + nk): the union of the keys' ranges (a lead key is seen by every
+  // query, the positional keys after it by a window's worth only: the ends are not monotone across them).
+  int64_t qb = g.T, qe = 0;
+  for (int64_t j = j0; j < j0 + nk; ++j) {
+    const int64_t b_j = math::attn_query_begin(cfg, j), e_j = math::attn_query_end(cfg, j, g.T);
+    qb = b_j < qb ? b_j : qb;
+    qe = e_j > qe ? e_j : qe;
+  }
   const int r0 = warp * 16;
   for (int64_t hh = 0; hh < g.group; ++hh) {
     const int64_t h = kvh * g.group + hh;
