@@ -134,7 +134,8 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, b
       ("device", po::value(&c.device)->default_value("cpu"), "cpu | cuda")
       ("attn-kernel", po::value(&c.attn_kernel)->default_value("auto"),
        "attention kernel: auto (cuDNN when the attention fits, then the flash kernel, then the reference) | cudnn | "
-       "flash | reference; on the CPU only auto and reference (the CPU reference kernel)")
+       "flash | reference; cudnn and flash compute in bf16, the reference in f32 (a GPU run that must match the CPU "
+       "to f32 rounding asks for reference); on the CPU only auto and reference (the CPU reference kernel)")
       ("attn-deterministic", po::value(&c.attn_deterministic)->default_value(true),
        "attention backward with cuDNN's deterministic algorithm (same bits every run; false: its faster one)")
       ("dry-run", po::value(&c.dry_run)->default_value(false)->implicit_value(true),

@@ -25,6 +25,7 @@
 #include "backend/attention_dispatch.hpp"
 #include "backend/backend.hpp"
 #include "gpu/gpu_test_util.hpp"
+#include "model/transformer.hpp"
 
 namespace sinklab {
 namespace {
@@ -221,6 +222,28 @@ TEST(CudaAttentionFast, AutoPicksCudnnForSoftmaxFlashForSigmoidAndTheReferenceFo
   spec.sim = ops::AttnSim::sigmoid;
   spec.norm = ops::AttnNorm::one;
   EXPECT_EQ(ops::choose_attention_kernel(spec, ops::attn_call_of(q.t, false)).kernel, AttnKernel::flash);
+}
+
+// The trainer's view: a model on the GPU names the kernel its attention runs (what the log and results.h5 say).
+TEST(CudaAttentionFast, ModelOnTheGpuNamesItsKernel) {
+  SKIP_WITHOUT_CUDA();
+  model::ModelConfig c;
+  c.vocab_size = 16;
+  c.d_model = 128;
+  c.n_layers = 1;
+  c.n_heads = 2;
+  c.ffn_hidden = 32;
+  c.context = 16;
+  EXPECT_EQ(model::Transformer(c, Device::cuda(0)).attention_kernel().kernel, AttnKernel::cudnn);
+  c.attn_sim = ops::AttnSim::sigmoid;
+  c.attn_norm = ops::AttnNorm::one;
+  EXPECT_EQ(model::Transformer(c, Device::cuda(0)).attention_kernel().kernel, AttnKernel::flash);
+  c.attn_norm = ops::AttnNorm::p_norm;
+  c.attn_p = 2.0;
+  model::Transformer pnorm(c, Device::cuda(0));
+  EXPECT_EQ(pnorm.attention_kernel().kernel, AttnKernel::reference);
+  pnorm.set_attention_kernel(AttnKernel::flash);
+  EXPECT_THROW(pnorm.attention_kernel(), Error);
 }
 
 }  // namespace
