@@ -54,7 +54,7 @@ if [ -n "$nccl_h" ]; then mkdir -p "$b/include/nccl" && cp -a "$nccl_h" "$b/incl
 # whose cuDNN came without them (PyTorch's wheels ship the library; run.sh prefers headers it finds there).
 fe_inc="$root/.deps/cudnn-frontend/include"
 [ -f "$fe_inc/cudnn_frontend.h" ] || "$root/env/cudnn_frontend.sh"
-cp -a "$fe_inc" "$b/include/cudnn_frontend"
+mkdir -p "$b/include/cudnn_frontend" && cp -a "$fe_inc" "$b/include/cudnn_frontend/include"  # keeps the name include/
 mkdir -p "$b/include/cudnn" && cp -a /usr/local/cuda/include/cudnn*.h "$b/include/cudnn/"
 # Boost: only the headers <boost/program_options.hpp> pulls in (the whole of /usr/include/boost is ~180 MB).
 echo '#include <boost/program_options.hpp>' > "$stage/po.cpp"

@@ -49,9 +49,6 @@ std::string cudnn_unfit(const AttentionSpec& s, const AttnCall& call) {
   if (s.mask == AttnMask::prefix_lm) return "cuDNN has no prefix-LM mask";
   if (s.pos_bias == AttnPosBias::relative) return "cuDNN has no T5 relative position bias";
   if (s.lead_keys > 0) return "lead keys (K/KV biases) seen by every query are no cuDNN mask";
-  if (s.pos_bias == AttnPosBias::alibi && (call.heads <= 0 || (call.heads & (call.heads - 1)) != 0))
-    return strfmt("cuDNN's ALiBi slopes are 2^(-8(h+1)/H), the paper's only for H a power of two (H = %lld)",
-                  (long long)call.heads);
   if (s.sink_logit.defined() && call.cudnn_version < 91300)
     return strfmt("the sink logit needs cuDNN >= 9.13 (loaded: %lld)", (long long)call.cudnn_version);
   return "";
@@ -91,7 +88,6 @@ AttnCall attn_call_of(const Tensor& q, bool probs) {
   c.device = q.device.kind;
   c.dtype = q.dtype;
   c.head_dim = q.ndim == 4 ? q.shape[3] : 0;
-  c.heads = q.ndim == 4 ? q.shape[2] : 0;
   c.probs = probs;
   c.cudnn_version = q.device.is_cuda() ? cudnn_version() : 0;
   return c;

@@ -1,8 +1,8 @@
 // Which kernel runs an attention call: the one place that decides (DESIGN.md, "The GPU path").
 //
 //   cudnn      cuDNN's fused SDPA (cuda/attention_cudnn.cu): sim exp, norm sum with alpha 1, causal or
-//              sliding-window mask, no position bias or ALiBi (H a power of two: cuDNN's slopes are
-//              2^(-8(h+1)/H), which the paper's rule matches only then), the learned sink logit (cuDNN >= 9.13),
+//              sliding-window mask, no position bias or ALiBi (cudnn-frontend's slopes, get_alibi_slope, are
+//              the released code's rule, math::attn_alibi_slope, for any H), the learned sink logit (cuDNN >= 9.13),
 //              no lead keys, head_dim a multiple of 8 up to 128. bf16 inside (f32 in and out).
 //   flash      sinklab's flash-style kernel (cuda/attention_flash.cu): sim sigmoid (any bias),
 //              elu-plus-one, identity; norm one or sum (any alpha); causal, sliding-window, prefix-LM masks;
@@ -31,7 +31,6 @@ struct AttnCall {
   DeviceKind device = DeviceKind::cpu;
   DType dtype = DType::f32;      // of q, k, v
   int64_t head_dim = 0;
-  int64_t heads = 0;             // query heads H (cuDNN's ALiBi slopes are the power-of-two rule)
   bool probs = false;            // the call also writes probs [B,H,T,S]
   int64_t cudnn_version = 0;     // cudnnGetVersion() of the loaded library (e.g. 91900), 0: none
 };

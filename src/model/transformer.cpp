@@ -307,7 +307,6 @@ ops::AttnKernelChoice Transformer::attention_kernel() const {
   call.device = device_.kind;
   call.dtype = DType::f32;
   call.head_dim = cfg_.head_dim();
-  call.heads = cfg_.n_heads;
   call.cudnn_version = device_.is_cuda() ? cudnn_version() : 0;
   return ops::choose_attention_kernel(layer_spec(0, false), call);
 }

@@ -134,7 +134,6 @@ bool expect_cudnn(const ModelConfig& c, const AttnCall& call) {
          call.head_dim <= 128 && call.cudnn_version > 0 && c.attn_sim == ops::AttnSim::exp &&
          c.attn_norm == ops::AttnNorm::sum && c.attn_alpha == 1.0 && c.prefix_length == 1 &&
          c.pos_emb != PosEmb::relative && c.attn_bias != AttnBias::kv && c.attn_bias != AttnBias::k &&
-         (c.pos_emb != PosEmb::alibi || call.heads == 1 || call.heads == 2 || call.heads == 4 || call.heads == 8) &&
          (!sink || call.cudnn_version >= 91300);
 }
 bool expect_flash(const ModelConfig& c, const AttnCall& call) {
@@ -151,13 +150,10 @@ AttnKernel expect_auto(const ModelConfig& c, const AttnCall& call) {
 std::vector<AttnCall> calls() {
   std::vector<AttnCall> out;
   for (bool probs : {false, true}) {
-    for (int64_t dh : {64, 128, 36, 136}) {
-      for (int64_t heads : {2, 6}) {
-        out.push_back({DeviceKind::cpu, DType::f32, dh, heads, probs, 0});
-        out.push_back({DeviceKind::cpu, DType::f64, dh, heads, probs, 0});
-        for (int64_t cudnn : {0, 91200, 91300, 91900})
-          out.push_back({DeviceKind::cuda, DType::f32, dh, heads, probs, cudnn});
-      }
+    for (int64_t dh : {8, 64, 128, 36, 136, 256}) {
+      out.push_back({DeviceKind::cpu, DType::f32, dh, probs, 0});
+      out.push_back({DeviceKind::cpu, DType::f64, dh, probs, 0});
+      for (int64_t cudnn : {0, 91200, 91300, 91900}) out.push_back({DeviceKind::cuda, DType::f32, dh, probs, cudnn});
     }
   }
   return out;
@@ -166,9 +162,8 @@ std::vector<AttnCall> calls() {
 std::string describe(const Variant& v, const AttnCall& call) {
   std::string s;
   for (const auto& [flag, value] : v.axes) s += "--" + flag + " " + value + " ";
-  s += strfmt("| device %s dh %lld H %lld probs %d cudnn %lld dtype %s",
-              call.device == DeviceKind::cuda ? "cuda" : "cpu", (long long)call.head_dim, (long long)call.heads,
-              int(call.probs), (long long)call.cudnn_version,
+  s += strfmt("| device %s dh %lld probs %d cudnn %lld dtype %s", call.device == DeviceKind::cuda ? "cuda" : "cpu",
+              (long long)call.head_dim, int(call.probs), (long long)call.cudnn_version,
               call.dtype == DType::f64 ? "f64" : "f32");
   return s;
 }
@@ -227,7 +222,7 @@ TEST(AttentionDispatch, EveryModelVariantEveryRequest) {
 
 // The paper's two headline models on an H100-like call, and what the log line says.
 TEST(AttentionDispatch, HeadlineModels) {
-  const AttnCall gpu{DeviceKind::cuda, DType::f32, 128, 16, false, 91900};
+  const AttnCall gpu{DeviceKind::cuda, DType::f32, 128, false, 91900};
   ModelConfig softmax = tiny_model();
   ModelConfig sigmoid = tiny_model();
   sigmoid.set_axis("attn-sim", "sigmoid");
@@ -245,7 +240,7 @@ TEST(AttentionDispatch, HeadlineModels) {
   ModelConfig sink = tiny_model();
   sink.sink_logit = true;
   s = Transformer(sink).layer_spec(0, false);
-  c = ops::choose_attention_kernel(s, AttnCall{DeviceKind::cuda, DType::f32, 128, 16, false, 91200});
+  c = ops::choose_attention_kernel(s, AttnCall{DeviceKind::cuda, DType::f32, 128, false, 91200});
   EXPECT_EQ(c.kernel, AttnKernel::reference);
   EXPECT_EQ(c.reason,
             "cudnn: the sink logit needs cuDNN >= 9.13 (loaded: 91200); flash: the flash kernel computes sim sigmoid, "

@@ -1,7 +1,7 @@
 // The softmax family of the attention op on cuDNN's fused SDPA, through the cudnn-frontend C++ graph API
 // (header-only; env/cudnn_frontend.sh pins it). Behind the reference kernel's signature (attention.cu);
 // attention_dispatch.hpp decides when it runs: sim exp, norm sum with alpha 1, causal or sliding-window
-// mask, no position bias or ALiBi (H a power of two), the learned sink logit (cuDNN >= 9.13), no lead
+// mask, no position bias or ALiBi, the learned sink logit (cuDNN >= 9.13), no lead
 // keys, head dim a multiple of 8 up to 128.
 //
 // Precision: bf16 inside, f32 outside. The CUDA backend's tensors are f32, so q, k, v (and d_out, out)
@@ -213,26 +213,46 @@ GraphKey key_of(const AttentionDims& d, const ops::AttentionSpec& spec, bool bac
   return key;
 }
 
-// Carves the attention's bf16 and f32 scratch (one slot) into views.
-struct Carver {
-  char* base;
+// The call's scratch (one slot): bf16 copies of q, k, v, out (and, backward, d_out, d_q, d_k, d_v), f32
+// stats, sink and d_sink, then cuDNN's workspace; each array 256-byte aligned. Laid out by one walk that
+// both measures (base null) and places the arrays, so the size and the views cannot disagree.
+struct Scratch {
+  Tensor q, k, v, o, d_out, d_q, d_k, d_v, stats, sink, d_sink;
+  void* workspace = nullptr;
+};
+size_t carve(char* base, const AttentionDims& d, bool backward, Device device, Scratch* s) {
   size_t at = 0;
-  Device device;
-  Tensor take(DType dt, std::initializer_list<int64_t> shape) {
+  auto take = [&](DType dt, std::initializer_list<int64_t> shape) {
     int64_t dims[4];
     int n = 0;
     int64_t numel = 1;
-    for (int64_t s : shape) numel *= (dims[n++] = s);
-    Tensor t = Tensor::contiguous_view(base + at, dt, dims, n, device);
+    for (int64_t x : shape) numel *= (dims[n++] = x);
+    Tensor t = base ? Tensor::contiguous_view(base + at, dt, dims, n, device) : Tensor{};
     at += (size_t(numel) * size_t(dtype_size(dt)) + 255) / 256 * 256;
     return t;
+  };
+  s->q = take(DType::bf16, {d.B, d.T, d.H, d.dh});
+  s->k = take(DType::bf16, {d.B, d.T, d.Hkv, d.dh});
+  s->v = take(DType::bf16, {d.B, d.T, d.Hkv, d.dh});
+  s->o = take(DType::bf16, {d.B, d.T, d.H, d.dh});
+  if (backward) {
+    s->d_out = take(DType::bf16, {d.B, d.T, d.H, d.dh});
+    s->d_q = take(DType::bf16, {d.B, d.T, d.H, d.dh});
+    s->d_k = take(DType::bf16, {d.B, d.T, d.Hkv, d.dh});
+    s->d_v = take(DType::bf16, {d.B, d.T, d.Hkv, d.dh});
   }
-};
+  s->stats = take(DType::f32, {d.B, d.H, d.T});
+  s->sink = take(DType::f32, {d.H});
+  s->d_sink = take(DType::f32, {d.H});
+  s->workspace = base ? base + at : nullptr;
+  return at;
+}
 
-size_t scratch_bytes(const AttentionDims& d, bool backward) {
-  const size_t q = size_t(d.B * d.T * d.H * d.dh), kv = size_t(d.B * d.S * d.Hkv * d.dh), rows = size_t(d.B * d.H * d.T);
-  const size_t bf16 = backward ? 2 * (3 * q + 3 * kv) : 2 * (2 * q + 2 * kv);  // q,o,(do,dq) ; k,v,(dk,dv)
-  return bf16 + 4 * (rows + 2 * size_t(d.H)) + 16 * 256;
+Scratch scratch_for(CudaBackend& be, const AttentionDims& d, bool backward, const CachedGraph& cg, Device device) {
+  Scratch s;
+  const size_t bytes = carve(nullptr, d, backward, device, &s) + size_t(cg.workspace_bytes);
+  carve(static_cast<char*>(be.scratch(CudaBackend::ScratchSlot::attention_fast, bytes)), d, backward, device, &s);
+  return s;
 }
 
 }  // namespace
@@ -245,27 +265,19 @@ void cudnn_attention_forward(CudaBackend& be, Tensor out, Tensor stats, Tensor q
   CudnnContext& ctx = be.cudnn_context();
   const GraphKey key = key_of(d, spec, false);
   const CachedGraph& cg = graph_for(ctx, key);
-  const Device dev = q.device;
-  Carver c{static_cast<char*>(be.scratch(CudaBackend::ScratchSlot::attention_fast,
-                                         scratch_bytes(d, false) + size_t(cg.workspace_bytes))),
-           0, dev};
-  Tensor qb = c.take(DType::bf16, {d.B, d.T, d.H, d.dh}), kb = c.take(DType::bf16, {d.B, d.T, d.Hkv, d.dh});
-  Tensor vb = c.take(DType::bf16, {d.B, d.T, d.Hkv, d.dh}), ob = c.take(DType::bf16, {d.B, d.T, d.H, d.dh});
-  Tensor st = c.take(DType::f32, {d.B, d.H, d.T});
-  Tensor sink = c.take(DType::f32, {d.H});
-  void* workspace = c.base + c.at;
-  be.copy(qb, q);
-  be.copy(kb, k);
-  be.copy(vb, v);
-  std::unordered_map<int64_t, void*> pack = {{kQ, qb.data}, {kK, kb.data}, {kV, vb.data}, {kO, ob.data},
-                                             {kStats, st.data}};
+  const Scratch sc = scratch_for(be, d, false, cg, q.device);
+  be.copy(sc.q, q);
+  be.copy(sc.k, k);
+  be.copy(sc.v, v);
+  std::unordered_map<int64_t, void*> pack = {
+      {kQ, sc.q.data}, {kK, sc.k.data}, {kV, sc.v.data}, {kO, sc.o.data}, {kStats, sc.stats.data}};
   if (key.sink) {
-    be.copy(sink, spec.sink_logit);  // [H] f32, contiguous
-    pack[kSink] = sink.data;
+    be.copy(sc.sink, spec.sink_logit);  // [H] (strided) -> contiguous f32
+    pack[kSink] = sc.sink.data;
   }
-  fe_check(cg.graph->execute(ctx.handle, pack, workspace), "forward");
-  be.copy(out, ob);
-  if (stats.defined()) be.copy(stats, st);
+  fe_check(cg.graph->execute(ctx.handle, pack, sc.workspace), "forward");
+  be.copy(out, sc.o);
+  if (stats.defined()) be.copy(stats, sc.stats);
 }
 
 // d_q, d_k, d_v (each optional, written), spec.d_sink_logit (optional, written) from d_out, q, k, v,
@@ -278,37 +290,28 @@ void cudnn_attention_backward(CudaBackend& be, Tensor d_q, Tensor d_k, Tensor d_
   CudnnContext& ctx = be.cudnn_context();
   const GraphKey key = key_of(d, spec, true);
   const CachedGraph& cg = graph_for(ctx, key);
-  Carver c{static_cast<char*>(be.scratch(CudaBackend::ScratchSlot::attention_fast,
-                                         scratch_bytes(d, true) + size_t(cg.workspace_bytes))),
-           0, q.device};
-  Tensor qb = c.take(DType::bf16, {d.B, d.T, d.H, d.dh}), kb = c.take(DType::bf16, {d.B, d.T, d.Hkv, d.dh});
-  Tensor vb = c.take(DType::bf16, {d.B, d.T, d.Hkv, d.dh}), ob = c.take(DType::bf16, {d.B, d.T, d.H, d.dh});
-  Tensor dob = c.take(DType::bf16, {d.B, d.T, d.H, d.dh}), dqb = c.take(DType::bf16, {d.B, d.T, d.H, d.dh});
-  Tensor dkb = c.take(DType::bf16, {d.B, d.T, d.Hkv, d.dh}), dvb = c.take(DType::bf16, {d.B, d.T, d.Hkv, d.dh});
-  Tensor st = c.take(DType::f32, {d.B, d.H, d.T});
-  Tensor sink = c.take(DType::f32, {d.H}), dsink = c.take(DType::f32, {d.H});
-  void* workspace = c.base + c.at;
-  be.copy(qb, q);
-  be.copy(kb, k);
-  be.copy(vb, v);
-  be.copy(ob, out);
-  be.copy(dob, d_out);
-  be.copy(st, stats);
-  std::unordered_map<int64_t, void*> pack = {{kQ, qb.data},   {kK, kb.data},   {kV, vb.data},   {kO, ob.data},
-                                             {kdO, dob.data}, {kStats, st.data}, {kdQ, dqb.data}, {kdK, dkb.data},
-                                             {kdV, dvb.data}};
+  const Scratch sc = scratch_for(be, d, true, cg, q.device);
+  be.copy(sc.q, q);
+  be.copy(sc.k, k);
+  be.copy(sc.v, v);
+  be.copy(sc.o, out);
+  be.copy(sc.d_out, d_out);
+  be.copy(sc.stats, stats);
+  std::unordered_map<int64_t, void*> pack = {{kQ, sc.q.data},         {kK, sc.k.data},     {kV, sc.v.data},
+                                             {kO, sc.o.data},         {kdO, sc.d_out.data}, {kStats, sc.stats.data},
+                                             {kdQ, sc.d_q.data},      {kdK, sc.d_k.data},  {kdV, sc.d_v.data}};
   if (key.sink) {
-    be.copy(sink, spec.sink_logit);
-    pack[kSink] = sink.data;
-    pack[kdSink] = dsink.data;
+    be.copy(sc.sink, spec.sink_logit);
+    pack[kSink] = sc.sink.data;
+    pack[kdSink] = sc.d_sink.data;
   }
-  fe_check(cg.graph->execute(ctx.handle, pack, workspace), "backward");
-  if (d_q.defined()) be.copy(d_q, dqb);
-  if (d_k.defined()) be.copy(d_k, dkb);
-  if (d_v.defined()) be.copy(d_v, dvb);
+  fe_check(cg.graph->execute(ctx.handle, pack, sc.workspace), "backward");
+  if (d_q.defined()) be.copy(d_q, sc.d_q);
+  if (d_k.defined()) be.copy(d_k, sc.d_k);
+  if (d_v.defined()) be.copy(d_v, sc.d_v);
   if (key.sink && spec.d_sink_logit.defined()) {
-    be.scale(dsink, -1.0);  // cuDNN's dSink is sum_i P_sink D_i; dL/dS is its negative (see the top)
-    be.copy(spec.d_sink_logit, dsink);
+    be.scale(sc.d_sink, -1.0);  // cuDNN's dSink is sum_i P_sink D_i; dL/dS is its negative (see the top)
+    be.copy(spec.d_sink_logit, sc.d_sink);
   }
 }
 

@@ -1,6 +1,6 @@
 // The fast CUDA attention kernels against the CPU reference (label "gpu"; skips without a usable CUDA
 // device): cuDNN's fused SDPA (--attn-kernel cudnn, attention_cudnn.cpp) on every spec the dispatch
-// sends it (softmax; causal, sliding windows of 5 and 1; ALiBi with H a power of two; the sink logit
+// sends it (softmax; causal, sliding windows of 5 and 1; ALiBi with H = 4, 8 and 6; the sink logit
 // with and without a window; an explicit scale; grouped-query heads), forward (out, stats) and
 // backward (d_q, d_k, d_v, d_sink_logit), odd shapes (T = 2, 37, 130; dh = 8, 64, 128; B = 2; q/k/v as
 // head slices of one fused buffer); the flash kernel (--attn-kernel flash, attention_flash.cu) on every
@@ -81,6 +81,7 @@ std::vector<Case> cudnn_cases() {
   c.push_back({"window1_t37", 1, 37, 2, 1, 64, AttnMask::sliding_window, 1});
   c.push_back({"alibi_h4_t37", 2, 37, 4, 4, 64, AttnMask::causal, 0, true});
   c.push_back({"alibi_h8_gqa_window9", 1, 37, 8, 2, 32, AttnMask::sliding_window, 9, true});
+  c.push_back({"alibi_h6_t37", 1, 37, 6, 3, 64, AttnMask::causal, 0, true});  // slopes of a non-power-of-two H
   c.push_back({"sink_t37", 2, 37, 4, 4, 64, AttnMask::causal, 0, false, true});
   c.push_back({"sink_window5_gqa", 1, 37, 4, 2, 64, AttnMask::sliding_window, 5, false, true});
   c.push_back({"scale0.3_fused", 2, 20, 4, 2, 16, AttnMask::causal, 0, false, false, true, 0.3});
