@@ -118,7 +118,7 @@ std::shared_ptr<fe::graph::Tensor_attributes> bf16_tensor(fe::graph::Graph& g, c
 template <class Attrs>
 void set_mask(Attrs& a, const GraphKey& key) {
   // Causal: query i sees keys j <= i (top-left aligned diagonal, no keys to its right). Sliding window w:
-  // also j > i - w, cuDNN's left bound of w keys counting the diagonal.
+  // also j > i - w (the frontend's left-bound mask keeps column + w > row: utils/attn_score_modifiers.h).
   a.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT).set_diagonal_band_right_bound(0);
   if (key.window > 0) a.set_diagonal_band_left_bound(int(key.window));
   if (key.alibi) a.set_alibi_mask(true);
