@@ -24,6 +24,7 @@ struct Case {
   ops::AttnMask mask = ops::AttnMask::causal;
   int64_t window = 0, prefix = 0, lead = 0;
   double alpha = 1.0, sigmoid_bias = 0.0, scale = 0.0;
+  bool fused = false;  // q, k, v as head slices of one [B, T, H + 2 Hkv, dh] buffer (strided rows; no lead keys)
 };
 
 double error_vs(const Tensor& a, const Tensor& ref, double floor) {
@@ -59,10 +60,14 @@ bool run(const Case& cs, uint64_t stream) {
   spec.sigmoid_bias = cs.sigmoid_bias;
   spec.scale = cs.scale;
   const int64_t B = cs.B, T = cs.T, H = cs.H, Hkv = cs.Hkv, dh = cs.dh, S = T + cs.lead;
-  Owned q = randn({B, T, H, dh}, stream), k = randn({B, S, Hkv, dh}, stream + 1), v = randn({B, S, Hkv, dh}, stream + 2);
+  Owned q_own = randn({B, T, H, dh}, stream), k_own = randn({B, S, Hkv, dh}, stream + 1);
+  Owned v_own = randn({B, S, Hkv, dh}, stream + 2), qkv = randn({B, T, H + 2 * Hkv, dh}, stream + 5);
   Owned d_out = randn({B, T, H, dh}, stream + 3);
-  auto f64 = [](const Owned& o) { return Owned::copy_of(o.t, DType::f64); };
-  Owned q64 = f64(q), k64 = f64(k), v64 = f64(v), do64 = f64(d_out);
+  const Tensor q = cs.fused ? qkv.t.slice(2, 0, H) : q_own.t;
+  const Tensor k = cs.fused ? qkv.t.slice(2, H, Hkv) : k_own.t;
+  const Tensor v = cs.fused ? qkv.t.slice(2, H + Hkv, Hkv) : v_own.t;
+  auto f64 = [](const Tensor& t) { return Owned::copy_of(t, DType::f64); };
+  Owned q64 = f64(q), k64 = f64(k), v64 = f64(v), do64 = f64(d_out.t);
   Owned out64(DType::f64, {B, T, H, dh}), st64(DType::f64, {B, H, T}), dq64(DType::f64, {B, T, H, dh}),
       dk64(DType::f64, {B, S, Hkv, dh}), dv64(DType::f64, {B, S, Hkv, dh});
   ops::attention_forward(out64.t, st64.t, q64.t, k64.t, v64.t, spec);
@@ -79,8 +84,8 @@ bool run(const Case& cs, uint64_t stream) {
   d.H = H;
   d.Hkv = Hkv;
   d.dh = dh;
-  cuda::flash_attention_forward(be, out.t, st.t, q.t, k.t, v.t, spec, d);
-  cuda::flash_attention_backward(be, dq.t, dk.t, dv.t, d_out.t, q.t, k.t, v.t, out.t, st.t, spec, d);
+  cuda::flash_attention_forward(be, out.t, st.t, q, k, v, spec, d);
+  cuda::flash_attention_backward(be, dq.t, dk.t, dv.t, d_out.t, q, k, v, out.t, st.t, spec, d);
   const double e_out = error_vs(out.t, out64.t, 1.0), e_st = error_vs(st.t, st64.t, 0.0);
   const double e_dq = error_vs(dq.t, dq64.t, 1.0), e_dk = error_vs(dk.t, dk64.t, 1.0), e_dv = error_vs(dv.t, dv64.t, 1.0);
   const bool ok = e_out <= 1e-2 && e_st <= 1e-3 && e_dq <= 2e-2 && e_dk <= 2e-2 && e_dv <= 2e-2;
@@ -112,6 +117,9 @@ int main() {
   cases[0].sigmoid_bias = -std::log(130.0);
   cases[3].alpha = 0.5;
   cases[6].scale = 0.3;
+  cases.push_back({"sigmoid_one_fused_gqa_scale0.3", 2, 20, 4, 2, 16, AttnSim::sigmoid, AttnNorm::one});
+  cases.back().fused = true;
+  cases.back().scale = 0.3;
   int failed = 0;
   uint64_t stream = 900;
   for (const Case& c : cases) failed += run(c, stream += 10) ? 0 : 1;
