@@ -7,7 +7,8 @@
 //   flash      sinklab's flash-style kernel (cuda/attention_flash.cu): sim sigmoid (any bias),
 //              elu-plus-one, identity; norm one or sum (any alpha); causal, sliding-window, prefix-LM masks;
 //              lead keys; no position bias, no sink logit; head_dim a multiple of 8 up to 128. bf16 inside.
-//   reference  the reference kernels (the CPU backend; cuda/attention.cu on a GPU): every spec, f32/f64.
+//   reference  the reference kernels (the CPU backend; cuda/attention.cu on a GPU): every spec and call (a
+//              dtype they cannot take is refused by the op's own checks, naming the op and the tensor).
 //
 // auto takes the first of cudnn, flash, reference that can run the call. A named kernel (--attn-kernel)
 // runs or is refused with one line naming --attn-kernel and why. On the CPU backend only the reference
