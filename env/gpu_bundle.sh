@@ -50,6 +50,12 @@ cp -a /usr/include/zlib.h /usr/include/zconf.h "$b/include/zlib/"
 cp -a /usr/include/nlohmann "$b/include/json/"
 cp -a /usr/include/gtest "$b/include/gtest/"
 if [ -n "$nccl_h" ]; then mkdir -p "$b/include/nccl" && cp -a "$nccl_h" "$b/include/nccl/"; fi
+# cudnn-frontend (header-only, env/cudnn_frontend.sh) and this machine's cuDNN headers, for a GPU machine
+# whose cuDNN came without them (PyTorch's wheels ship the library; run.sh prefers headers it finds there).
+fe_inc="$root/.deps/cudnn-frontend/include"
+[ -f "$fe_inc/cudnn_frontend.h" ] || "$root/env/cudnn_frontend.sh"
+mkdir -p "$b/include/cudnn_frontend" && cp -a "$fe_inc" "$b/include/cudnn_frontend/include"  # keeps the name include/
+mkdir -p "$b/include/cudnn" && cp -a /usr/local/cuda/include/cudnn*.h "$b/include/cudnn/"
 # Boost: only the headers <boost/program_options.hpp> pulls in (the whole of /usr/include/boost is ~180 MB).
 echo '#include <boost/program_options.hpp>' > "$stage/po.cpp"
 g++ -std=c++20 -M "$stage/po.cpp" | tr ' \\' '\n\n' | grep '^/usr/include/boost/' | sort -u |

@@ -27,4 +27,6 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want_sha"
   echo "$want_sha" > "$stamp"
 fi
 "$root/env/fetch_models.sh"
+# The CUDA build's cudnn-frontend headers (when this machine can build CUDA at all).
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then "$root/env/cudnn_frontend.sh"; fi
 echo "env/setup.sh: environment ready"

@@ -62,4 +62,12 @@ bool cuda_available() {
 #endif
 }
 
+int64_t cudnn_version() {
+#if SINKLAB_HAVE_CUDA
+  return cuda::cudnn_library_version();
+#else
+  return 0;
+#endif
+}
+
 }  // namespace sinklab

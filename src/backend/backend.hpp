@@ -72,6 +72,8 @@ class Backend {
 Backend& backend_for(Device device);
 Backend& backend_for(std::initializer_list<Tensor> tensors, const char* op);
 bool cuda_available();  // a CUDA build and at least one usable device
+// cudnnGetVersion() of the loaded cuDNN (e.g. 91900); 0 in a build without CUDA.
+int64_t cudnn_version();
 // The CPU BLAS that multiplies matrices here, e.g. "OpenBLAS 0.3.21 (Zen kernels, 2 threads)". Its
 // kernels differ per CPU (OpenBLAS picks them at run time; OPENBLAS_CORETYPE forces one) and give other
 // last bits for the same GEMM: runs are bit-for-bit reproducible only with the same kernels and threads.

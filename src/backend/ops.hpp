@@ -161,7 +161,18 @@ enum class AttnPosBias : uint8_t {
   relative,  // T5, unidirectional: g_h(n) = relative_bias[h, bucket(max(n, 0))] (math::attn_relative_bucket)
 };
 
+// Which implementation runs the operation (attention_dispatch.hpp decides; --attn-kernel requests):
+// auto picks the fastest that can express the spec; a named one is used or refused with the reason.
+enum class AttnKernel : uint8_t {
+  auto_select,  // cuDNN when the spec fits, else the flash kernel, else the reference kernel
+  cudnn,        // cuDNN fused SDPA (CUDA): the softmax family
+  flash,        // sinklab's flash-style kernel (CUDA): sigmoid / elu+1 / identity
+  reference,    // the reference kernels (CPU backend, cuda/attention.cu): every spec
+};
+
 struct AttentionSpec {
+  AttnKernel kernel = AttnKernel::auto_select;  // the request; the computed function does not depend on it
+  bool deterministic = true;  // backward: cuDNN's deterministic algorithm (the other kernels always are)
   double scale = 0.0;  // 0 means 1/sqrt(dh)
   AttnSim sim = AttnSim::exp;
   AttnNorm norm = AttnNorm::sum;

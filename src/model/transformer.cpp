@@ -5,6 +5,7 @@
 #include <functional>
 #include <vector>
 
+#include "backend/backend.hpp"
 #include "core/arena.hpp"
 #include "core/error.hpp"
 
@@ -326,7 +327,15 @@ void Transformer::embed_backward(Tensor inputs) {
   }
 }
 
-// The attention op's spec for layer l with its per-layer tensors (sink logits, relative bias).
+ops::AttnKernelChoice Transformer::attention_kernel() const {
+  ops::AttnCall call;
+  call.device = device_.kind;
+  call.dtype = DType::f32;
+  call.head_dim = cfg_.head_dim();
+  call.cudnn_version = device_.is_cuda() ? cudnn_version() : 0;
+  return ops::choose_attention_kernel(layer_spec(0, false), call);
+}
+
 ops::AttentionSpec Transformer::layer_spec(int l, bool backward) const {
   ops::AttentionSpec spec = attention_;
   const LayerIndex& li = layer_index_[size_t(l)];

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/attention_dispatch.hpp"
 #include "backend/layer_taps.hpp"
 #include "backend/memory.hpp"
 #include "backend/ops.hpp"
@@ -51,6 +52,17 @@ class Transformer {
   Tensor param(const std::string& name) const;
   Tensor grad(const std::string& name) const;
   const ops::AttentionSpec& attention_spec() const { return attention_; }
+  // The attention op's spec for layer l with its per-layer tensors (sink logits, relative bias).
+  ops::AttentionSpec layer_spec(int l, bool backward) const;
+  // --attn-kernel: the kernel the attention calls of training ask for (backend/attention_dispatch.hpp);
+  // --attn-deterministic: the backward's deterministic algorithm where a kernel has a faster other one.
+  void set_attention_kernel(ops::AttnKernel request, bool deterministic = true) {
+    attention_.kernel = request;
+    attention_.deterministic = deterministic;
+  }
+  // The kernel those calls run on this model's device, and why; throws "--attn-kernel ...: why not" when
+  // the requested one cannot run this model's attention.
+  ops::AttnKernelChoice attention_kernel() const;
   // Rows of the sequence the model runs on per input row: T + cfg.lead_positions().
   int64_t model_seq(int64_t seq) const { return seq + cfg_.lead_positions(); }
 
@@ -91,7 +103,6 @@ class Transformer {
   void forward_layers(Tensor inputs, LayerObserver* observer);
   // Returns the attention matrix when the observer supplied a buffer for it (LayerObserver::probs_output).
   Tensor attention_forward(int l, const ops::AttentionSpec& spec, LayerObserver* observer);
-  ops::AttentionSpec layer_spec(int l, bool backward) const;
   Tensor model_targets(Tensor targets);
   double head_loss(Tensor targets, double grad_scale, bool backward, int64_t* counted);
   void backward_layers(Tensor inputs, GradReadyObserver* grads_ready);

@@ -2,6 +2,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "backend/attention_dispatch.hpp"
 #include "core/error.hpp"
 #include "core/options.hpp"
 #include "core/text.hpp"
@@ -135,6 +136,12 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, b
       ("keep-checkpoints", po::value(&c.keep_checkpoints)->default_value(2), "checkpoints kept on disk")
       ("resume", po::value(&c.resume)->default_value(false)->implicit_value(true), "continue from the newest checkpoint in --out-dir")
       ("device", po::value(&c.device)->default_value("cpu"), "cpu | cuda")
+      ("attn-kernel", po::value(&c.attn_kernel)->default_value("auto"),
+       "attention kernel: auto (cuDNN when the attention fits, then the flash kernel, then the reference) | cudnn | "
+       "flash | reference; cudnn and flash compute in bf16, the reference in f32 (a GPU run that must match the CPU "
+       "to f32 rounding asks for reference); on the CPU only auto and reference (the CPU reference kernel)")
+      ("attn-deterministic", po::value(&c.attn_deterministic)->default_value(true),
+       "attention backward with cuDNN's deterministic algorithm (same bits every run; false: its faster one)")
       ("dry-run", po::value(&c.dry_run)->default_value(false)->implicit_value(true),
        "check the configuration and print it (every option with its value), then exit");
   desc.add(variant_desc);
@@ -175,6 +182,7 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, b
   SL_CHECK(c.probe_max_k >= 1 && c.probe_max_k <= c.probe_length, "--probe-max-k must lie in [1, --probe-length]");
   SL_CHECK(c.probe_sequences >= 0, "--probe-sequences must be >= 0");
   SL_CHECK(c.device == "cpu" || c.device == "cuda", "--device must be cpu or cuda, not '%s'", c.device.c_str());
+  ops::parse_attn_kernel(c.attn_kernel);  // throws naming --attn-kernel
 
   // The effective configuration, every option with its value, as ini text (sorted by name); sinklab-sft's
   // model lines are the checkpoint's.

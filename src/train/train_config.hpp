@@ -63,6 +63,8 @@ struct TrainConfig {
   int64_t keep_checkpoints = 2;
   bool resume = false;
   std::string device = "cpu";
+  std::string attn_kernel = "auto";  // auto | cudnn | flash | reference (backend/attention_dispatch.hpp)
+  bool attn_deterministic = true;     // cuDNN's deterministic backward (the other kernels always are)
   bool dry_run = false;  // validate the configuration, print it, do nothing else
 
   std::string config_text;   // the effective configuration as ini text (stored in results)

@@ -137,6 +137,7 @@ class Trainer {
   const int rank_, world_size_;
   Device device_;
   model::Transformer model_;
+  ops::AttnKernelChoice attn_kernel_;  // --attn-kernel resolved for this model and device (logged, stored)
   BatchLayout layout_;
   std::unique_ptr<ChunkSampler> train_data_;  // pre-training
   std::unique_ptr<SftSampler> sft_data_;      // fine-tuning
@@ -179,6 +180,8 @@ Trainer::Trainer(const TrainConfig& cfg, dist::World& world)
       grad_norm_spikes_(cfg.spike_sigma, cfg.spike_window),
       nan_grad_step_(test_hook_step("SINKLAB_TEST_NAN_GRAD_STEP")),
       loss_spike_step_(test_hook_step("SINKLAB_TEST_LOSS_SPIKE_STEP")) {
+  model_.set_attention_kernel(ops::parse_attn_kernel(cfg.attn_kernel), cfg.attn_deterministic);
+  attn_kernel_ = model_.attention_kernel();  // refuses a requested kernel that cannot run this attention
   if (train_data_) {
     SL_CHECK(train_data_->vocab_size() <= uint32_t(cfg.model.vocab_size),
              "--vocab-size %d is smaller than the vocabulary of the training shards (%u)", cfg.model.vocab_size,
@@ -634,6 +637,8 @@ int Trainer::run() {
     if (cfg_.sft)  // eval row step 0 probes these weights: the sink before fine-tuning (Table 1 right)
       results_->set_attr("/runs/" + cfg_.run_name, "init_from", cfg_.init_from);
     results_->set_attr("/runs/" + cfg_.run_name, "cpu_blas", cpu_blas_description());  // whose last bits these are
+    results_->set_attr("/runs/" + cfg_.run_name, "attn_kernel", ops::attn_kernel_name(attn_kernel_.kernel));
+    results_->set_attr("/runs/" + cfg_.run_name, "attn_kernel_reason", attn_kernel_.reason);
     // Parameter counts (Fig. 4 left): all, and without the word embedding and unembedding (the paper's
     // "60M parameters except for word embeddings and unembeddings", Sec. 4).
     results_->set_attr("/runs/" + cfg_.run_name, "n_params", model_.num_parameters());
@@ -665,6 +670,7 @@ int Trainer::run() {
                grad_sync_->buckets().size(), cfg_.grad_bucket_mb);
   if (peak_flops > 0)
     log::info0("MFU: %.4g GFLOP per token against %.4g TFLOP/s per rank", flops_per_token / 1e9, peak_flops / 1e12);
+  log::info0("attention kernel: %s (%s)", ops::attn_kernel_name(attn_kernel_.kernel), attn_kernel_.reason.c_str());
   // Fine-tuning always probes the base model first: the "before" of the before/after sink.
   if (start_step_ == 0 && (cfg_.eval_every > 0 || cfg_.sft)) log_eval(0, evaluate());
 

@@ -23,12 +23,32 @@ python3 - "$root/src/backend/cuda/attention.cu" "$emu/attention_emu.cpp" <<'PY'
 import re, sys
 s = open(sys.argv[1]).read()
 s = s.replace('#include "backend/cuda/cuda_common.hpp"', '#include "cuda_emu.hpp"')
+# The fast kernels (cuDNN, flash) are not emulated here (tests/gpu/emulate_flash.sh runs the flash kernel):
+# their entry points throw, and the emulated device reports no cuDNN, so auto picks no cuDNN.
+assert '#include "backend/cuda/attention_kernels.hpp"' in s
+s = s.replace('#include "backend/cuda/attention_kernels.hpp"', '')
+s = s.replace('#include "cuda_emu.hpp"', '''#include "cuda_emu.hpp"
+namespace sinklab::cuda {
+void cudnn_attention_forward(CudaBackend&, Tensor, Tensor, Tensor, Tensor, Tensor, const ops::AttentionSpec&, const AttentionDims&);
+void cudnn_attention_backward(CudaBackend&, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, const ops::AttentionSpec&, const AttentionDims&);
+void flash_attention_forward(CudaBackend&, Tensor, Tensor, Tensor, Tensor, Tensor, const ops::AttentionSpec&, const AttentionDims&);
+void flash_attention_backward(CudaBackend&, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, const ops::AttentionSpec&, const AttentionDims&);
+}''')
 s = s.replace('extern __shared__ float smem[];', 'float* smem = emu::dyn_smem();')
 s = s.replace('__shared__ ', 'static ')
 s, n = re.subn(r'(\w+)<<<(.+?)>>>\((.*?)\);',
                lambda m: 'emu::launch(%s, [&] { %s(%s); });' % (m.group(2), m.group(1), m.group(3)), s, flags=re.S)
 assert n >= 5, "expected the attention kernels' launches"
 s += '\nnamespace sinklab::cuda {\nint device_count() { return 1; }\nBackend& backend(int) { static CudaBackend b; return b; }\n}\n'
+s += '''
+namespace sinklab::cuda {
+int64_t cudnn_library_version() { return 0; }
+void cudnn_attention_forward(CudaBackend&, Tensor, Tensor, Tensor, Tensor, Tensor, const ops::AttentionSpec&, const AttentionDims&) { SL_FAIL("cuDNN is not emulated"); }
+void cudnn_attention_backward(CudaBackend&, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, const ops::AttentionSpec&, const AttentionDims&) { SL_FAIL("cuDNN is not emulated"); }
+void flash_attention_forward(CudaBackend&, Tensor, Tensor, Tensor, Tensor, Tensor, const ops::AttentionSpec&, const AttentionDims&) { SL_FAIL("the flash kernel is not emulated here"); }
+void flash_attention_backward(CudaBackend&, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, const ops::AttentionSpec&, const AttentionDims&) { SL_FAIL("the flash kernel is not emulated here"); }
+}
+'''
 open(sys.argv[2], 'w').write(s)
 PY
 get() { sed -n "s/^$1 = //p" "$flags_file"; }

@@ -64,14 +64,24 @@ if [ ! -f /usr/local/cuda/include/nccl.h ] && [ ! -f /usr/include/nccl.h ]; then
   [ -f "$h" ] || { say "no nccl.h found"; exit 1; }
   nccl_inc=$(dirname "$h")
 fi
-say "cuDNN $cudnn, NCCL $nccl${nccl_inc:+, nccl.h from $nccl_inc}"
+# cudnn.h: the toolkit's or the one beside the library found (PyTorch's nvidia-cudnn wheel has include/),
+# else the bundle's (cuDNN 9.19 headers: cudnn-frontend checks the loaded library's version at run time).
+cudnn_inc=""
+if [ ! -f /usr/local/cuda/include/cudnn.h ] && [ ! -f /usr/include/cudnn.h ]; then
+  h=$(find_first cudnn.h "$(dirname "$(dirname "$cudnn")")" "${py_dirs[@]}") || h="$bundle/include/cudnn/cudnn.h"
+  [ -f "$h" ] || { say "no cudnn.h found"; exit 1; }
+  cudnn_inc=$(dirname "$h")
+fi
+say "cuDNN $cudnn, NCCL $nccl${nccl_inc:+, nccl.h from $nccl_inc}${cudnn_inc:+, cudnn.h from $cudnn_inc}"
 
 # ---- configure and build. The bundle's libraries (and cuDNN / NCCL) are found through the binaries'
 # RPATH (not RUNPATH: it also serves the libraries those load), so nothing else needs LD_LIBRARY_PATH.
 rpath="$bundle/lib;$(dirname "$cudnn");$(dirname "$nccl")"
 extra_flags=()
-if [ -n "$nccl_inc" ]; then
-  extra_flags+=("-DCMAKE_CXX_FLAGS=-isystem $nccl_inc" "-DCMAKE_CUDA_FLAGS=-isystem $nccl_inc")
+inc_flags=""
+for d in $nccl_inc $cudnn_inc; do inc_flags="$inc_flags -isystem $d"; done
+if [ -n "$inc_flags" ]; then
+  extra_flags+=("-DCMAKE_CXX_FLAGS=$inc_flags" "-DCMAKE_CUDA_FLAGS=$inc_flags")
 fi
 generator=()  # Ninja for a new build dir when there is one; an existing build keeps its generator
 if [ ! -f "$build/CMakeCache.txt" ] && command -v ninja > /dev/null; then generator=(-G Ninja); fi
@@ -80,6 +90,7 @@ cmake -S "$root" -B "$build" "${generator[@]}" -DSINKLAB_CUDA=ON -DCMAKE_BUILD_T
   -DCMAKE_MODULE_PATH="$bundle/cmake" \
   -DSINKLAB_BLAS_LIB="$bundle/lib/libopenblas.so" -DSINKLAB_BLAS_INCLUDE="$bundle/include/openblas" \
   -DSINKLAB_CUDNN_LIB="$cudnn" -DSINKLAB_NCCL_LIB="$nccl" \
+  -DSINKLAB_CUDNN_FRONTEND_DIR="$bundle/include/cudnn_frontend" \
   -DCMAKE_BUILD_RPATH="$rpath" -DCMAKE_EXE_LINKER_FLAGS="-Wl,--disable-new-dtags" \
   "${extra_flags[@]}" >> "$log" 2>&1 || { tail -n 40 "$log"; say "FAILED: configure"; exit 1; }
 targets=()

@@ -62,6 +62,7 @@ def test_loss_falls_and_progress_is_reported(corpus, tmp_path):
     assert list(steps) == list(range(40))
     assert losses[-5:].mean() < 0.8 * losses[:5].mean(), losses  # synthetic progressions are easy to learn
     assert "tok/s" in proc.stdout and "ETA" in proc.stdout and "Sink_1^0.3" in proc.stdout
+    assert "attention kernel: reference (cudnn: needs a CUDA device" in proc.stdout, proc.stdout  # --attn-kernel auto
     assert (tmp_path / "a" / "DONE").exists()
 
 
@@ -307,14 +308,24 @@ def test_bad_flags_give_one_clear_line(corpus, tmp_path):
     assert proc.returncode != 0 and "no-such-flag" in proc.stderr, proc.stderr
     proc = _run([str(PRETRAIN), "--config", str(tmp_path / "missing.ini")], check=False)
     assert proc.returncode != 0 and "missing.ini" in proc.stderr, proc.stderr
+    # --attn-kernel: a GPU kernel on the CPU is refused in one line (the CPU has only the reference kernel)
+    for value, words in (("cudnn", "needs a CUDA device"), ("flash", "needs a CUDA device"), ("fast", "is not one of")):
+        proc = _run([str(PRETRAIN), *_args(corpus, tmp_path / "y", f"--attn-kernel={value}")], check=False)
+        assert proc.returncode != 0 and proc.stderr.count("\n") == 1, proc.stderr
+        assert f"--attn-kernel" in proc.stderr and words in proc.stderr, proc.stderr
 
 
 def test_results_layout_and_probe(corpus, tmp_path):
     out = tmp_path / "nested" / "layout"  # parents are created
-    _pretrain(corpus, out, 1)
+    proc = _pretrain(corpus, out, 1, "--attn-kernel=reference")
+    # the kernel the run's attention used: logged and stored (backend/attention_dispatch.hpp)
+    assert "attention kernel: reference (requested by --attn-kernel)" in proc.stdout, proc.stdout
     with h5py.File(out / "results.h5", "r") as f:
         for attr in ("sinklab_version", "created_utc", "command_line", "config"):
             assert attr in f.attrs
+        assert f["runs/t"].attrs["attn_kernel"] == "reference"
+        assert f["runs/t"].attrs["attn_kernel_reason"] == "requested by --attn-kernel"
+        assert "attn-kernel = reference" in f.attrs["config"]
         train = f["runs/t/train"]
         for col in ("step", "tokens", "loss", "lr", "grad_norm", "tokens_per_s"):
             assert train[col].shape == (12,), col

@@ -38,6 +38,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/attention_dispatch.hpp"
 #include "backend/attention_math.hpp"
 #include "backend/cpu/blas.hpp"
 #include "backend/cpu/cpu_backend.hpp"
@@ -448,6 +449,7 @@ void backward_impl(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, T
 void CpuBackend::attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec,
                                    Tensor probs) {
   const char* op = "attention_forward";
+  ops::choose_attention_kernel(spec, ops::attn_call_of(q, probs.defined()));  // refuses --attn-kernel cudnn / flash
   const AttentionDims d = check_attention_forward_args(op, out, stats, q, k, v, spec, probs);
   dispatch_float(q.dtype, op, [&](auto zero) {
     with_plain_softmax(spec, [&](auto plain) {
@@ -459,6 +461,7 @@ void CpuBackend::attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k,
 void CpuBackend::attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, Tensor k, Tensor v,
                                     Tensor out, Tensor stats, const AttentionSpec& spec) {
   const char* op = "attention_backward";
+  ops::choose_attention_kernel(spec, ops::attn_call_of(q, false));  // refuses --attn-kernel cudnn / flash
   const AttentionDims d = check_attention_backward_args(op, d_q, d_k, d_v, d_out, q, k, v, out, stats, spec);
   dispatch_float(q.dtype, op, [&](auto zero) {
     with_plain_softmax(spec, [&](auto plain) {
@@ -469,6 +472,7 @@ void CpuBackend::attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d
 
 void CpuBackend::attention_probs(Tensor probs, Tensor q, Tensor k, const AttentionSpec& spec) {
   const char* op = "attention_probs";
+  ops::choose_attention_kernel(spec, ops::attn_call_of(q, true));  // refuses --attn-kernel cudnn / flash
   AttentionDims d = check_attention_qkv(op, q, k, Tensor{}, spec);
   check_attention_probs(probs, d, q, op);
   dispatch_float(q.dtype, op, [&](auto zero) {

@@ -24,13 +24,18 @@
 //       max(i - j', 0) = n (the CPU's per-distance sums);
 //   (4) one thread per h (sink) or per (h, bucket) (relative bias) adds the pieces of (1) / (3) over
 //       b and i (or n) in index order.
+// Which kernel runs a call is attention_dispatch.hpp's choice: the entry points below check the operands,
+// then hand the call to cuDNN (attention_cudnn.cpp) or the flash kernel (attention_flash.cu) when it says
+// so; these reference kernels run the rest (every spec; the probe's probs always).
 // Every sum runs in an order fixed by the shapes (chunks in key order, fixed trees): the same inputs
 // give the same bits on the same GPU. The ALiBi slopes and the T5 buckets come from the host
 // (attention_math.hpp: the device's logf may put a bucket boundary elsewhere).
 #include <cmath>
 #include <vector>
 
+#include "backend/attention_dispatch.hpp"
 #include "backend/attention_math.hpp"
+#include "backend/cuda/attention_kernels.hpp"
 #include "backend/cuda/cuda_common.hpp"
 #include "backend/op_checks.hpp"
 
@@ -534,6 +539,15 @@ void CudaBackend::attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k
                                     Tensor probs) {
   const char* op = "attention_forward";
   const AttentionDims d = check_attention_forward_args(op, out, stats, q, k, v, spec, probs);
+  const ops::AttnKernelChoice kernel = ops::choose_attention_kernel(spec, ops::attn_call_of(q, probs.defined()));
+  if (kernel.kernel != ops::AttnKernel::reference) {
+    for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"},
+                                  {&stats, "stats"}})
+      if (t->defined()) check_device_f32(*this, *t, op, name);
+    check_spec_tensors(*this, spec, op);
+    if (kernel.kernel == ops::AttnKernel::cudnn) return cudnn_attention_forward(*this, out, stats, q, k, v, spec, d);
+    return flash_attention_forward(*this, out, stats, q, k, v, spec, d);
+  }
   forward(*this, out, stats, q, k, v, spec, probs, d, op);
 }
 
@@ -556,6 +570,11 @@ void CudaBackend::attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor 
         {&stats, "stats"}, {&d_q, "d_q"}, {&d_k, "d_k"}, {&d_v, "d_v"}})
     if (t->defined()) check_device_f32(*this, *t, op, name);
   check_spec_tensors(*this, spec, op);
+  const ops::AttnKernelChoice kernel = ops::choose_attention_kernel(spec, ops::attn_call_of(q, false));
+  if (kernel.kernel == ops::AttnKernel::cudnn)
+    return cudnn_attention_backward(*this, d_q, d_k, d_v, d_out, q, k, v, out, stats, spec, d);
+  if (kernel.kernel == ops::AttnKernel::flash)
+    return flash_attention_backward(*this, d_q, d_k, d_v, d_out, q, k, v, out, stats, spec, d);
   const size_t smem_query = shared_bytes(d, 3, op), smem_key = shared_bytes(d, 4, op);
   DeviceGuard guard(index_);
   const int64_t rows = d.B * d.H * d.T;

@@ -26,6 +26,7 @@
 // This header is included by host-only translation units (backend.cpp): no CUDA header here.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "backend/backend.hpp"
@@ -36,6 +37,7 @@ namespace sinklab::cuda {
 
 struct GemmContext;
 struct RopeTables;
+struct CudnnContext;
 
 class CudaBackend final : public Backend {
  public:
@@ -100,7 +102,11 @@ class CudaBackend final : public Backend {
   // Grow-only device scratch buffers, one per use, so that no allocation happens once the shapes of a
   // training step have been seen. Growing waits for the stream (queued work may still read the old
   // buffer). Two buffers in use by one op need two slots.
-  enum class ScratchSlot : int { column_partials, embedding_sort, embedding_sort_temp, rope_table, attention, count };
+  enum class ScratchSlot : int {
+    column_partials, embedding_sort, embedding_sort_temp, rope_table, attention,
+    attention_fast,  // the cuDNN / flash kernels' bf16 copies, stats and workspace
+    count
+  };
   void* scratch(ScratchSlot slot, size_t bytes);
   // Data errors recorded by kernels (see above): one slot per op that can record one. A kernel gets
   // the device word; `bound` is what the message names (the vocabulary). After the launch,
@@ -131,15 +137,19 @@ class CudaBackend final : public Backend {
   // (rope.cu): created on first use, kept for the backend's life (backends are never destroyed).
   GemmContext* gemm_ = nullptr;
   RopeTables* rope_ = nullptr;
+  CudnnContext* cudnn_ = nullptr;  // cuDNN handle and SDPA graph cache (attention_cudnn.cpp)
 
  public:
   GemmContext& gemm_context();  // linear.cu
   RopeTables& rope_tables();    // rope.cu
+  CudnnContext& cudnn_context();  // attention_cudnn.cpp
 };
 
 // Number of usable CUDA devices: 0 when the runtime reports any error (no driver, driver too old for
 // this runtime, no device). Computed once.
 int device_count();
+// cudnnGetVersion() of the loaded cuDNN library (e.g. 91900).
+int64_t cudnn_library_version();
 // The backend of device `index` (created on first use). Throws sinklab::Error when there is no such
 // usable device.
 Backend& backend(int index);

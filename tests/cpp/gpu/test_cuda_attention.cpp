@@ -153,6 +153,7 @@ void check_case(const Variant& var, const Shape& sh, uint64_t stream) {
   const bool fused = sh.fused && L == 0;
   ops::AttentionSpec spec = var.spec;
   ops::AttentionSpec gspec = var.spec;
+  gspec.kernel = ops::AttnKernel::reference;  // these kernels (the fast ones: test_cuda_attention_fast)
 
   // Inputs (scores of order 1-3, so that every sim and the masks matter).
   Owned qkv = random_host(DType::f32, {sh.B, S, sh.H + 2 * sh.Hkv, sh.dh}, stream);

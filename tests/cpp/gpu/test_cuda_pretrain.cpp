@@ -1,5 +1,6 @@
 // sinklab-pretrain end to end on the GPU (label "gpu"; skips without a usable CUDA device): a tiny model
-// on a synthetic corpus, 12 steps with --device cuda against the same job with --device cpu (losses and
+// on a synthetic corpus, 12 steps with --device cuda --attn-kernel=reference (f32 attention; cuDNN and the
+// flash kernel are bf16) against the same job with --device cpu (losses and
 // grad norms within 1e-3 relative: f32 on both sides, other summation orders, through 12 AdamW steps; an
 // expectation, not yet measured on a GPU), the MFU column filled from the GPU's known peak, and with two
 // or more GPUs and mpiexec: 2 ranks over NCCL (bucketed during backward, with and without ZeRO-1) equal
@@ -56,6 +57,7 @@ Curves pretrain(const fs::path& dir, const std::string& out, const std::string& 
          " --train-data=" + (dir / "train.bin").string() + " --valid-data=" + (dir / "valid.bin").string() +
          " --steps=12 --global-batch-tokens=512 --micro-batch-rows=8 --lr=3e-3 --warmup-steps=2 --eval-every=0" +
          " --eval-rows=8 --probe-sequences=8 --probe-length=16 --log-every=4 --device=" + device +
+         (device == "cuda" ? " --attn-kernel=reference" : "") +  // f32 attention, as the CPU's
          " --out-dir=" + (dir / out).string() + " --run-name=t " + extra + " > " + (dir / (out + ".log")).string() + " 2>&1";
   const int rc = std::system(cmd.c_str());
   EXPECT_EQ(rc, 0) << cmd << " (log: " << (dir / (out + ".log")).string() << ")";

@@ -1,0 +1,44 @@
+"""PyTorch's SDPA on the GPU at issue #14's shape (B=8, H=16, T=2048, dh=128, causal, bf16), forward and
+backward, timed with CUDA events (median of `reps` after 2 warm-up calls), FLOPs counted as
+bench/bench_attention_gpu.cpp counts them. Prints one line in its format (kernel=torch_sdpa).
+Usage: python torch_sdpa_gpu.py [reps]"""
+import sys
+
+import torch
+import torch.nn.functional as F
+
+
+def median_ms(fn, reps):
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main():
+    reps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+    B, H, T, dh = 8, 16, 2048, 128
+    g = torch.Generator(device="cuda").manual_seed(7)
+    q, k, v, go = (torch.randn(B, H, T, dh, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
+    q.requires_grad_(True), k.requires_grad_(True), v.requires_grad_(True)
+    fwd = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    for _ in range(2):
+        fwd().backward(go)
+    fwd_ms = median_ms(fwd, reps)
+    outs = [fwd() for _ in range(reps)]  # each backward gets its own graph
+    it = iter(outs)
+    bwd_ms = median_ms(lambda: next(it).backward(go), reps)
+    flops = 4.0 * B * H * T * T * dh / 2.0
+    print(f"attention_gpu kernel=torch_sdpa sim=softmax B={B} H={H} T={T} dh={dh} fwd_ms={fwd_ms:.3f} "
+          f"bwd_ms={bwd_ms:.3f} fwd_tflops={flops / (fwd_ms * 1e-3) / 1e12:.1f} "
+          f"bwd_tflops={2.5 * flops / (bwd_ms * 1e-3) / 1e12:.1f} torch={torch.__version__}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+#include "backend/attention_dispatch.hpp"
+
+#include "backend/backend.hpp"
+#include "core/error.hpp"
+
+namespace sinklab::ops {
+
+namespace {
+
+const char* sim_name(AttnSim s) {
+  switch (s) {
+    case AttnSim::exp: return "exp";
+    case AttnSim::sigmoid: return "sigmoid";
+    case AttnSim::elu_plus_one: return "elu-plus-one";
+    case AttnSim::identity: return "identity";
+    case AttnSim::softpick: return "softpick";
+  }
+  return "?";
+}
+
+const char* norm_name(AttnNorm n) {
+  switch (n) {
+    case AttnNorm::sum: return "sum";
+    case AttnNorm::one: return "one";
+    case AttnNorm::max_abs_sum_one: return "max-abs-sum-one";
+    case AttnNorm::p_norm: return "p-norm";
+  }
+  return "?";
+}
+
+// What both fast kernels need of the call: a CUDA device, f32 tensors, no probs, a head dim their tiles take.
+std::string fast_kernel_unfit(const AttnCall& call) {
+  if (call.device != DeviceKind::cuda) return "needs a CUDA device (this attention runs on the CPU)";
+  if (call.dtype != DType::f32) return "the CUDA backend's attention takes f32 tensors";
+  if (call.probs) return "the call writes the T x T probs matrix, which only the reference kernel forms";
+  if (call.head_dim % 8 != 0 || call.head_dim > 128 || call.head_dim <= 0)
+    return strfmt("needs a head dim that is a multiple of 8 and at most 128 (this one: %lld)",
+                  (long long)call.head_dim);
+  return "";
+}
+
+std::string cudnn_unfit(const AttentionSpec& s, const AttnCall& call) {
+  if (std::string why = fast_kernel_unfit(call); !why.empty()) return why;
+  if (call.cudnn_version <= 0) return "no cuDNN library is loaded";
+  if (s.sim != AttnSim::exp) return strfmt("cuDNN computes softmax (sim exp), not sim %s", sim_name(s.sim));
+  if (s.norm != AttnNorm::sum || s.norm_alpha != 1.0)
+    return s.norm != AttnNorm::sum ? strfmt("cuDNN normalises by the sum, not norm %s", norm_name(s.norm))
+                                   : strfmt("cuDNN's rows sum to 1, not alpha %g", s.norm_alpha);
+  if (s.mask == AttnMask::prefix_lm) return "cuDNN has no prefix-LM mask";
+  if (s.pos_bias == AttnPosBias::relative) return "cuDNN has no T5 relative position bias";
+  if (s.lead_keys > 0) return "lead keys (K/KV biases) seen by every query are no cuDNN mask";
+  if (s.sink_logit.defined() && call.cudnn_version < 91300)
+    return strfmt("the sink logit needs cuDNN >= 9.13 (loaded: %lld)", (long long)call.cudnn_version);
+  return "";
+}
+
+std::string flash_unfit(const AttentionSpec& s, const AttnCall& call) {
+  if (std::string why = fast_kernel_unfit(call); !why.empty()) return why;
+  if (s.sim != AttnSim::sigmoid && s.sim != AttnSim::elu_plus_one && s.sim != AttnSim::identity)
+    return strfmt("the flash kernel computes sim sigmoid, elu-plus-one or identity, not %s", sim_name(s.sim));
+  if (s.norm != AttnNorm::one && s.norm != AttnNorm::sum)
+    return strfmt("the flash kernel normalises by one or the sum, not norm %s", norm_name(s.norm));
+  if (s.pos_bias != AttnPosBias::none) return "the flash kernel has no position bias (ALiBi, T5 relative)";
+  if (s.sink_logit.defined()) return "the flash kernel has no sink logit";
+  return "";
+}
+
+
+}  // namespace
+
+const char* attn_kernel_name(AttnKernel kernel) {
+  switch (kernel) {
+    case AttnKernel::auto_select: return "auto";
+    case AttnKernel::cudnn: return "cudnn";
+    case AttnKernel::flash: return "flash";
+    case AttnKernel::reference: return "reference";
+  }
+  return "?";
+}
+
+AttnCall attn_call_of(const Tensor& q, bool probs) {
+  AttnCall c;
+  c.device = q.device.kind;
+  c.dtype = q.dtype;
+  c.head_dim = q.ndim == 4 ? q.shape[3] : 0;
+  c.probs = probs;
+  c.cudnn_version = q.device.is_cuda() ? cudnn_version() : 0;
+  return c;
+}
+
+AttnKernel parse_attn_kernel(const std::string& text) {
+  for (AttnKernel k : {AttnKernel::auto_select, AttnKernel::cudnn, AttnKernel::flash, AttnKernel::reference})
+    if (text == attn_kernel_name(k)) return k;
+  SL_FAIL("--attn-kernel: '%s' is not one of auto | cudnn | flash | reference", text.c_str());
+}
+
+std::string attn_kernel_unfit(AttnKernel kernel, const AttentionSpec& spec, const AttnCall& call) {
+  switch (kernel) {
+    case AttnKernel::cudnn: return cudnn_unfit(spec, call);
+    case AttnKernel::flash: return flash_unfit(spec, call);
+    case AttnKernel::reference: return "";  // every call: its own checks refuse a dtype, naming the op
+    case AttnKernel::auto_select: break;
+  }
+  return "auto is a request, not a kernel";
+}
+
+AttnKernelChoice choose_attention_kernel(const AttentionSpec& spec, const AttnCall& call) {
+  const AttnKernel want = spec.kernel;
+  if (want != AttnKernel::auto_select) {
+    // The probe's probs come from the reference whatever was asked; on the CPU a GPU kernel is refused first.
+    if (call.probs && want != AttnKernel::reference && call.device == DeviceKind::cuda)
+      return {AttnKernel::reference, "the call writes the T x T probs matrix, which only the reference kernel forms"};
+    const std::string why = attn_kernel_unfit(want, spec, call);
+    SL_CHECK(why.empty(), "--attn-kernel %s: %s", attn_kernel_name(want), why.c_str());
+    return {want, "requested by --attn-kernel"};
+  }
+  std::string reason;
+  for (AttnKernel k : {AttnKernel::cudnn, AttnKernel::flash}) {
+    const std::string why = attn_kernel_unfit(k, spec, call);
+    if (why.empty()) return {k, reason.empty() ? "fastest kernel that fits" : reason};
+    reason += strfmt("%s%s: %s", reason.empty() ? "" : "; ", attn_kernel_name(k), why.c_str());
+  }
+  return {AttnKernel::reference, reason};
+}
+
+}  // namespace sinklab::ops

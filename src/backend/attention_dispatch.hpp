@@ -1,0 +1,58 @@
+// Which kernel runs an attention call: the one place that decides (DESIGN.md, "The GPU path").
+//
+//   cudnn      cuDNN's fused SDPA (cuda/attention_cudnn.cu): sim exp, norm sum with alpha 1, causal or
+//              sliding-window mask, no position bias or ALiBi (cudnn-frontend's slopes, get_alibi_slope, are
+//              the released code's rule, math::attn_alibi_slope, for any H), the learned sink logit (cuDNN >= 9.13),
+//              no lead keys, head_dim a multiple of 8 up to 128. bf16 inside (f32 in and out).
+//   flash      sinklab's flash-style kernel (cuda/attention_flash.cu): sim sigmoid (any bias),
+//              elu-plus-one, identity; norm one or sum (any alpha); causal, sliding-window, prefix-LM masks;
+//              lead keys; no position bias, no sink logit; head_dim a multiple of 8 up to 128. bf16 inside.
+//   reference  the reference kernels (the CPU backend; cuda/attention.cu on a GPU): every spec and call (a
+//              dtype they cannot take is refused by the op's own checks, naming the op and the tensor).
+//
+// auto takes the first of cudnn, flash, reference that can run the call. A named kernel (--attn-kernel)
+// runs or is refused with one line naming --attn-kernel and why. On the CPU backend only the reference
+// exists: auto and reference run it, cudnn and flash are refused (not silently mapped: a job file that
+// asks for a GPU kernel gets an error on the CPU, not a different kernel).
+// A call that writes the T x T probs matrix (the probe) always runs the reference: the fast kernels never
+// hold that matrix. Its stats are the same function as the fast kernels' (for softmax log Z, else the
+// row reduction, attention_math.hpp), so a backward may run another kernel than its forward.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "backend/ops.hpp"
+#include "core/tensor.hpp"
+
+namespace sinklab::ops {
+
+// What, beyond the spec, the choice depends on.
+struct AttnCall {
+  DeviceKind device = DeviceKind::cpu;
+  DType dtype = DType::f32;      // of q, k, v
+  int64_t head_dim = 0;
+  bool probs = false;            // the call also writes probs [B,H,T,S]
+  int64_t cudnn_version = 0;     // cudnnGetVersion() of the loaded library (e.g. 91900), 0: none
+};
+
+struct AttnKernelChoice {
+  AttnKernel kernel = AttnKernel::reference;
+  std::string reason;  // why this kernel (auto: why the faster ones could not)
+};
+
+const char* attn_kernel_name(AttnKernel kernel);  // auto | cudnn | flash | reference
+// Parses an --attn-kernel value; throws naming the flag and the valid values.
+AttnKernel parse_attn_kernel(const std::string& text);
+
+// The call of an op on q [B,T,H,dh] (its device, dtype, head dim; the loaded cuDNN on a CUDA device).
+AttnCall attn_call_of(const Tensor& q, bool probs);
+
+// Why `kernel` (cudnn, flash or reference) cannot run the call; empty when it can.
+std::string attn_kernel_unfit(AttnKernel kernel, const AttentionSpec& spec, const AttnCall& call);
+
+// The kernel that runs the call, for the request spec.kernel. Throws sinklab::Error
+// "--attn-kernel <name>: <reason>" when the requested kernel cannot run it.
+AttnKernelChoice choose_attention_kernel(const AttentionSpec& spec, const AttnCall& call);
+
+}  // namespace sinklab::ops

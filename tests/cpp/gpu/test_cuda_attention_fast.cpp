@@ -1,0 +1,251 @@
+// The fast CUDA attention kernels against the CPU reference (label "gpu"; skips without a usable CUDA
+// device): cuDNN's fused SDPA (--attn-kernel cudnn, attention_cudnn.cpp) on every spec the dispatch
+// sends it (softmax; causal, sliding windows of 5 and 1; ALiBi with H = 4, 8 and 6; the sink logit
+// with and without a window; an explicit scale; grouped-query heads), forward (out, stats) and
+// backward (d_q, d_k, d_v, d_sink_logit), odd shapes (T = 2, 37, 130; dh = 8, 64, 128; B = 2; q/k/v as
+// head slices of one fused buffer); the flash kernel (--attn-kernel flash, attention_flash.cu) on every
+// spec it claims (sigmoid with a -log n bias, elu+1, identity; norm one and sum with alpha 1 and 0.5;
+// causal, sliding-window, prefix-LM masks; lead keys; T = 1, 37, 70, 130; dh 8, 16, 32, 40, 64, 128; GQA).
+//
+// The reference runs in float64 on the CPU, on the inputs rounded to bf16 (what the kernel multiplies),
+// so the difference is the kernel's own bf16 rounding (P and the output rounded to bf16 before and after
+// the P.V product, d_out and out to bf16 in the backward) and f32 accumulation.
+// Tolerances (stated, not yet measured on a GPU): out 1e-2 and d_q, d_k, d_v, d_sink_logit 2e-2 of
+// max(max |reference|, 1) (bf16 has 8 significant bits, 3.9e-3 relative, and a few roundings stack);
+// stats 1e-3 relative to max |stats| (f32 row sums of f32 scores: only the inputs' rounding, which the
+// reference shares). A wrong mask, slope, sign or layout shows as O(1). Also: every output element is
+// written (NaN-poisoned before), and the deterministic backward gives the same bits twice.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backend/attention_dispatch.hpp"
+#include "backend/backend.hpp"
+#include "gpu/gpu_test_util.hpp"
+#include "model/transformer.hpp"
+
+namespace sinklab {
+namespace {
+
+using gpu_test::bf16_rounded;
+using gpu_test::Dev;
+using gpu_test::poison;
+using gpu_test::random_host;
+using gpu_test::same_bits;
+using gpu_test::to_device;
+using gpu_test::to_host;
+using ops::AttnKernel;
+using ops::AttnMask;
+using ops::AttnPosBias;
+using test::Owned;
+
+constexpr double kTolOut = 1e-2, kTolStats = 1e-3, kTolGrad = 2e-2;
+
+// max |a - ref| / max(max |ref|, floor); infinite where exactly one side is NaN (an unwritten element).
+double error_vs(const Tensor& a, const Tensor& ref, double floor) {
+  EXPECT_EQ(a.numel(), ref.numel());
+  double max_err = 0.0, max_ref = floor;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const double x = test::element(a, i), r = test::element(ref, i);
+    if (std::isnan(x) || std::isnan(r)) return INFINITY;
+    max_err = std::max(max_err, std::abs(x - r));
+    max_ref = std::max(max_ref, std::abs(r));
+  }
+  return max_ref > 0 ? max_err / max_ref : max_err;
+}
+
+struct Case {
+  std::string name;
+  int64_t B, T, H, Hkv, dh;
+  AttnMask mask = AttnMask::causal;
+  int64_t window = 0;
+  bool alibi = false, sink = false, fused = false;
+  double scale = 0.0;
+  // the flash kernel's axes
+  AttnKernel kernel = AttnKernel::cudnn;
+  ops::AttnSim sim = ops::AttnSim::exp;
+  ops::AttnNorm norm = ops::AttnNorm::sum;
+  double alpha = 1.0, sigmoid_bias = 0.0;
+  int64_t prefix = 0, lead = 0;
+};
+
+std::vector<Case> cudnn_cases() {
+  std::vector<Case> c;
+  c.push_back({"causal_t37_dh64", 2, 37, 4, 4, 64});
+  c.push_back({"causal_t2_dh8", 1, 2, 2, 2, 8});
+  c.push_back({"causal_t130_dh128_gqa", 1, 130, 4, 2, 128});
+  c.push_back({"window5_t37", 2, 37, 2, 2, 64, AttnMask::sliding_window, 5});
+  c.push_back({"window1_t37", 1, 37, 2, 1, 64, AttnMask::sliding_window, 1});
+  c.push_back({"alibi_h4_t37", 2, 37, 4, 4, 64, AttnMask::causal, 0, true});
+  c.push_back({"alibi_h8_gqa_window9", 1, 37, 8, 2, 32, AttnMask::sliding_window, 9, true});
+  c.push_back({"alibi_h6_t37", 1, 37, 6, 3, 64, AttnMask::causal, 0, true});  // slopes of a non-power-of-two H
+  c.push_back({"sink_t37", 2, 37, 4, 4, 64, AttnMask::causal, 0, false, true});
+  c.push_back({"sink_window5_gqa", 1, 37, 4, 2, 64, AttnMask::sliding_window, 5, false, true});
+  c.push_back({"scale0.3_fused", 2, 20, 4, 2, 16, AttnMask::causal, 0, false, false, true, 0.3});
+  return c;
+}
+
+// Flash: sigmoid (with -log n bias), elu+1, identity; norm one and sum (alpha 1, 0.5); the three masks;
+// lead keys; T = 1 (one query, one key), 37, 130; dh 8, 40 (padded to 48), 64, 128; GQA.
+std::vector<Case> flash_cases() {
+  std::vector<Case> c;
+  auto add = [&](std::string name, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t dh, ops::AttnSim sim,
+                 ops::AttnNorm norm) -> Case& {
+    Case x{name, B, T, H, Hkv, dh};
+    x.kernel = AttnKernel::flash;
+    x.sim = sim;
+    x.norm = norm;
+    c.push_back(x);
+    return c.back();
+  };
+  using ops::AttnNorm;
+  using ops::AttnSim;
+  add("sigmoid_one_logn_t130_dh64", 1, 130, 4, 4, 64, AttnSim::sigmoid, AttnNorm::one).sigmoid_bias = -std::log(130.0);
+  add("sigmoid_one_t1", 1, 1, 2, 2, 8, AttnSim::sigmoid, AttnNorm::one);
+  add("sigmoid_sum_t37_gqa_dh40", 2, 37, 6, 2, 40, AttnSim::sigmoid, AttnNorm::sum);
+  add("sigmoid_sum_alpha0.5_dh128", 1, 37, 2, 2, 128, AttnSim::sigmoid, AttnNorm::sum).alpha = 0.5;
+  add("elu_one_t37", 2, 37, 2, 1, 64, AttnSim::elu_plus_one, AttnNorm::one);
+  add("elu_sum_t130", 1, 130, 2, 2, 32, AttnSim::elu_plus_one, AttnNorm::sum);
+  add("identity_one_t37", 1, 37, 2, 2, 16, AttnSim::identity, AttnNorm::one);
+  add("identity_sum_t37", 1, 37, 2, 2, 16, AttnSim::identity, AttnNorm::sum);
+  Case& w = add("sigmoid_one_window5", 2, 37, 2, 2, 64, AttnSim::sigmoid, AttnNorm::one);
+  w.mask = AttnMask::sliding_window;
+  w.window = 5;
+  Case& p = add("sigmoid_sum_prefix4", 1, 37, 2, 2, 64, AttnSim::sigmoid, AttnNorm::sum);
+  p.mask = AttnMask::prefix_lm;
+  p.prefix = 4;
+  add("sigmoid_one_lead1", 2, 37, 2, 2, 64, AttnSim::sigmoid, AttnNorm::one).lead = 1;
+  Case& lw = add("elu_sum_lead2_window5", 1, 70, 2, 2, 64, AttnSim::elu_plus_one, AttnNorm::sum);
+  lw.lead = 2;
+  lw.mask = AttnMask::sliding_window;
+  lw.window = 5;
+  add("sigmoid_one_fused_scale0.3", 2, 20, 4, 2, 16, AttnSim::sigmoid, AttnNorm::one).fused = true;
+  c.back().scale = 0.3;
+  return c;
+}
+
+void check_case(const Case& cs, uint64_t stream) {
+  SCOPED_TRACE(cs.name);
+  ops::AttentionSpec spec;
+  spec.mask = cs.mask;
+  spec.window = cs.window;
+  spec.prefix = cs.prefix;
+  spec.scale = cs.scale;
+  spec.sim = cs.sim;
+  spec.norm = cs.norm;
+  spec.norm_alpha = cs.alpha;
+  spec.sigmoid_bias = cs.sigmoid_bias;
+  spec.lead_keys = cs.lead;
+  if (cs.alibi) spec.pos_bias = AttnPosBias::alibi;
+  const int64_t B = cs.B, T = cs.T, H = cs.H, Hkv = cs.Hkv, dh = cs.dh, S = T + cs.lead;
+
+  // Inputs, rounded to bf16 (what the kernel sees); the reference gets them in f64. Scores of order 1-3.
+  Owned qkv = bf16_rounded(random_host(DType::f32, {B, T, H + 2 * Hkv, dh}, stream).t);
+  Owned k_lead = bf16_rounded(random_host(DType::f32, {B, S, Hkv, dh}, stream + 3).t);
+  Owned v_lead = bf16_rounded(random_host(DType::f32, {B, S, Hkv, dh}, stream + 4).t);
+  Owned d_out = bf16_rounded(random_host(DType::f32, {B, T, H, dh}, stream + 1).t);
+  Owned sink = random_host(DType::f32, {H}, stream + 2);
+  Tensor q = qkv.t.slice(2, 0, H);
+  Tensor k = cs.lead > 0 ? k_lead.t : qkv.t.slice(2, H, Hkv), v = cs.lead > 0 ? v_lead.t : qkv.t.slice(2, H + Hkv, Hkv);
+  Owned q64 = Owned::copy_of(q, DType::f64), k64 = Owned::copy_of(k, DType::f64), v64 = Owned::copy_of(v, DType::f64);
+  Owned do64 = Owned::copy_of(d_out.t, DType::f64), sink64 = Owned::copy_of(sink.t, DType::f64);
+  Owned out64(DType::f64, {B, T, H, dh}), stats64(DType::f64, {B, H, T});
+  Owned dq64(DType::f64, {B, T, H, dh}), dk64(DType::f64, {B, S, Hkv, dh}), dv64(DType::f64, {B, S, Hkv, dh});
+  Owned dsink64(DType::f64, {H});
+  ops::AttentionSpec ref = spec;
+  if (cs.sink) {
+    ref.sink_logit = sink64.t;
+    ref.d_sink_logit = dsink64.t;
+  }
+  ops::attention_forward(out64.t, stats64.t, q64.t, k64.t, v64.t, ref);
+  ops::attention_backward(dq64.t, dk64.t, dv64.t, do64.t, q64.t, k64.t, v64.t, out64.t, stats64.t, ref);
+
+  // The device: q, k, v as head slices of one fused buffer, or contiguous copies.
+  Dev g_qkv = to_device(qkv.t);
+  Owned qc = Owned::copy_of(q, DType::f32), kc = Owned::copy_of(k, DType::f32), vc = Owned::copy_of(v, DType::f32);
+  Dev g_qc = to_device(qc.t), g_kc = to_device(kc.t), g_vc = to_device(vc.t);
+  Tensor gq = cs.fused ? g_qkv.t.slice(2, 0, H) : g_qc.t;
+  Tensor gk = cs.fused ? g_qkv.t.slice(2, H, Hkv) : g_kc.t;
+  Tensor gv = cs.fused ? g_qkv.t.slice(2, H + Hkv, Hkv) : g_vc.t;
+  Dev g_do = to_device(d_out.t), g_sink = to_device(sink.t), g_dsink(DType::f32, {H});
+  ops::AttentionSpec gspec = spec;
+  gspec.kernel = cs.kernel;
+  if (cs.sink) {
+    gspec.sink_logit = g_sink.t;
+    gspec.d_sink_logit = g_dsink.t;
+  }
+  ASSERT_EQ(ops::choose_attention_kernel(gspec, ops::attn_call_of(gq, false)).kernel, cs.kernel);
+  Dev g_out(DType::f32, {B, T, H, dh}), g_stats(DType::f32, {B, H, T});
+  Dev g_dq(DType::f32, {B, T, H, dh}), g_dk(DType::f32, {B, S, Hkv, dh}), g_dv(DType::f32, {B, S, Hkv, dh});
+  for (const Dev* d : {&g_out, &g_stats, &g_dq, &g_dk, &g_dv, &g_dsink}) poison(d->t);
+  ops::attention_forward(g_out.t, g_stats.t, gq, gk, gv, gspec);
+  ops::attention_backward(g_dq.t, g_dk.t, g_dv.t, g_do.t, gq, gk, gv, g_out.t, g_stats.t, gspec);
+
+  EXPECT_LE(error_vs(to_host(g_out.t).t, out64.t, 1.0), kTolOut) << "out";
+  EXPECT_LE(error_vs(to_host(g_stats.t).t, stats64.t, 0.0), kTolStats) << "stats";
+  EXPECT_LE(error_vs(to_host(g_dq.t).t, dq64.t, 1.0), kTolGrad) << "d_q";
+  EXPECT_LE(error_vs(to_host(g_dk.t).t, dk64.t, 1.0), kTolGrad) << "d_k";
+  EXPECT_LE(error_vs(to_host(g_dv.t).t, dv64.t, 1.0), kTolGrad) << "d_v";
+  if (cs.sink) {
+    EXPECT_LE(error_vs(to_host(g_dsink.t).t, dsink64.t, 1.0), kTolGrad) << "d_sink_logit";
+  }
+
+  // The deterministic backward (the default; the flash kernel always) gives the same bits again.
+  Owned dq_first = to_host(g_dq.t);
+  poison(g_dq.t);
+  ops::attention_backward(g_dq.t, g_dk.t, g_dv.t, g_do.t, gq, gk, gv, g_out.t, g_stats.t, gspec);
+  EXPECT_TRUE(same_bits(to_host(g_dq.t).t, dq_first.t)) << "deterministic d_q";
+}
+
+TEST(CudaAttentionCudnn, MatchesTheReferenceOnEverySpecItRuns) {
+  SKIP_WITHOUT_CUDA();
+  ASSERT_GE(cudnn_version(), 91300) << "the sink cases need cuDNN >= 9.13";
+  uint64_t stream = 700;
+  for (const Case& c : cudnn_cases()) check_case(c, stream += 10);
+}
+
+TEST(CudaAttentionFlash, MatchesTheReferenceOnEverySpecItRuns) {
+  SKIP_WITHOUT_CUDA();
+  uint64_t stream = 900;
+  for (const Case& c : flash_cases()) check_case(c, stream += 10);
+}
+
+// auto on a GPU: the softmax model's attention goes to cuDNN, the probe's probs to the reference.
+TEST(CudaAttentionFast, AutoPicksCudnnForSoftmaxFlashForSigmoidAndTheReferenceForProbs) {
+  SKIP_WITHOUT_CUDA();
+  Dev q(DType::f32, {1, 8, 2, 64});
+  ops::AttentionSpec spec;
+  EXPECT_EQ(ops::choose_attention_kernel(spec, ops::attn_call_of(q.t, false)).kernel, AttnKernel::cudnn);
+  EXPECT_EQ(ops::choose_attention_kernel(spec, ops::attn_call_of(q.t, true)).kernel, AttnKernel::reference);
+  spec.sim = ops::AttnSim::sigmoid;
+  spec.norm = ops::AttnNorm::one;
+  EXPECT_EQ(ops::choose_attention_kernel(spec, ops::attn_call_of(q.t, false)).kernel, AttnKernel::flash);
+}
+
+// The trainer's view: a model on the GPU names the kernel its attention runs (what the log and results.h5 say).
+TEST(CudaAttentionFast, ModelOnTheGpuNamesItsKernel) {
+  SKIP_WITHOUT_CUDA();
+  model::ModelConfig c;
+  c.vocab_size = 16;
+  c.d_model = 128;
+  c.n_layers = 1;
+  c.n_heads = 2;
+  c.ffn_hidden = 32;
+  c.context = 16;
+  EXPECT_EQ(model::Transformer(c, Device::cuda(0)).attention_kernel().kernel, AttnKernel::cudnn);
+  c.attn_sim = ops::AttnSim::sigmoid;
+  c.attn_norm = ops::AttnNorm::one;
+  EXPECT_EQ(model::Transformer(c, Device::cuda(0)).attention_kernel().kernel, AttnKernel::flash);
+  c.attn_norm = ops::AttnNorm::p_norm;
+  c.attn_p = 2.0;
+  model::Transformer pnorm(c, Device::cuda(0));
+  EXPECT_EQ(pnorm.attention_kernel().kernel, AttnKernel::reference);
+  pnorm.set_attention_kernel(AttnKernel::flash);
+  EXPECT_THROW(pnorm.attention_kernel(), Error);
+}
+
+}  // namespace
+}  // namespace sinklab
