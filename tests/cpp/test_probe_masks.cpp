@@ -14,6 +14,7 @@
 
 #include "model/transformer.hpp"
 #include "probe/model_probe.hpp"
+#include "model_variant_cases.hpp"
 #include "test_util.hpp"
 
 namespace sinklab {
@@ -22,20 +23,7 @@ namespace {
 using nlohmann::json;
 
 model::ModelConfig tiny_config(const std::string& axis, const std::string& value) {
-  const std::string path = test::golden_path("model_variants.json");
-  std::ifstream in(path);
-  if (!in) throw Error("cannot open golden index " + path);
-  const json d = json::parse(in).at("cases").at("default").at("dims");
-  model::ModelConfig cfg;
-  cfg.vocab_size = d.at("vocab").get<int>();
-  cfg.d_model = d.at("d").get<int>();
-  cfg.n_layers = d.at("layers").get<int>();
-  cfg.n_heads = d.at("heads").get<int>();
-  cfg.n_kv_heads = d.at("kv_heads").get<int>();
-  cfg.ffn_hidden = d.at("ffn").get<int>();
-  cfg.context = d.at("context").get<int>();
-  cfg.norm_eps = d.at("norm_eps").get<double>();
-  cfg.rope_theta = d.at("rope_theta").get<double>();
+  model::ModelConfig cfg = test::config_of(test::golden_index().at("cases").at("default"));
   cfg.set_axis(axis, value);
   return cfg;
 }
