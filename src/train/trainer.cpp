@@ -123,7 +123,7 @@ class Trainer {
   int64_t count_targets(int64_t step, int64_t micro) const;
   void fill_batch(int64_t step, int64_t micro);
   StepRecord train_step(int64_t step);
-  double layer_norm_of(const std::vector<int64_t>& specs, Tensor flat) const;
+  static double norm_over(const std::vector<FlatRange>& ranges, Tensor flat);
   void restart_monitor();
   void record_step(int64_t step, StepRecord& rec, int64_t tokens_per_step, double tokens_per_s, double mfu);
   void record_event(int64_t step, EventKind kind, double value, double mean, double std);
@@ -148,14 +148,14 @@ class Trainer {
   std::optional<io::ResultsFile> results_;  // rank 0 only
   int64_t start_step_ = 0;
   // Stability monitor.
-  std::vector<std::vector<int64_t>> layer_specs_;  // [L] indices into model_.specs()
   Buffer previous_params_buf_;                     // the parameters before the update (update ratio)
   int64_t nonfinite_steps_ = 0;                    // so far, over the whole run (kept in checkpoints)
   SpikeDetector loss_spikes_, grad_norm_spikes_;  // rank 0
   int64_t nan_grad_step_ = -1, loss_spike_step_ = -1;  // test hooks (monitor.hpp)
   std::unique_ptr<dist::Communicator> comm_;
   std::unique_ptr<GradientSync> grad_sync_;  // gradients reduced in buckets during backward
-  std::vector<std::vector<FlatRange>> norm_groups_;  // [L + 1]: layer l's parameters; [L]: the others
+  // [L + 1]: the flat ranges of layer l's parameters; [L]: the others' (gradient norms, update ratios).
+  std::vector<std::vector<FlatRange>> norm_groups_;
   Buffer inputs_buf_, targets_buf_, probe_buf_;
   Tensor inputs_, targets_, probe_inputs_;
   Buffer device_ids_buf_;  // batches are built on the host; a device model reads a copy
@@ -211,12 +211,9 @@ Trainer::Trainer(const TrainConfig& cfg, dist::World& world)
   optimizer_ = std::make_unique<AdamW>(refs, AdamWConfig{cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay}, owned);
   schedule_ = ScheduleConfig{parse_lr_schedule(cfg.lr_schedule), cfg.lr, cfg.min_lr, cfg.warmup_steps, cfg_.steps};
   validate(schedule_);
-  layer_specs_.resize(size_t(cfg.model.n_layers));
   norm_groups_.resize(size_t(cfg.model.n_layers) + 1);
-  for (size_t i = 0; i < model_.specs().size(); ++i) {
-    const model::ParamSpec& spec = model_.specs()[i];
+  for (const model::ParamSpec& spec : model_.specs()) {
     const int l = model::layer_of_param(spec.name);
-    if (l >= 0) layer_specs_[size_t(l)].push_back(int64_t(i));
     norm_groups_[l >= 0 ? size_t(l) : size_t(cfg.model.n_layers)].push_back({spec.offset, spec.offset + spec.numel});
   }
   comm_ = make_communicator(world, device_);
@@ -359,14 +356,10 @@ void Trainer::fill_batch(int64_t step, int64_t micro) {
   else train_data_->fill_batch(layout_, uint64_t(step), micro, rank_, inputs_, targets_);
 }
 
-// ||x|| over the parameters `specs` of a flat buffer laid out as the model's (parameters, gradients,
-// the saved previous parameters).
-double Trainer::layer_norm_of(const std::vector<int64_t>& specs, Tensor flat) const {
+// ||x|| over the flat ranges of a buffer laid out as the model's (parameters, the saved previous parameters).
+double Trainer::norm_over(const std::vector<FlatRange>& ranges, Tensor flat) {
   double sum = 0.0;
-  for (int64_t i : specs) {
-    const model::ParamSpec& spec = model_.specs()[size_t(i)];
-    sum += ops::sum_squares(flat.slice(0, spec.offset, spec.numel));
-  }
+  for (const FlatRange& r : ranges) sum += ops::sum_squares(flat.slice(0, r.begin, r.size()));
   return std::sqrt(sum);
 }
 
@@ -421,8 +414,8 @@ StepRecord Trainer::train_step(int64_t step) {
   if (grad_sync_->zero1()) grad_sync_->allgather_params(params);
   ops::accumulate(previous, params, -1.0);  // previous - updated = -(the update)
   for (int l = 0; l < L; ++l) {
-    const double weight = layer_norm_of(layer_specs_[size_t(l)], params);
-    rec.update_ratio[size_t(l)] = weight > 0 ? layer_norm_of(layer_specs_[size_t(l)], previous) / weight : 0.0;
+    const double weight = norm_over(norm_groups_[size_t(l)], params);
+    rec.update_ratio[size_t(l)] = weight > 0 ? norm_over(norm_groups_[size_t(l)], previous) / weight : 0.0;
   }
   return rec;
 }
