@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
+#include <limits>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -118,8 +121,21 @@ int64_t World::allreduce_sum(int64_t value) const {
   allreduce_sum(&value, 1);
   return value;
 }
+void World::allreduce_max(double* data, size_t n) const {
+  if (!mpi_active_) return;
+  std::vector<double> values_and_nans(2 * n);  // [values with NaN as -inf, 1 where NaN]
+  for (size_t i = 0; i < n; ++i) {
+    const bool nan = std::isnan(data[i]);
+    values_and_nans[i] = nan ? -std::numeric_limits<double>::infinity() : data[i];
+    values_and_nans[n + i] = nan ? 1.0 : 0.0;
+  }
+  allreduce_chunks(values_and_nans.data(), 2 * n, MPI_DOUBLE, MPI_MAX);
+  for (size_t i = 0; i < n; ++i)
+    data[i] = values_and_nans[n + i] > 0 ? std::numeric_limits<double>::quiet_NaN() : values_and_nans[i];
+}
+
 double World::allreduce_max(double value) const {
-  if (mpi_active_) allreduce_chunks(&value, 1, MPI_DOUBLE, MPI_MAX);
+  allreduce_max(&value, 1);
   return value;
 }
 

@@ -64,6 +64,9 @@ class World {
   void allreduce_sum(int64_t* data, size_t n) const;
   double allreduce_sum(double value) const;
   int64_t allreduce_sum(int64_t value) const;
+  // In-place maxima over all ranks; a NaN on any rank makes that element NaN on every rank (MPI's max
+  // of a NaN depends on the order the ranks are combined in, so NaNs travel as flags beside the values).
+  void allreduce_max(double* data, size_t n) const;
   double allreduce_max(double value) const;
 
   // root's bytes/string replace everyone's (sizes need not be known in advance).

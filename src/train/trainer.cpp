@@ -389,9 +389,8 @@ StepRecord Trainer::train_step(int64_t step) {
   if (world_size_ > 1) world_.allreduce_sum(sums, 2);
   rec.loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;  // no assistant token in the whole batch: loss 0, no gradient
   if (step == nan_grad_step_) ops::fill(model_.flat_grads().slice(0, 0, 1), std::numeric_limits<double>::quiet_NaN());
-  rec.max_abs_activation = activations.max;
-  for (double& m : rec.max_abs_activation)
-    if (world_size_ > 1) m = std::isnan(m) ? m : world_.allreduce_max(m);
+  rec.max_abs_activation = activations.max;  // a NaN on any rank stays NaN (World::allreduce_max)
+  if (world_size_ > 1) world_.allreduce_max(rec.max_abs_activation.data(), rec.max_abs_activation.size());
   // The norms from the reduced gradients' owned ranges (grad_sync.hpp): layer l's, then the others'.
   const std::vector<double> squares = grad_sync_->sums_of_squares(norm_groups_);
   double total = 0.0;

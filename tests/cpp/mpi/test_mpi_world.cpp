@@ -2,6 +2,7 @@
 // gather of variable-length blobs. Also runs (trivially) as a single process.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <numeric>
@@ -81,6 +82,15 @@ TEST(MpiWorld, AllreduceSums) {
   for (size_t i = 0; i < d.size(); ++i) EXPECT_DOUBLE_EQ(d[i], 0.5 * double(i) * (rank_sum + n));
   EXPECT_DOUBLE_EQ(w.allreduce_sum(1.5), 1.5 * n);
   EXPECT_DOUBLE_EQ(w.allreduce_max(double(r)), double(n - 1));
+  // Element-wise, in one call; a NaN on any one rank is NaN everywhere, whichever rank holds it.
+  const double nan = std::nan("");
+  std::vector<double> m = {double(r), -double(r), r == n - 1 ? nan : 1.0, r == 0 ? nan : 2.0, -1e300};
+  w.allreduce_max(m.data(), m.size());
+  EXPECT_EQ(m[0], double(n - 1));
+  EXPECT_EQ(m[1], 0.0);
+  EXPECT_TRUE(std::isnan(m[2]));
+  EXPECT_TRUE(std::isnan(m[3]));
+  EXPECT_EQ(m[4], -1e300);
   w.allreduce_sum(static_cast<float*>(nullptr), 0);  // empty buffers are fine
 }
 
