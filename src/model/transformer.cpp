@@ -617,7 +617,7 @@ void Transformer::backward_layers(Tensor inputs, GradReadyObserver* grads_ready)
   // Reports the next span of backward_spans() as final (head_loss already wrote the head's gradient).
   size_t next_span = 0;
   auto span_done = [&]() {
-    const FlatSpan span = backward_spans_[next_span++];
+    const FlatRange span = backward_spans_[next_span++];
     if (grads_ready) grads_ready->on_grads_ready(span.begin, span.end);
   };
   const int64_t B = batch_, T = seq_, N = B * T, d = cfg_.d_model, F = cfg_.ffn_hidden;

@@ -12,6 +12,7 @@
 #include "backend/layer_taps.hpp"
 #include "backend/memory.hpp"
 #include "backend/ops.hpp"
+#include "core/flat_range.hpp"
 #include "model/config.hpp"
 
 namespace sinklab::model {
@@ -26,10 +27,6 @@ class GradReadyObserver {
  public:
   virtual ~GradReadyObserver() = default;
   virtual void on_grads_ready(int64_t begin, int64_t end) = 0;  // flat elements [begin, end)
-};
-
-struct FlatSpan {
-  int64_t begin = 0, end = 0;
 };
 
 class Transformer {
@@ -81,7 +78,7 @@ class Transformer {
   // layer L-1, ..., layer 0, then the embeddings and the tensors every layer shares (the sink token,
   // learned positions, the relative bias). They partition [0, flat size) and run from its end to its
   // start, because param_layout places the embeddings first and the head last.
-  const std::vector<FlatSpan>& backward_spans() const { return backward_spans_; }
+  const std::vector<FlatRange>& backward_spans() const { return backward_spans_; }
   // Forward only: the sum of per-token losses and their count.
   double forward_loss(Tensor inputs, Tensor targets, int64_t* counted = nullptr);
   // Forward only, no loss: calls observer.on_layer for every layer (the sink probe).
@@ -119,7 +116,7 @@ class Transformer {
   int64_t embed_index_ = -1, positions_index_ = -1, sink_token_index_ = -1, relative_index_ = -1,
           final_norm_index_ = -1, head_index_ = -1;
   int64_t n_elements_ = 0;
-  std::vector<FlatSpan> backward_spans_;  // [L + 2]: top, layers L-1..0, bottom
+  std::vector<FlatRange> backward_spans_;  // [L + 2]: top, layers L-1..0, bottom
   Buffer params_buffer_, grads_buffer_;
   Tensor flat_params_, flat_grads_;
   ops::AttentionSpec attention_;

@@ -4,7 +4,7 @@
 
 namespace sinklab::train {
 
-std::vector<GradBucket> make_buckets(const std::vector<model::FlatSpan>& spans, int64_t bucket_elements) {
+std::vector<GradBucket> make_buckets(const std::vector<FlatRange>& spans, int64_t bucket_elements) {
   std::vector<GradBucket> buckets;
   for (size_t i = 0; i < spans.size(); ++i) {
     SL_CHECK(spans[i].begin <= spans[i].end && (i == 0 || spans[i].end == spans[i - 1].begin),
@@ -21,7 +21,7 @@ std::vector<GradBucket> make_buckets(const std::vector<model::FlatSpan>& spans, 
   return buckets;
 }
 
-GradientSync::GradientSync(dist::Communicator& comm, Tensor flat_grads, std::vector<model::FlatSpan> spans,
+GradientSync::GradientSync(dist::Communicator& comm, Tensor flat_grads, std::vector<FlatRange> spans,
                            int64_t bucket_elements, bool zero1)
     : comm_(comm), flat_grads_(flat_grads), spans_(std::move(spans)), buckets_(make_buckets(spans_, bucket_elements)),
       zero1_(zero1) {

@@ -36,12 +36,12 @@ struct GradBucket {
 // Buckets over spans given in backward's order (consecutive, descending: spans[i].begin ==
 // spans[i + 1].end): each bucket is whole consecutive spans, closed once it holds >= bucket_elements
 // (bucket_elements <= 0: one bucket per span). Returned in the same order; they partition the spans.
-std::vector<GradBucket> make_buckets(const std::vector<model::FlatSpan>& spans, int64_t bucket_elements);
+std::vector<GradBucket> make_buckets(const std::vector<FlatRange>& spans, int64_t bucket_elements);
 
 class GradientSync final : public model::GradReadyObserver {
  public:
   // flat_grads: the model's flat gradient buffer [n]; spans: its backward_spans().
-  GradientSync(dist::Communicator& comm, Tensor flat_grads, std::vector<model::FlatSpan> spans,
+  GradientSync(dist::Communicator& comm, Tensor flat_grads, std::vector<FlatRange> spans,
                int64_t bucket_elements, bool zero1);
 
   const std::vector<GradBucket>& buckets() const { return buckets_; }
@@ -64,7 +64,7 @@ class GradientSync final : public model::GradReadyObserver {
   void start_bucket(const FlatRange& bucket);
   dist::Communicator& comm_;
   Tensor flat_grads_;
-  std::vector<model::FlatSpan> spans_;
+  std::vector<FlatRange> spans_;
   std::vector<GradBucket> buckets_;
   bool zero1_;
   std::vector<int64_t> rank_begins_;  // [W]: zero1_partition(n, W, r).begin

@@ -29,15 +29,12 @@
 
 #include "backend/memory.hpp"
 #include "backend/ops.hpp"
+#include "core/flat_range.hpp"
 #include "io/safetensors.hpp"
 
 namespace sinklab::train {
 
-struct FlatRange {
-  int64_t begin = 0, end = 0;
-  int64_t size() const { return end - begin; }
-  bool operator==(const FlatRange&) const = default;
-};
+using sinklab::FlatRange;
 
 // Equal-size shard length: ceil(ceil(n / align) / world) * align.
 int64_t zero1_shard_size(int64_t n, int world, int64_t align = 1);

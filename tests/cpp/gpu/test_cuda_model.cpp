@@ -60,7 +60,7 @@ class Layer0Probs : public LayerObserver {
 
 class SpanRecorder : public model::GradReadyObserver {
  public:
-  std::vector<model::FlatSpan> spans;
+  std::vector<FlatRange> spans;
   void on_grads_ready(int64_t begin, int64_t end) override { spans.push_back({begin, end}); }
 };
 

@@ -31,13 +31,12 @@ namespace sinklab::train {
 namespace {
 
 dist::World* g_world = nullptr;
-using model::FlatSpan;
 
 // Spans as backward gives them: [n - sizes[0], n), then downwards, covering [0, n).
-std::vector<FlatSpan> spans_of(const std::vector<int64_t>& sizes) {
+std::vector<FlatRange> spans_of(const std::vector<int64_t>& sizes) {
   int64_t n = 0;
   for (int64_t s : sizes) n += s;
-  std::vector<FlatSpan> spans;
+  std::vector<FlatRange> spans;
   for (int64_t s : sizes) {
     spans.push_back({n - s, n});
     n -= s;
@@ -46,7 +45,7 @@ std::vector<FlatSpan> spans_of(const std::vector<int64_t>& sizes) {
 }
 
 TEST(GradBuckets, WholeSpansClosedAtTheSize) {
-  const std::vector<FlatSpan> spans = spans_of({10, 30, 30, 30});  // [90,100) [60,90) [30,60) [0,30)
+  const std::vector<FlatRange> spans = spans_of({10, 30, 30, 30});  // [90,100) [60,90) [30,60) [0,30)
   auto ranges = [](const std::vector<GradBucket>& buckets) {
     std::vector<std::pair<int64_t, int64_t>> out;
     for (const GradBucket& b : buckets) out.push_back({b.range.begin, b.range.end});
@@ -73,7 +72,7 @@ TEST(GradBuckets, TheModelsBackwardSpans) {
   cfg.vocab_size = 37, cfg.d_model = 16, cfg.n_layers = 3, cfg.n_heads = 2, cfg.ffn_hidden = 24, cfg.context = 8;
   cfg.attn_bias = model::AttnBias::sink_token;  // a shared tensor in the bottom span
   model::Transformer m(cfg);
-  const std::vector<FlatSpan>& spans = m.backward_spans();
+  const std::vector<FlatRange>& spans = m.backward_spans();
   ASSERT_EQ(spans.size(), size_t(cfg.n_layers) + 2);
   EXPECT_EQ(spans.front().end, m.flat_grads().numel());
   EXPECT_EQ(spans.back().begin, 0);
@@ -81,15 +80,15 @@ TEST(GradBuckets, TheModelsBackwardSpans) {
   for (const model::ParamSpec& spec : m.specs()) {
     const int l = model::layer_of_param(spec.name);
     const bool top = spec.name == "model.norm.weight" || spec.name == "lm_head.weight";
-    const FlatSpan s = top ? spans.front() : l >= 0 ? spans[size_t(cfg.n_layers - l)] : spans.back();
+    const FlatRange s = top ? spans.front() : l >= 0 ? spans[size_t(cfg.n_layers - l)] : spans.back();
     EXPECT_GE(spec.offset, s.begin) << spec.name;
     EXPECT_LE(spec.offset + spec.numel, s.end) << spec.name;
   }
 }
 
 // Backward as the model runs it: every span reported in order; the communicator advances between them.
-void report_all(GradientSync& sync, const std::vector<FlatSpan>& spans) {
-  for (const FlatSpan& s : spans) sync.on_grads_ready(s.begin, s.end);
+void report_all(GradientSync& sync, const std::vector<FlatRange>& spans) {
+  for (const FlatRange& s : spans) sync.on_grads_ready(s.begin, s.end);
   sync.finish();
 }
 
@@ -114,7 +113,7 @@ TEST(GradientSync, BucketedReductionEqualsOneAllReduce) {
   const dist::World& w = *g_world;
   const std::vector<std::vector<int64_t>> layouts = {{7, 97, 96, 301, 1, 499}, {1}, {5, 0, 11}};
   for (const auto& sizes : layouts) {
-    const std::vector<FlatSpan> spans = spans_of(sizes);
+    const std::vector<FlatRange> spans = spans_of(sizes);
     const int64_t n = spans.front().end;
     Grads expect = random_grads(n, w.rank(), 3);
     w.allreduce_sum(expect.flat.ptr<float>(), size_t(n));  // the blocking whole-buffer reference
@@ -137,7 +136,7 @@ TEST(GradientSync, BucketedReductionEqualsOneAllReduce) {
 
 TEST(GradientSync, NormsAreTheSameWithAndWithoutZero1) {
   const dist::World& w = *g_world;
-  const std::vector<FlatSpan> spans = spans_of({40, 123, 77, 260});
+  const std::vector<FlatRange> spans = spans_of({40, 123, 77, 260});
   const int64_t n = spans.front().end;
   // Groups as the trainer's: parameter ranges with gaps (alignment padding) between them.
   const std::vector<std::vector<FlatRange>> groups = {{{0, 100}, {112, 250}}, {{256, 400}}, {{400, 490}, {496, 500}}};
@@ -180,7 +179,7 @@ TEST(GradientSync, AllgatherGivesEveryRankTheOwnedRanges) {
 
 TEST(GradientSync, RefusesSpansOutOfOrderOrMissing) {
   const dist::World& w = *g_world;
-  const std::vector<FlatSpan> spans = spans_of({10, 20, 30});
+  const std::vector<FlatRange> spans = spans_of({10, 20, 30});
   Grads g = random_grads(60, w.rank(), 1);
   dist::MpiComm comm(w);
   GradientSync sync(comm, g.flat, spans, int64_t(1) << 30, false);
@@ -202,7 +201,7 @@ TEST(GradientSync, OverNcclOnDeviceBuffers) {
   if (w.allreduce_sum(short_of_gpus) > 0) GTEST_SKIP() << "no usable CUDA device for every rank";
   const Device device = Device::cuda(w.local_rank());
   dist::NcclComm comm(w, device.index, static_cast<cuda::CudaBackend&>(backend_for(device)).stream());
-  const std::vector<FlatSpan> spans = spans_of({7, 97, 96, 301, 1, 499});
+  const std::vector<FlatRange> spans = spans_of({7, 97, 96, 301, 1, 499});
   const int64_t n = spans.front().end;
   Grads expect = random_grads(n, w.rank(), 17);
   w.allreduce_sum(expect.flat.ptr<float>(), size_t(n));
