@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "backend/backend.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/options.hpp"
@@ -61,6 +62,7 @@ bool parse(int argc, char** argv, ProbeOptions& o) {
 }
 
 int run(const ProbeOptions& o) {
+  log::info("CPU BLAS: %s", cpu_blas_summary().c_str());
   const std::string path = train::resolve_checkpoint(o.checkpoint, "--checkpoint");
   train::CheckpointInfo ckpt = train::open_checkpoint(path);
   model::ModelConfig cfg = model::ModelConfig::from_hf_config_json(train::read_config_json(ckpt), path + "/config.json");
@@ -132,7 +134,7 @@ int run(const ProbeOptions& o) {
   std::error_code ec;
   if (!out_dir.empty()) std::filesystem::create_directories(out_dir, ec);
   SL_CHECK(!ec, "--out: cannot create %s: %s", out_dir.c_str(), ec.message().c_str());
-  io::RootInfo info{SINKLAB_VERSION, "", io::now_utc_iso(), "sinklab-probe", ""};
+  io::RootInfo info{SINKLAB_VERSION, "", io::now_utc_iso(), "sinklab-probe", "", cpu_blas_summary()};
   io::ResultsFile out = io::ResultsFile::open_or_create(o.out, info);
   const std::string g = "/models/" + name + "/" + o.input + "/" + o.domain;
   out.create_group(g);

@@ -19,6 +19,7 @@
 #include <map>
 #include <optional>
 
+#include "backend/backend.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/options.hpp"
@@ -214,7 +215,7 @@ class SurveyWriter {
         done_[i] = file_->exists(obj) && file_->attr_string(obj, "status") == "ok";
       }
     } else {
-      io::RootInfo info{SINKLAB_VERSION, "", io::now_utc_iso(), o.command_line, o.config_text};
+      io::RootInfo info{SINKLAB_VERSION, "", io::now_utc_iso(), o.command_line, o.config_text, cpu_blas_summary()};
       file_.emplace(io::ResultsFile::create(o.output, info));
       file_->set_attr("/", "survey_params", fingerprint);
       file_->create_group("/items");
@@ -302,6 +303,7 @@ class SurveyWriter {
 };
 
 int run(const SurveyOptions& o, const dist::World& world) {
+  log::info0("CPU BLAS: %s", cpu_blas_summary().c_str());
   std::vector<probe::SurveyModel> catalogue;
   for (const std::string& line : o.model_lines) catalogue.push_back(probe::parse_model_line(line, o.model_root));
   const std::vector<probe::SurveyModel> models = probe::select_models(catalogue, o.models, o.model_root);

@@ -78,6 +78,9 @@ int64_t cudnn_version();
 // kernels differ per CPU (OpenBLAS picks them at run time; OPENBLAS_CORETYPE forces one) and give other
 // last bits for the same GEMM: runs are bit-for-bit reproducible only with the same kernels and threads.
 std::string cpu_blas_description();
+// The description plus, when sinklab replaced OpenBLAS's own kernel choice at start-up
+// (cpu/blas_kernels.hpp), what it replaced: the line every binary logs at start and results.h5 keeps.
+std::string cpu_blas_summary();
 
 // column_sum's operands (ops.hpp), checked by every backend: same dtype, out at least 1-D, and out's dims
 // are the trailing dims of in. Returns L, the number of in rows that add into each out row.

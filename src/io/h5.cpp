@@ -434,6 +434,7 @@ ResultsFile ResultsFile::create(const std::string& path, const RootInfo& info) {
   r.set_attr("/", "created_utc", info.created_utc.empty() ? now_utc_iso() : info.created_utc);
   r.set_attr("/", "command_line", info.command_line);
   r.set_attr("/", "config", info.config_text);
+  r.set_attr("/", "cpu_blas", info.cpu_blas);
   return r;
 }
 

@@ -45,6 +45,7 @@ struct RootInfo {
   std::string created_utc;   // ISO 8601, e.g. "2025-01-31T12:00:00Z"; now_utc_iso() gives the current one
   std::string command_line;
   std::string config_text;   // the ini text; stored as the root attribute "config"
+  std::string cpu_blas;      // the BLAS and kernel set that multiplied matrices (cpu_blas_summary())
 };
 
 // One named value of a row: integer values make int64 columns, floating-point values float64 columns.

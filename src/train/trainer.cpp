@@ -613,7 +613,7 @@ int Trainer::run() {
   const double flops_per_token = model_.flops_per_token(cfg_.model.context), peak_flops = peak_flops_per_rank();
   const std::string eval_group = "/runs/" + cfg_.run_name + "/eval";
   if (rank_ == 0) {
-    io::RootInfo info{SINKLAB_VERSION, "", io::now_utc_iso(), cfg_.command_line, cfg_.config_text};
+    io::RootInfo info{SINKLAB_VERSION, "", io::now_utc_iso(), cfg_.command_line, cfg_.config_text, cpu_blas_summary()};
     results_ = cfg_.resume ? io::ResultsFile::open_or_create(results_path_, info) : io::ResultsFile::create(results_path_, info);
     // A resumed run drops whatever was logged after its checkpoint: one train row per completed step,
     // eval rows for step counts <= the checkpoint's.
@@ -663,6 +663,7 @@ int Trainer::run() {
   if (peak_flops > 0)
     log::info0("MFU: %.4g GFLOP per token against %.4g TFLOP/s per rank", flops_per_token / 1e9, peak_flops / 1e12);
   log::info0("attention kernel: %s (%s)", ops::attn_kernel_name(attn_kernel_.kernel), attn_kernel_.reason.c_str());
+  log::info0("CPU BLAS: %s", cpu_blas_summary().c_str());
   // Fine-tuning always probes the base model first: the "before" of the before/after sink.
   if (start_step_ == 0 && (cfg_.eval_every > 0 || cfg_.sft)) log_eval(0, evaluate());
 

@@ -31,7 +31,7 @@ class H5Test : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  static RootInfo info() { return RootInfo{"0.1.0", "abc123", "2025-01-01T00:00:00Z", "sinklab-test --x 1", "[run]\nx = 1\n"}; }
+  static RootInfo info() { return RootInfo{"0.1.0", "abc123", "2025-01-01T00:00:00Z", "sinklab-test --x 1", "[run]\nx = 1\n", "OpenBLAS test"}; }
   // Files in the test directory other than the committed ones (leftover temporaries).
   size_t temporaries() const {
     size_t n = 0;
@@ -57,6 +57,7 @@ TEST_F(H5Test, CreateWritesRootAttributesOnlyOnCommit) {
   EXPECT_EQ(r.attr_string("/", "created_utc"), "2025-01-01T00:00:00Z");
   EXPECT_EQ(r.attr_string("/", "command_line"), "sinklab-test --x 1");
   EXPECT_EQ(r.attr_string("/", "config"), "[run]\nx = 1\n");
+  EXPECT_EQ(r.attr_string("/", "cpu_blas"), "OpenBLAS test");
   EXPECT_FALSE(r.writable());
   EXPECT_THROW(r.append_row("/runs/a/train", {{"step", 1}}), Error);
 }
@@ -255,7 +256,8 @@ TEST(H5Layout, WriteExample) {
   if (!out || !*out) GTEST_SKIP() << "SINKLAB_H5_LAYOUT_OUT not set";
   const int L = 2, H = 3, K = 4;
   ResultsFile f = ResultsFile::create(out, RootInfo{"0.1.0", "deadbeef", "2025-01-01T00:00:00Z",
-                                                    "sinklab-pretrain --config jobs/demo.ini", "[train]\nsteps = 3\n"});
+                                                    "sinklab-pretrain --config jobs/demo.ini", "[train]\nsteps = 3\n",
+                                                    "OpenBLAS 0.3.21 (Haswell kernels, 2 threads)"});
   for (int s = 0; s < 3; ++s)
     f.append_row("/runs/demo/train", {{"step", s}, {"tokens", int64_t(s + 1) * 4096}, {"loss", 5.0 - s},
                                       {"lr", 1e-3}, {"grad_norm", 1.5}, {"tokens_per_s", 1000.0}});

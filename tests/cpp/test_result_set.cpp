@@ -65,7 +65,7 @@ TEST(ResultSet, WritesIntoResultsFile) {
   fs::create_directories(dir);
   const std::string path = (dir / "r.h5").string();
   {
-    ResultsFile f = ResultsFile::create(path, RootInfo{"0.1.0", "", "2025-01-01T00:00:00Z", "test", ""});
+    ResultsFile f = ResultsFile::create(path, RootInfo{"0.1.0", "", "2025-01-01T00:00:00Z", "test", "", ""});
     example().write(f, "/models/m/natural/pile_cc");
     f.commit();
   }

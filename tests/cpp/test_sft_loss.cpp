@@ -40,7 +40,7 @@ model::ModelConfig config_of(const test::Golden& g) {
 std::string write_sft_file(const fs::path& dir, Tensor tokens, Tensor mask, int64_t context) {
   fs::create_directories(dir);
   const std::string path = (dir / "sft.h5").string();
-  io::ResultsFile f = io::ResultsFile::create(path, io::RootInfo{"test", "", io::now_utc_iso(), "", ""});
+  io::ResultsFile f = io::ResultsFile::create(path, io::RootInfo{"test", "", io::now_utc_iso(), "", "", ""});
   f.write_array("/tokens", {tokens.shape[0], tokens.shape[1]}, tokens.ptr<int32_t>());
   f.write_array("/loss_mask", {mask.shape[0], mask.shape[1]}, mask.ptr<int32_t>());
   f.set_attr("/", "context", context);

@@ -315,14 +315,39 @@ def test_bad_flags_give_one_clear_line(corpus, tmp_path):
         assert f"--attn-kernel" in proc.stderr and words in proc.stderr, proc.stderr
 
 
+def _cpu_has_avx2():
+    return " avx2" in Path("/proc/cpuinfo").read_text()
+
+
+@pytest.mark.skipif(not _cpu_has_avx2(), reason="the correction applies to CPUs with AVX2 or AVX-512")
+def test_pre_avx2_blas_kernels_are_replaced_under_mpirun(corpus, tmp_path):
+    """OpenBLAS 0.3.21 falls back to its SSE3 'Prescott' kernels on CPUs newer than itself (3x slower on a
+    2023 Xeon). Started that way, both ranks of an mpirun job re-execute themselves onto the CPU's own
+    kernels before MPI_Init (src/backend/cpu/blas.cpp), log it once, and the results file records it."""
+    out = tmp_path / "p"
+    cmd = ["mpirun", "-np", "2", str(PRETRAIN), *_args(corpus, out, "--steps=4")]
+    proc = subprocess.run(cmd, env=dict(ENV, OPENBLAS_CORETYPE="Prescott"), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if "CPU BLAS:" in line]
+    assert len(lines) == 1, proc.stdout  # once, from rank 0
+    assert "sinklab chose them: OpenBLAS had picked Prescott" in lines[0], lines[0]
+    kernels = lines[0].split("(")[1].split(" kernels")[0]
+    assert kernels in ("Haswell", "SkylakeX", "Cooperlake"), lines[0]
+    with h5py.File(out / "results.h5", "r") as f:
+        assert f.attrs["cpu_blas"] == lines[0].split("CPU BLAS: ")[1]
+        assert f"({kernels} kernels" in f["runs/t"].attrs["cpu_blas"]
+
+
 def test_results_layout_and_probe(corpus, tmp_path):
     out = tmp_path / "nested" / "layout"  # parents are created
     proc = _pretrain(corpus, out, 1, "--attn-kernel=reference")
     # the kernel the run's attention used: logged and stored (backend/attention_dispatch.hpp)
     assert "attention kernel: reference (requested by --attn-kernel)" in proc.stdout, proc.stdout
     with h5py.File(out / "results.h5", "r") as f:
-        for attr in ("sinklab_version", "created_utc", "command_line", "config"):
+        for attr in ("sinklab_version", "created_utc", "command_line", "config", "cpu_blas"):
             assert attr in f.attrs
+        assert f.attrs["cpu_blas"].startswith(f["runs/t"].attrs["cpu_blas"])  # the run's, + any start-up note
         assert f["runs/t"].attrs["attn_kernel"] == "reference"
         assert f["runs/t"].attrs["attn_kernel_reason"] == "requested by --attn-kernel"
         assert "attn-kernel = reference" in f.attrs["config"]
