@@ -97,6 +97,15 @@ def _mini_corpus(a) -> int:
     return 0
 
 
+def _bbm(a) -> int:
+    from .bbm import build_bbm
+
+    build_bbm(a.out, seed=a.seed, T=a.seq_len, n_triggers=a.triggers, trigger_offset=a.trigger_offset,
+              train_sequences=a.train_sequences, valid_sequences=a.valid_sequences, survey_n=a.survey_n,
+              source=a.source)
+    return 0
+
+
 def _gguf_import(a) -> int:
     from .gguf_import import import_gguf
 
@@ -111,7 +120,7 @@ def _gguf_import(a) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m data_prep", description=(
         "sinklab data preparation: Pile reader, token shards, survey inputs, SFT data, mini corpus, "
-        "GGUF import."))
+        "BBM task data, GGUF import."))
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("pile-stats", help="documents per domain and skipped lines of Pile files")
@@ -197,6 +206,26 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=int, default=0, help="tokeniser processes (default: CPU count)")
     s.add_argument("--force", action="store_true", help="rebuild even if the manifest matches")
     s.set_defaults(func=_mini_corpus)
+
+    s = sub.add_parser("bbm", help="Bigram-Backcopy task (Guo et al. 2024): character-level shards, "
+                       "survey inputs and bbm.json (vocabulary, triggers, loss floors)")
+    s.add_argument("--out", default="data/bbm", help="output directory (default data/bbm)")
+    s.add_argument("--seed", type=int, default=0, help="seed of every draw (default 0)")
+    s.add_argument("--seq-len", type=int, default=256,
+                   help="T: tokens after BOS per sequence, the model's BBM inputs (default 256); documents and "
+                        "sinklab-pretrain --context are T+2")
+    s.add_argument("--triggers", type=int, default=3, help="k: the k most frequent characters are triggers (default 3)")
+    s.add_argument("--trigger-offset", type=int, default=0,
+                   help="skip this many most frequent characters before choosing triggers (Guo's "
+                        "special_toks_offset; default 0)")
+    s.add_argument("--train-sequences", type=int, default=262144, help="sequences in train.bin (default 262144)")
+    s.add_argument("--valid-sequences", type=int, default=2048, help="sequences in valid.bin (default 2048)")
+    s.add_argument("--survey-n", type=int, default=100,
+                   help="validation sequences copied to survey_inputs.h5 (default 100; 0 = no file)")
+    s.add_argument("--source", default="devil",
+                   help="'devil' (default: The Devil's Dictionary from the Debian package dict-devil, the mini "
+                        "corpus's literary domain) or a UTF-8 text file")
+    s.set_defaults(func=_bbm)
 
     s = sub.add_parser("gguf-import", help="GGUF (llama.cpp) Llama model -> HF model directory (float32)")
     s.add_argument("gguf", help="the .gguf file (architecture llama, byte-level BPE tokenizer)")
