@@ -54,13 +54,15 @@ int64_t check_column_sum(const Tensor& out, const Tensor& in) {
   return rows;
 }
 
-bool cuda_available() {
+int cuda_device_count() {
 #if SINKLAB_HAVE_CUDA
-  return cuda::device_count() > 0;
+  return cuda::device_count();
 #else
-  return false;
+  return 0;
 #endif
 }
+
+bool cuda_available() { return cuda_device_count() > 0; }
 
 int64_t cudnn_version() {
 #if SINKLAB_HAVE_CUDA

@@ -24,6 +24,12 @@ class Backend {
   virtual void* allocate(size_t bytes) = 0;
   virtual void deallocate(void* ptr) = 0;
   virtual void synchronize() {}
+  // The device's product name (the GPU's, e.g. "NVIDIA H100 80GB HBM3"; the backend's name on the CPU):
+  // MFU's peak is looked up by it.
+  virtual std::string device_name() const { return name(); }
+  // The stream the backend's ops run on (a cudaStream_t on CUDA, null on the CPU): what NCCL's
+  // collectives are ordered with (dist::make_communicator).
+  virtual void* compute_stream() const { return nullptr; }
 
   virtual void fill(Tensor out, double value);
   virtual void copy(Tensor dst, Tensor src);
@@ -72,6 +78,7 @@ class Backend {
 Backend& backend_for(Device device);
 Backend& backend_for(std::initializer_list<Tensor> tensors, const char* op);
 bool cuda_available();  // a CUDA build and at least one usable device
+int cuda_device_count();  // usable CUDA devices (0 in a build without CUDA)
 // cudnnGetVersion() of the loaded cuDNN (e.g. 91900); 0 in a build without CUDA.
 int64_t cudnn_version();
 // The CPU BLAS that multiplies matrices here, e.g. "OpenBLAS 0.3.21 (Zen kernels, 2 threads)". Its

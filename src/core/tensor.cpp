@@ -37,6 +37,12 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
+DeviceKind parse_device_kind(const std::string& name, const char* flag) {
+  if (name == "cpu") return DeviceKind::cpu;
+  if (name == "cuda") return DeviceKind::cuda;
+  SL_FAIL("%s must be cpu or cuda, not '%s'", flag, name.c_str());
+}
+
 std::string Tensor::shape_str() const {
   std::string s = "[";
   for (int d = 0; d < ndim; ++d) {

@@ -15,6 +15,8 @@
 namespace sinklab {
 
 enum class DeviceKind : uint8_t { cpu, cuda };
+// "cpu" | "cuda" -> the kind; anything else throws naming `flag` (e.g. "--device").
+DeviceKind parse_device_kind(const std::string& name, const char* flag);
 
 struct Device {
   DeviceKind kind = DeviceKind::cpu;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "dist/nccl.hpp"  // declares NcclComm in CUDA builds only
 
 namespace sinklab::dist {
 
@@ -104,5 +105,15 @@ void MpiComm::wait_all() {
 }
 
 void MpiComm::allreduce_sum_host(double* data, size_t n) { world_.allreduce_sum(data, n); }
+
+std::unique_ptr<Communicator> make_communicator(const World& world, Device device, void* compute_stream) {
+  if (device.is_cpu() || world.size() == 1) return std::make_unique<MpiComm>(world);
+#if SINKLAB_HAVE_CUDA
+  return std::make_unique<NcclComm>(world, device.index, static_cast<CUstream_st*>(compute_stream));
+#else
+  (void)compute_stream;
+  SL_FAIL("--device cuda: this sinklab was built without CUDA");
+#endif
+}
 
 }  // namespace sinklab::dist

@@ -17,6 +17,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/tensor.hpp"
 #include "dist/mpi.hpp"
 
 namespace sinklab::dist {
@@ -71,5 +72,10 @@ class MpiComm final : public Communicator {
   const World& world_;
   std::vector<std::unique_ptr<Pending>> pending_;
 };
+
+// The data-parallel communicator of a job on `device`: MPI on host buffers on the CPU (and for a job of
+// one rank, which needs no collective), NCCL on a GPU's buffers, ordered with the backend's
+// `compute_stream` (Backend::compute_stream(); CUDA builds only, else refused naming --device).
+std::unique_ptr<Communicator> make_communicator(const World& world, Device device, void* compute_stream);
 
 }  // namespace sinklab::dist

@@ -172,8 +172,8 @@ void ChunkSampler::read_sample(uint64_t sample, int32_t* out) const {
   intervene(sample, out);
 }
 
-std::vector<uint64_t> ChunkSampler::fill_batch(const BatchLayout& layout, uint64_t step, int64_t micro,
-                                               int64_t rank, Tensor inputs, Tensor targets) const {
+int64_t ChunkSampler::fill_batch(const BatchLayout& layout, uint64_t step, int64_t micro, int64_t rank, Tensor inputs,
+                                 Tensor targets) const {
   const int64_t C = cfg_.context;
   check_shape(inputs, {layout.rows, C}, "ChunkSampler::fill_batch", "inputs");
   check_shape(targets, {layout.rows, C}, "ChunkSampler::fill_batch", "targets");
@@ -191,7 +191,19 @@ std::vector<uint64_t> ChunkSampler::fill_batch(const BatchLayout& layout, uint64
     std::copy(row.begin(), row.begin() + C, in + j * C);
     std::copy(row.begin() + 1, row.end(), tg + j * C);
   }
-  return chunks;
+  return layout.rows * C;
+}
+
+std::vector<std::pair<std::string, std::string>> ChunkSampler::run_settings() const {
+  std::string resample;
+  for (int64_t p : cfg_.resample_positions) resample += strfmt("%s%lld", resample.empty() ? "" : ",", (long long)p);
+  return {
+      {"train-data", content_text()},
+      {"max-train-tokens", std::to_string(cfg_.max_tokens)},
+      {"resample-positions", resample},
+      {"fixed-token-position", std::to_string(cfg_.fixed_token_position)},
+      {"fixed-token-id", std::to_string(cfg_.fixed_token_position > 0 ? cfg_.fixed_token_id : 0)},
+  };
 }
 
 std::string ChunkSampler::content_text() const {

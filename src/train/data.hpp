@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.hpp"
@@ -85,7 +86,29 @@ inline constexpr uint64_t kProbeSampleBase = uint64_t(1) << 62;
 // sample `sample`, in place; positions beyond len are left out (a probe row shorter than C+1).
 void apply_interventions(const DataConfig& cfg, uint64_t sample, int32_t* row, int64_t len);
 
-class ChunkSampler {
+// What the training loop reads: one micro-batch of a step at a time, a pure function of (step,
+// micro-batch, rank) by the layout above. Pre-training shards (ChunkSampler) and fine-tuning rows
+// (SftSampler) are its two kinds; the trainer sees only this.
+class TrainingData {
+ public:
+  virtual ~TrainingData() = default;
+  virtual const char* flag() const = 0;       // the flag that names the data: "--train-data", "--sft-data"
+  virtual uint64_t n_rows() const = 0;        // rows of one epoch
+  virtual uint64_t n_tokens() const = 0;      // tokens the run trains on
+  virtual uint32_t data_vocab_size() const = 0;  // the data's vocabulary, 0 when the data does not say
+  // The targets that micro-batch counts in the loss (known before reading its tokens).
+  virtual int64_t count_targets(const BatchLayout& layout, uint64_t step, int64_t micro, int64_t rank) const = 0;
+  // Fills inputs and targets (i32 [rows, C], contiguous CPU tensors; target -1 = not counted) for that
+  // micro-batch; returns the counted targets.
+  virtual int64_t fill_batch(const BatchLayout& layout, uint64_t step, int64_t micro, int64_t rank, Tensor inputs,
+                             Tensor targets) const = 0;
+  // One line that identifies the data a run saw: stored in checkpoints so a resume with other data is refused.
+  virtual std::string fingerprint() const = 0;
+  // The data's settings a resumed job must share, as (flag, value) (Trainer::check_same_run).
+  virtual std::vector<std::pair<std::string, std::string>> run_settings() const = 0;
+};
+
+class ChunkSampler : public TrainingData {
  public:
   // Opens every shard (throws naming the file when one is missing/corrupt, when the shards disagree
   // on vocab_size/eos/bos, or when the stream holds fewer than C+1 tokens).
@@ -96,8 +119,8 @@ class ChunkSampler {
 
   const DataConfig& config() const { return cfg_; }
   int64_t context() const { return cfg_.context; }
-  uint64_t total_tokens() const { return total_tokens_; }  // in all shards
-  uint64_t n_tokens() const { return n_tokens_; }          // used: min(total, max_tokens)
+  uint64_t total_tokens() const { return total_tokens_; }        // in all shards
+  uint64_t n_tokens() const override { return n_tokens_; }        // used: min(total, max_tokens)
   uint64_t n_chunks() const { return n_chunks_; }
   uint32_t vocab_size() const { return vocab_size_; }
   uint32_t eos_id() const { return eos_id_; }
@@ -117,14 +140,19 @@ class ChunkSampler {
   void read_sample(uint64_t sample, int32_t* out) const;
   // Applies the interventions of sample `sample` to its C+1 tokens in place.
   void intervene(uint64_t sample, int32_t* row) const;
-  // Fills inputs and targets (i32 [rows, C], contiguous CPU tensors) for that micro-batch. Returns the
-  // chunk ids read.
-  std::vector<uint64_t> fill_batch(const BatchLayout& layout, uint64_t step, int64_t micro, int64_t rank,
-                                   Tensor inputs, Tensor targets) const;
-
-  // One line that identifies the data a run saw (shards, sizes, C, seed, budget): stored in checkpoints
-  // so a resume with different data can be detected.
-  std::string fingerprint() const;
+  // TrainingData: every target counts; rows are training samples with their interventions.
+  const char* flag() const override { return "--train-data"; }
+  uint64_t n_rows() const override { return n_chunks_; }
+  uint32_t data_vocab_size() const override { return vocab_size_; }
+  int64_t count_targets(const BatchLayout& layout, uint64_t, int64_t, int64_t) const override {
+    return layout.rows * cfg_.context;
+  }
+  int64_t fill_batch(const BatchLayout& layout, uint64_t step, int64_t micro, int64_t rank, Tensor inputs,
+                     Tensor targets) const override;
+  // The shards, sizes, C, seed, budget and interventions.
+  std::string fingerprint() const override;
+  // The shards' content, the budget and the interventions.
+  std::vector<std::pair<std::string, std::string>> run_settings() const override;
   // The interventions as " resample=2,3 resample_vocab=V fixed=P:ID" ("" when none).
   std::string intervention_text() const { return intervention_text_of(cfg_); }
   static std::string intervention_text_of(const DataConfig& cfg);
@@ -156,25 +184,28 @@ class ChunkSampler {
 //
 // Sampling as ChunkSampler's: sample s reads row perm_e(s % N) of epoch e = s / N, with the same
 // sample_index layout over steps, micro-batches and ranks, so any rank count reads the same rows.
-class SftSampler {
+class SftSampler : public TrainingData {
  public:
   // Opens the file (throws naming it when it is not data_prep sft output or its context differs from
   // the model's). Token ids are checked against vocab_size as rows are read.
   SftSampler(const std::string& path, int64_t context, uint64_t seed, uint32_t vocab_size);
 
-  uint64_t n_rows() const { return n_rows_; }
-  uint64_t n_tokens() const { return n_rows_ * uint64_t(context_); }
+  const char* flag() const override { return "--sft-data"; }
+  uint64_t n_rows() const override { return n_rows_; }
+  uint64_t n_tokens() const override { return n_rows_ * uint64_t(context_); }
+  uint32_t data_vocab_size() const override { return 0; }  // ids are checked against the model's as rows are read
   uint64_t n_loss_tokens() const { return n_loss_tokens_; }
   uint64_t row_of(uint64_t sample) const;  // the row training sample `sample` reads
 
   // The counted targets of that micro-batch (reads the mask only).
-  int64_t count_targets(const BatchLayout& layout, uint64_t step, int64_t micro, int64_t rank) const;
-  // Fills inputs and targets (i32 [rows, C], contiguous CPU tensors) as above; returns the counted targets.
+  int64_t count_targets(const BatchLayout& layout, uint64_t step, int64_t micro, int64_t rank) const override;
+  // Fills inputs and targets as above (the assistant-only mask); returns the counted targets.
   int64_t fill_batch(const BatchLayout& layout, uint64_t step, int64_t micro, int64_t rank, Tensor inputs,
-                     Tensor targets) const;
+                     Tensor targets) const override;
 
   // Identifies the data (file size, CRC-32, rows, C, seed): stored in checkpoints like ChunkSampler's.
-  std::string fingerprint() const { return fingerprint_; }
+  std::string fingerprint() const override { return fingerprint_; }
+  std::vector<std::pair<std::string, std::string>> run_settings() const override { return {{"sft-data", content_text_}}; }
   std::string content_text() const { return content_text_; }
 
  private:

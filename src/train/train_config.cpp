@@ -41,7 +41,7 @@ void take_model_from_checkpoint(TrainConfig& c, const po::variables_map& vm) {
 }  // namespace
 
 bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, bool sft) {
-  std::string config_file, train_data, valid_data, sink_eps = "0.2,0.3,0.4", resample_positions;
+  std::string config_file, train_data, valid_data, sink_eps = "0.2,0.3,0.4", resample_positions, device;
   model::ModelConfig& m = c.model;
   c.sft = sft;
   const char* program = sft ? "sinklab-sft" : "sinklab-pretrain";
@@ -135,7 +135,7 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, b
       ("checkpoint-every", po::value(&c.checkpoint_every)->default_value(0), "steps between checkpoints (0 = end only)")
       ("keep-checkpoints", po::value(&c.keep_checkpoints)->default_value(2), "checkpoints kept on disk")
       ("resume", po::value(&c.resume)->default_value(false)->implicit_value(true), "continue from the newest checkpoint in --out-dir")
-      ("device", po::value(&c.device)->default_value("cpu"), "cpu | cuda")
+      ("device", po::value(&device)->default_value("cpu"), "cpu | cuda")
       ("attn-kernel", po::value(&c.attn_kernel)->default_value("auto"),
        "attention kernel: auto (cuDNN when the attention fits, then the flash kernel, then the reference) | cudnn | "
        "flash | reference; cudnn and flash compute in bf16, the reference in f32 (a GPU run that must match the CPU "
@@ -181,7 +181,7 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, b
   SL_CHECK(c.probe_length >= 1 && c.probe_length <= m.context, "--probe-length must lie in [1, --context]");
   SL_CHECK(c.probe_max_k >= 1 && c.probe_max_k <= c.probe_length, "--probe-max-k must lie in [1, --probe-length]");
   SL_CHECK(c.probe_sequences >= 0, "--probe-sequences must be >= 0");
-  SL_CHECK(c.device == "cpu" || c.device == "cuda", "--device must be cpu or cuda, not '%s'", c.device.c_str());
+  c.device = parse_device_kind(device, "--device");
   ops::parse_attn_kernel(c.attn_kernel);  // throws naming --attn-kernel
 
   // The effective configuration, every option with its value, as ini text (sorted by name); sinklab-sft's

@@ -62,7 +62,7 @@ struct TrainConfig {
   int64_t checkpoint_every = 0;  // 0 = only at the end
   int64_t keep_checkpoints = 2;
   bool resume = false;
-  std::string device = "cpu";
+  DeviceKind device = DeviceKind::cpu;  // --device cpu | cuda
   std::string attn_kernel = "auto";  // auto | cudnn | flash | reference (backend/attention_dispatch.hpp)
   bool attn_deterministic = true;     // cuDNN's deterministic backward (the other kernels always are)
   bool dry_run = false;  // validate the configuration, print it, do nothing else

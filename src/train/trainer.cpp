@@ -24,11 +24,6 @@
 #include "train/schedule.hpp"
 #include "train/signals.hpp"
 
-#if SINKLAB_HAVE_CUDA
-#include "backend/cuda/cuda_backend.hpp"
-#include "dist/nccl.hpp"
-#endif
-
 namespace sinklab::train {
 
 double gpu_dense_bf16_peak_flops(const std::string& gpu_name) {
@@ -43,26 +38,6 @@ double gpu_dense_bf16_peak_flops(const std::string& gpu_name) {
 }
 
 namespace {
-
-int visible_gpus() {
-#if SINKLAB_HAVE_CUDA
-  return cuda::device_count();
-#else
-  return 0;
-#endif
-}
-
-// The data-parallel collectives: MPI on host buffers, NCCL on the CUDA backend's device buffers. A job
-// of one rank needs none (MpiComm's operations are then the identity and touch no memory).
-std::unique_ptr<dist::Communicator> make_communicator(const dist::World& world, Device device) {
-  if (device.is_cpu() || world.size() == 1) return std::make_unique<dist::MpiComm>(world);
-#if SINKLAB_HAVE_CUDA
-  CUstream_st* stream = static_cast<cuda::CudaBackend&>(backend_for(device)).stream();
-  return std::make_unique<dist::NcclComm>(world, device.index, stream);
-#else
-  SL_FAIL("--device cuda: this sinklab was built without CUDA");
-#endif
-}
 
 // One evaluation: validation loss and the sink probe of DESIGN.md (paper Sec. 3.2 / 4).
 struct Evaluation {
@@ -85,6 +60,13 @@ DataConfig training_data_config(const TrainConfig& cfg) {
   d.fixed_token_position = cfg.fixed_token_position;
   d.fixed_token_id = int32_t(cfg.fixed_token_id);
   return d;
+}
+
+// What the run trains on: pre-training shards, or sinklab-sft's rows.
+std::unique_ptr<TrainingData> make_training_data(const TrainConfig& cfg) {
+  if (cfg.sft)
+    return std::make_unique<SftSampler>(cfg.sft_data, cfg.model.context, cfg.seed, uint32_t(cfg.model.vocab_size));
+  return std::make_unique<ChunkSampler>(training_data_config(cfg));
 }
 
 // What one optimizer step did, for the log, results.h5 and the stability monitor (monitor.hpp).
@@ -117,11 +99,6 @@ class Trainer {
   void resume_or_init();
   std::vector<std::pair<std::string, std::string>> run_settings() const;
   void check_same_run(const CheckpointInfo& info, const std::map<std::string, std::string>& state) const;
-  // The training data, pre-training shards or SFT rows: its identity, and one micro-batch.
-  std::string data_fingerprint() const { return sft_data_ ? sft_data_->fingerprint() : train_data_->fingerprint(); }
-  uint64_t data_tokens() const { return sft_data_ ? sft_data_->n_tokens() : train_data_->n_tokens(); }
-  int64_t count_targets(int64_t step, int64_t micro) const;
-  void fill_batch(int64_t step, int64_t micro);
   StepRecord train_step(int64_t step);
   static double norm_over(const std::vector<FlatRange>& ranges, Tensor flat);
   void restart_monitor();
@@ -139,8 +116,8 @@ class Trainer {
   model::Transformer model_;
   ops::AttnKernelChoice attn_kernel_;  // --attn-kernel resolved for this model and device (logged, stored)
   BatchLayout layout_;
-  std::unique_ptr<ChunkSampler> train_data_;  // pre-training
-  std::unique_ptr<SftSampler> sft_data_;      // fine-tuning
+  DataConfig train_data_config_;              // pre-training's data and interventions (also the probe's)
+  std::unique_ptr<TrainingData> train_data_;  // pre-training shards or fine-tuning rows
   ChunkSampler valid_data_;
   std::unique_ptr<AdamW> optimizer_;
   ScheduleConfig schedule_;
@@ -168,13 +145,11 @@ Trainer::Trainer(const TrainConfig& cfg, dist::World& world)
       world_(world),
       rank_(world.rank()),
       world_size_(world.size()),
-      device_(cfg.device == "cuda" ? Device::cuda(world.local_gpu(visible_gpus())) : Device::cpu()),
+      device_(cfg.device == DeviceKind::cuda ? Device::cuda(world.local_gpu(cuda_device_count())) : Device::cpu()),
       model_(cfg.model, device_),
       layout_(make_batch_layout(cfg.global_batch_tokens, cfg.model.context, cfg.micro_batch_rows, world.size())),
-      train_data_(cfg.sft ? nullptr : std::make_unique<ChunkSampler>(training_data_config(cfg))),
-      sft_data_(cfg.sft ? std::make_unique<SftSampler>(cfg.sft_data, cfg.model.context, cfg.seed,
-                                                        uint32_t(cfg.model.vocab_size))
-                        : nullptr),
+      train_data_config_(training_data_config(cfg)),
+      train_data_(make_training_data(cfg)),
       valid_data_(DataConfig{cfg.valid_data, cfg.model.context, cfg.seed, 0, false, true, {}, 0, 0, 0}),
       loss_spikes_(cfg.spike_sigma, cfg.spike_window),
       grad_norm_spikes_(cfg.spike_sigma, cfg.spike_window),
@@ -182,22 +157,18 @@ Trainer::Trainer(const TrainConfig& cfg, dist::World& world)
       loss_spike_step_(test_hook_step("SINKLAB_TEST_LOSS_SPIKE_STEP")) {
   model_.set_attention_kernel(ops::parse_attn_kernel(cfg.attn_kernel), cfg.attn_deterministic);
   attn_kernel_ = model_.attention_kernel();  // refuses a requested kernel that cannot run this attention
-  if (train_data_) {
-    SL_CHECK(train_data_->vocab_size() <= uint32_t(cfg.model.vocab_size),
-             "--vocab-size %d is smaller than the vocabulary of the training shards (%u)", cfg.model.vocab_size,
-             train_data_->vocab_size());
-    SL_CHECK(valid_data_.vocab_size() == train_data_->vocab_size(),
-             "--valid-data has vocabulary %u but --train-data has %u", valid_data_.vocab_size(),
-             train_data_->vocab_size());
-  } else {
-    SL_CHECK(valid_data_.vocab_size() <= uint32_t(cfg.model.vocab_size),
-             "--valid-data has vocabulary %u, more than the model's %d", valid_data_.vocab_size(),
-             cfg.model.vocab_size);
-    if (cfg_.steps == 0) {  // one epoch
-      cfg_.steps = int64_t(sft_data_->n_rows()) / layout_.global_rows();
-      SL_CHECK(cfg_.steps >= 1, "--sft-data holds %llu rows, fewer than one global batch of %lld rows",
-               (unsigned long long)sft_data_->n_rows(), (long long)layout_.global_rows());
-    }
+  if (const uint32_t data_vocab = train_data_->data_vocab_size()) {  // shards say theirs; SFT rows are checked as read
+    SL_CHECK(data_vocab <= uint32_t(cfg.model.vocab_size),
+             "--vocab-size %d is smaller than the vocabulary of the training shards (%u)", cfg.model.vocab_size, data_vocab);
+    SL_CHECK(valid_data_.vocab_size() == data_vocab, "--valid-data has vocabulary %u but --train-data has %u",
+             valid_data_.vocab_size(), data_vocab);
+  }
+  SL_CHECK(valid_data_.vocab_size() <= uint32_t(cfg.model.vocab_size),
+           "--valid-data has vocabulary %u, more than the model's %d", valid_data_.vocab_size(), cfg.model.vocab_size);
+  if (cfg_.steps == 0) {  // one epoch (sinklab-sft's default)
+    cfg_.steps = int64_t(train_data_->n_rows()) / layout_.global_rows();
+    SL_CHECK(cfg_.steps >= 1, "%s holds %llu rows, fewer than one global batch of %lld rows", train_data_->flag(),
+             (unsigned long long)train_data_->n_rows(), (long long)layout_.global_rows());
   }
   const int64_t needed_valid = std::max(cfg.eval_rows, cfg.probe_sequences);
   SL_CHECK(int64_t(valid_data_.n_chunks()) >= needed_valid,
@@ -216,7 +187,7 @@ Trainer::Trainer(const TrainConfig& cfg, dist::World& world)
     const int l = model::layer_of_param(spec.name);
     norm_groups_[l >= 0 ? size_t(l) : size_t(cfg.model.n_layers)].push_back({spec.offset, spec.offset + spec.numel});
   }
-  comm_ = make_communicator(world, device_);
+  comm_ = dist::make_communicator(world, device_, backend_for(device_).compute_stream());
   const int64_t bucket_elements = int64_t(cfg.grad_bucket_mb * double(1 << 20) / sizeof(float));
   grad_sync_ = std::make_unique<GradientSync>(*comm_, model_.flat_grads(), model_.backward_spans(), bucket_elements,
                                               cfg.zero1 && world_size_ > 1);
@@ -235,9 +206,7 @@ Trainer::Trainer(const TrainConfig& cfg, dist::World& world)
 // MFU's denominator for one rank: --peak-tflops, else the GPU's known dense bf16 peak, else 0 (no MFU).
 double Trainer::peak_flops_per_rank() const {
   if (cfg_.peak_tflops > 0) return cfg_.peak_tflops * 1e12;
-#if SINKLAB_HAVE_CUDA
-  if (!device_.is_cpu()) return gpu_dense_bf16_peak_flops(static_cast<cuda::CudaBackend&>(backend_for(device_)).device_name());
-#endif
+  if (!device_.is_cpu()) return gpu_dense_bf16_peak_flops(backend_for(device_).device_name());
   return 0.0;
 }
 
@@ -279,10 +248,10 @@ void Trainer::resume_or_init() {
   for (const auto& spec : model_.specs()) weights.push_back({spec.name, model_.param(spec.name)});
   load_weights(info, weights);
   auto fp = state.metadata().find("data_fingerprint");
-  SL_CHECK(fp != state.metadata().end() && fp->second == data_fingerprint(),
+  SL_CHECK(fp != state.metadata().end() && fp->second == train_data_->fingerprint(),
            "%s: the checkpoint was trained on different data (%s) than %s now (%s)", state_path.c_str(),
-           fp == state.metadata().end() ? "unknown" : fp->second.c_str(), cfg_.sft ? "--sft-data" : "--train-data",
-           data_fingerprint().c_str());
+           fp == state.metadata().end() ? "unknown" : fp->second.c_str(), train_data_->flag(),
+           train_data_->fingerprint().c_str());
   optimizer_->load_state(state);
   start_step_ = info.step;
   auto nonfinite = state.metadata().find("nonfinite_steps");
@@ -299,26 +268,12 @@ void Trainer::resume_or_init() {
 // checkpoint's config.json) and the training data with its interventions, order and batch (stored in
 // rank 0's state file as "run:<flag>"). The data fingerprint covers the data too, but says less.
 std::vector<std::pair<std::string, std::string>> Trainer::run_settings() const {
-  if (cfg_.sft)
-    return {
-        {"init-from", cfg_.init_from},
-        {"sft-data", sft_data_->content_text()},
-        {"valid-data", valid_data_.content_text()},
-        {"seed", std::to_string(cfg_.seed)},
-        {"global-batch-tokens", std::to_string(cfg_.global_batch_tokens)},
-    };
-  std::string resample;
-  for (int64_t p : cfg_.resample_positions) resample += strfmt("%s%lld", resample.empty() ? "" : ",", (long long)p);
-  return {
-      {"train-data", train_data_->content_text()},
-      {"valid-data", valid_data_.content_text()},
-      {"max-train-tokens", std::to_string(cfg_.max_train_tokens)},
-      {"resample-positions", resample},
-      {"fixed-token-position", std::to_string(cfg_.fixed_token_position)},
-      {"fixed-token-id", std::to_string(cfg_.fixed_token_position > 0 ? cfg_.fixed_token_id : 0)},
-      {"seed", std::to_string(cfg_.seed)},
-      {"global-batch-tokens", std::to_string(cfg_.global_batch_tokens)},
-  };
+  std::vector<std::pair<std::string, std::string>> settings = train_data_->run_settings();
+  if (!cfg_.init_from.empty()) settings.emplace_back("init-from", cfg_.init_from);
+  settings.emplace_back("valid-data", valid_data_.content_text());
+  settings.emplace_back("seed", std::to_string(cfg_.seed));
+  settings.emplace_back("global-batch-tokens", std::to_string(cfg_.global_batch_tokens));
+  return settings;
 }
 
 // Refuses, with one line naming the setting and both values, a checkpoint of another run: a resume
@@ -346,16 +301,6 @@ void Trainer::check_same_run(const CheckpointInfo& info, const std::map<std::str
                "uninterrupted run would", info.path.c_str(), blas->second.c_str(), cpu_blas_description().c_str());
 }
 
-int64_t Trainer::count_targets(int64_t step, int64_t micro) const {
-  if (sft_data_) return sft_data_->count_targets(layout_, uint64_t(step), micro, rank_);
-  return layout_.rows * cfg_.model.context;  // pre-training counts every target
-}
-
-void Trainer::fill_batch(int64_t step, int64_t micro) {
-  if (sft_data_) sft_data_->fill_batch(layout_, uint64_t(step), micro, rank_, inputs_, targets_);
-  else train_data_->fill_batch(layout_, uint64_t(step), micro, rank_, inputs_, targets_);
-}
-
 // ||x|| over the flat ranges of a buffer laid out as the model's (parameters, the saved previous parameters).
 double Trainer::norm_over(const std::vector<FlatRange>& ranges, Tensor flat) {
   double sum = 0.0;
@@ -370,14 +315,15 @@ StepRecord Trainer::train_step(int64_t step) {
   const int L = cfg_.model.n_layers;
   StepRecord rec;
   double global_targets = 0.0;
-  for (int64_t micro = 0; micro < layout_.accum; ++micro) global_targets += double(count_targets(step, micro));
+  for (int64_t micro = 0; micro < layout_.accum; ++micro)
+    global_targets += double(train_data_->count_targets(layout_, uint64_t(step), micro, rank_));
   if (world_size_ > 1) global_targets = world_.allreduce_sum(global_targets);
   const double grad_scale = global_targets > 0 ? 1.0 / global_targets : 0.0;
   model_.zero_grads();
   ActivationMax activations(L);
   double sums[2] = {0.0, 0.0};  // loss sum, targets the model counted (a prefix-LM's prefix is not)
   for (int64_t micro = 0; micro < layout_.accum; ++micro) {
-    fill_batch(step, micro);
+    train_data_->fill_batch(layout_, uint64_t(step), micro, rank_, inputs_, targets_);
     int64_t counted = 0;
     // The last micro-batch's backward hands each finished part of the gradients to grad_sync_.
     const bool last = micro == layout_.accum - 1;
@@ -451,7 +397,7 @@ Evaluation Trainer::evaluate() {
       const int64_t n = std::min(rows, cfg_.probe_sequences - first);
       for (int64_t r = 0; r < n; ++r) {
         valid_data_.read_chunk(uint64_t(first + r), chunk.data());
-        if (intervened) train_data_->intervene(kProbeSampleBase + uint64_t(first + r), chunk.data());
+        if (intervened) apply_interventions(train_data_config_, kProbeSampleBase + uint64_t(first + r), chunk.data(), C + 1);
         std::copy(chunk.begin(), chunk.begin() + T, probe_inputs_.ptr<int32_t>() + r * T);
       }
       model_.forward_observe(on_model_device(probe_inputs_.slice(0, 0, n), 0), probe);
@@ -528,7 +474,7 @@ void Trainer::save_checkpoint_at(int64_t n_done) {
   std::vector<Buffer> host;
   state.tensors = optimizer_->state_tensors(&host);
   state.metadata = optimizer_->state_metadata();
-  state.metadata["data_fingerprint"] = data_fingerprint();
+  state.metadata["data_fingerprint"] = train_data_->fingerprint();
   state.metadata["nonfinite_steps"] = std::to_string(nonfinite_steps_);
   for (const auto& [flag, value] : run_settings()) state.metadata["run:" + flag] = value;
   state.metadata["blas"] = cpu_blas_description();
@@ -648,7 +594,7 @@ int Trainer::run() {
     for (double eps : cfg_.sink_eps) eps_list += strfmt("%s%g", eps_list.empty() ? "" : ",", eps);
     results_->set_attr(eval_group, "sink_eps", eps_list);
     if (has_data_intervention())  // what the *_intervened datasets measured (ChunkSampler::intervene)
-      results_->set_attr(eval_group, "intervention", train_data_->intervention_text().substr(1));
+      results_->set_attr(eval_group, "intervention", ChunkSampler::intervention_text_of(train_data_config_).substr(1));
   }
 
   const int64_t tokens_per_step = layout_.global_rows() * cfg_.model.context;
@@ -656,7 +602,7 @@ int Trainer::run() {
              "of %lld rows per rank), %llu training tokens, %lld steps",
              cfg_.sft ? "sinklab-sft" : "sinklab-pretrain", (long long)model_.num_parameters(), world_size_,
              (long long)tokens_per_step, (long long)layout_.global_rows(), cfg_.model.context, (long long)layout_.accum,
-             (long long)layout_.rows, (unsigned long long)data_tokens(), (long long)cfg_.steps);
+             (long long)layout_.rows, (unsigned long long)train_data_->n_tokens(), (long long)cfg_.steps);
   if (world_size_ > 1)
     log::info0("gradients: %s in %zu bucket(s) of >= %.3g MiB, started during backward", grad_sync_->zero1() ? "reduce-scatter (ZeRO-1)" : "all-reduce",
                grad_sync_->buckets().size(), cfg_.grad_bucket_mb);

@@ -49,10 +49,11 @@ class CudaBackend final : public Backend {
   const char* name() const override { return name_.c_str(); }
   int index() const { return index_; }
   // The GPU's product name (cudaDeviceProp::name), e.g. "NVIDIA H100 80GB HBM3".
-  const std::string& device_name() const { return device_name_; }
+  std::string device_name() const override { return device_name_; }
   // The stream every op of this device runs on (a blocking stream: ordered with the legacy default
   // stream too, so code that uses stream 0 stays correct).
   CUstream_st* stream() const { return stream_; }
+  void* compute_stream() const override { return stream_; }
 
   void* allocate(size_t bytes) override;
   void deallocate(void* ptr) override;
