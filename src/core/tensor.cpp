@@ -72,6 +72,20 @@ Tensor Tensor::slice(int d, int64_t start, int64_t len) const {
   return t;
 }
 
+Tensor Tensor::select(int64_t i) const {
+  SL_CHECK(ndim >= 2 && i >= 0 && i < shape[0], "select %lld out of range for %s", (long long)i, shape_str().c_str());
+  Tensor t = *this;
+  t.data = static_cast<char*>(data) + i * stride[0] * dtype_size(dtype);
+  t.ndim = ndim - 1;
+  for (int d = 0; d < t.ndim; ++d) {
+    t.shape[d] = shape[d + 1];
+    t.stride[d] = stride[d + 1];
+  }
+  t.shape[t.ndim] = 0;
+  t.stride[t.ndim] = 0;
+  return t;
+}
+
 Tensor Tensor::split_dim(int d, int64_t outer, int64_t inner) const {
   if (d < 0) d += ndim;
   SL_CHECK(ndim < kMaxDims && outer * inner == shape[d], "split_dim %lld x %lld of dim %d of %s",

@@ -60,6 +60,8 @@ struct Tensor {
   Tensor reshape(std::initializer_list<int64_t> dims) const;
   // Elements [start, start+len) of dimension d.
   Tensor slice(int d, int64_t start, int64_t len) const;
+  // Element i of the first dimension, as a view of the other dimensions (strides kept); ndim >= 2.
+  Tensor select(int64_t i) const;
   // Splits dimension d into (outer, inner) with outer*inner == size(d).
   Tensor split_dim(int d, int64_t outer, int64_t inner) const;
 };

@@ -700,9 +700,11 @@ double Transformer::forward_backward(Tensor inputs, Tensor targets, double grad_
   return loss_sum;
 }
 
-double Transformer::forward_loss(Tensor inputs, Tensor targets, int64_t* counted) {
+double Transformer::forward_loss(Tensor inputs, Tensor targets, int64_t* counted, Tensor token_losses) {
   forward_layers(inputs, nullptr);
-  return head_loss(targets, 0.0, false, counted);
+  const double sum = head_loss(targets, 0.0, false, counted);
+  if (token_losses.defined()) ops::copy(token_losses, losses_.slice(0, 0, batch_ * seq_).reshape({batch_, seq_}));
+  return sum;
 }
 
 void Transformer::forward_observe(Tensor inputs, LayerObserver& observer) { forward_layers(inputs, &observer); }

@@ -1,7 +1,18 @@
 // The sink probe of a sinklab model: a LayerObserver that, during a model's forward pass (Transformer::forward_observe, an HF family), turns
 // each layer's rotated q and k into the attention matrix (ops::attention_probs with the model's own
-// attention spec) and accumulates the sink metric (sink_metrics.hpp) and the massive-activation ratio
-// ||h_1|| / mean_{t>=2} ||h_t|| of the layer's output hidden states.
+// attention spec) and accumulates the sink metric (sink_metrics.hpp), the massive-activation ratio
+// ||h_1|| / mean_{t>=2} ||h_t|| of the layer's output hidden states, the first token's hidden-state and
+// value norms beside the others', and the attention of query groups to the first token.
+//
+// Query groups (set_query_groups; one group of every query by default): each text query position of
+// each sequence belongs to a group g (or none); per layer and head the probe averages over the queries
+// of g, pooled over sequences (Guo et al. 2024's form: their BOS attention is the mean over every
+// non-trigger query of a batch, the BOS query itself included):
+//   first[g]     = mean_i A[i, 0]                         as the sink metric reads A (proxy scores where
+//                                                         the rows are not a distribution)
+//   first_raw[g] = mean_i P[i, 0]                         the weights as the attention op computed them
+//   rest_raw[g]  = mean_{i >= 1} mean_{1 <= j <= i} P[i, j]   the weight of an average other visible key
+// so a sink in proxy scores with tiny absolute weights (sigmoid without normalisation) shows as such.
 #pragma once
 
 #include <functional>
@@ -41,6 +52,12 @@ struct ProbeResult {
   std::vector<double> sink_pos;   // [T, eps], percent
   bool proxy_scores = false;      // rows were not a distribution: the paper's proxy scores were measured
   int64_t samples = 0;
+  // ||h_0|| and the mean ||h_t|| (t >= 1) of each layer's output hidden states, and of its value vectors
+  // (all kv heads of a position as one vector; after any lead keys), means over sequences.
+  std::vector<double> hnorm_first, hnorm_rest, vnorm_first, vnorm_rest;  // [L]
+  // Attention to the first text token by query group (above): [L,H,G]; NaN for a group without queries.
+  int n_query_groups = 1;
+  std::vector<double> first_attention, first_weight_raw, rest_weight_raw;
 };
 
 // Probabilities are measured as the model computes them, except for variants whose rows are not a
@@ -50,7 +67,10 @@ struct ProbeResult {
 class ModelProbe : public LayerObserver {
  public:
   ModelProbe(int n_layers, int n_heads, int64_t seq_len, int max_k, std::vector<double> eps = default_sink_eps(),
-             ProbeMask mask = {});
+             ProbeMask mask = {}, int n_query_groups = 1);
+  // The groups of the next forward pass's queries: groups[b * T + i] in [0, G) for text query i of
+  // sequence b, or -1 (left out). Empty: every query in group 0.
+  void set_query_groups(std::vector<int8_t> groups) { query_groups_ = std::move(groups); }
   // Whether alpha_k^win is measured (a sliding window no longer than the probe's sequences).
   bool measures_window() const { return window_.has_value(); }
   // The model's attention op fills the probe's buffer (f32 host activations; otherwise the probe forms
@@ -69,6 +89,13 @@ class ModelProbe : public LayerObserver {
   bool has_star_ = false, has_pre_norm_ = false, proxy_ = false;
   std::vector<double> massive_sums_;  // [L] sums over samples, then the sample count
   std::vector<double> pre_norm_sums_;  // [L]
+  std::vector<double> norm_sums_;      // [4, L]: hnorm_first, hnorm_rest, vnorm_first, vnorm_rest sums over sequences
+  // [3, L, H, G] sums (first, first_raw, rest_raw) and [2, G] query counts (all, i >= 1): reduce() sums
+  // them over ranks like every other state.
+  std::vector<double> group_sums_, group_counts_;
+  std::vector<int8_t> query_groups_;
+  int n_groups_;
+  void add_first_token_attention(int layer, const Tensor& probs, bool raw);
   int64_t seq_len_;
   Buffer probs_buffer_;
 };

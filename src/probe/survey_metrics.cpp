@@ -25,27 +25,6 @@ void check_host_float(const Tensor& t, const char* what) {
 
 inline double at(const Tensor& t, int64_t offset) { return load_as_double(t.data, t.dtype, offset); }
 
-// Row b of a [B, R, C] tensor as an [R, C] view (strides kept).
-Tensor matrix_of(const Tensor& x, int64_t b) {
-  Tensor m = x;
-  m.data = static_cast<char*>(x.data) + b * x.stride[0] * dtype_size(x.dtype);
-  m.ndim = 2;
-  m.shape = {x.shape[1], x.shape[2]};
-  m.stride = {x.stride[1], x.stride[2]};
-  return m;
-}
-
-// Sequence b of k or v [B, S, Hkv, dh] as a view [S, Hkv, dh] (first_vs_rest_norms reads each position's
-// kv heads as one vector).
-Tensor kv_rows(const Tensor& x, int64_t b) {
-  Tensor m = x;
-  m.data = static_cast<char*>(x.data) + b * x.stride[0] * dtype_size(x.dtype);
-  m.ndim = 3;
-  m.shape = {x.shape[1], x.shape[2], x.shape[3]};
-  m.stride = {x.stride[1], x.stride[2], x.stride[3]};
-  return m;
-}
-
 // Work (elements read) below which the per-sequence / per-head loops stay on one thread.
 constexpr int64_t kParallelMinWork = int64_t(1) << 15;
 
@@ -177,7 +156,7 @@ void SurveyProbe::on_layer(const LayerTaps& taps) {
     const int64_t B = r.shape[0];
     std::vector<FirstVsRest> n(static_cast<size_t>(B));
 #pragma omp parallel for schedule(static) if (B > 1 && r.numel() >= kParallelMinWork)
-    for (int64_t b = 0; b < B; ++b) n[size_t(b)] = first_vs_rest_norms(matrix_of(r, b));
+    for (int64_t b = 0; b < B; ++b) n[size_t(b)] = first_vs_rest_norms(r.select(b));
     for (int64_t b = 0; b < B; ++b) {
       SL_CHECK(n[size_t(b)].rest > 0.0, "survey probe: layer %d: %s rows 1..T-1 of sequence %lld are all zero", l,
                what, (long long)b);
@@ -225,8 +204,8 @@ void SurveyProbe::add_attention(int a, const LayerTaps& taps) {
   std::vector<FirstVsRest> kn(static_cast<size_t>(B)), vn(static_cast<size_t>(B));
 #pragma omp parallel for schedule(static) if (B > 1 && 2 * k.numel() >= kParallelMinWork)
   for (int64_t b = 0; b < B; ++b) {
-    kn[size_t(b)] = first_vs_rest_norms(kv_rows(k, b));
-    vn[size_t(b)] = first_vs_rest_norms(kv_rows(v, b));
+    kn[size_t(b)] = first_vs_rest_norms(k.select(b));
+    vn[size_t(b)] = first_vs_rest_norms(v.select(b));
   }
   for (int64_t b = 0; b < B; ++b) {
     knorm_first_[size_t(a)] += kn[size_t(b)].first;

@@ -95,6 +95,7 @@ ChunkSampler::ChunkSampler(const DataConfig& cfg) : cfg_(cfg) {
   n_tokens_ = cfg.max_tokens > 0 ? std::min<uint64_t>(cfg.max_tokens, total_tokens_) : total_tokens_;
   const uint64_t C = uint64_t(cfg.context);
   n_chunks_ = n_tokens_ > 0 ? (n_tokens_ - 1) / C : 0;
+  if (cfg.document_rows) index_documents();
   SL_CHECK(n_chunks_ >= 1,
            "%s%s: %llu tokens%s, fewer than one chunk of context+1 = %llu tokens", cfg.shards[0].c_str(),
            cfg.shards.size() > 1 ? " (and the other shards)" : "", (unsigned long long)n_tokens_,
@@ -114,6 +115,27 @@ ChunkSampler::ChunkSampler(const DataConfig& cfg) : cfg_(cfg) {
 }
 
 ChunkSampler::~ChunkSampler() = default;
+
+// Document rows: the start of every whole document (ended by EOS) within the first n_tokens_ tokens.
+void ChunkSampler::index_documents() {
+  const uint64_t C = uint64_t(cfg_.context);
+  uint64_t begin = 0;
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    const io::Shard& shard = *shards_[s];
+    for (uint64_t i = 0; i < shard.size() && starts_[s] + i < n_tokens_; ++i) {
+      if (shard.token(i) != eos_id_) continue;
+      const uint64_t end = starts_[s] + i + 1;  // one past the EOS
+      SL_CHECK(end - begin >= C + 1, "--document-rows: %s holds a document of %llu tokens (stream tokens %llu..%llu), "
+               "fewer than context+1 = %llu", shard.path().c_str(), (unsigned long long)(end - begin),
+               (unsigned long long)begin, (unsigned long long)(end - 1), (unsigned long long)(C + 1));
+      document_starts_.push_back(begin);
+      begin = end;
+    }
+  }
+  n_chunks_ = document_starts_.size();
+  SL_CHECK(n_chunks_ >= 1, "--document-rows: %s holds no whole document (none ends with EOS = %u)",
+           cfg_.shards[0].c_str(), eos_id_);
+}
 
 uint64_t ChunkSampler::chunk_of(uint64_t sample) const {
   const uint64_t pos = sample % n_chunks_;
@@ -144,7 +166,7 @@ void ChunkSampler::read_chunk(uint64_t chunk, int32_t* out) const {
   SL_CHECK(chunk < n_chunks_, "chunk %llu outside [0, %llu)", (unsigned long long)chunk,
            (unsigned long long)n_chunks_);
   const uint64_t C = uint64_t(cfg_.context);
-  uint64_t begin = chunk * C, remaining = C + 1;
+  uint64_t begin = cfg_.document_rows ? document_starts_[chunk] : chunk * C, remaining = C + 1;
   // The shard holding `begin`: the last one whose start is <= begin.
   size_t s = size_t(std::upper_bound(starts_.begin(), starts_.end(), begin) - starts_.begin()) - 1;
   while (remaining > 0) {
@@ -226,9 +248,9 @@ std::string ChunkSampler::fingerprint() const {
     if (i) s += ",";
     s += strfmt("%llu:%08x", (unsigned long long)shards_[i]->size(), shards_[i]->header().crc32);
   }
-  // Interventions change what the model sees: part of the identity (absent when there are none, so
-  // fingerprints of plain runs are unchanged).
-  return s + intervention_text();
+  // Interventions and document rows change what the model sees: part of the identity (absent when
+  // unused, so fingerprints of plain runs are unchanged).
+  return s + intervention_text() + (cfg_.document_rows ? " document_rows" : "");
 }
 
 std::string ChunkSampler::intervention_text_of(const DataConfig& cfg) {

@@ -11,6 +11,10 @@
 // the very first is a target exactly once per epoch. n_chunks = floor((N - 1) / C); the tail that does
 // not fill a chunk is unused.
 //
+// Document rows (DataConfig::document_rows: BOS-started sequences of a fixed length, such as data_prep
+// bbm's). Chunk c is instead the first C+1 tokens of document c (documents end with EOS), so every row
+// starts at a document's start; every document of the first N tokens must hold C+1 tokens at least.
+//
 // Sampling. Sample index s (a running count over the whole run) belongs to epoch e = s / n_chunks and
 // reads chunk perm_e(s % n_chunks), where perm_e is a pseudo-random permutation of [0, n_chunks) keyed
 // by (seed, e): a Feistel network whose round function is Philox4x32-10, with cycle walking to the
@@ -75,6 +79,7 @@ struct DataConfig {
   uint32_t resample_vocab = 0;              // the model's vocabulary size (required with resampling)
   int64_t fixed_token_position = 0;         // > 0: this position always holds fixed_token_id
   int32_t fixed_token_id = 0;
+  bool document_rows = false;  // chunk c = the first C+1 tokens of document c, not a cut of the packed stream
 };
 
 // Sample indices from here on are never training samples (2^62 exceeds any step x global batch): the
@@ -125,6 +130,7 @@ class ChunkSampler : public TrainingData {
   uint32_t vocab_size() const { return vocab_size_; }
   uint32_t eos_id() const { return eos_id_; }
   uint32_t bos_id() const { return bos_id_; }  // io::kNoBos when the corpus has none
+  const std::vector<std::unique_ptr<io::Shard>>& shards() const { return shards_; }
 
   // Global sample s -> (epoch, chunk id).
   uint64_t epoch_of(uint64_t sample) const { return sample / n_chunks_; }
@@ -160,9 +166,11 @@ class ChunkSampler : public TrainingData {
   std::string content_text() const;
 
  private:
+  void index_documents();
   DataConfig cfg_;
   std::vector<std::unique_ptr<io::Shard>> shards_;
   std::vector<uint64_t> starts_;  // first stream index of each shard (prefix sums)
+  std::vector<uint64_t> document_starts_;  // document_rows: the stream index where chunk c begins
   uint64_t total_tokens_ = 0, n_tokens_ = 0, n_chunks_ = 0;
   uint32_t vocab_size_ = 0, eos_id_ = 0, bos_id_ = io::kNoBos;
 };

@@ -41,7 +41,7 @@ void take_model_from_checkpoint(TrainConfig& c, const po::variables_map& vm) {
 }  // namespace
 
 bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, bool sft) {
-  std::string config_file, train_data, valid_data, sink_eps = "0.2,0.3,0.4", resample_positions, device;
+  std::string config_file, train_data, valid_data, sink_eps = "0.2,0.3,0.4", resample_positions, device, eval_every_after;
   model::ModelConfig& m = c.model;
   c.sft = sft;
   const char* program = sft ? "sinklab-sft" : "sinklab-pretrain";
@@ -92,6 +92,12 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, b
       ("fixed-token-position", po::value(&c.fixed_token_position)->default_value(0),
        "1-based position of every training chunk that always holds --fixed-token-id (0 = off; Table 10 right)")
       ("fixed-token-id", po::value(&c.fixed_token_id)->default_value(0), "the token of --fixed-token-position")
+      ("document-rows", po::value(&c.document_rows)->default_value(false)->implicit_value(true),
+       "every training and validation row is the start of one document, not a cut of the packed stream (fixed-length "
+       "sequences that start with BOS, such as data_prep bbm's; each document needs --context + 1 tokens)")
+      ("bbm-meta", po::value(&c.bbm_meta)->default_value(""),
+       "data_prep bbm's bbm.json (the Bigram-Backcopy task): evaluations also split the validation loss into copy and "
+       "bigram positions and the first token's attention into non-trigger and trigger queries")
       ("steps", po::value(&c.steps)->required(), "optimizer steps");
   }
   desc.add_options()
@@ -122,6 +128,8 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, b
       ("seed", po::value(&c.seed)->default_value(1234), "seed of initialisation and data order")
       // evaluation / probe
       ("eval-every", po::value(&c.eval_every)->default_value(0), "steps between evaluations (0 = end only)")
+      ("eval-every-after", po::value(&eval_every_after)->default_value(""),
+       "STEP:N: from step STEP on, evaluate every N steps instead (a fine grid early, a coarse one later)")
       ("eval-rows", po::value(&c.eval_rows)->default_value(16), "validation rows of C tokens per evaluation")
       ("probe-sequences", po::value(&c.probe_sequences)->default_value(100), "held-out sequences for the sink probe")
       ("probe-length", po::value(&c.probe_length)->default_value(64), "tokens per probe sequence (T)")
@@ -182,6 +190,15 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, b
   SL_CHECK(c.probe_max_k >= 1 && c.probe_max_k <= c.probe_length, "--probe-max-k must lie in [1, --probe-length]");
   SL_CHECK(c.probe_sequences >= 0, "--probe-sequences must be >= 0");
   c.device = parse_device_kind(device, "--device");
+  if (!eval_every_after.empty()) {
+    const size_t colon = eval_every_after.find(':');
+    SL_CHECK(colon != std::string::npos, "--eval-every-after must be STEP:N, not '%s'", eval_every_after.c_str());
+    c.eval_coarse_from = parse_integer(eval_every_after.substr(0, colon), "--eval-every-after");
+    c.eval_coarse_every = parse_integer(eval_every_after.substr(colon + 1), "--eval-every-after");
+    SL_CHECK(c.eval_coarse_from >= 0 && c.eval_coarse_every >= 1,
+             "--eval-every-after must be STEP:N with STEP >= 0 and N >= 1, not '%s'", eval_every_after.c_str());
+  }
+  SL_CHECK(c.bbm_meta.empty() || c.document_rows, "--bbm-meta needs --document-rows (each row one BBM sequence)");
   ops::parse_attn_kernel(c.attn_kernel);  // throws naming --attn-kernel
 
   // The effective configuration, every option with its value, as ini text (sorted by name); sinklab-sft's
@@ -203,6 +220,12 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, b
   }
   c.command_line = command_line_of(argc, argv);
   return true;
+}
+
+bool evaluation_due(const TrainConfig& cfg, int64_t n_done) {
+  if (cfg.eval_coarse_every > 0 && n_done >= cfg.eval_coarse_from)
+    return (n_done - cfg.eval_coarse_from) % cfg.eval_coarse_every == 0;
+  return cfg.eval_every > 0 && n_done % cfg.eval_every == 0;
 }
 
 }  // namespace sinklab::train

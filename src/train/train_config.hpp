@@ -23,6 +23,11 @@ struct TrainConfig {
   std::vector<int64_t> resample_positions;  // tokens replaced by Uniform(vocab) draws (Philox, per sample)
   int64_t fixed_token_position = 0;         // > 0: this position always holds fixed_token_id
   int64_t fixed_token_id = 0;
+  // Rows are documents (data.hpp, "Document rows"): fixed-length BOS-started sequences such as data_prep bbm's.
+  bool document_rows = false;
+  // data_prep bbm's bbm.json (the Bigram-Backcopy task): evaluations split the validation loss into copy
+  // and bigram positions and the first token's attention by query kind (train/evaluation.hpp).
+  std::string bbm_meta;
 
   // Fine-tuning (sinklab-sft).
   bool sft = false;
@@ -49,6 +54,7 @@ struct TrainConfig {
 
   // Evaluation and the sink probe (paper Sec. 3.2 / 4).
   int64_t eval_every = 0;       // 0 = only at the end
+  int64_t eval_coarse_from = 0, eval_coarse_every = 0;  // --eval-every-after STEP:N: every N steps from STEP on
   int64_t eval_rows = 16;       // validation rows of C tokens per evaluation
   int64_t probe_sequences = 100;
   int64_t probe_length = 64;
@@ -70,6 +76,10 @@ struct TrainConfig {
   std::string config_text;   // the effective configuration as ini text (stored in results)
   std::string command_line;
 };
+
+// Whether the evaluation schedule (--eval-every, --eval-every-after) evaluates after n_done steps (the
+// last step always is, by the trainer).
+bool evaluation_due(const TrainConfig& cfg, int64_t n_done);
 
 // Parses argv (and the --config file) of sinklab-pretrain, or of sinklab-sft when sft is true. Returns
 // false when --help was printed.

@@ -18,6 +18,7 @@
 #include "probe/model_probe.hpp"
 #include "train/checkpoint.hpp"
 #include "train/data.hpp"
+#include "train/evaluation.hpp"
 #include "train/grad_sync.hpp"
 #include "train/monitor.hpp"
 #include "train/optimizer.hpp"
@@ -39,15 +40,6 @@ double gpu_dense_bf16_peak_flops(const std::string& gpu_name) {
 
 namespace {
 
-// One evaluation: validation loss and the sink probe of DESIGN.md (paper Sec. 3.2 / 4).
-struct Evaluation {
-  double valid_loss = 0;
-  probe::ProbeResult probe;
-  // Runs with a data intervention (--fixed-token-position, --resample-positions): the same probe on the
-  // same sequences with the run's own intervention applied, where the moved sink shows (Table 10 right).
-  std::optional<probe::ProbeResult> probe_intervened;
-};
-
 // The training stream: shuffled, within the token budget, with the data interventions (Sec. 5).
 DataConfig training_data_config(const TrainConfig& cfg) {
   DataConfig d;
@@ -59,6 +51,7 @@ DataConfig training_data_config(const TrainConfig& cfg) {
   d.resample_vocab = uint32_t(cfg.model.vocab_size);
   d.fixed_token_position = cfg.fixed_token_position;
   d.fixed_token_id = int32_t(cfg.fixed_token_id);
+  d.document_rows = cfg.document_rows;
   return d;
 }
 
@@ -104,9 +97,7 @@ class Trainer {
   void restart_monitor();
   void record_step(int64_t step, StepRecord& rec, int64_t tokens_per_step, double tokens_per_s, double mfu);
   void record_event(int64_t step, EventKind kind, double value, double mean, double std);
-  Evaluation evaluate();
-  void log_eval(int64_t n_done, const Evaluation& e);
-  bool has_data_intervention() const { return cfg_.fixed_token_position > 0 || !cfg_.resample_positions.empty(); }
+  void evaluate(int64_t n_done);
   void save_checkpoint_at(int64_t n_done);
 
   TrainConfig cfg_;  // sinklab-sft with --steps 0: steps resolved to one epoch
@@ -118,7 +109,7 @@ class Trainer {
   BatchLayout layout_;
   DataConfig train_data_config_;              // pre-training's data and interventions (also the probe's)
   std::unique_ptr<TrainingData> train_data_;  // pre-training shards or fine-tuning rows
-  ChunkSampler valid_data_;
+  Evaluator evaluator_;                       // validation loss and the sink probe (evaluation.hpp)
   std::unique_ptr<AdamW> optimizer_;
   ScheduleConfig schedule_;
   std::string ckpt_dir_, results_path_;
@@ -133,8 +124,8 @@ class Trainer {
   std::unique_ptr<GradientSync> grad_sync_;  // gradients reduced in buckets during backward
   // [L + 1]: the flat ranges of layer l's parameters; [L]: the others' (gradient norms, update ratios).
   std::vector<std::vector<FlatRange>> norm_groups_;
-  Buffer inputs_buf_, targets_buf_, probe_buf_;
-  Tensor inputs_, targets_, probe_inputs_;
+  Buffer inputs_buf_, targets_buf_;
+  Tensor inputs_, targets_;
   Buffer device_ids_buf_;  // batches are built on the host; a device model reads a copy
   Tensor on_model_device(Tensor host_ids, int slot);
   double peak_flops_per_rank() const;
@@ -150,7 +141,7 @@ Trainer::Trainer(const TrainConfig& cfg, dist::World& world)
       layout_(make_batch_layout(cfg.global_batch_tokens, cfg.model.context, cfg.micro_batch_rows, world.size())),
       train_data_config_(training_data_config(cfg)),
       train_data_(make_training_data(cfg)),
-      valid_data_(DataConfig{cfg.valid_data, cfg.model.context, cfg.seed, 0, false, true, {}, 0, 0, 0}),
+      evaluator_(cfg_, world, train_data_config_),
       loss_spikes_(cfg.spike_sigma, cfg.spike_window),
       grad_norm_spikes_(cfg.spike_sigma, cfg.spike_window),
       nan_grad_step_(test_hook_step("SINKLAB_TEST_NAN_GRAD_STEP")),
@@ -160,20 +151,20 @@ Trainer::Trainer(const TrainConfig& cfg, dist::World& world)
   if (const uint32_t data_vocab = train_data_->data_vocab_size()) {  // shards say theirs; SFT rows are checked as read
     SL_CHECK(data_vocab <= uint32_t(cfg.model.vocab_size),
              "--vocab-size %d is smaller than the vocabulary of the training shards (%u)", cfg.model.vocab_size, data_vocab);
-    SL_CHECK(valid_data_.vocab_size() == data_vocab, "--valid-data has vocabulary %u but --train-data has %u",
-             valid_data_.vocab_size(), data_vocab);
+    SL_CHECK(evaluator_.valid_data().vocab_size() == data_vocab, "--valid-data has vocabulary %u but --train-data has %u",
+             evaluator_.valid_data().vocab_size(), data_vocab);
   }
-  SL_CHECK(valid_data_.vocab_size() <= uint32_t(cfg.model.vocab_size),
-           "--valid-data has vocabulary %u, more than the model's %d", valid_data_.vocab_size(), cfg.model.vocab_size);
+  SL_CHECK(evaluator_.valid_data().vocab_size() <= uint32_t(cfg.model.vocab_size),
+           "--valid-data has vocabulary %u, more than the model's %d", evaluator_.valid_data().vocab_size(), cfg.model.vocab_size);
   if (cfg_.steps == 0) {  // one epoch (sinklab-sft's default)
     cfg_.steps = int64_t(train_data_->n_rows()) / layout_.global_rows();
     SL_CHECK(cfg_.steps >= 1, "%s holds %llu rows, fewer than one global batch of %lld rows", train_data_->flag(),
              (unsigned long long)train_data_->n_rows(), (long long)layout_.global_rows());
   }
   const int64_t needed_valid = std::max(cfg.eval_rows, cfg.probe_sequences);
-  SL_CHECK(int64_t(valid_data_.n_chunks()) >= needed_valid,
+  SL_CHECK(int64_t(evaluator_.valid_data().n_chunks()) >= needed_valid,
            "--valid-data holds %llu chunks of %d tokens, fewer than the %lld that --eval-rows/--probe-sequences need",
-           (unsigned long long)valid_data_.n_chunks(), cfg.model.context, (long long)needed_valid);
+           (unsigned long long)evaluator_.valid_data().n_chunks(), cfg.model.context, (long long)needed_valid);
 
   std::vector<ParamRef> refs;
   for (const auto& spec : model_.specs())
@@ -199,8 +190,6 @@ Trainer::Trainer(const TrainConfig& cfg, dist::World& world)
   targets_buf_ = Buffer::for_tensor(DType::i32, {rows, C});
   inputs_ = inputs_buf_.view(DType::i32, {rows, C});
   targets_ = targets_buf_.view(DType::i32, {rows, C});
-  probe_buf_ = Buffer::for_tensor(DType::i32, {rows, cfg.probe_length});
-  probe_inputs_ = probe_buf_.view(DType::i32, {rows, cfg.probe_length});
 }
 
 // MFU's denominator for one rank: --peak-tflops, else the GPU's known dense bf16 peak, else 0 (no MFU).
@@ -270,7 +259,7 @@ void Trainer::resume_or_init() {
 std::vector<std::pair<std::string, std::string>> Trainer::run_settings() const {
   std::vector<std::pair<std::string, std::string>> settings = train_data_->run_settings();
   if (!cfg_.init_from.empty()) settings.emplace_back("init-from", cfg_.init_from);
-  settings.emplace_back("valid-data", valid_data_.content_text());
+  settings.emplace_back("valid-data", evaluator_.valid_data().content_text());
   settings.emplace_back("seed", std::to_string(cfg_.seed));
   settings.emplace_back("global-batch-tokens", std::to_string(cfg_.global_batch_tokens));
   return settings;
@@ -365,101 +354,11 @@ StepRecord Trainer::train_step(int64_t step) {
   return rec;
 }
 
-// Validation loss on the first --eval-rows chunks of --valid-data and the sink probe on the first
-// --probe-sequences chunks cut to --probe-length tokens (held out, no BOS), both split across ranks;
-// for runs with a data intervention, the probe again with it applied to those chunks (resampled draws
-// keyed by kProbeSampleBase + chunk: fixed for the run, apart from every training sample's).
-Evaluation Trainer::evaluate() {
-  const int64_t C = cfg_.model.context, rows = cfg_.micro_batch_rows;
-  Evaluation e;
-  std::vector<int32_t> chunk(size_t(C) + 1);
-  double loss_sums[2] = {0.0, 0.0};
-  for (int64_t first = rank_ * rows; first < cfg_.eval_rows; first += rows * world_size_) {
-    const int64_t n = std::min(rows, cfg_.eval_rows - first);
-    Tensor in = inputs_.slice(0, 0, n), tg = targets_.slice(0, 0, n);
-    for (int64_t r = 0; r < n; ++r) {
-      valid_data_.read_chunk(uint64_t(first + r), chunk.data());
-      std::copy(chunk.begin(), chunk.end() - 1, in.ptr<int32_t>() + r * C);
-      std::copy(chunk.begin() + 1, chunk.end(), tg.ptr<int32_t>() + r * C);
-    }
-    int64_t counted = 0;
-    loss_sums[0] += model_.forward_loss(on_model_device(in, 0), on_model_device(tg, 1), &counted);
-    loss_sums[1] += double(counted);
-  }
-  if (world_size_ > 1) world_.allreduce_sum(loss_sums, 2);
-  e.valid_loss = loss_sums[0] / loss_sums[1];
-
-  const int64_t T = cfg_.probe_length;
-  auto run_probe = [&](bool intervened) {
-    probe::ModelProbe probe(cfg_.model.n_layers, cfg_.model.n_heads, T, cfg_.probe_max_k, cfg_.sink_eps,
-                            probe::ProbeMask{cfg_.model.attn_window, cfg_.model.prefix_length});
-    for (int64_t first = rank_ * rows; first < cfg_.probe_sequences; first += rows * world_size_) {
-      const int64_t n = std::min(rows, cfg_.probe_sequences - first);
-      for (int64_t r = 0; r < n; ++r) {
-        valid_data_.read_chunk(uint64_t(first + r), chunk.data());
-        if (intervened) apply_interventions(train_data_config_, kProbeSampleBase + uint64_t(first + r), chunk.data(), C + 1);
-        std::copy(chunk.begin(), chunk.begin() + T, probe_inputs_.ptr<int32_t>() + r * T);
-      }
-      model_.forward_observe(on_model_device(probe_inputs_.slice(0, 0, n), 0), probe);
-    }
-    if (world_size_ > 1) probe.reduce([&](double* data, size_t n) { world_.allreduce_sum(data, n); });
-    return probe.result();
-  };
-  e.probe = run_probe(false);
-  if (has_data_intervention()) e.probe_intervened = run_probe(true);
-  return e;
-}
-
-void Trainer::log_eval(int64_t n_done, const Evaluation& e) {
-  const int L = cfg_.model.n_layers, H = cfg_.model.n_heads;
-  std::string sinks;
-  for (size_t i = 0; i < cfg_.sink_eps.size(); ++i)
-    sinks += strfmt("%sSink_1^%.1f %.2f%%", i ? ", " : "", cfg_.sink_eps[i], e.probe.sink[i]);
-  for (size_t i = 0; i < e.probe.sink_star.size(); ++i)
-    sinks += strfmt(", Sink_*^%.1f %.2f%%", cfg_.sink_eps[i], e.probe.sink_star[i]);
-  if (e.probe_intervened) {  // where the intervention puts a token, its Sink_k at the middle threshold
-    const size_t mid = cfg_.sink_eps.size() / 2;
-    for (int64_t k = 1; k <= cfg_.probe_max_k; ++k)
-      if (k == cfg_.fixed_token_position || std::count(cfg_.resample_positions.begin(), cfg_.resample_positions.end(), k))
-        sinks += strfmt(", Sink_%lld^%.1f with the intervention %.2f%%", (long long)k, cfg_.sink_eps[mid],
-                        e.probe_intervened->sink_k[size_t(k - 1) * cfg_.sink_eps.size() + mid]);
-  }
-  log::info0("eval step %lld | valid loss %.4f | %s | massive ratio (last layer) %.2f", (long long)n_done,
-             e.valid_loss, sinks.c_str(), e.probe.massive_ratio.back());
-  if (!results_) return;
-  const std::string g = "/runs/" + cfg_.run_name + "/eval";
-  results_->append_row(g, {io::Cell("step", n_done), io::Cell("valid_loss", e.valid_loss)});
-  results_->append_slab(g + "/sink", {int64_t(cfg_.sink_eps.size())}, e.probe.sink.data());  // [step, eps], %
-  results_->append_slab(g + "/alpha", {L, H}, e.probe.alpha.data());
-  const int64_t K = cfg_.probe_max_k, E = int64_t(cfg_.sink_eps.size());
-  results_->append_slab(g + "/alpha_k", {L, H, K}, e.probe.alpha_k.data());  // [step, L, H, K]
-  results_->append_slab(g + "/sink_k", {K, E}, e.probe.sink_k.data());       // [step, K, eps], %
-  results_->append_slab(g + "/massive_ratio", {L}, e.probe.massive_ratio.data());
-  results_->set_attr(g, "proxy_scores", int64_t(e.probe.proxy_scores));  // Sink_1 of proxy scores (Table 6 "*")
-  if (!e.probe.sink_star.empty()) {  // attention to the bias position (sink token x* or k*), Tables 4-5
-    results_->append_slab(g + "/sink_star", {int64_t(cfg_.sink_eps.size())}, e.probe.sink_star.data());
-    results_->append_slab(g + "/alpha_star", {L, H}, e.probe.alpha_star.data());
-  }
-  if (!e.probe.massive_ratio_pre_norm.empty())  // post-norm: before each block's last norm (Fig. 7 left)
-    results_->append_slab(g + "/massive_ratio_pre_norm", {L}, e.probe.massive_ratio_pre_norm.data());
-  // Sliding window: alpha_k / Sink_k relative to each query's window start (Fig. 6 middle); prefix LM:
-  // alpha and Sink of every position (Fig. 5 middle). Definitions: probe/sink_metrics.hpp.
-  if (!e.probe.alpha_k_window.empty()) {
-    const int64_t Kw = int64_t(e.probe.sink_k_window.size()) / E;
-    results_->append_slab(g + "/alpha_k_window", {L, H, Kw}, e.probe.alpha_k_window.data());  // [step, L, H, Kw]
-    results_->append_slab(g + "/sink_k_window", {Kw, E}, e.probe.sink_k_window.data());       // [step, Kw, eps], %
-    results_->set_attr(g, "window", int64_t(cfg_.model.attn_window));
-  }
-  if (!e.probe.alpha_pos.empty()) {
-    const int64_t T = cfg_.probe_length;
-    results_->append_slab(g + "/alpha_pos", {L, H, T}, e.probe.alpha_pos.data());  // [step, L, H, T]
-    results_->append_slab(g + "/sink_pos", {T, E}, e.probe.sink_pos.data());       // [step, T, eps], %
-    results_->set_attr(g, "prefix", int64_t(cfg_.model.prefix_length));
-  }
-  if (e.probe_intervened) {  // the probe sequences with the run's own data intervention (attr "intervention")
-    results_->append_slab(g + "/alpha_k_intervened", {L, H, K}, e.probe_intervened->alpha_k.data());
-    results_->append_slab(g + "/sink_k_intervened", {K, E}, e.probe_intervened->sink_k.data());
-  }
+// One evaluation after n_done steps: logged, and written by rank 0.
+void Trainer::evaluate(int64_t n_done) {
+  const Evaluation e = evaluator_.run(model_, [&](Tensor host_ids, int slot) { return on_model_device(host_ids, slot); });
+  evaluator_.log(n_done, e);
+  if (results_) evaluator_.write(*results_, "/runs/" + cfg_.run_name + "/eval", n_done, e);
 }
 
 void Trainer::save_checkpoint_at(int64_t n_done) {
@@ -589,12 +488,7 @@ int Trainer::run() {
     results_->set_attr("/runs/" + cfg_.run_name, "grad_buckets", int64_t(grad_sync_->buckets().size()));
     results_->set_attr("/runs/" + cfg_.run_name, "grad_reduction",
                        std::string(grad_sync_->zero1() ? "reduce-scatter (ZeRO-1)" : "all-reduce"));
-    results_->create_group(eval_group);
-    std::string eps_list;
-    for (double eps : cfg_.sink_eps) eps_list += strfmt("%s%g", eps_list.empty() ? "" : ",", eps);
-    results_->set_attr(eval_group, "sink_eps", eps_list);
-    if (has_data_intervention())  // what the *_intervened datasets measured (ChunkSampler::intervene)
-      results_->set_attr(eval_group, "intervention", ChunkSampler::intervention_text_of(train_data_config_).substr(1));
+    evaluator_.describe(*results_, eval_group);
   }
 
   const int64_t tokens_per_step = layout_.global_rows() * cfg_.model.context;
@@ -611,7 +505,7 @@ int Trainer::run() {
   log::info0("attention kernel: %s (%s)", ops::attn_kernel_name(attn_kernel_.kernel), attn_kernel_.reason.c_str());
   log::info0("CPU BLAS: %s", cpu_blas_summary().c_str());
   // Fine-tuning always probes the base model first: the "before" of the before/after sink.
-  if (start_step_ == 0 && (cfg_.eval_every > 0 || cfg_.sft)) log_eval(0, evaluate());
+  if (start_step_ == 0 && (cfg_.eval_every > 0 || cfg_.eval_coarse_every > 0 || cfg_.sft)) evaluate(0);
 
   Timer run_timer;
   double train_seconds = 0.0;
@@ -646,7 +540,7 @@ int Trainer::run() {
     double stop_flag = stop_requested() ? 1.0 : 0.0;  // every rank must agree to stop at the same step
     if (world_size_ > 1) world_.allreduce_sum(&stop_flag, 1);
     const bool last = n_done == cfg_.steps;
-    if ((cfg_.eval_every > 0 && n_done % cfg_.eval_every == 0) || last) log_eval(n_done, evaluate());
+    if (evaluation_due(cfg_, n_done) || last) evaluate(n_done);
     if ((cfg_.checkpoint_every > 0 && n_done % cfg_.checkpoint_every == 0) || last || stop_flag > 0)
       save_checkpoint_at(n_done);
     if (stop_flag > 0 && !last) {

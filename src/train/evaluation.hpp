@@ -1,0 +1,76 @@
+// The evaluations of a training run (every --eval-every steps, at step 0 and at the end): the
+// validation loss and the sink probe (paper Sec. 3.2 / 4) on held-out data, both split across ranks;
+// for runs with a data intervention, the probe again with the intervention applied; for runs on the
+// Bigram-Backcopy task (--bbm-meta), its split by position kind. Written to results.h5 under
+// /runs/<run>/eval (docs/DESIGN.md, "HDF5 results").
+//
+// Bigram-Backcopy (data_prep bbm, Guo et al. 2024). Each validation row is one sequence BOS x_1 .. x_C
+// (--document-rows). The input at position i decides what the target x_{i+1} is:
+//   copy positions    the input is a trigger token: the target repeats the input before it;
+//   bigram positions  i >= 1 and the input is not a trigger: the target is drawn from the bigram table;
+//   position 0        BOS predicts x_1 (in neither loss: its floor differs, data_prep/README.md).
+// copy_loss and bigram_loss are the mean validation losses over those positions. The probe's query
+// groups are 0 = non-trigger queries (the BOS query included, as in Guo's measurement) and 1 = trigger
+// queries: first_attention[l, h, 0] is Guo's BOS attention (probe/model_probe.hpp).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dist/mpi.hpp"
+#include "io/h5.hpp"
+#include "model/transformer.hpp"
+#include "probe/model_probe.hpp"
+#include "train/data.hpp"
+#include "train/train_config.hpp"
+
+namespace sinklab::train {
+
+// What --bbm-meta says about the data: its trigger tokens and BOS. Throws naming --bbm-meta when the
+// file is not data_prep bbm's or does not describe the validation shards (their CRC-32s).
+struct BbmTask {
+  std::vector<int32_t> trigger_ids;
+  int32_t bos_id = -1;
+  bool is_trigger(int32_t token) const;
+};
+BbmTask read_bbm_meta(const std::string& path, const ChunkSampler& valid_data);
+
+struct Evaluation {
+  double valid_loss = 0;
+  probe::ProbeResult probe;
+  // Runs with a data intervention (--fixed-token-position, --resample-positions): the same probe on the
+  // same sequences with the run's own intervention applied, where the moved sink shows (Table 10 right).
+  std::optional<probe::ProbeResult> probe_intervened;
+  // Bigram-Backcopy runs: the mean validation loss over copy and over bigram positions.
+  double copy_loss = 0, bigram_loss = 0;
+};
+
+class Evaluator {
+ public:
+  // The validation data (--valid-data, as the training rows are cut) and, for the intervened probe,
+  // the training data's interventions.
+  Evaluator(const TrainConfig& cfg, const dist::World& world, const DataConfig& train_data_config);
+  const ChunkSampler& valid_data() const { return valid_data_; }
+
+  // One evaluation of `model`; `on_model_device(host_ids, slot)` gives the model's view of a host batch.
+  Evaluation run(model::Transformer& model, const std::function<Tensor(Tensor, int)>& on_model_device);
+  // The attributes of the eval group, once per run (rank 0).
+  void describe(io::ResultsFile& results, const std::string& group) const;
+  // The log line and the eval group's rows for an evaluation after n_done steps (rows: rank 0 only).
+  void log(int64_t n_done, const Evaluation& e) const;
+  void write(io::ResultsFile& results, const std::string& group, int64_t n_done, const Evaluation& e) const;
+
+ private:
+  std::vector<int8_t> query_groups(const Tensor& probe_inputs) const;
+  const TrainConfig& cfg_;
+  const dist::World& world_;
+  DataConfig train_data_config_;
+  ChunkSampler valid_data_;
+  std::optional<BbmTask> bbm_;
+  Buffer inputs_buf_, targets_buf_, losses_buf_, probe_buf_;
+};
+
+}  // namespace sinklab::train
