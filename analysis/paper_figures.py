@@ -25,6 +25,7 @@ import numpy as np
 
 from analysis import figures
 from analysis.paper_tables import JOBS_DIR, group_cell_runs, ini_settings
+from analysis.tables import Table
 
 
 def _eps_at(eps_list, eps):
@@ -63,7 +64,7 @@ def _with_eval(cells, eps):
     return out
 
 
-def fig4_left(rep, runs, entries, eps, Table):
+def fig4_left(rep, runs, entries, eps):
     rows = []  # [name, kind, n_params, n_params_non_embedding, Sink_1]
     for r in runs:
         n, ev = _int_attr(r.attrs, "n_params"), r.eval
@@ -98,7 +99,7 @@ def fig4_left(rep, runs, entries, eps, Table):
                      annotate=[(r[0], r[2], r[4]) for r in rows])])
 
 
-def fig5_right_and_28(rep, runs, eps, Table, jobs_dir):
+def fig5_right_and_28(rep, runs, eps, jobs_dir):
     cells = _with_eval(group_cell_runs("sec5_data_budget", runs, jobs_dir), eps)
     if not cells:
         rep.skipped("Figs. 5 right and 28 (Sink vs training-data budget)", "no run of a jobs/pretrain/"
@@ -136,7 +137,7 @@ def fig5_right_and_28(rep, runs, eps, Table, jobs_dir):
                "budget", figures.xy_panels, loss_panels + sink_panels, ncols=len(cells))
 
 
-def fig5_middle(rep, runs, eps, Table, jobs_dir):
+def fig5_middle(rep, runs, eps, jobs_dir):
     cells = [c for c in _with_eval(group_cell_runs("sec6_prefix", runs, jobs_dir), eps) if c[2].eval.sink_pos is not None]
     if not cells:
         rep.skipped("Fig. 5 middle (Sink per position, prefix LM)", "no run of a jobs/pretrain/sec6_prefix cell "
@@ -159,7 +160,7 @@ def fig5_middle(rep, runs, eps, Table, jobs_dir):
                [dict(xlabel="position k", ylabel=col, series=series)])
 
 
-def fig6(rep, runs, eps, Table, jobs_dir):
+def fig6(rep, runs, eps, jobs_dir):
     cells = _with_eval(group_cell_runs("sec6_window", runs, jobs_dir), eps)
     if not cells:
         rep.skipped("Fig. 6 (Sink vs window size)", "no run of a jobs/pretrain/sec6_window cell with evaluations "
@@ -191,7 +192,7 @@ def fig6(rep, runs, eps, Table, jobs_dir):
                         series=[("", ws, [r[6] for r in rows], "o-")])])
 
 
-def fig9(rep, entries, Table):
+def fig9(rep, entries):
     by_model = {}
     for e in entries:
         if e.input == "natural":
@@ -217,15 +218,15 @@ def fig9(rep, entries, Table):
     rep.figure("fig9", "Fig. 9: Sink_1^eps per natural-text domain, one panel per threshold", figures.xy_panels, panels)
 
 
-def paper_figures_section(rep, runs, entries, eps, Table, jobs_dir=JOBS_DIR):
+def paper_figures_section(rep, runs, entries, eps, jobs_dir=JOBS_DIR):
     """Section "The paper's figures": Figs. 4 left, 5 middle/right, 28, 6 and 9 where the files have their data."""
     rep.heading(2, "The paper's figures", anchor="paper-figures")
     before = len(rep.figures)
-    fig4_left(rep, runs, entries, eps, Table)
-    fig5_middle(rep, runs, eps, Table, jobs_dir)
-    fig5_right_and_28(rep, runs, eps, Table, jobs_dir)
-    fig6(rep, runs, eps, Table, jobs_dir)
-    fig9(rep, entries, Table)
+    fig4_left(rep, runs, entries, eps)
+    fig5_middle(rep, runs, eps, jobs_dir)
+    fig5_right_and_28(rep, runs, eps, jobs_dir)
+    fig6(rep, runs, eps, jobs_dir)
+    fig9(rep, entries)
     if len(rep.figures) == before:
         rep.para("None of the paper's comparison figures has data in these files (see Skipped at the end).",
                  cls="note")

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from analysis.results import ini_settings
+from analysis.tables import Table
 
 JOBS_DIR = Path(__file__).resolve().parents[1] / "jobs" / "pretrain"
 RECENT_MINUTES = 30
@@ -118,7 +119,7 @@ def paper_table_rows(group, job_settings, runs_by_name, eps, now=None):
     return rows, stars, has_star, has_moved
 
 
-def paper_tables_section(rep, runs, eps, Table, jobs_dir=JOBS_DIR, now=None):
+def paper_tables_section(rep, runs, eps, jobs_dir=JOBS_DIR, now=None):
     """Section "The paper's tables": every group of make_jobs as a table, when any cell has a run."""
     groups, file_of = load_groups(jobs_dir)
     read = {}  # job file -> its settings, each file read once

@@ -27,13 +27,10 @@ Output: DIR/index.html, DIR/tables/*.md + *.csv, DIR/figures/*.png. A bad input 
 with one line naming it and exit status 1.
 """
 import argparse
-import csv
 import html
-import io
 import math
 import re
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -41,82 +38,12 @@ import numpy as np
 from analysis import figures
 from analysis.paper_figures import paper_figures_section
 from analysis.paper_tables import JOBS_DIR, paper_tables_section
+from analysis.tables import INLINE_ROWS, PROXY_NOTE, Table, plain_float
 from analysis.results import (DEFAULT_EPS, EVENT_KINDS, NOTE_ATTRS, ResultsError, attr_text, eps_index, mean_alpha1,
                               open_results, probe_length, uniform_alpha1)
 
 INPUT_ORDER = ("natural", "random", "repeat")
 PROG = "analysis.report"
-INLINE_ROWS = 500  # longer tables are linked, not shown on the page
-PROXY_NOTE = "Values marked * are computed from proxy attention scores (the file says so)."
-
-
-# ---------------------------------------------------------------------------------------------- tables
-
-@dataclass
-class Table:
-    """One table, written as DIR/tables/<name>.md and .csv and shown inline in the HTML page.
-    Cells are numbers, text or None (empty); CSV keeps full precision, Markdown/HTML use `formats`
-    (column -> format spec) and append "*" to the cells in `stars` ((row, column) indices)."""
-    name: str
-    title: str
-    columns: list
-    rows: list
-    formats: dict = field(default_factory=dict)
-    stars: set = field(default_factory=set)
-    note: str = ""
-    inline: bool = True   # False: linked only (also when longer than INLINE_ROWS)
-
-    def _shown(self, r, c):
-        v = self.rows[r][c]
-        if v is None or (isinstance(v, float) and math.isnan(v)):
-            text = ""
-        elif isinstance(v, (float, np.floating)):
-            text = format(float(v), self.formats.get(self.columns[c], ".4g"))
-        else:
-            text = str(v)
-        return text + ("*" if (r, c) in self.stars and text else "")
-
-    def markdown(self):
-        esc = lambda s: s.replace("|", "\\|")  # noqa: E731
-        lines = [f"**{esc(self.title)}**", ""]
-        lines.append("| " + " | ".join(esc(c) for c in self.columns) + " |")
-        lines.append("|" + "|".join("---" for _ in self.columns) + "|")
-        for r in range(len(self.rows)):
-            lines.append("| " + " | ".join(esc(self._shown(r, c)) for c in range(len(self.columns))) + " |")
-        if self.note:
-            lines += ["", esc(self.note)]
-        return "\n".join(lines) + "\n"
-
-    def csv_text(self):
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow(self.columns)
-        for row in self.rows:
-            w.writerow([_csv_cell(v) for v in row])
-        return buf.getvalue()
-
-    def html(self):
-        out = ['<table>', "<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in self.columns) + "</tr>"]
-        for r in range(len(self.rows)):
-            out.append("<tr>" + "".join(f"<td>{html.escape(self._shown(r, c))}</td>"
-                                        for c in range(len(self.columns))) + "</tr>")
-        out.append("</table>")
-        return "\n".join(out)
-
-
-def _csv_cell(v):
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return ""
-    if isinstance(v, (float, np.floating)):
-        return repr(float(v))
-    if isinstance(v, (np.integer,)):
-        return str(int(v))
-    return str(v)
-
-
-def _f(x):
-    """A plain float (None stays None)."""
-    return None if x is None else float(x)
 
 
 # ---------------------------------------------------------------------------------------------- report
@@ -264,22 +191,22 @@ def training_section(rep, runs, eps):
     for label, r in zip(labels, runs):
         tr, ev = r.train, r.eval
         steps = len(tr["loss"]) if tr and "loss" in tr else None
-        last_loss = _f(tr["loss"][-1]) if tr and "loss" in tr and len(tr["loss"]) else None
+        last_loss = plain_float(tr["loss"][-1]) if tr and "loss" in tr and len(tr["loss"]) else None
         row = [label, Path(r.file).name, steps, last_loss]
         if ev is not None and len(ev.step):
-            row += [len(ev.step), int(ev.step[-1]), _f(ev.valid_loss[-1])]
+            row += [len(ev.step), int(ev.step[-1]), plain_float(ev.valid_loss[-1])]
             for e in all_eps:
                 i = _match_eps(ev.eps, e)
-                row.append(None if i is None else _f(ev.sink[-1, i]))
+                row.append(None if i is None else plain_float(ev.sink[-1, i]))
                 if ev.proxy and i is not None:
                     stars.add((len(rows), len(row) - 1))
             if any_star:
                 for e in all_eps:
                     i = _match_eps(ev.eps, e)
-                    row.append(None if i is None or ev.sink_star is None else _f(ev.sink_star[-1, i]))
+                    row.append(None if i is None or ev.sink_star is None else plain_float(ev.sink_star[-1, i]))
                     if ev.proxy and row[-1] is not None:
                         stars.add((len(rows), len(row) - 1))
-            row.append(None if ev.massive_ratio is None else _f(ev.massive_ratio[-1, -1]))
+            row.append(None if ev.massive_ratio is None else plain_float(ev.massive_ratio[-1, -1]))
         else:
             row += [0, None, None] + [None] * (len(all_eps) * (2 if any_star else 1)) + [None]
         row.append("yes" if ev is not None and ev.proxy else "")
@@ -315,9 +242,9 @@ def _compare_runs(rep, with_eval, eps):
     lookup = [{int(s): k for k, s in enumerate(ev.step)} for _, ev, _ in series]
     for s in steps:
         row = [s]
-        row += [_f(ev.valid_loss[lk[s]]) if s in lk else None for (_, ev, _), lk in zip(series, lookup)]
+        row += [plain_float(ev.valid_loss[lk[s]]) if s in lk else None for (_, ev, _), lk in zip(series, lookup)]
         for (_, ev, i), lk in zip(series, lookup):
-            row.append(_f(ev.sink[lk[s], i]) if s in lk else None)
+            row.append(plain_float(ev.sink[lk[s], i]) if s in lk else None)
             if ev.proxy and s in lk:
                 stars.add((len(rows), len(row) - 1))
         rows.append(row)
@@ -376,20 +303,20 @@ def _one_run(rep, label, r, eps):
         cols.append("massive ratio before norm (last layer)")
     rows, stars = [], set()
     for k in range(len(ev.step)):
-        row = [int(ev.step[k]), _f(ev.valid_loss[k])]
+        row = [int(ev.step[k]), plain_float(ev.valid_loss[k])]
         for i in range(len(ev.eps)):
-            row.append(_f(ev.sink[k, i]))
+            row.append(plain_float(ev.sink[k, i]))
             if ev.proxy:
                 stars.add((k, len(row) - 1))
         if ev.sink_star is not None:
             for v in ev.sink_star[k]:
-                row.append(_f(v))
+                row.append(plain_float(v))
                 if ev.proxy:
                     stars.add((k, len(row) - 1))
         if ev.massive_ratio is not None:
-            row.append(_f(ev.massive_ratio[k, -1]))
+            row.append(plain_float(ev.massive_ratio[k, -1]))
         if ev.massive_ratio_pre_norm is not None:
-            row.append(_f(ev.massive_ratio_pre_norm[k, -1]))
+            row.append(plain_float(ev.massive_ratio_pre_norm[k, -1]))
         rows.append(row)
     fmts = {c: ".2f" for c in cols[2:]}
     fmts["valid loss"] = ".4f"
@@ -717,17 +644,17 @@ def _per_domain_table(rep, labels, entries, eps):
                _attr_value(e.attrs, "bos")]
         for x in all_eps:
             i = _match_eps(e.eps, x)
-            row.append(None if i is None else _f(e.sink[i]))
+            row.append(None if i is None else plain_float(e.sink[i]))
             if e.proxy and i is not None:
                 stars.add((len(rows), len(row) - 1))
         if any_star:
             ss = e.get("sink_star")
             for x in all_eps:
                 i = _match_eps(e.eps, x)
-                row.append(None if ss is None or i is None or i >= len(ss) else _f(ss[i]))
+                row.append(None if ss is None or i is None or i >= len(ss) else plain_float(ss[i]))
         mr = e.get("massive_ratio")
-        row += [_f(float(e.attrs["loss"])) if "loss" in e.attrs else None,
-                None if mr is None or not len(mr) else _f(mr[-1]), "yes" if e.proxy else "", _tool(e),
+        row += [plain_float(float(e.attrs["loss"])) if "loss" in e.attrs else None,
+                None if mr is None or not len(mr) else plain_float(mr[-1]), "yes" if e.proxy else "", _tool(e),
                 Path(e.file).name]
         rows.append(row)
     fmts = {c: ".2f" for c in cols if c.startswith(("Sink", "massive"))}
@@ -745,7 +672,7 @@ def _sink_k_table(rep, labels, entries, eps):
         if sk is None or sk.shape[0] < 2 or i is None or sk.shape[1] != len(e.eps):
             continue
         for k in range(sk.shape[0]):
-            rows.append([label, e.input, e.domain, k + 1, _f(sk[k, i])])
+            rows.append([label, e.input, e.domain, k + 1, plain_float(sk[k, i])])
     if rows:
         rep.table(Table("sink_k", f"Sink_k^{eps:g} (%) per token position k (1-based)",
                         ["model", "input", "domain", "k", f"Sink_k^{eps:g}"], rows, {f"Sink_k^{eps:g}": ".2f"}))
@@ -884,7 +811,7 @@ def items_section(rep, items):
         return
     rep.heading(2, "3. Survey work items", anchor="items")
     rows = [[it.id, it.status, attr_text(it.rank) if it.rank is not None else None,
-             _f(it.seconds) if it.seconds is not None and np.ndim(it.seconds) == 0 else None, it.error]
+             plain_float(it.seconds) if it.seconds is not None and np.ndim(it.seconds) == 0 else None, it.error]
             for it in sorted(items, key=lambda it: it.id)]
     failed = [r for r in rows if r[1] != "ok"]
     rep.para(f"{len(rows)} item(s): {len(rows) - len(failed)} ok, {len(failed)} not ok.")
@@ -1027,8 +954,8 @@ def sft_section(rep, runs, eps):
         nonfinite = int(r.monitor["nonfinite_steps"][-1]) if r.monitor and "nonfinite_steps" in r.monitor and \
             len(r.monitor["nonfinite_steps"]) else None
         spikes = sum(k != "non-finite step" for _, k in _events_of(r))
-        rows.append([label, r.init_from, _f(ev.sink[0, i]) if have else None, _f(ev.sink[-1, i]) if have else None,
-                     _f(ev.valid_loss[0]) if have else None, _f(ev.valid_loss[-1]) if have else None,
+        rows.append([label, r.init_from, plain_float(ev.sink[0, i]) if have else None, plain_float(ev.sink[-1, i]) if have else None,
+                     plain_float(ev.valid_loss[0]) if have else None, plain_float(ev.valid_loss[-1]) if have else None,
                      len(r.train["loss"]) if r.train and "loss" in r.train else None, nonfinite, spikes])
         if have and ev.proxy:
             stars.update({(len(rows) - 1, 2), (len(rows) - 1, 3)})
@@ -1060,8 +987,8 @@ def build_report(paths, out_dir, eps=DEFAULT_EPS, jobs_dir=JOBS_DIR):
         models_section(rep, entries, eps)
         downstream_section(rep, entries, scores, eps)
         ablations_section(rep, entries, ablation_losses, eps)
-        paper_tables_section(rep, runs, eps, Table, jobs_dir)
-        paper_figures_section(rep, runs, entries, eps, Table, jobs_dir)
+        paper_tables_section(rep, runs, eps, jobs_dir)
+        paper_figures_section(rep, runs, entries, eps, jobs_dir)
         items_section(rep, items)
         sft_section(rep, runs, eps)
         rep.write_html(summary_html(files, runs, entries, items, rep, eps))
