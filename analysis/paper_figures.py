@@ -24,7 +24,8 @@ import math
 import numpy as np
 
 from analysis import figures
-from analysis.paper_tables import JOBS_DIR, group_cell_runs, ini_settings
+from analysis.job_index import JOBS_DIR, JobIndex
+from analysis.results import ini_settings
 from analysis.tables import Table
 
 
@@ -99,8 +100,8 @@ def fig4_left(rep, runs, entries, eps):
                      annotate=[(r[0], r[2], r[4]) for r in rows])])
 
 
-def fig5_right_and_28(rep, runs, eps, jobs_dir):
-    cells = _with_eval(group_cell_runs("sec5_data_budget", runs, jobs_dir), eps)
+def fig5_right_and_28(rep, runs, eps, index):
+    cells = _with_eval(index.cell_runs("sec5_data_budget", runs), eps)
     if not cells:
         rep.skipped("Figs. 5 right and 28 (Sink vs training-data budget)", "no run of a jobs/pretrain/"
                     "sec5_data_budget cell with evaluations at this eps")
@@ -137,8 +138,8 @@ def fig5_right_and_28(rep, runs, eps, jobs_dir):
                "budget", figures.xy_panels, loss_panels + sink_panels, ncols=len(cells))
 
 
-def fig5_middle(rep, runs, eps, jobs_dir):
-    cells = [c for c in _with_eval(group_cell_runs("sec6_prefix", runs, jobs_dir), eps) if c[2].eval.sink_pos is not None]
+def fig5_middle(rep, runs, eps, index):
+    cells = [c for c in _with_eval(index.cell_runs("sec6_prefix", runs), eps) if c[2].eval.sink_pos is not None]
     if not cells:
         rep.skipped("Fig. 5 middle (Sink per position, prefix LM)", "no run of a jobs/pretrain/sec6_prefix cell "
                     "with eval/sink_pos (written by sinklab-pretrain for prefix-length > 1)")
@@ -160,8 +161,8 @@ def fig5_middle(rep, runs, eps, jobs_dir):
                [dict(xlabel="position k", ylabel=col, series=series)])
 
 
-def fig6(rep, runs, eps, jobs_dir):
-    cells = _with_eval(group_cell_runs("sec6_window", runs, jobs_dir), eps)
+def fig6(rep, runs, eps, index):
+    cells = _with_eval(index.cell_runs("sec6_window", runs), eps)
     if not cells:
         rep.skipped("Fig. 6 (Sink vs window size)", "no run of a jobs/pretrain/sec6_window cell with evaluations "
                     "at this eps")
@@ -220,12 +221,13 @@ def fig9(rep, entries):
 
 def paper_figures_section(rep, runs, entries, eps, jobs_dir=JOBS_DIR):
     """Section "The paper's figures": Figs. 4 left, 5 middle/right, 28, 6 and 9 where the files have their data."""
+    index = JobIndex(jobs_dir)
     rep.heading(2, "The paper's figures", anchor="paper-figures")
     before = len(rep.figures)
     fig4_left(rep, runs, entries, eps)
-    fig5_middle(rep, runs, eps, jobs_dir)
-    fig5_right_and_28(rep, runs, eps, jobs_dir)
-    fig6(rep, runs, eps, jobs_dir)
+    fig5_middle(rep, runs, eps, index)
+    fig5_right_and_28(rep, runs, eps, index)
+    fig6(rep, runs, eps, index)
     fig9(rep, entries)
     if len(rep.figures) == before:
         rep.para("None of the paper's comparison figures has data in these files (see Skipped at the end).",

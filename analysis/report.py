@@ -37,7 +37,8 @@ import numpy as np
 
 from analysis import figures
 from analysis.paper_figures import paper_figures_section
-from analysis.paper_tables import JOBS_DIR, paper_tables_section
+from analysis.job_index import JOBS_DIR
+from analysis.paper_tables import paper_tables_section
 from analysis.tables import INLINE_ROWS, PROXY_NOTE, Table, plain_float
 from analysis.results import (DEFAULT_EPS, EVENT_KINDS, NOTE_ATTRS, ResultsError, attr_text, eps_index, mean_alpha1,
                               open_results, probe_length, uniform_alpha1)

@@ -15,7 +15,8 @@ h5py = pytest.importorskip("h5py")
 np = pytest.importorskip("numpy")
 pytest.importorskip("matplotlib")
 
-from analysis.paper_tables import JOBS_DIR, ini_settings  # noqa: E402
+from analysis.job_index import JOBS_DIR  # noqa: E402
+from analysis.results import ini_settings  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(os.environ.get("SINKLAB_BIN_DIR", REPO_ROOT / "build" / "bin"))
