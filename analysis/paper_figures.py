@@ -25,15 +25,8 @@ import numpy as np
 
 from analysis import figures
 from analysis.job_index import JOBS_DIR, JobIndex
-from analysis.results import ini_settings
+from analysis.results import ini_settings, match_eps
 from analysis.tables import Table
-
-
-def _eps_at(eps_list, eps):
-    for i, e in enumerate(eps_list):
-        if abs(e - eps) < 1e-9:
-            return i
-    return None
 
 
 def _int_attr(attrs, key):
@@ -59,7 +52,7 @@ def _with_eval(cells, eps):
     out = []
     for cell, job, run in cells:
         ev = run.eval
-        i = None if ev is None or not len(ev.step) else _eps_at(ev.eps, eps)
+        i = None if ev is None or not len(ev.step) else match_eps(ev.eps, eps)
         if i is not None:
             out.append((cell, job, run, i))
     return out
@@ -69,18 +62,18 @@ def fig4_left(rep, runs, entries, eps):
     rows = []  # [name, kind, n_params, n_params_non_embedding, Sink_1]
     for r in runs:
         n, ev = _int_attr(r.attrs, "n_params"), r.eval
-        i = None if ev is None or not len(ev.step) else _eps_at(ev.eps, eps)
+        i = None if ev is None or not len(ev.step) else match_eps(ev.eps, eps)
         if n is not None and i is not None:
             rows.append([r.name, "pre-training run", n, _int_attr(r.attrs, "n_params_non_embedding"),
                          float(ev.sink[-1, i])])
     by_model = {}
     for e in entries:
-        if e.input == "natural" and _int_attr(e.attrs, "n_params") is not None and _eps_at(e.eps, eps) is not None:
+        if e.input == "natural" and _int_attr(e.attrs, "n_params") is not None and match_eps(e.eps, eps) is not None:
             by_model.setdefault(e.model, []).append(e)
     for model, es in sorted(by_model.items()):
         rows.append([model, f"model, natural text ({len(es)} domain(s))", _int_attr(es[0].attrs, "n_params"),
                      _int_attr(es[0].attrs, "n_params_non_embedding"),
-                     float(np.mean([e.sink[_eps_at(e.eps, eps)] for e in es]))])
+                     float(np.mean([e.sink[match_eps(e.eps, eps)] for e in es]))])
     if not rows:
         rep.skipped("Fig. 4 left (Sink_1 vs parameter count)", "no run or natural-text model entry with an "
                     "n_params attribute (sinklab-pretrain and sinklab-probe write it)")
@@ -208,7 +201,7 @@ def fig9(rep, entries):
     for x in all_eps:
         series = []
         for m, ds in sorted(models.items()):
-            ys = [np.nan if d not in ds or _eps_at(ds[d].eps, x) is None else float(ds[d].sink[_eps_at(ds[d].eps, x)])
+            ys = [np.nan if d not in ds or match_eps(ds[d].eps, x) is None else float(ds[d].sink[match_eps(ds[d].eps, x)])
                   for d in domains]
             series.append((m, np.arange(len(domains)), ys, "o"))
             rows.append([m, f"{x:g}"] + ys)

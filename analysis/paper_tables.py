@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from analysis.job_index import JOBS_DIR, JobIndex
-from analysis.results import ini_settings
+from analysis.results import ini_settings, match_eps
 from analysis.tables import Table
 
 RECENT_MINUTES = 30
@@ -55,19 +55,12 @@ def cell_status(run, job_steps, now=None):
     return f"{state} (step {last_step} of {steps if steps is not None else '?'})", note
 
 
-def _eps_index(eps_list, eps):
-    for i, e in enumerate(eps_list):
-        if abs(e - eps) < 1e-9:
-            return i
-    return None
-
-
 def _measured(run, eps, intervened_k):
     """(Sink_1, Sink_*, valid loss, Sink_1..K with the intervention) at the last evaluation."""
     ev = None if run is None else run.eval
     if ev is None or not len(ev.step):
         return None, None, None, None
-    i = _eps_index(ev.eps, eps)
+    i = match_eps(ev.eps, eps)
     sink1 = None if i is None else float(ev.sink[-1, i])
     star = None if i is None or ev.sink_star is None else float(ev.sink_star[-1, i])
     moved = None

@@ -36,12 +36,12 @@ from pathlib import Path
 import numpy as np
 
 from analysis import figures
-from analysis.paper_figures import paper_figures_section
 from analysis.job_index import JOBS_DIR
+from analysis.paper_figures import paper_figures_section
 from analysis.paper_tables import paper_tables_section
+from analysis.results import (DEFAULT_EPS, EVENT_KINDS, NOTE_ATTRS, ResultsError, attr_text, eps_index, match_eps,
+                              mean_alpha1, open_results, probe_length, uniform_alpha1)
 from analysis.tables import INLINE_ROWS, PROXY_NOTE, Table, plain_float
-from analysis.results import (DEFAULT_EPS, EVENT_KINDS, NOTE_ATTRS, ResultsError, attr_text, eps_index, mean_alpha1,
-                              open_results, probe_length, uniform_alpha1)
 
 INPUT_ORDER = ("natural", "random", "repeat")
 PROG = "analysis.report"
@@ -155,14 +155,6 @@ def _eps_col(prefix, e):
     return f"{prefix}^{e:g}"
 
 
-def _match_eps(eps, wanted):
-    """Index of threshold `wanted` in `eps` (exact up to rounding), None if absent."""
-    for i, e in enumerate(eps):
-        if abs(e - wanted) < 1e-9:
-            return i
-    return None
-
-
 # ------------------------------------------------------------------------------------- 1. training runs
 
 def _run_labels(runs):
@@ -197,13 +189,13 @@ def training_section(rep, runs, eps):
         if ev is not None and len(ev.step):
             row += [len(ev.step), int(ev.step[-1]), plain_float(ev.valid_loss[-1])]
             for e in all_eps:
-                i = _match_eps(ev.eps, e)
+                i = match_eps(ev.eps, e)
                 row.append(None if i is None else plain_float(ev.sink[-1, i]))
                 if ev.proxy and i is not None:
                     stars.add((len(rows), len(row) - 1))
             if any_star:
                 for e in all_eps:
-                    i = _match_eps(ev.eps, e)
+                    i = match_eps(ev.eps, e)
                     row.append(None if i is None or ev.sink_star is None else plain_float(ev.sink_star[-1, i]))
                     if ev.proxy and row[-1] is not None:
                         stars.add((len(rows), len(row) - 1))
@@ -229,7 +221,7 @@ def _compare_runs(rep, with_eval, eps):
     rep.heading(3, "Side by side")
     series = []
     for label, r in with_eval:
-        i = _match_eps(r.eval.eps, eps)
+        i = match_eps(r.eval.eps, eps)
         if i is None:
             rep.skipped(f"run {label} in the comparison", f"no Sink_1 at eps={eps:g} (has {r.eval.eps})")
             continue
@@ -417,13 +409,13 @@ def models_section(rep, entries, eps):
     # with an intervention ("natural+swap_5") have their own table, those at other lengths ("natural@T256")
     # the Sink-vs-T section.
     plain = [i for i in inputs if "+" not in i and "@T" not in i]
-    missing = [e.label() for e in entries if len(e.sink) and _match_eps(e.eps, eps) is None]
+    missing = [e.label() for e in entries if len(e.sink) and match_eps(e.eps, eps) is None]
     rows, stars, means = [], set(), []
     for m in models:
         row, mrow = [m], []
         for inp in plain:
-            es = [e for e in by.get((m, inp), []) if _match_eps(e.eps, eps) is not None]
-            v = float(np.mean([e.sink[_match_eps(e.eps, eps)] for e in es])) if es else None
+            es = [e for e in by.get((m, inp), []) if match_eps(e.eps, eps) is not None]
+            v = float(np.mean([e.sink[match_eps(e.eps, eps)] for e in es])) if es else None
             row.append(v)
             mrow.append(np.nan if v is None else v)
             if es and any(e.proxy for e in es):
@@ -443,7 +435,7 @@ def models_section(rep, entries, eps):
         for inp in inputs:
             es = by.get((m, inp), [])
             for e_val in sorted({x for e in es for x in e.eps if not math.isnan(x)}):
-                vals = [e.sink[_match_eps(e.eps, e_val)] for e in es if _match_eps(e.eps, e_val) is not None]
+                vals = [e.sink[match_eps(e.eps, e_val)] for e in es if match_eps(e.eps, e_val) is not None]
                 long_rows.append([m, inp, len(vals), e_val, float(np.mean(vals)),
                                   "yes" if any(e.proxy for e in es) else ""])
     rep.table(Table("table1_all_eps", "Sink_1^eps (%) per model, input and threshold (mean over domains)",
@@ -494,7 +486,7 @@ def _length_section(rep, models, inputs, by):
             for e_val in eps_all:
                 ys = []
                 for T in lengths:
-                    vals = [e.sink[_match_eps(e.eps, e_val)] for e in by_T[T] if _match_eps(e.eps, e_val) is not None]
+                    vals = [e.sink[match_eps(e.eps, e_val)] for e in by_T[T] if match_eps(e.eps, e_val) is not None]
                     ys.append(float(np.mean(vals)) if vals else np.nan)
                     if vals:
                         rows.append([m, base, T, e_val, ys[-1], len(vals)])
@@ -536,13 +528,13 @@ def ablations_section(rep, entries, ablation_losses, eps):
         loss = float(np.mean([x[1] for x in paired]))
         loss_full = float(np.mean([float(full[(model, base, d)].attrs["loss"]) for d, *_ in paired]))
         sink_before = sink_after = None
-        ents = [e for _, _, e, _ in paired if e is not None and _match_eps(e.eps, eps) is not None]
+        ents = [e for _, _, e, _ in paired if e is not None and match_eps(e.eps, eps) is not None]
         if ents:
-            sink_after = float(np.mean([e.sink[_match_eps(e.eps, eps)] for e in ents]))
+            sink_after = float(np.mean([e.sink[match_eps(e.eps, eps)] for e in ents]))
             befores = [full[(model, base, d)] for d, _, e, _ in paired if e is not None]
-            befores = [b for b in befores if len(b.sink) and _match_eps(b.eps, eps) is not None]
+            befores = [b for b in befores if len(b.sink) and match_eps(b.eps, eps) is not None]
             if befores:
-                sink_before = float(np.mean([b.sink[_match_eps(b.eps, eps)] for b in befores]))
+                sink_before = float(np.mean([b.sink[match_eps(b.eps, eps)] for b in befores]))
         rows.append([model, base, tag, len(paired), loss, loss_full, loss - loss_full, sink_before, sink_after])
         attrs = paired[0][3]
         kind = attr_text(attrs.get("ablation_kind", ""))
@@ -573,7 +565,7 @@ def downstream_section(rep, entries, scores, eps):
     rep.heading(2, "Sink and downstream accuracy (Fig. 10)", anchor="downstream")
     sink_of = {}
     for e in entries:
-        i = _match_eps(e.eps, eps) if len(e.sink) else None
+        i = match_eps(e.eps, eps) if len(e.sink) else None
         if e.input == "natural" and i is not None:
             sink_of.setdefault(e.model, []).append(e.sink[i])
     rows, acc_points, norm_points = [], [], []
@@ -644,14 +636,14 @@ def _per_domain_table(rep, labels, entries, eps):
         row = [labels[k], e.input, e.domain, _attr_value(e.attrs, "n_seq"), _attr_value(e.attrs, "T"),
                _attr_value(e.attrs, "bos")]
         for x in all_eps:
-            i = _match_eps(e.eps, x)
+            i = match_eps(e.eps, x)
             row.append(None if i is None else plain_float(e.sink[i]))
             if e.proxy and i is not None:
                 stars.add((len(rows), len(row) - 1))
         if any_star:
             ss = e.get("sink_star")
             for x in all_eps:
-                i = _match_eps(e.eps, x)
+                i = match_eps(e.eps, x)
                 row.append(None if ss is None or i is None or i >= len(ss) else plain_float(ss[i]))
         mr = e.get("massive_ratio")
         row += [plain_float(float(e.attrs["loss"])) if "loss" in e.attrs else None,
@@ -669,7 +661,7 @@ def _sink_k_table(rep, labels, entries, eps):
     rows = []
     for label, e in zip(labels, entries):
         sk = e.get("sink_k")
-        i = _match_eps(e.eps, eps)
+        i = match_eps(e.eps, eps)
         if sk is None or sk.shape[0] < 2 or i is None or sk.shape[1] != len(e.eps):
             continue
         for k in range(sk.shape[0]):
@@ -686,13 +678,13 @@ def _intervention_table(rep, models, inputs, by, eps):
     for m in models:
         for inp in inputs:
             es = [e for e in by.get((m, inp), []) if e.get("sink_t") is not None and "intervention" in e.attrs
-                  and _match_eps(e.eps, eps) is not None and len(e.get("sink_t")) == len(e.eps)]
+                  and match_eps(e.eps, eps) is not None and len(e.get("sink_t")) == len(e.eps)]
             if not es:
                 continue
             rows.append([m, inp, _set_text(_attr_value(e.attrs, "intervention") for e in es),
                          _set_text(_attr_value(e.attrs, "t") for e in es), len(es),
-                         float(np.mean([e.sink[_match_eps(e.eps, eps)] for e in es])),
-                         float(np.mean([e.get("sink_t")[_match_eps(e.eps, eps)] for e in es]))])
+                         float(np.mean([e.sink[match_eps(e.eps, eps)] for e in es])),
+                         float(np.mean([e.get("sink_t")[match_eps(e.eps, eps)] for e in es]))])
     if rows:
         rep.table(Table("interventions", f"Table 7 layout: position-embedding interventions, Sink^{eps:g} (%) "
                         "of the first token and of position t (mean over domains)",
@@ -947,7 +939,7 @@ def sft_section(rep, runs, eps):
     rows, stars = [], set()
     for label, r in sft:
         ev = r.eval
-        i = None if ev is None else _match_eps(ev.eps, eps)
+        i = None if ev is None else match_eps(ev.eps, eps)
         have = ev is not None and i is not None and len(ev.step) >= 2 and int(ev.step[0]) == 0
         if not have:
             rep.skipped(f"run {label} in the before/after sink table",
