@@ -1,5 +1,5 @@
-"""The paper's comparison figures in the report (analysis/paper_figures.py: Figs. 4 left, 5 middle/right, 28,
-6, 9) on results files written by the real binaries: cells of jobs/pretrain/sec5_data_budget,
+"""The paper's comparison figures in the report (analysis/sections/paper_figures.py: Figs. 4 left, 5
+middle/right, 28, 6, 9) on results files written by the real binaries: cells of jobs/pretrain/sec5_data_budget,
 sec6_window and sec6_prefix trained at tiny size for a few steps under their job files' run-names, and
 sinklab-probe on one checkpoint in two domains. Each figure is rendered and checked non-blank, its table
 against the HDF5 numbers; a figure without data is listed as skipped, not drawn."""

@@ -1,4 +1,4 @@
-"""The paper's tables in the report (analysis/paper_tables.py), on results files written by the real
+"""The paper's tables in the report (analysis/sections/paper_tables.py), on results files written by the real
 sinklab-pretrain: Table 10 right's three cells trained at tiny size for a few steps, each with its job
 file's run-name and intervention; every other cell of every table "not run", showing nothing else."""
 import csv
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from analysis.job_index import JOBS_DIR, JobIndex
-from analysis.paper_tables import cell_status
+from analysis.sections.paper_tables import cell_status
 from analysis.results import Run, ini_settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -1,6 +1,7 @@
-"""The paper's pre-training tables as the paper prints them, filled from the runs: one table per group of
-jobs/pretrain/make_jobs.py (which knows every cell, its job file and the numbers the paper reports), the
-measured value beside the paper's, and each cell's status:
+"""Section "The paper's tables": the paper's pre-training tables as the paper prints them, filled from the
+runs: one table per group of jobs/pretrain/make_jobs.py (which knows every cell, its job file and the numbers
+the paper reports; read through analysis.job_index), the measured value beside the paper's, and each cell's
+status:
 
   done                        the run reached the steps it was started with (a note says when those differ
                               from the job file's, e.g. a short test run)
@@ -20,7 +21,6 @@ import math
 import time
 from pathlib import Path
 
-from analysis.job_index import JOBS_DIR, JobIndex
 from analysis.results import ini_settings, match_eps
 from analysis.tables import Table
 
@@ -101,9 +101,9 @@ def paper_table_rows(group, job_settings, runs_by_name, eps, now=None):
     return rows, stars, has_star, has_moved
 
 
-def paper_tables_section(rep, runs, eps, jobs_dir=JOBS_DIR, now=None):
+def write_section(rep, data):
     """Section "The paper's tables": every group of make_jobs as a table, when any cell has a run."""
-    index = JobIndex(jobs_dir)
+    runs, eps, index = data.runs, data.eps, data.job_index
     runs_by_name = {r.name: r for r in runs}
     rep.heading(2, "The paper's tables", anchor="paper-tables")
     known = index.run_names()
@@ -112,7 +112,7 @@ def paper_tables_section(rep, runs, eps, jobs_dir=JOBS_DIR, now=None):
         return
     counts = {}
     for group in index.groups:
-        rows, stars, has_star, has_moved = paper_table_rows(group, index.job, runs_by_name, eps, now)
+        rows, stars, has_star, has_moved = paper_table_rows(group, index.job, runs_by_name, eps)
         cols = ["cell", "job file", "paper Sink_1^0.3 (%)", f"Sink_1^{eps:g} (%)"]
         if has_star:
             cols.append(f"Sink_*^{eps:g} (%)")

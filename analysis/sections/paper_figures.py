@@ -1,4 +1,5 @@
-"""The paper's figures that compare runs or models (each one PNG, with its numbers as a CSV table beside it):
+"""Section "The paper's figures": those that compare runs or models (each one PNG, with its numbers as a CSV
+table beside it):
 
   Fig. 4 left       Sink_1^eps against the parameter count: every pre-training run (last evaluation) and every
                     model measured on natural text (mean over its domains), from the n_params attribute that
@@ -24,7 +25,6 @@ import math
 import numpy as np
 
 from analysis import figures
-from analysis.job_index import JOBS_DIR, JobIndex
 from analysis.results import ini_settings, match_eps
 from analysis.tables import Table
 
@@ -201,8 +201,8 @@ def fig9(rep, entries):
     for x in all_eps:
         series = []
         for m, ds in sorted(models.items()):
-            ys = [np.nan if d not in ds or match_eps(ds[d].eps, x) is None else float(ds[d].sink[match_eps(ds[d].eps, x)])
-                  for d in domains]
+            ys = [np.nan if d not in ds or match_eps(ds[d].eps, x) is None
+                  else float(ds[d].sink[match_eps(ds[d].eps, x)]) for d in domains]
             series.append((m, np.arange(len(domains)), ys, "o"))
             rows.append([m, f"{x:g}"] + ys)
         panels.append(dict(title=f"eps = {x:g}", xlabel="domain", ylabel=f"Sink_1^{x:g} (%)", xticks=domains,
@@ -212,9 +212,9 @@ def fig9(rep, entries):
     rep.figure("fig9", "Fig. 9: Sink_1^eps per natural-text domain, one panel per threshold", figures.xy_panels, panels)
 
 
-def paper_figures_section(rep, runs, entries, eps, jobs_dir=JOBS_DIR):
+def write_section(rep, data):
     """Section "The paper's figures": Figs. 4 left, 5 middle/right, 28, 6 and 9 where the files have their data."""
-    index = JobIndex(jobs_dir)
+    runs, entries, eps, index = data.runs, data.entries, data.eps, data.job_index
     rep.heading(2, "The paper's figures", anchor="paper-figures")
     before = len(rep.figures)
     fig4_left(rep, runs, entries, eps)
