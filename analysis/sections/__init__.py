@@ -6,6 +6,17 @@ which adds the section's headings, paragraphs, tables and figures to `rep` (anal
 heading, para, table, figure, skipped, notes) from `data` (a ReportData), and lists what it leaves out
 and why with rep.skipped. analysis.report.SECTIONS calls them in page order; summary.py closes the page.
 Helpers that several sections share are in labels.py; model_figures.py draws one probed model's figures.
+
+Adding a section:
+  1. analysis/sections/<name>.py: a docstring saying what the section shows, and write_section(rep, data)
+     (rep.heading(2, title, anchor=...), rep.table(Table(...)), rep.figure(name, caption, figures.<kind>,
+     ...), rep.skipped(what, why) for what the files do not hold);
+  2. analysis/report.py: the module in the import from analysis.sections and in SECTIONS, where it goes on
+     the page, and a line in the module docstring's list of sections;
+  3. where needed: a drawing function in analysis/figures.py for a new kind of figure (arrays and a
+     caption in, one PNG out), the reading of a new dataset in analysis/results.py (and ReportData, when
+     the section needs something not yet pooled there);
+  4. a test in tests/python (test_report.py writes small results files in the writers' schema).
 """
 from dataclasses import dataclass
 
