@@ -1,1 +1,2 @@
-"""sinklab analysis: HDF5 results -> tables (and, later, the paper's figures)."""
+"""sinklab analysis: HDF5 results -> plain-text summary (summary), runs side by side (compare), and the
+report's tables, figures and HTML page (report, built from sections/)."""

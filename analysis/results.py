@@ -224,6 +224,14 @@ def eps_index(eps, wanted=DEFAULT_EPS):
     return int(np.argmin([abs(e - wanted) for e in eps]))
 
 
+def match_eps(eps, wanted):
+    """Index of threshold `wanted` in `eps` (exact up to rounding), None if absent."""
+    for i, e in enumerate(eps):
+        if abs(e - wanted) < 1e-9:
+            return i
+    return None
+
+
 def _proxy(*objects):
     for obj in objects:
         for name in PROXY_ATTRS:

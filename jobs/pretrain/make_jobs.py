@@ -13,6 +13,9 @@ and run-name. Cells that are the default setup itself (gamma = 0.1 in Table 2, R
 Paper numbers are Sink_1^eps with eps = 0.3 in % and the Pile-CC valid loss, as the paper prints them
 (* = computed from proxy attention scores, "fail" = training failed in the paper). Where our text copy
 of the paper lost a table's layout (Tables 2, 5, 13) the cell says so rather than guess.
+
+The table is also the index of the job files for the report: analysis/job_index.py imports GROUPS and
+job_file (jobs.pretrain.make_jobs) to match each paper-table cell to its run.
 """
 
 from __future__ import annotations
@@ -333,7 +336,8 @@ def render(group, cell, base_text):
     return "\n".join(lines)
 
 
-def _file_of(group, cell):
+def job_file(group, cell):
+    """The job file of a cell, relative to jobs/pretrain: its own, or the existing file it points at."""
     return cell.file if cell.file else f"{group.folder}/{cell.stem}.ini"
 
 
@@ -364,7 +368,7 @@ def render_index():
                 "|---|---|---|---|---|"]
         for cell in group.cells:
             label, note = cell.label.replace("|", "\\|"), cell.note.replace("|", "\\|")  # | ends a cell
-            out.append(f"| {label} | `{_file_of(group, cell)}` | {cell.sink1} | {cell.loss} | {note} |")
+            out.append(f"| {label} | `{job_file(group, cell)}` | {cell.sink1} | {cell.loss} | {note} |")
     return "\n".join(out) + "\n"
 
 

@@ -1,5 +1,5 @@
-"""The paper's comparison figures in the report (analysis/paper_figures.py: Figs. 4 left, 5 middle/right, 28,
-6, 9) on results files written by the real binaries: cells of jobs/pretrain/sec5_data_budget,
+"""The paper's comparison figures in the report (analysis/sections/paper_figures.py: Figs. 4 left, 5
+middle/right, 28, 6, 9) on results files written by the real binaries: cells of jobs/pretrain/sec5_data_budget,
 sec6_window and sec6_prefix trained at tiny size for a few steps under their job files' run-names, and
 sinklab-probe on one checkpoint in two domains. Each figure is rendered and checked non-blank, its table
 against the HDF5 numbers; a figure without data is listed as skipped, not drawn."""
@@ -15,7 +15,8 @@ h5py = pytest.importorskip("h5py")
 np = pytest.importorskip("numpy")
 pytest.importorskip("matplotlib")
 
-from analysis.paper_tables import JOBS_DIR, ini_settings  # noqa: E402
+from analysis.job_index import JOBS_DIR  # noqa: E402
+from analysis.results import ini_settings  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(os.environ.get("SINKLAB_BIN_DIR", REPO_ROOT / "build" / "bin"))

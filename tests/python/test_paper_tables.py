@@ -1,4 +1,4 @@
-"""The paper's tables in the report (analysis/paper_tables.py), on results files written by the real
+"""The paper's tables in the report (analysis/sections/paper_tables.py), on results files written by the real
 sinklab-pretrain: Table 10 right's three cells trained at tiny size for a few steps, each with its job
 file's run-name and intervention; every other cell of every table "not run", showing nothing else."""
 import csv
@@ -13,8 +13,9 @@ import h5py
 import numpy as np
 import pytest
 
-from analysis.paper_tables import JOBS_DIR, cell_status, ini_settings, load_groups
-from analysis.results import Run
+from analysis.job_index import JOBS_DIR, JobIndex
+from analysis.sections.paper_tables import cell_status
+from analysis.results import Run, ini_settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(os.environ.get("SINKLAB_BIN_DIR", REPO_ROOT / "build" / "bin"))
@@ -73,7 +74,7 @@ def test_table10_right_shows_sink_1_to_4_per_cell(table10_runs, tmp_path):
 
     # Every other table renders too, its cells "not run" with no measured value; the page opens with
     # the results, and the paper's tables section counts the cells by status.
-    groups, _ = load_groups()
+    groups = JobIndex().groups
     for g in groups:
         if g.folder == TABLE10:
             continue

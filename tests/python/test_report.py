@@ -387,7 +387,7 @@ def test_summary_uses_the_same_reader(files):
 def test_uniform_alpha1_baseline():
     """The baseline of the mean-alpha_1 figures: alpha_1 of uniform causal attention, H_T / T (row i
     attends 1/i to the first token; alpha_1 is the mean over the T rows), e.g. 0.0741 at T = 64."""
-    from analysis.report import uniform_alpha1
+    from analysis.results import uniform_alpha1
 
     for T in (1, 2, 7, 64):
         attn = np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None]

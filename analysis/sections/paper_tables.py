@@ -1,6 +1,7 @@
-"""The paper's pre-training tables as the paper prints them, filled from the runs: one table per group of
-jobs/pretrain/make_jobs.py (which knows every cell, its job file and the numbers the paper reports), the
-measured value beside the paper's, and each cell's status:
+"""Section "The paper's tables": the paper's pre-training tables as the paper prints them, filled from the
+runs: one table per group of jobs/pretrain/make_jobs.py (which knows every cell, its job file and the numbers
+the paper reports; read through analysis.job_index), the measured value beside the paper's, and each cell's
+status:
 
   done                        the run reached the steps it was started with (a note says when those differ
                               from the job file's, e.g. a short test run)
@@ -16,25 +17,14 @@ Sink_1..Sink_K on inputs carrying that intervention (eval/sink_k_intervened).
 """
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 import time
 from pathlib import Path
 
-from analysis.results import ini_settings
+from analysis.results import ini_settings, match_eps
+from analysis.tables import Table
 
-JOBS_DIR = Path(__file__).resolve().parents[1] / "jobs" / "pretrain"
 RECENT_MINUTES = 30
-
-
-def load_groups(jobs_dir: Path = JOBS_DIR):
-    """make_jobs.GROUPS of `jobs_dir` (the cells of every table, as the job files were generated)."""
-    spec = importlib.util.spec_from_file_location("sinklab_make_jobs", Path(jobs_dir) / "make_jobs.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module.GROUPS, module._file_of
 
 
 def _int(text):
@@ -65,19 +55,12 @@ def cell_status(run, job_steps, now=None):
     return f"{state} (step {last_step} of {steps if steps is not None else '?'})", note
 
 
-def _eps_index(eps_list, eps):
-    for i, e in enumerate(eps_list):
-        if abs(e - eps) < 1e-9:
-            return i
-    return None
-
-
 def _measured(run, eps, intervened_k):
     """(Sink_1, Sink_*, valid loss, Sink_1..K with the intervention) at the last evaluation."""
     ev = None if run is None else run.eval
     if ev is None or not len(ev.step):
         return None, None, None, None
-    i = _eps_index(ev.eps, eps)
+    i = match_eps(ev.eps, eps)
     sink1 = None if i is None else float(ev.sink[-1, i])
     star = None if i is None or ev.sink_star is None else float(ev.sink_star[-1, i])
     moved = None
@@ -118,27 +101,18 @@ def paper_table_rows(group, job_settings, runs_by_name, eps, now=None):
     return rows, stars, has_star, has_moved
 
 
-def paper_tables_section(rep, runs, eps, Table, jobs_dir=JOBS_DIR, now=None):
+def write_section(rep, data):
     """Section "The paper's tables": every group of make_jobs as a table, when any cell has a run."""
-    groups, file_of = load_groups(jobs_dir)
-    read = {}  # job file -> its settings, each file read once
-
-    def job_settings(group, cell):
-        name = file_of(group, cell)
-        if name not in read:
-            path = Path(jobs_dir) / name
-            read[name] = ini_settings(path.read_text()) if path.is_file() else {}
-        return name, read[name]
-
+    runs, eps, index = data.runs, data.eps, data.job_index
     runs_by_name = {r.name: r for r in runs}
     rep.heading(2, "The paper's tables", anchor="paper-tables")
-    known = {job_settings(g, c)[1].get("run-name") for g in groups for c in g.cells}
+    known = index.run_names()
     if not any(name in known for name in runs_by_name):
         rep.skipped("the paper's tables", "no run of the files is a cell of jobs/pretrain (run-name as its job file)")
         return
     counts = {}
-    for group in groups:
-        rows, stars, has_star, has_moved = paper_table_rows(group, job_settings, runs_by_name, eps, now)
+    for group in index.groups:
+        rows, stars, has_star, has_moved = paper_table_rows(group, index.job, runs_by_name, eps)
         cols = ["cell", "job file", "paper Sink_1^0.3 (%)", f"Sink_1^{eps:g} (%)"]
         if has_star:
             cols.append(f"Sink_*^{eps:g} (%)")
@@ -153,22 +127,3 @@ def paper_tables_section(rep, runs, eps, Table, jobs_dir=JOBS_DIR, now=None):
             counts[key] = counts.get(key, 0) + 1
         rep.table(Table(group.folder, group.title, cols, rows, fmts, stars, note=group.note))
     rep.para("Cells: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1])) + ".")
-
-
-
-def group_cell_runs(folder, runs, jobs_dir=JOBS_DIR):
-    """[(cell, job settings, run)] of the cells of make_jobs group `folder` that have a run among `runs`
-    (matched by the job file's run-name, as the tables match them), in the group's order."""
-    groups, file_of = load_groups(jobs_dir)
-    by_name = {r.name: r for r in runs}
-    out = []
-    for group in groups:
-        if group.folder != folder:
-            continue
-        for cell in group.cells:
-            path = Path(jobs_dir) / file_of(group, cell)
-            settings = ini_settings(path.read_text()) if path.is_file() else {}
-            run = by_name.get(settings.get("run-name", ""))
-            if run is not None:
-                out.append((cell, settings, run))
-    return out

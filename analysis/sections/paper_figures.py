@@ -1,4 +1,5 @@
-"""The paper's figures that compare runs or models (each one PNG, with its numbers as a CSV table beside it):
+"""Section "The paper's figures": those that compare runs or models (each one PNG, with its numbers as a CSV
+table beside it):
 
   Fig. 4 left       Sink_1^eps against the parameter count: every pre-training run (last evaluation) and every
                     model measured on natural text (mean over its domains), from the n_params attribute that
@@ -24,14 +25,8 @@ import math
 import numpy as np
 
 from analysis import figures
-from analysis.paper_tables import JOBS_DIR, group_cell_runs, ini_settings
-
-
-def _eps_at(eps_list, eps):
-    for i, e in enumerate(eps_list):
-        if abs(e - eps) < 1e-9:
-            return i
-    return None
+from analysis.results import ini_settings, match_eps
+from analysis.tables import Table
 
 
 def _int_attr(attrs, key):
@@ -57,28 +52,28 @@ def _with_eval(cells, eps):
     out = []
     for cell, job, run in cells:
         ev = run.eval
-        i = None if ev is None or not len(ev.step) else _eps_at(ev.eps, eps)
+        i = None if ev is None or not len(ev.step) else match_eps(ev.eps, eps)
         if i is not None:
             out.append((cell, job, run, i))
     return out
 
 
-def fig4_left(rep, runs, entries, eps, Table):
+def fig4_left(rep, runs, entries, eps):
     rows = []  # [name, kind, n_params, n_params_non_embedding, Sink_1]
     for r in runs:
         n, ev = _int_attr(r.attrs, "n_params"), r.eval
-        i = None if ev is None or not len(ev.step) else _eps_at(ev.eps, eps)
+        i = None if ev is None or not len(ev.step) else match_eps(ev.eps, eps)
         if n is not None and i is not None:
             rows.append([r.name, "pre-training run", n, _int_attr(r.attrs, "n_params_non_embedding"),
                          float(ev.sink[-1, i])])
     by_model = {}
     for e in entries:
-        if e.input == "natural" and _int_attr(e.attrs, "n_params") is not None and _eps_at(e.eps, eps) is not None:
+        if e.input == "natural" and _int_attr(e.attrs, "n_params") is not None and match_eps(e.eps, eps) is not None:
             by_model.setdefault(e.model, []).append(e)
     for model, es in sorted(by_model.items()):
         rows.append([model, f"model, natural text ({len(es)} domain(s))", _int_attr(es[0].attrs, "n_params"),
                      _int_attr(es[0].attrs, "n_params_non_embedding"),
-                     float(np.mean([e.sink[_eps_at(e.eps, eps)] for e in es]))])
+                     float(np.mean([e.sink[match_eps(e.eps, eps)] for e in es]))])
     if not rows:
         rep.skipped("Fig. 4 left (Sink_1 vs parameter count)", "no run or natural-text model entry with an "
                     "n_params attribute (sinklab-pretrain and sinklab-probe write it)")
@@ -98,8 +93,8 @@ def fig4_left(rep, runs, entries, eps, Table):
                      annotate=[(r[0], r[2], r[4]) for r in rows])])
 
 
-def fig5_right_and_28(rep, runs, eps, Table, jobs_dir):
-    cells = _with_eval(group_cell_runs("sec5_data_budget", runs, jobs_dir), eps)
+def fig5_right_and_28(rep, runs, eps, index):
+    cells = _with_eval(index.cell_runs("sec5_data_budget", runs), eps)
     if not cells:
         rep.skipped("Figs. 5 right and 28 (Sink vs training-data budget)", "no run of a jobs/pretrain/"
                     "sec5_data_budget cell with evaluations at this eps")
@@ -136,8 +131,8 @@ def fig5_right_and_28(rep, runs, eps, Table, jobs_dir):
                "budget", figures.xy_panels, loss_panels + sink_panels, ncols=len(cells))
 
 
-def fig5_middle(rep, runs, eps, Table, jobs_dir):
-    cells = [c for c in _with_eval(group_cell_runs("sec6_prefix", runs, jobs_dir), eps) if c[2].eval.sink_pos is not None]
+def fig5_middle(rep, runs, eps, index):
+    cells = [c for c in _with_eval(index.cell_runs("sec6_prefix", runs), eps) if c[2].eval.sink_pos is not None]
     if not cells:
         rep.skipped("Fig. 5 middle (Sink per position, prefix LM)", "no run of a jobs/pretrain/sec6_prefix cell "
                     "with eval/sink_pos (written by sinklab-pretrain for prefix-length > 1)")
@@ -159,8 +154,8 @@ def fig5_middle(rep, runs, eps, Table, jobs_dir):
                [dict(xlabel="position k", ylabel=col, series=series)])
 
 
-def fig6(rep, runs, eps, Table, jobs_dir):
-    cells = _with_eval(group_cell_runs("sec6_window", runs, jobs_dir), eps)
+def fig6(rep, runs, eps, index):
+    cells = _with_eval(index.cell_runs("sec6_window", runs), eps)
     if not cells:
         rep.skipped("Fig. 6 (Sink vs window size)", "no run of a jobs/pretrain/sec6_window cell with evaluations "
                     "at this eps")
@@ -191,7 +186,7 @@ def fig6(rep, runs, eps, Table, jobs_dir):
                         series=[("", ws, [r[6] for r in rows], "o-")])])
 
 
-def fig9(rep, entries, Table):
+def fig9(rep, entries):
     by_model = {}
     for e in entries:
         if e.input == "natural":
@@ -206,8 +201,8 @@ def fig9(rep, entries, Table):
     for x in all_eps:
         series = []
         for m, ds in sorted(models.items()):
-            ys = [np.nan if d not in ds or _eps_at(ds[d].eps, x) is None else float(ds[d].sink[_eps_at(ds[d].eps, x)])
-                  for d in domains]
+            ys = [np.nan if d not in ds or match_eps(ds[d].eps, x) is None
+                  else float(ds[d].sink[match_eps(ds[d].eps, x)]) for d in domains]
             series.append((m, np.arange(len(domains)), ys, "o"))
             rows.append([m, f"{x:g}"] + ys)
         panels.append(dict(title=f"eps = {x:g}", xlabel="domain", ylabel=f"Sink_1^{x:g} (%)", xticks=domains,
@@ -217,15 +212,16 @@ def fig9(rep, entries, Table):
     rep.figure("fig9", "Fig. 9: Sink_1^eps per natural-text domain, one panel per threshold", figures.xy_panels, panels)
 
 
-def paper_figures_section(rep, runs, entries, eps, Table, jobs_dir=JOBS_DIR):
+def write_section(rep, data):
     """Section "The paper's figures": Figs. 4 left, 5 middle/right, 28, 6 and 9 where the files have their data."""
+    runs, entries, eps, index = data.runs, data.entries, data.eps, data.job_index
     rep.heading(2, "The paper's figures", anchor="paper-figures")
     before = len(rep.figures)
-    fig4_left(rep, runs, entries, eps, Table)
-    fig5_middle(rep, runs, eps, Table, jobs_dir)
-    fig5_right_and_28(rep, runs, eps, Table, jobs_dir)
-    fig6(rep, runs, eps, Table, jobs_dir)
-    fig9(rep, entries, Table)
+    fig4_left(rep, runs, entries, eps)
+    fig5_middle(rep, runs, eps, index)
+    fig5_right_and_28(rep, runs, eps, index)
+    fig6(rep, runs, eps, index)
+    fig9(rep, entries)
     if len(rep.figures) == before:
         rep.para("None of the paper's comparison figures has data in these files (see Skipped at the end).",
                  cls="note")
