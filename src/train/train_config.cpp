@@ -142,6 +142,11 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, b
       ("log-every", po::value(&c.log_every)->default_value(10), "steps between progress lines")
       ("checkpoint-every", po::value(&c.checkpoint_every)->default_value(0), "steps between checkpoints (0 = end only)")
       ("keep-checkpoints", po::value(&c.keep_checkpoints)->default_value(2), "checkpoints kept on disk")
+      ("checkpoint-at-start", po::value(&c.checkpoint_at_start)->default_value(false)->implicit_value(true),
+       "also checkpoint the initial weights (step 0), e.g. for another implementation to start from the same weights")
+      ("record-batches", po::value(&c.record_batches)->default_value(false)->implicit_value(true),
+       "store the rows every step read (results.h5, /runs/<run>/batches/rows [step, global rows]): with "
+       "--checkpoint-at-start, enough to replay the run elsewhere (bench/twin)")
       ("resume", po::value(&c.resume)->default_value(false)->implicit_value(true), "continue from the newest checkpoint in --out-dir")
       ("device", po::value(&device)->default_value("cpu"), "cpu | cuda")
       ("attn-kernel", po::value(&c.attn_kernel)->default_value("auto"),
@@ -198,7 +203,6 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, b
     SL_CHECK(c.eval_coarse_from >= 0 && c.eval_coarse_every >= 1,
              "--eval-every-after must be STEP:N with STEP >= 0 and N >= 1, not '%s'", eval_every_after.c_str());
   }
-  SL_CHECK(c.bbm_meta.empty() || c.document_rows, "--bbm-meta needs --document-rows (each row one BBM sequence)");
   ops::parse_attn_kernel(c.attn_kernel);  // throws naming --attn-kernel
 
   // The effective configuration, every option with its value, as ini text (sorted by name); sinklab-sft's

@@ -67,6 +67,8 @@ struct TrainConfig {
   int64_t log_every = 10;
   int64_t checkpoint_every = 0;  // 0 = only at the end
   int64_t keep_checkpoints = 2;
+  bool checkpoint_at_start = false;  // also a checkpoint of the initial weights (step 0): a twin's starting point
+  bool record_batches = false;       // /runs/<run>/batches/rows [step, global rows]: the rows each step read
   bool resume = false;
   DeviceKind device = DeviceKind::cpu;  // --device cpu | cuda
   std::string attn_kernel = "auto";  // auto | cudnn | flash | reference (backend/attention_dispatch.hpp)

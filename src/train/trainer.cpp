@@ -426,6 +426,15 @@ void Trainer::record_event(int64_t step, EventKind kind, double value, double me
 // The step's rows: train (as always), monitor, and events (monitor.hpp). Counts a non-finite step.
 void Trainer::record_step(int64_t step, StepRecord& rec, int64_t tokens_per_step, double tokens_per_s, double mfu) {
   if (!rec.finite) ++nonfinite_steps_;
+  if (results_ && cfg_.record_batches) {  // the rows of the step's global batch, in sample order
+    std::vector<int32_t> rows(size_t(layout_.global_rows()));
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const uint64_t row = train_data_->row_of(uint64_t(step) * rows.size() + r);
+      SL_CHECK(row < (uint64_t(1) << 31), "--record-batches: row %llu does not fit the int32 record", (unsigned long long)row);
+      rows[r] = int32_t(row);
+    }
+    results_->append_slab("/runs/" + cfg_.run_name + "/batches/rows", {layout_.global_rows()}, rows.data());
+  }
   if (step == loss_spike_step_) rec.loss *= 100.0;  // test hook: what the detector must flag
   if (!results_) return;
   const int64_t L = cfg_.model.n_layers;
@@ -469,6 +478,8 @@ int Trainer::run() {
       results_->truncate_rows(eval_group, keep);
     }
     restart_monitor();
+    if (results_->exists("/runs/" + cfg_.run_name + "/batches/rows"))
+      results_->truncate_rows("/runs/" + cfg_.run_name + "/batches", start_step_);
     results_->create_group("/runs/" + cfg_.run_name);
     results_->set_attr("/runs/" + cfg_.run_name, "config", cfg_.config_text);
     if (cfg_.sft)  // eval row step 0 probes these weights: the sink before fine-tuning (Table 1 right)
@@ -505,6 +516,7 @@ int Trainer::run() {
   log::info0("attention kernel: %s (%s)", ops::attn_kernel_name(attn_kernel_.kernel), attn_kernel_.reason.c_str());
   log::info0("CPU BLAS: %s", cpu_blas_summary().c_str());
   // Fine-tuning always probes the base model first: the "before" of the before/after sink.
+  if (start_step_ == 0 && cfg_.checkpoint_at_start) save_checkpoint_at(0);
   if (start_step_ == 0 && (cfg_.eval_every > 0 || cfg_.eval_coarse_every > 0 || cfg_.sft)) evaluate(0);
 
   Timer run_timer;
