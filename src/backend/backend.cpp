@@ -43,17 +43,6 @@ Backend& backend_for(std::initializer_list<Tensor> tensors, const char* op) {
   return backend_for(chosen);
 }
 
-int64_t check_column_sum(const Tensor& out, const Tensor& in) {
-  SL_CHECK(out.dtype == in.dtype, "column_sum: out is %s but in is %s", dtype_name(out.dtype), dtype_name(in.dtype));
-  bool trailing = out.ndim >= 1 && in.ndim >= out.ndim;
-  for (int d = 0; trailing && d < out.ndim; ++d) trailing = in.shape[in.ndim - out.ndim + d] == out.shape[d];
-  SL_CHECK(trailing, "column_sum: out %s must be the trailing dims of in %s", out.shape_str().c_str(),
-           in.shape_str().c_str());
-  int64_t rows = 1;
-  for (int d = 0; d < in.ndim - out.ndim; ++d) rows *= in.shape[d];
-  return rows;
-}
-
 bool cuda_available() {
 #if SINKLAB_HAVE_CUDA
   return cuda::device_count() > 0;

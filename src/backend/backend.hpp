@@ -82,8 +82,4 @@ std::string cpu_blas_description();
 // (cpu/blas_kernels.hpp), what it replaced: the line every binary logs at start and results.h5 keeps.
 std::string cpu_blas_summary();
 
-// column_sum's operands (ops.hpp), checked by every backend: same dtype, out at least 1-D, and out's dims
-// are the trailing dims of in. Returns L, the number of in rows that add into each out row.
-int64_t check_column_sum(const Tensor& out, const Tensor& in);
-
 }  // namespace sinklab

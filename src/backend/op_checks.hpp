@@ -19,6 +19,38 @@ inline void check_same_shape(const Tensor& a, const Tensor& b, const char* op, c
            b.shape_str().c_str());
 }
 
+// column_sum's operands (ops.hpp): same dtype, out at least 1-D, and out's dims are the trailing dims of
+// in. Returns L, the number of in rows that add into each out row.
+inline int64_t check_column_sum(const Tensor& out, const Tensor& in) {
+  SL_CHECK(out.dtype == in.dtype, "column_sum: out is %s but in is %s", dtype_name(out.dtype), dtype_name(in.dtype));
+  bool trailing = out.ndim >= 1 && in.ndim >= out.ndim;
+  for (int d = 0; trailing && d < out.ndim; ++d) trailing = in.shape[in.ndim - out.ndim + d] == out.shape[d];
+  SL_CHECK(trailing, "column_sum: out %s must be the trailing dims of in %s", out.shape_str().c_str(),
+           in.shape_str().c_str());
+  int64_t rows = 1;
+  for (int d = 0; d < in.ndim - out.ndim; ++d) rows *= in.shape[d];
+  return rows;
+}
+
+// RMSNorm's and LayerNorm's per-row statistic (rstd, mean): required, contiguous, one element per row.
+// check_element(t, arg) is the backend's dtype (and device) check, made before the shape check.
+template <class CheckElement>
+void check_norm_stat(const Tensor& s, int64_t rows, const char* op, const char* arg, CheckElement&& check_element) {
+  SL_CHECK(s.defined(), "%s: %s is required", op, arg);
+  check_element(s, arg);
+  SL_CHECK(s.is_contiguous() && s.numel() == rows, "%s: %s %s must be contiguous with one element per row (%lld)",
+           op, arg, s.shape_str().c_str(), (long long)rows);
+}
+
+// A norm's parameter vector [d] (weight, bias, or their gradients); undefined is allowed (absent).
+template <class CheckElement>
+void check_norm_param(const Tensor& p, int64_t d, const char* op, const char* arg, CheckElement&& check_element) {
+  if (!p.defined()) return;
+  check_element(p, arg);
+  SL_CHECK(p.ndim == 1 && p.shape[0] == d && p.stride[0] == 1, "%s: %s %s must be contiguous [%lld]", op, arg,
+           p.shape_str().c_str(), (long long)d);
+}
+
 // ops::matmul's operands, checked: all 2-D or all 3-D (a common batch), op(a) [M,K] . op(b) [K,N] = out
 // [M,N], innermost dimension contiguous, rows not overlapping. Row strides (ld*) are at least the row
 // length and 1; batch strides (stride_*) are 0 for 2-D operands.

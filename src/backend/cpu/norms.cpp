@@ -21,22 +21,6 @@ namespace {
 
 using Acc = double;
 
-// A per-row statistic (rstd, mean): [*] with one element per row, contiguous.
-void check_stat(const Tensor& s, const Rows& rows, DType dt, const char* op, const char* arg) {
-  SL_CHECK(s.defined(), "%s: %s is required", op, arg);
-  check_dtype(s, dt, op, arg);
-  SL_CHECK(s.is_contiguous() && s.numel() == rows.rows, "%s: %s %s must be contiguous with one element per row (%lld)",
-           op, arg, s.shape_str().c_str(), (long long)rows.rows);
-}
-
-// A parameter vector [d] (weight, bias, or their gradients); undefined is allowed (absent).
-void check_param(const Tensor& p, int64_t d, DType dt, const char* op, const char* arg) {
-  if (!p.defined()) return;
-  check_dtype(p, dt, op, arg);
-  SL_CHECK(p.ndim == 1 && p.shape[0] == d && p.stride[0] == 1, "%s: %s %s must be contiguous [%lld]", op, arg,
-           p.shape_str().c_str(), (long long)d);
-}
-
 // Parameter gradients: dparam[c] += sum over rows of term(row, c), for one or two parameters at once.
 // Rows would race on dparam, so each thread owns a block of columns and walks all rows (in order, so the
 // sums do not depend on the thread count), accumulating in double before one += into the tensor.
@@ -116,8 +100,9 @@ void CpuBackend::rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor weig
   cpu::check_same_shape(out, in, op, "out", "in");
   SL_CHECK(out.dtype == in.dtype, "%s: out and in differ in dtype", op);
   Rows ri = rows_of(in, op, "in"), ro = rows_of(out, op, "out");
-  check_stat(rstd, ri, in.dtype, op, "rstd");
-  check_param(weight, ri.cols, in.dtype, op, "weight");
+  const auto same_dtype_as_in = [&](const Tensor& t, const char* arg) { check_dtype(t, in.dtype, op, arg); };
+  check_norm_stat(rstd, ri.rows, op, "rstd", same_dtype_as_in);
+  check_norm_param(weight, ri.cols, op, "weight", same_dtype_as_in);
   dispatch_float(in.dtype, op, [&](auto zero) {
     using T = decltype(zero);
     const T* w = weight.defined() ? weight.ptr<T>() : nullptr;
@@ -136,9 +121,10 @@ void CpuBackend::rmsnorm_backward(Tensor d_in, Tensor d_weight, Tensor d_out, Te
   cpu::check_same_shape(d_out, in, op, "d_out", "in");
   SL_CHECK(d_out.dtype == in.dtype, "%s: d_out and in differ in dtype", op);
   Rows ri = rows_of(in, op, "in"), rg = rows_of(d_out, op, "d_out");
-  check_stat(rstd, ri, in.dtype, op, "rstd");
-  check_param(weight, ri.cols, in.dtype, op, "weight");
-  check_param(d_weight, ri.cols, in.dtype, op, "d_weight");
+  const auto same_dtype_as_in = [&](const Tensor& t, const char* arg) { check_dtype(t, in.dtype, op, arg); };
+  check_norm_stat(rstd, ri.rows, op, "rstd", same_dtype_as_in);
+  check_norm_param(weight, ri.cols, op, "weight", same_dtype_as_in);
+  check_norm_param(d_weight, ri.cols, op, "d_weight", same_dtype_as_in);
   SL_CHECK(!d_weight.defined() || weight.defined(), "%s: d_weight given but there is no weight", op);
   dispatch_float(in.dtype, op, [&](auto zero) {
     using T = decltype(zero);
@@ -174,10 +160,11 @@ void CpuBackend::layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor 
   cpu::check_same_shape(out, in, op, "out", "in");
   SL_CHECK(out.dtype == in.dtype, "%s: out and in differ in dtype", op);
   Rows ri = rows_of(in, op, "in"), ro = rows_of(out, op, "out");
-  check_stat(mean, ri, in.dtype, op, "mean");
-  check_stat(rstd, ri, in.dtype, op, "rstd");
-  check_param(weight, ri.cols, in.dtype, op, "weight");
-  check_param(bias, ri.cols, in.dtype, op, "bias");
+  const auto same_dtype_as_in = [&](const Tensor& t, const char* arg) { check_dtype(t, in.dtype, op, arg); };
+  check_norm_stat(mean, ri.rows, op, "mean", same_dtype_as_in);
+  check_norm_stat(rstd, ri.rows, op, "rstd", same_dtype_as_in);
+  check_norm_param(weight, ri.cols, op, "weight", same_dtype_as_in);
+  check_norm_param(bias, ri.cols, op, "bias", same_dtype_as_in);
   dispatch_float(in.dtype, op, [&](auto zero) {
     using T = decltype(zero);
     const T* w = weight.defined() ? weight.ptr<T>() : nullptr;
@@ -201,11 +188,12 @@ void CpuBackend::layernorm_backward(Tensor d_in, Tensor d_weight, Tensor d_bias,
   cpu::check_same_shape(d_out, in, op, "d_out", "in");
   SL_CHECK(d_out.dtype == in.dtype, "%s: d_out and in differ in dtype", op);
   Rows ri = rows_of(in, op, "in"), rg = rows_of(d_out, op, "d_out");
-  check_stat(mean, ri, in.dtype, op, "mean");
-  check_stat(rstd, ri, in.dtype, op, "rstd");
-  check_param(weight, ri.cols, in.dtype, op, "weight");
-  check_param(d_weight, ri.cols, in.dtype, op, "d_weight");
-  check_param(d_bias, ri.cols, in.dtype, op, "d_bias");
+  const auto same_dtype_as_in = [&](const Tensor& t, const char* arg) { check_dtype(t, in.dtype, op, arg); };
+  check_norm_stat(mean, ri.rows, op, "mean", same_dtype_as_in);
+  check_norm_stat(rstd, ri.rows, op, "rstd", same_dtype_as_in);
+  check_norm_param(weight, ri.cols, op, "weight", same_dtype_as_in);
+  check_norm_param(d_weight, ri.cols, op, "d_weight", same_dtype_as_in);
+  check_norm_param(d_bias, ri.cols, op, "d_bias", same_dtype_as_in);
   SL_CHECK(!d_weight.defined() || weight.defined(), "%s: d_weight given but there is no weight", op);
   dispatch_float(in.dtype, op, [&](auto zero) {
     using T = decltype(zero);

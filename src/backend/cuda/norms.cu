@@ -159,22 +159,6 @@ unsigned row_grid(int64_t rows) {
   return unsigned(rows < 1 ? 1 : (rows < cap ? rows : cap));
 }
 
-// A per-row statistic (rstd, mean): f32 on this device, contiguous, one element per row.
-void check_stat(const CudaBackend& be, const Tensor& s, int64_t rows, const char* op, const char* arg) {
-  SL_CHECK(s.defined(), "%s: %s is required", op, arg);
-  check_device_f32(be, s, op, arg);
-  SL_CHECK(s.is_contiguous() && s.numel() == rows, "%s: %s %s must be contiguous with one element per row (%lld)", op,
-           arg, s.shape_str().c_str(), (long long)rows);
-}
-
-// A parameter vector [d] (weight, bias, or their gradients); undefined is allowed (absent).
-void check_param(const CudaBackend& be, const Tensor& p, int64_t d, const char* op, const char* arg) {
-  if (!p.defined()) return;
-  check_device_f32(be, p, op, arg);
-  SL_CHECK(p.ndim == 1 && p.shape[0] == d && p.stride[0] == 1, "%s: %s %s must be contiguous [%lld]", op, arg,
-           p.shape_str().c_str(), (long long)d);
-}
-
 const float* ptr_or_null(const Tensor& t) { return t.defined() ? t.ptr<float>() : nullptr; }
 
 // The rows of a backward's optional d_in (checked like in; empty when d_in is undefined).
@@ -195,8 +179,9 @@ void CudaBackend::rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor wei
   check_device_f32(*this, out, op, "out");
   check_device_f32(*this, in, op, "in");
   DevRows ri = rows_of(in, op, "in"), ro = rows_of(out, op, "out");
-  check_stat(*this, rstd, ri.rows, op, "rstd");
-  check_param(*this, weight, ri.cols, op, "weight");
+  const auto f32_on_this_device = [&](const Tensor& t, const char* arg) { check_device_f32(*this, t, op, arg); };
+  check_norm_stat(rstd, ri.rows, op, "rstd", f32_on_this_device);
+  check_norm_param(weight, ri.cols, op, "weight", f32_on_this_device);
   if (ri.rows == 0 || ri.cols == 0) return;
   DeviceGuard guard(index_);
   rmsnorm_forward_kernel<<<row_grid(ri.rows), norm_threads(ri.cols), 0, stream_>>>(
@@ -213,9 +198,10 @@ void CudaBackend::rmsnorm_backward(Tensor d_in, Tensor d_weight, Tensor d_out, T
   check_device_f32(*this, d_out, op, "d_out");
   check_device_f32(*this, in, op, "in");
   DevRows ri = rows_of(in, op, "in"), rg = rows_of(d_out, op, "d_out");
-  check_stat(*this, rstd, ri.rows, op, "rstd");
-  check_param(*this, weight, ri.cols, op, "weight");
-  check_param(*this, d_weight, ri.cols, op, "d_weight");
+  const auto f32_on_this_device = [&](const Tensor& t, const char* arg) { check_device_f32(*this, t, op, arg); };
+  check_norm_stat(rstd, ri.rows, op, "rstd", f32_on_this_device);
+  check_norm_param(weight, ri.cols, op, "weight", f32_on_this_device);
+  check_norm_param(d_weight, ri.cols, op, "d_weight", f32_on_this_device);
   SL_CHECK(!d_weight.defined() || weight.defined(), "%s: d_weight given but there is no weight", op);
   const DevRows rd = grad_rows(*this, d_in, in, op);
   if (ri.cols == 0) return;
@@ -241,10 +227,11 @@ void CudaBackend::layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor
   check_device_f32(*this, out, op, "out");
   check_device_f32(*this, in, op, "in");
   DevRows ri = rows_of(in, op, "in"), ro = rows_of(out, op, "out");
-  check_stat(*this, mean, ri.rows, op, "mean");
-  check_stat(*this, rstd, ri.rows, op, "rstd");
-  check_param(*this, weight, ri.cols, op, "weight");
-  check_param(*this, bias, ri.cols, op, "bias");
+  const auto f32_on_this_device = [&](const Tensor& t, const char* arg) { check_device_f32(*this, t, op, arg); };
+  check_norm_stat(mean, ri.rows, op, "mean", f32_on_this_device);
+  check_norm_stat(rstd, ri.rows, op, "rstd", f32_on_this_device);
+  check_norm_param(weight, ri.cols, op, "weight", f32_on_this_device);
+  check_norm_param(bias, ri.cols, op, "bias", f32_on_this_device);
   if (ri.rows == 0 || ri.cols == 0) return;
   DeviceGuard guard(index_);
   layernorm_forward_kernel<<<row_grid(ri.rows), norm_threads(ri.cols), 0, stream_>>>(
@@ -262,11 +249,12 @@ void CudaBackend::layernorm_backward(Tensor d_in, Tensor d_weight, Tensor d_bias
   check_device_f32(*this, d_out, op, "d_out");
   check_device_f32(*this, in, op, "in");
   DevRows ri = rows_of(in, op, "in"), rg = rows_of(d_out, op, "d_out");
-  check_stat(*this, mean, ri.rows, op, "mean");
-  check_stat(*this, rstd, ri.rows, op, "rstd");
-  check_param(*this, weight, ri.cols, op, "weight");
-  check_param(*this, d_weight, ri.cols, op, "d_weight");
-  check_param(*this, d_bias, ri.cols, op, "d_bias");
+  const auto f32_on_this_device = [&](const Tensor& t, const char* arg) { check_device_f32(*this, t, op, arg); };
+  check_norm_stat(mean, ri.rows, op, "mean", f32_on_this_device);
+  check_norm_stat(rstd, ri.rows, op, "rstd", f32_on_this_device);
+  check_norm_param(weight, ri.cols, op, "weight", f32_on_this_device);
+  check_norm_param(d_weight, ri.cols, op, "d_weight", f32_on_this_device);
+  check_norm_param(d_bias, ri.cols, op, "d_bias", f32_on_this_device);
   SL_CHECK(!d_weight.defined() || weight.defined(), "%s: d_weight given but there is no weight", op);
   const DevRows rd = grad_rows(*this, d_in, in, op);
   if (ri.cols == 0) return;
