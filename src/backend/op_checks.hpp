@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backend/ops.hpp"
+#include "backend/tensor_rows.hpp"
 #include "core/error.hpp"
 #include "core/tensor.hpp"
 
@@ -66,11 +67,10 @@ MatmulGeometry matmul_geometry(const Tensor& out, const Tensor& a, const Tensor&
 // in (0, dh], a positive base, consistent llama3 scaling factors.
 void check_rope_args(const Tensor& out, const Tensor& x, const ops::RopeConfig& cfg, const char* op);
 
-// The row stride (leading dimension) of t seen as a matrix: its leading dimensions, given as a backend's
-// rows view r (lead_ndim, lead_shape, lead_stride, rows, cols), must collapse into rows with one common
-// stride (that of the innermost leading dimension of size > 1), and rows must not overlap. At least cols.
-template <class RowsView>
-int64_t collapsed_row_stride(const RowsView& r, const Tensor& t, const char* op, const char* arg) {
+// The row stride (leading dimension) of t seen as a matrix: its leading dimensions, given as its rows r
+// (rows_of(t)), must collapse into rows with one common stride (that of the innermost leading dimension
+// of size > 1), and rows must not overlap. At least cols.
+inline int64_t collapsed_row_stride(const TensorRows& r, const Tensor& t, const char* op, const char* arg) {
   int64_t ld = r.cols, expect = -1;
   for (int d = r.lead_ndim - 1; d >= 0; --d) {
     if (r.lead_shape[d] == 1) continue;

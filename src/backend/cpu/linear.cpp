@@ -31,7 +31,7 @@ struct Mat {
 // Collapses the leading dimensions of t into rows; they must have one common row stride.
 Mat as_matrix(const Tensor& t, const char* op, const char* arg) {
   SL_CHECK(t.ndim >= 1, "%s: %s must have at least one dimension", op, arg);
-  const cpu::Rows r = cpu::rows_of(t, op, arg);
+  const TensorRows r = rows_of(t, op, arg);
   return Mat{t.data, r.rows, r.cols, collapsed_row_stride(r, t, op, arg)};
 }
 

@@ -14,8 +14,6 @@
 namespace sinklab {
 
 using cpu::dispatch_float;
-using cpu::Rows;
-using cpu::rows_of;
 
 namespace {
 
@@ -99,7 +97,7 @@ void CpuBackend::rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor weig
   const char* op = "rmsnorm_forward";
   cpu::check_same_shape(out, in, op, "out", "in");
   SL_CHECK(out.dtype == in.dtype, "%s: out and in differ in dtype", op);
-  Rows ri = rows_of(in, op, "in"), ro = rows_of(out, op, "out");
+  TensorRows ri = rows_of(in, op, "in"), ro = rows_of(out, op, "out");
   const auto same_dtype_as_in = [&](const Tensor& t, const char* arg) { check_dtype(t, in.dtype, op, arg); };
   check_norm_stat(rstd, ri.rows, op, "rstd", same_dtype_as_in);
   check_norm_param(weight, ri.cols, op, "weight", same_dtype_as_in);
@@ -108,7 +106,8 @@ void CpuBackend::rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor weig
     const T* w = weight.defined() ? weight.ptr<T>() : nullptr;
 #pragma omp parallel for schedule(static) if (ri.rows * ri.cols > 16384)
     for (int64_t r = 0; r < ri.rows; ++r) {
-      Acc rs = rmsnorm_row_forward(out.ptr<T>() + ro.offset(r), in.ptr<T>() + ri.offset(r), w, ri.cols, Acc(eps));
+      Acc rs = rmsnorm_row_forward(out.ptr<T>() + ro.row_offset(r), in.ptr<T>() + ri.row_offset(r), w, ri.cols,
+                                   Acc(eps));
       rstd.ptr<T>()[r] = T(rs);
     }
   });
@@ -120,7 +119,7 @@ void CpuBackend::rmsnorm_backward(Tensor d_in, Tensor d_weight, Tensor d_out, Te
   const char* op = "rmsnorm_backward";
   cpu::check_same_shape(d_out, in, op, "d_out", "in");
   SL_CHECK(d_out.dtype == in.dtype, "%s: d_out and in differ in dtype", op);
-  Rows ri = rows_of(in, op, "in"), rg = rows_of(d_out, op, "d_out");
+  TensorRows ri = rows_of(in, op, "in"), rg = rows_of(d_out, op, "d_out");
   const auto same_dtype_as_in = [&](const Tensor& t, const char* arg) { check_dtype(t, in.dtype, op, arg); };
   check_norm_stat(rstd, ri.rows, op, "rstd", same_dtype_as_in);
   check_norm_param(weight, ri.cols, op, "weight", same_dtype_as_in);
@@ -134,8 +133,8 @@ void CpuBackend::rmsnorm_backward(Tensor d_in, Tensor d_weight, Tensor d_out, Te
     if (d_weight.defined()) {
       accumulate_over_rows<T>(d_weight.ptr<T>(), nullptr, ri.rows, ri.cols,
                               [&](int64_t r, int64_t c0, int64_t c1, Acc* acc, Acc*) {
-                                const T* x = in.ptr<T>() + ri.offset(r);
-                                const T* g = d_out.ptr<T>() + rg.offset(r);
+                                const T* x = in.ptr<T>() + ri.row_offset(r);
+                                const T* g = d_out.ptr<T>() + rg.row_offset(r);
                                 const Acc rr = Acc(rs[r]);
                                 for (int64_t c = c0; c < c1; ++c) acc[c - c0] += math::rms_dw_term(Acc(g[c]), Acc(x[c]), rr);
                               });
@@ -143,11 +142,11 @@ void CpuBackend::rmsnorm_backward(Tensor d_in, Tensor d_weight, Tensor d_out, Te
     if (d_in.defined()) {
       cpu::check_same_shape(d_in, in, op, "d_in", "in");
       SL_CHECK(d_in.dtype == in.dtype, "%s: d_in and in differ in dtype", op);
-      Rows rd = rows_of(d_in, op, "d_in");
+      TensorRows rd = rows_of(d_in, op, "d_in");
 #pragma omp parallel for schedule(static) if (ri.rows * ri.cols > 16384)
       for (int64_t r = 0; r < ri.rows; ++r)
-        math::rmsnorm_row_backward<Acc>(d_in.ptr<T>() + rd.offset(r), d_out.ptr<T>() + rg.offset(r),
-                                        in.ptr<T>() + ri.offset(r), w, ri.cols, Acc(rs[r]));
+        math::rmsnorm_row_backward<Acc>(d_in.ptr<T>() + rd.row_offset(r), d_out.ptr<T>() + rg.row_offset(r),
+                                        in.ptr<T>() + ri.row_offset(r), w, ri.cols, Acc(rs[r]));
     }
   });
 }
@@ -159,7 +158,7 @@ void CpuBackend::layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor 
   const char* op = "layernorm_forward";
   cpu::check_same_shape(out, in, op, "out", "in");
   SL_CHECK(out.dtype == in.dtype, "%s: out and in differ in dtype", op);
-  Rows ri = rows_of(in, op, "in"), ro = rows_of(out, op, "out");
+  TensorRows ri = rows_of(in, op, "in"), ro = rows_of(out, op, "out");
   const auto same_dtype_as_in = [&](const Tensor& t, const char* arg) { check_dtype(t, in.dtype, op, arg); };
   check_norm_stat(mean, ri.rows, op, "mean", same_dtype_as_in);
   check_norm_stat(rstd, ri.rows, op, "rstd", same_dtype_as_in);
@@ -172,7 +171,7 @@ void CpuBackend::layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor 
 #pragma omp parallel for schedule(static) if (ri.rows * ri.cols > 16384)
     for (int64_t r = 0; r < ri.rows; ++r) {
       Acc mu, rs;
-      layernorm_row_forward(out.ptr<T>() + ro.offset(r), &mu, &rs, in.ptr<T>() + ri.offset(r), w, b, ri.cols,
+      layernorm_row_forward(out.ptr<T>() + ro.row_offset(r), &mu, &rs, in.ptr<T>() + ri.row_offset(r), w, b, ri.cols,
                             Acc(eps));
       mean.ptr<T>()[r] = T(mu);
       rstd.ptr<T>()[r] = T(rs);
@@ -187,7 +186,7 @@ void CpuBackend::layernorm_backward(Tensor d_in, Tensor d_weight, Tensor d_bias,
   const char* op = "layernorm_backward";
   cpu::check_same_shape(d_out, in, op, "d_out", "in");
   SL_CHECK(d_out.dtype == in.dtype, "%s: d_out and in differ in dtype", op);
-  Rows ri = rows_of(in, op, "in"), rg = rows_of(d_out, op, "d_out");
+  TensorRows ri = rows_of(in, op, "in"), rg = rows_of(d_out, op, "d_out");
   const auto same_dtype_as_in = [&](const Tensor& t, const char* arg) { check_dtype(t, in.dtype, op, arg); };
   check_norm_stat(mean, ri.rows, op, "mean", same_dtype_as_in);
   check_norm_stat(rstd, ri.rows, op, "rstd", same_dtype_as_in);
@@ -205,8 +204,8 @@ void CpuBackend::layernorm_backward(Tensor d_in, Tensor d_weight, Tensor d_bias,
       accumulate_over_rows<T>(d_weight.defined() ? d_weight.ptr<T>() : nullptr,
                               d_bias.defined() ? d_bias.ptr<T>() : nullptr, ri.rows, ri.cols,
                               [&](int64_t r, int64_t c0, int64_t c1, Acc* acc_w, Acc* acc_b) {
-                                const T* x = in.ptr<T>() + ri.offset(r);
-                                const T* g = d_out.ptr<T>() + rg.offset(r);
+                                const T* x = in.ptr<T>() + ri.row_offset(r);
+                                const T* g = d_out.ptr<T>() + rg.row_offset(r);
                                 const Acc m = Acc(mu[r]), rr = Acc(rs[r]);
                                 for (int64_t c = c0; c < c1; ++c) {
                                   acc_w[c - c0] += math::ln_dw_term(Acc(g[c]), Acc(x[c]), m, rr);
@@ -217,11 +216,11 @@ void CpuBackend::layernorm_backward(Tensor d_in, Tensor d_weight, Tensor d_bias,
     if (d_in.defined()) {
       cpu::check_same_shape(d_in, in, op, "d_in", "in");
       SL_CHECK(d_in.dtype == in.dtype, "%s: d_in and in differ in dtype", op);
-      Rows rd = rows_of(d_in, op, "d_in");
+      TensorRows rd = rows_of(d_in, op, "d_in");
 #pragma omp parallel for schedule(static) if (ri.rows * ri.cols > 16384)
       for (int64_t r = 0; r < ri.rows; ++r)
-        math::layernorm_row_backward<Acc>(d_in.ptr<T>() + rd.offset(r), d_out.ptr<T>() + rg.offset(r),
-                                          in.ptr<T>() + ri.offset(r), w, ri.cols, Acc(mu[r]), Acc(rs[r]));
+        math::layernorm_row_backward<Acc>(d_in.ptr<T>() + rd.row_offset(r), d_out.ptr<T>() + rg.row_offset(r),
+                                          in.ptr<T>() + ri.row_offset(r), w, ri.cols, Acc(mu[r]), Acc(rs[r]));
     }
   });
 }
