@@ -25,7 +25,7 @@ Backend& backend_for(Device device) {
 #endif
 }
 
-Backend& backend_for(std::initializer_list<Tensor> tensors, const char* op) {
+Backend& backend_for(std::span<const Tensor> tensors, const char* op) {
   const Tensor* first = nullptr;
   Device chosen = Device::cpu();
   for (const Tensor& t : tensors) {

@@ -11,6 +11,8 @@
 //   d_bias, d_table) are accumulated (+=), so gradient accumulation over micro-batches is free.
 // - Optional arguments are an undefined Tensor{} (e.g. no bias).
 // - An op that has no kernel on a tensor's device throws sinklab::Error naming the op and device.
+// - Every op declared here (but the composites global_norm and clip_grad_norm) has one line in
+//   op_list.hpp, from which its entry point and the backends' interface are made.
 #pragma once
 
 #include <cstdint>
