@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 
 #include "backend/ops.hpp"
 #include "backend/tensor_rows.hpp"
@@ -33,23 +34,32 @@ inline int64_t check_column_sum(const Tensor& out, const Tensor& in) {
   return rows;
 }
 
-// RMSNorm's and LayerNorm's per-row statistic (rstd, mean): required, contiguous, one element per row.
-// check_element(t, arg) is the backend's dtype (and device) check, made before the shape check.
-template <class CheckElement>
-void check_norm_stat(const Tensor& s, int64_t rows, const char* op, const char* arg, CheckElement&& check_element) {
-  SL_CHECK(s.defined(), "%s: %s is required", op, arg);
-  check_element(s, arg);
-  SL_CHECK(s.is_contiguous() && s.numel() == rows, "%s: %s %s must be contiguous with one element per row (%lld)",
-           op, arg, s.shape_str().c_str(), (long long)rows);
-}
+// A named operand of an op, for checks over a list of them.
+struct NamedTensor {
+  const Tensor& t;
+  const char* name;
+};
 
-// A norm's parameter vector [d] (weight, bias, or their gradients); undefined is allowed (absent).
+// RMSNorm's and LayerNorm's saved per-row statistics (mean, rstd: required, contiguous, one element per
+// row of in) and parameter vectors (weight, bias, their gradients: contiguous [cols of in], or undefined
+// when absent), in the order given. check_element(t, name) is the backend's dtype (and device) check,
+// made first for each.
 template <class CheckElement>
-void check_norm_param(const Tensor& p, int64_t d, const char* op, const char* arg, CheckElement&& check_element) {
-  if (!p.defined()) return;
-  check_element(p, arg);
-  SL_CHECK(p.ndim == 1 && p.shape[0] == d && p.stride[0] == 1, "%s: %s %s must be contiguous [%lld]", op, arg,
-           p.shape_str().c_str(), (long long)d);
+void check_norm_operands(const char* op, const TensorRows& in, std::initializer_list<NamedTensor> stats,
+                         std::initializer_list<NamedTensor> params, CheckElement&& check_element) {
+  for (const NamedTensor& s : stats) {
+    SL_CHECK(s.t.defined(), "%s: %s is required", op, s.name);
+    check_element(s.t, s.name);
+    SL_CHECK(s.t.is_contiguous() && s.t.numel() == in.rows,
+             "%s: %s %s must be contiguous with one element per row (%lld)", op, s.name, s.t.shape_str().c_str(),
+             (long long)in.rows);
+  }
+  for (const NamedTensor& p : params) {
+    if (!p.t.defined()) continue;
+    check_element(p.t, p.name);
+    SL_CHECK(p.t.ndim == 1 && p.t.shape[0] == in.cols && p.t.stride[0] == 1, "%s: %s %s must be contiguous [%lld]",
+             op, p.name, p.t.shape_str().c_str(), (long long)in.cols);
+  }
 }
 
 // ops::matmul's operands, checked: all 2-D or all 3-D (a common batch), op(a) [M,K] . op(b) [K,N] = out
@@ -86,6 +96,18 @@ inline int64_t collapsed_row_stride(const TensorRows& r, const Tensor& t, const 
   SL_CHECK(ld >= r.cols || r.rows <= 1, "%s: rows of %s overlap (row stride %lld < %lld columns)", op, arg,
            (long long)ld, (long long)r.cols);
   return std::max<int64_t>(ld, std::max<int64_t>(r.cols, 1));
+}
+
+// linear_forward/backward's operands: a tensor [*, cols] seen as a row-major matrix, element (r, c) at
+// ptr[r * ld + c], its leading dimensions collapsed into rows (collapsed_row_stride).
+struct MatrixView {
+  void* ptr = nullptr;
+  int64_t rows = 0, cols = 0, ld = 1;
+};
+inline MatrixView as_matrix(const Tensor& t, const char* op, const char* arg) {
+  SL_CHECK(t.ndim >= 1, "%s: %s must have at least one dimension", op, arg);
+  const TensorRows r = rows_of(t, op, arg);
+  return MatrixView{t.data, r.rows, r.cols, collapsed_row_stride(r, t, op, arg)};
 }
 
 // The generic attention operation's operands (ops.hpp), shared by the CPU and CUDA backends:

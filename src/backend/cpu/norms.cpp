@@ -98,9 +98,8 @@ void CpuBackend::rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor weig
   cpu::check_same_shape(out, in, op, "out", "in");
   SL_CHECK(out.dtype == in.dtype, "%s: out and in differ in dtype", op);
   TensorRows ri = rows_of(in, op, "in"), ro = rows_of(out, op, "out");
-  const auto same_dtype_as_in = [&](const Tensor& t, const char* arg) { check_dtype(t, in.dtype, op, arg); };
-  check_norm_stat(rstd, ri.rows, op, "rstd", same_dtype_as_in);
-  check_norm_param(weight, ri.cols, op, "weight", same_dtype_as_in);
+  check_norm_operands(op, ri, {{rstd, "rstd"}}, {{weight, "weight"}},
+                      [&](const Tensor& t, const char* arg) { check_dtype(t, in.dtype, op, arg); });
   dispatch_float(in.dtype, op, [&](auto zero) {
     using T = decltype(zero);
     const T* w = weight.defined() ? weight.ptr<T>() : nullptr;
@@ -120,10 +119,8 @@ void CpuBackend::rmsnorm_backward(Tensor d_in, Tensor d_weight, Tensor d_out, Te
   cpu::check_same_shape(d_out, in, op, "d_out", "in");
   SL_CHECK(d_out.dtype == in.dtype, "%s: d_out and in differ in dtype", op);
   TensorRows ri = rows_of(in, op, "in"), rg = rows_of(d_out, op, "d_out");
-  const auto same_dtype_as_in = [&](const Tensor& t, const char* arg) { check_dtype(t, in.dtype, op, arg); };
-  check_norm_stat(rstd, ri.rows, op, "rstd", same_dtype_as_in);
-  check_norm_param(weight, ri.cols, op, "weight", same_dtype_as_in);
-  check_norm_param(d_weight, ri.cols, op, "d_weight", same_dtype_as_in);
+  check_norm_operands(op, ri, {{rstd, "rstd"}}, {{weight, "weight"}, {d_weight, "d_weight"}},
+                      [&](const Tensor& t, const char* arg) { check_dtype(t, in.dtype, op, arg); });
   SL_CHECK(!d_weight.defined() || weight.defined(), "%s: d_weight given but there is no weight", op);
   dispatch_float(in.dtype, op, [&](auto zero) {
     using T = decltype(zero);
@@ -159,11 +156,8 @@ void CpuBackend::layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor 
   cpu::check_same_shape(out, in, op, "out", "in");
   SL_CHECK(out.dtype == in.dtype, "%s: out and in differ in dtype", op);
   TensorRows ri = rows_of(in, op, "in"), ro = rows_of(out, op, "out");
-  const auto same_dtype_as_in = [&](const Tensor& t, const char* arg) { check_dtype(t, in.dtype, op, arg); };
-  check_norm_stat(mean, ri.rows, op, "mean", same_dtype_as_in);
-  check_norm_stat(rstd, ri.rows, op, "rstd", same_dtype_as_in);
-  check_norm_param(weight, ri.cols, op, "weight", same_dtype_as_in);
-  check_norm_param(bias, ri.cols, op, "bias", same_dtype_as_in);
+  check_norm_operands(op, ri, {{mean, "mean"}, {rstd, "rstd"}}, {{weight, "weight"}, {bias, "bias"}},
+                      [&](const Tensor& t, const char* arg) { check_dtype(t, in.dtype, op, arg); });
   dispatch_float(in.dtype, op, [&](auto zero) {
     using T = decltype(zero);
     const T* w = weight.defined() ? weight.ptr<T>() : nullptr;
@@ -187,12 +181,9 @@ void CpuBackend::layernorm_backward(Tensor d_in, Tensor d_weight, Tensor d_bias,
   cpu::check_same_shape(d_out, in, op, "d_out", "in");
   SL_CHECK(d_out.dtype == in.dtype, "%s: d_out and in differ in dtype", op);
   TensorRows ri = rows_of(in, op, "in"), rg = rows_of(d_out, op, "d_out");
-  const auto same_dtype_as_in = [&](const Tensor& t, const char* arg) { check_dtype(t, in.dtype, op, arg); };
-  check_norm_stat(mean, ri.rows, op, "mean", same_dtype_as_in);
-  check_norm_stat(rstd, ri.rows, op, "rstd", same_dtype_as_in);
-  check_norm_param(weight, ri.cols, op, "weight", same_dtype_as_in);
-  check_norm_param(d_weight, ri.cols, op, "d_weight", same_dtype_as_in);
-  check_norm_param(d_bias, ri.cols, op, "d_bias", same_dtype_as_in);
+  check_norm_operands(op, ri, {{mean, "mean"}, {rstd, "rstd"}},
+                      {{weight, "weight"}, {d_weight, "d_weight"}, {d_bias, "d_bias"}},
+                      [&](const Tensor& t, const char* arg) { check_dtype(t, in.dtype, op, arg); });
   SL_CHECK(!d_weight.defined() || weight.defined(), "%s: d_weight given but there is no weight", op);
   dispatch_float(in.dtype, op, [&](auto zero) {
     using T = decltype(zero);

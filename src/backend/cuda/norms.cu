@@ -180,9 +180,8 @@ void CudaBackend::rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor wei
   check_device_f32(*this, out, op, "out");
   check_device_f32(*this, in, op, "in");
   TensorRows ri = rows_of(in, op, "in"), ro = rows_of(out, op, "out");
-  const auto f32_on_this_device = [&](const Tensor& t, const char* arg) { check_device_f32(*this, t, op, arg); };
-  check_norm_stat(rstd, ri.rows, op, "rstd", f32_on_this_device);
-  check_norm_param(weight, ri.cols, op, "weight", f32_on_this_device);
+  check_norm_operands(op, ri, {{rstd, "rstd"}}, {{weight, "weight"}},
+                      [&](const Tensor& t, const char* arg) { check_device_f32(*this, t, op, arg); });
   if (ri.rows == 0 || ri.cols == 0) return;
   DeviceGuard guard(index_);
   rmsnorm_forward_kernel<<<row_grid(ri.rows), norm_threads(ri.cols), 0, stream_>>>(
@@ -199,10 +198,8 @@ void CudaBackend::rmsnorm_backward(Tensor d_in, Tensor d_weight, Tensor d_out, T
   check_device_f32(*this, d_out, op, "d_out");
   check_device_f32(*this, in, op, "in");
   TensorRows ri = rows_of(in, op, "in"), rg = rows_of(d_out, op, "d_out");
-  const auto f32_on_this_device = [&](const Tensor& t, const char* arg) { check_device_f32(*this, t, op, arg); };
-  check_norm_stat(rstd, ri.rows, op, "rstd", f32_on_this_device);
-  check_norm_param(weight, ri.cols, op, "weight", f32_on_this_device);
-  check_norm_param(d_weight, ri.cols, op, "d_weight", f32_on_this_device);
+  check_norm_operands(op, ri, {{rstd, "rstd"}}, {{weight, "weight"}, {d_weight, "d_weight"}},
+                      [&](const Tensor& t, const char* arg) { check_device_f32(*this, t, op, arg); });
   SL_CHECK(!d_weight.defined() || weight.defined(), "%s: d_weight given but there is no weight", op);
   const TensorRows rd = grad_rows(*this, d_in, in, op);
   if (ri.cols == 0) return;
@@ -228,11 +225,8 @@ void CudaBackend::layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor
   check_device_f32(*this, out, op, "out");
   check_device_f32(*this, in, op, "in");
   TensorRows ri = rows_of(in, op, "in"), ro = rows_of(out, op, "out");
-  const auto f32_on_this_device = [&](const Tensor& t, const char* arg) { check_device_f32(*this, t, op, arg); };
-  check_norm_stat(mean, ri.rows, op, "mean", f32_on_this_device);
-  check_norm_stat(rstd, ri.rows, op, "rstd", f32_on_this_device);
-  check_norm_param(weight, ri.cols, op, "weight", f32_on_this_device);
-  check_norm_param(bias, ri.cols, op, "bias", f32_on_this_device);
+  check_norm_operands(op, ri, {{mean, "mean"}, {rstd, "rstd"}}, {{weight, "weight"}, {bias, "bias"}},
+                      [&](const Tensor& t, const char* arg) { check_device_f32(*this, t, op, arg); });
   if (ri.rows == 0 || ri.cols == 0) return;
   DeviceGuard guard(index_);
   layernorm_forward_kernel<<<row_grid(ri.rows), norm_threads(ri.cols), 0, stream_>>>(
@@ -250,12 +244,9 @@ void CudaBackend::layernorm_backward(Tensor d_in, Tensor d_weight, Tensor d_bias
   check_device_f32(*this, d_out, op, "d_out");
   check_device_f32(*this, in, op, "in");
   TensorRows ri = rows_of(in, op, "in"), rg = rows_of(d_out, op, "d_out");
-  const auto f32_on_this_device = [&](const Tensor& t, const char* arg) { check_device_f32(*this, t, op, arg); };
-  check_norm_stat(mean, ri.rows, op, "mean", f32_on_this_device);
-  check_norm_stat(rstd, ri.rows, op, "rstd", f32_on_this_device);
-  check_norm_param(weight, ri.cols, op, "weight", f32_on_this_device);
-  check_norm_param(d_weight, ri.cols, op, "d_weight", f32_on_this_device);
-  check_norm_param(d_bias, ri.cols, op, "d_bias", f32_on_this_device);
+  check_norm_operands(op, ri, {{mean, "mean"}, {rstd, "rstd"}},
+                      {{weight, "weight"}, {d_weight, "d_weight"}, {d_bias, "d_bias"}},
+                      [&](const Tensor& t, const char* arg) { check_device_f32(*this, t, op, arg); });
   SL_CHECK(!d_weight.defined() || weight.defined(), "%s: d_weight given but there is no weight", op);
   const TensorRows rd = grad_rows(*this, d_in, in, op);
   if (ri.cols == 0) return;
