@@ -8,8 +8,8 @@
 //   (return type, name, (parameters), (arguments))
 // OP for the ops both backends implement, CPU_ONLY_OP for those the CUDA backend has no kernel for yet
 // (they keep the default that throws). Adding an op: its documented declaration in ops.hpp, one line
-// here, its kernels (cpu/*.cpp, cuda/*.cu: CudaBackend::<name> of a line moved from CPU_ONLY_OP to OP),
-// its tests.
+// here, its kernels (CpuBackend::<name> in cpu/*.cpp; for an OP line CudaBackend::<name> in cuda/*.cu),
+// argument checks both kernels share in op_checks.hpp, and its tests.
 #pragma once
 
 #define SINKLAB_OPS(OP, CPU_ONLY_OP)                                                                            \
