@@ -11,11 +11,14 @@
 //   d_bias, d_table) are accumulated (+=), so gradient accumulation over micro-batches is free.
 // - Optional arguments are an undefined Tensor{} (e.g. no bias).
 // - An op that has no kernel on a tensor's device throws sinklab::Error naming the op and device.
+// - Every op declared here (but the composites global_norm and clip_grad_norm) has one line in
+//   op_list.hpp, from which its entry point and the backends' interface are made.
 #pragma once
 
 #include <cstdint>
 #include <span>
 
+#include "core/enum_names.hpp"
 #include "core/tensor.hpp"
 
 namespace sinklab::ops {
@@ -149,6 +152,17 @@ enum class AttnNorm : uint8_t {
   max_abs_sum_one,  // Z = max(|sum_j w_ij|, 1)
   p_norm,           // Z = (sum_j w_ij^norm_p)^(1/norm_p)  (Eq. 43; with exp: Eq. 44)
 };
+// The text of each sim and norm: the --attn-sim / --attn-norm values (model/config.cpp), config.json's,
+// the words of the attention dispatch's messages.
+inline constexpr EnumName<AttnSim> kAttnSimNames[] = {{AttnSim::exp, "exp"},
+                                                      {AttnSim::sigmoid, "sigmoid"},
+                                                      {AttnSim::elu_plus_one, "elu-plus-one"},
+                                                      {AttnSim::identity, "identity", "(Tables 6, 15)"},
+                                                      {AttnSim::softpick, "softpick", "(rectified softmax)"}};
+inline constexpr EnumName<AttnNorm> kAttnNormNames[] = {{AttnNorm::sum, "sum"},
+                                                        {AttnNorm::one, "one"},
+                                                        {AttnNorm::max_abs_sum_one, "max-abs-sum-one"},
+                                                        {AttnNorm::p_norm, "p-norm"}};
 enum class AttnMask : uint8_t {  // on query i and positional key j' (lead keys are always visible)
   causal,          // j' <= i
   sliding_window,  // i - window < j' <= i

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "backend/layer_taps.hpp"
 #include "core/tensor.hpp"
+#include "model/layer_taps.hpp"
 
 namespace sinklab::hf {
 
@@ -80,7 +80,7 @@ class HfModel {
   virtual ~HfModel() = default;
   virtual const HfModelInfo& info() const = 0;
   // ids i32 [B,T] on the host. Calls observer->on_layer(taps) once per layer in order (sinklab::LayerTaps,
-  // src/backend/layer_taps.hpp; Mamba layers: q/k/v undefined, attention nullptr), and writes
+  // src/model/layer_taps.hpp; Mamba layers: q/k/v undefined, attention nullptr), and writes
   // logits f32 [B,T,V] when `logits` is defined. Throws sinklab::Error on bad input.
   virtual void forward(Tensor ids, LayerObserver* observer, Tensor logits, const ForwardOptions& opt) = 0;
 };

@@ -1,7 +1,8 @@
 // ModelConfig: the trainable transformer. The default is the paper's LLaMA-style model (pre-norm,
 // RMSNorm, RoPE, SwiGLU, no biases, untied head, softmax attention); every other value of a variant
-// axis (paper Secs. 6-7, Appendix C, and the sink-free designs after it) is one field here and one
-// case in transformer.cpp. The parameter list is laid out in one buffer.
+// axis (paper Secs. 6-7, Appendix C, and the sink-free designs after it) is one field here, one row of
+// the axis table in config.cpp (flag, values, help, how it reads and writes) and one case in
+// transformer.cpp. The parameter list is laid out in one buffer.
 #pragma once
 
 #include <cstdint>
@@ -100,6 +101,7 @@ struct ModelConfig {
   // resolved), then axes(). Two configs with equal settings build the same model; a resumed run must
   // match its checkpoint in every one.
   std::vector<std::pair<std::string, std::string>> settings() const;
+  // The --help line of a variant axis ("" for another flag).
   static const char* axis_help(const std::string& flag);
 };
 

@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "backend/attention_dispatch.hpp"
-#include "backend/layer_taps.hpp"
 #include "backend/memory.hpp"
 #include "backend/ops.hpp"
 #include "core/flat_range.hpp"
 #include "model/config.hpp"
+#include "model/layer_taps.hpp"
 
 namespace sinklab::model {
 

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "backend/memory.hpp"
-#include "backend/layer_taps.hpp"
+#include "model/layer_taps.hpp"
 #include "probe/sink_metrics.hpp"
 
 namespace sinklab::probe {
