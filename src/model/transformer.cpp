@@ -703,7 +703,9 @@ double Transformer::forward_backward(Tensor inputs, Tensor targets, double grad_
 double Transformer::forward_loss(Tensor inputs, Tensor targets, int64_t* counted, Tensor token_losses) {
   forward_layers(inputs, nullptr);
   const double sum = head_loss(targets, 0.0, false, counted);
-  if (token_losses.defined()) ops::copy(token_losses, losses_.slice(0, 0, batch_ * seq_).reshape({batch_, seq_}));
+  if (token_losses.defined())  // the input positions' losses: after any lead positions (a sink token)
+    ops::copy(token_losses, losses_.slice(0, 0, batch_ * seq_).reshape({batch_, seq_}).slice(1, cfg_.lead_positions(),
+                                                                                            input_seq_));
   return sum;
 }
 

@@ -79,8 +79,8 @@ class Transformer {
   // learned positions, the relative bias). They partition [0, flat size) and run from its end to its
   // start, because param_layout places the embeddings first and the head last.
   const std::vector<FlatRange>& backward_spans() const { return backward_spans_; }
-  // Forward only: the sum of per-token losses and their count; token_losses, when given (f32 [B,T], any
-  // device), receives each target's loss (0 where not counted).
+  // Forward only: the sum of per-token losses and their count; token_losses, when given (f32 [B,T] of
+  // the inputs' positions, any device), receives each target's loss (0 where not counted).
   double forward_loss(Tensor inputs, Tensor targets, int64_t* counted = nullptr, Tensor token_losses = Tensor{});
   // Forward only, no loss: calls observer.on_layer for every layer (the sink probe).
   void forward_observe(Tensor inputs, LayerObserver& observer);

@@ -128,8 +128,8 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, b
       ("seed", po::value(&c.seed)->default_value(1234), "seed of initialisation and data order")
       // evaluation / probe
       ("eval-every", po::value(&c.eval_every)->default_value(0), "steps between evaluations (0 = end only)")
-      ("eval-every-after", po::value(&eval_every_after)->default_value(""),
-       "STEP:N: from step STEP on, evaluate every N steps instead (a fine grid early, a coarse one later)")
+      ("eval-every-after", po::value(&eval_every_after)->default_value("off"),
+       "STEP:N: from step STEP on, evaluate every N steps instead (a fine grid early, a coarse one later); off")
       ("eval-rows", po::value(&c.eval_rows)->default_value(16), "validation rows of C tokens per evaluation")
       ("probe-sequences", po::value(&c.probe_sequences)->default_value(100), "held-out sequences for the sink probe")
       ("probe-length", po::value(&c.probe_length)->default_value(64), "tokens per probe sequence (T)")
@@ -195,9 +195,9 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, b
   SL_CHECK(c.probe_max_k >= 1 && c.probe_max_k <= c.probe_length, "--probe-max-k must lie in [1, --probe-length]");
   SL_CHECK(c.probe_sequences >= 0, "--probe-sequences must be >= 0");
   c.device = parse_device_kind(device, "--device");
-  if (!eval_every_after.empty()) {
+  if (eval_every_after != "off") {
     const size_t colon = eval_every_after.find(':');
-    SL_CHECK(colon != std::string::npos, "--eval-every-after must be STEP:N, not '%s'", eval_every_after.c_str());
+    SL_CHECK(colon != std::string::npos, "--eval-every-after must be STEP:N or off, not '%s'", eval_every_after.c_str());
     c.eval_coarse_from = parse_integer(eval_every_after.substr(0, colon), "--eval-every-after");
     c.eval_coarse_every = parse_integer(eval_every_after.substr(colon + 1), "--eval-every-after");
     SL_CHECK(c.eval_coarse_from >= 0 && c.eval_coarse_every >= 1,
