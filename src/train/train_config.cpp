@@ -226,6 +226,22 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, b
   return true;
 }
 
+DataConfig data_config(const TrainConfig& cfg, bool validation) {
+  DataConfig d;
+  d.shards = validation ? cfg.valid_data : cfg.train_data;
+  d.context = cfg.model.context;
+  d.seed = cfg.seed;
+  d.document_rows = cfg.document_rows;
+  d.shuffle = !validation;
+  if (validation) return d;
+  d.max_tokens = uint64_t(cfg.max_train_tokens);
+  d.resample_positions = cfg.resample_positions;
+  d.resample_vocab = uint32_t(cfg.model.vocab_size);
+  d.fixed_token_position = cfg.fixed_token_position;
+  d.fixed_token_id = int32_t(cfg.fixed_token_id);
+  return d;
+}
+
 bool evaluation_due(const TrainConfig& cfg, int64_t n_done) {
   if (cfg.eval_coarse_every > 0 && n_done >= cfg.eval_coarse_from)
     return (n_done - cfg.eval_coarse_from) % cfg.eval_coarse_every == 0;

@@ -40,26 +40,11 @@ double gpu_dense_bf16_peak_flops(const std::string& gpu_name) {
 
 namespace {
 
-// The training stream: shuffled, within the token budget, with the data interventions (Sec. 5).
-DataConfig training_data_config(const TrainConfig& cfg) {
-  DataConfig d;
-  d.shards = cfg.train_data;
-  d.context = cfg.model.context;
-  d.seed = cfg.seed;
-  d.max_tokens = uint64_t(cfg.max_train_tokens);
-  d.resample_positions = cfg.resample_positions;
-  d.resample_vocab = uint32_t(cfg.model.vocab_size);
-  d.fixed_token_position = cfg.fixed_token_position;
-  d.fixed_token_id = int32_t(cfg.fixed_token_id);
-  d.document_rows = cfg.document_rows;
-  return d;
-}
-
 // What the run trains on: pre-training shards, or sinklab-sft's rows.
 std::unique_ptr<TrainingData> make_training_data(const TrainConfig& cfg) {
   if (cfg.sft)
     return std::make_unique<SftSampler>(cfg.sft_data, cfg.model.context, cfg.seed, uint32_t(cfg.model.vocab_size));
-  return std::make_unique<ChunkSampler>(training_data_config(cfg));
+  return std::make_unique<ChunkSampler>(data_config(cfg, /*validation=*/false));
 }
 
 // What one optimizer step did, for the log, results.h5 and the stability monitor (monitor.hpp).
@@ -109,7 +94,6 @@ class Trainer {
   model::Transformer model_;
   ops::AttnKernelChoice attn_kernel_;  // --attn-kernel resolved for this model and device (logged, stored)
   BatchLayout layout_;
-  DataConfig train_data_config_;              // pre-training's data and interventions (also the probe's)
   std::unique_ptr<TrainingData> train_data_;  // pre-training shards or fine-tuning rows
   Evaluator evaluator_;                       // validation loss and the sink probe (evaluation.hpp)
   std::unique_ptr<AdamW> optimizer_;
@@ -141,9 +125,8 @@ Trainer::Trainer(const TrainConfig& cfg, dist::World& world)
       device_(cfg.device == DeviceKind::cuda ? Device::cuda(world.local_gpu(cuda_device_count())) : Device::cpu()),
       model_(cfg.model, device_),
       layout_(make_batch_layout(cfg.global_batch_tokens, cfg.model.context, cfg.micro_batch_rows, world.size())),
-      train_data_config_(training_data_config(cfg)),
       train_data_(make_training_data(cfg)),
-      evaluator_(cfg_, world, train_data_config_),
+      evaluator_(cfg_, world),
       loss_spikes_(cfg.spike_sigma, cfg.spike_window),
       grad_norm_spikes_(cfg.spike_sigma, cfg.spike_window),
       nan_grad_step_(test_hook_step("SINKLAB_TEST_NAN_GRAD_STEP")),
