@@ -2,11 +2,25 @@
 ablation beside full attention's, the sink before and after the massive-activation ones, and the loss
 against the attention window with and without the first tokens kept (StreamingLLM's sink tokens).
 """
+import re
+
 import numpy as np
 
 from analysis import figures
 from analysis.results import attr_text, match_eps
 from analysis.tables import Table
+
+
+def ablation_text(tag):
+    """The survey's ablation tag as a reader says it: window_256 -> "a window of the 256 most recent tokens",
+    window_252_sinks_4 -> "the first 4 tokens + the 252 most recent"; other tags as they are."""
+    m = re.fullmatch(r"window_(\d+)(?:_sinks_(\d+))?", tag)
+    if not m:
+        return tag
+    w, s = m.groups()
+    if s is None:
+        return f"a window of the {w} most recent tokens"
+    return f"the first {s} token{'s' if s != '1' else ''} + the {w} most recent"
 
 
 def _ablation_base(label):
@@ -73,11 +87,13 @@ def write_section(rep, data):
             [{"series": series, "xlabel": "window (most recent tokens)", "ylabel": "loss (nats)", "logx": 2,
               "hlines": [("full attention", c["full"])]}])
     # Findings: each model and input, every ablation's change of the loss.
+    lengths = {(model, base): attr_text(items[0][3].get("T", "?")) for (model, base, _), items in groups.items()}
     by_base = {}
     for row in rows:
         by_base.setdefault((row[0], row[1]), []).append(row)
     for (model, base), rs in by_base.items():
-        parts = [f"{r[2]} {r[6]:+.3f} nats ({r[5]:.3f} -> {r[4]:.3f})" if r[6] is not None else
-                 f"{r[2]} loss {r[4]:.3f} (no full-attention loss to compare)" for r in rs]
-        rep.finding(f"{model} ({base}), loss change under each ablation against full attention: " + "; ".join(parts)
-                    + ".", anchors.get((model, base), table))
+        parts = [f"{ablation_text(r[2])} {r[6]:+.3f} nats ({r[5]:.3f} -> {r[4]:.3f})" if r[6] is not None else
+                 f"{ablation_text(r[2])}: loss {r[4]:.3f} (no full-attention loss to compare)" for r in rs]
+        rep.finding(f"{model} ({base}, T={lengths.get((model, base), '?')}), next-token loss against full "
+                    "attention: " + "; ".join(parts) + ".",
+                    anchors.get((model, base), table))

@@ -267,7 +267,7 @@ def judge(b, by_key, eps, job_steps=None):
         if verdict == "disagrees":
             verdict = "undecided"
     elif note:
-        measured += f"; a shortened run (the job file has {job_steps} steps)"
+        measured += f"; a shortened run, the job file has {job_steps} steps"
     return verdict, measured
 
 
@@ -513,7 +513,7 @@ def _sigmoid_text(b, base, eps):
     x, v = b.extra, float(b.bos[-1])
     a, r = x["first_weight_raw"], x["rest_weight_raw"]
     measure = "proxy scores*" if b.proxy else "attention weights"
-    head = f"{b.label} — {b.cell.label}, after {b.last_step()} steps ({tokens_text(x['tokens'])} tokens)"
+    head = f"{b.label} ({b.cell.label}), after {b.last_step()} steps ({tokens_text(x['tokens'])} tokens)"
     if v < eps:
         text = (f"{head}, agrees with the paper's \"no sink without normalisation\": in {measure} (the paper's "
                 f"measure) BOS gets {v:.2f} of a non-trigger query's weight, below {eps:g}")

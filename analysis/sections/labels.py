@@ -91,8 +91,8 @@ def checkpoint_name(path):
     """A sinklab checkpoint as the page names it: ".../<run dir>/checkpoints/step_400" -> "<run dir>, step
     400"; any other path by its last component."""
     parts = Path(str(path)).parts
-    if len(parts) >= 3 and parts[-2] == "checkpoints" and parts[-1].startswith("step_"):
-        return f"{parts[-3]}, step {parts[-1][5:]}"
+    if len(parts) >= 3 and parts[-2] == "checkpoints" and parts[-1].startswith("step_") and parts[-1][5:].isdigit():
+        return f"{parts[-3]}, step {int(parts[-1][5:])}"
     return Path(str(path)).name or str(path)
 
 

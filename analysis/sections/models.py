@@ -154,7 +154,7 @@ def own_model(e, runs):
         return None
     parts = Path(ckpt).parts
     run_dir = parts[-3] if len(parts) >= 3 and parts[-2] == "checkpoints" else Path(ckpt).name
-    step = parts[-1][5:] if parts and parts[-1].startswith("step_") else "?"
+    step = str(int(parts[-1][5:])) if parts and parts[-1].startswith("step_") and parts[-1][5:].isdigit() else "?"
     run = next((r for r in runs if Path(ini_settings(r.config).get("out-dir", "")).name == run_dir), None)
     n = attr_value(e.attrs, "n_params")
     size = f"{float(n) / 1e6:.3g} M parameters" if n is not None else ""

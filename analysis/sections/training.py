@@ -96,7 +96,7 @@ def sink_series(r, eps):
     settings = ini_settings(r.config)
     if settings.get("fixed-token-position", "0") == "1" and ev.sink_k_intervened is not None:
         return ev.step, ev.sink_k_intervened[:, 0, i], \
-            f"on inputs that start with token {settings.get('fixed-token-id', '?')}, as it was trained"
+            f"on inputs that start with token {settings.get('fixed-token-id', '?')} as it was trained"
     return ev.step, ev.sink[:, i], ""
 
 
@@ -110,9 +110,12 @@ def emergence_finding(label, r, eps):
     steps, sink, fed = got
     star = "*" if r.eval.proxy else ""
     last, n_last = int(steps[-1]), tokens_at(r, int(steps[-1]))
-    where = f" ({fed})" if fed else ""
+    where = f", measured {fed}" if fed else ""
     above = np.nonzero(sink > 0)[0]
-    if len(above):
+    if len(above) and int(steps[above[0]]) == 0:
+        text = (f"{label}: Sink_1^{eps:g} above 0 from initialisation (step 0), {float(sink[-1]):.2f} %{star} at step "
+                f"{last} ({tokens_text(n_last)} tokens){where}")
+    elif len(above):
         s = int(steps[above[0]])
         text = (f"{label}: a thresholded sink emerged: Sink_1^{eps:g} first above 0 at step {s} "
                 f"({tokens_text(tokens_at(r, s))} tokens), {float(sink[-1]):.2f} %{star} at step {last}{where}")

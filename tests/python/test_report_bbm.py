@@ -117,7 +117,7 @@ def test_a_run_short_of_its_steps_cannot_disagree_yet():
     done = _run("a", [0.0, 0.01, 0.02])
     done.cell = _cell("sink")
     verdict, measured = bbm.judge(done, {"a": done}, 0.3, job_steps=400)
-    assert verdict == "disagrees" and "a shortened run (the job file has 400 steps)" in measured
+    assert verdict == "disagrees" and "a shortened run, the job file has 400 steps" in measured
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -225,7 +225,7 @@ def test_section_is_first_with_figures_rules_and_findings(bbm_report):
         bos = float(ev["first_attention"][-1, :, :, 0].max())
         verdict = "agrees" if bos < 0.3 else "disagrees"
         raw = float(ev["first_weight_raw"][-1, 0, 0, 0])
-        assert f"bbm.sigmoid — sigmoid attention without normalisation, after {STEPS} steps" in findings
+        assert f"bbm.sigmoid (sigmoid attention without normalisation), after {STEPS} steps" in findings
         assert f"{verdict} with the paper's \"no sink without normalisation\"" in findings
         assert f"in proxy scores* (the paper's measure) BOS gets {bos:.2f}" in findings
         assert f"In absolute weights BOS gets {raw:.3g}" in findings
