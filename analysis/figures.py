@@ -313,7 +313,13 @@ def run_panels(path, title, panels, xlabel="step"):
         for label, y in p.get("hlines", ()):
             _reference(ax, y, label, drawn, ls=":", lw=1.2, color="black")
         if p.get("logy"):
+            from matplotlib.ticker import FuncFormatter
+
             ax.set_yscale("log")
+            plain = FuncFormatter(lambda v, _: f"{v:g}")
+            ax.yaxis.set_major_formatter(plain)
+            ax.yaxis.set_minor_formatter(plain)
+            ax.tick_params(axis="y", which="minor", labelsize=6)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(p["ylabel"], fontsize=8)
         ax.set_title(p.get("title", ""), fontsize=9)

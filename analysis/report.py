@@ -104,6 +104,11 @@ class Report:
         c = f' class="{cls}"' if cls else ""
         self.blocks.append(f"<p{c}>{html.escape(public_text(text))}</p>")
 
+    def bullets(self, items):
+        """A compact list of sentences (rules, definitions)."""
+        self.blocks.append('<ul class="compact">' + "".join(f"<li>{html.escape(public_text(t))}</li>" for t in items)
+                           + "</ul>")
+
     def finding(self, text, href=None, lead=False):
         """One sentence of the findings block at the top of the page, under the title of the section that
         adds it, linked to `href` (a figure's or table's anchor, as figure() and table() return them); `lead`:
@@ -155,9 +160,9 @@ class Report:
         draw(path, title, *args, **kwargs)
         self.figures.append(path)
         anchor = f"fig-{name}"
-        text = public_text(f"{title}. {caption}" if caption else title)
         self.blocks.append(f'<figure id="{anchor}"><img src="figures/{name}.png" alt="{html.escape(public_text(title))}">'
-                           f"<figcaption>{html.escape(text)}</figcaption></figure>")
+                           f"<figcaption><b>{html.escape(public_text(title))}.</b> {html.escape(public_text(caption))}"
+                           "</figcaption></figure>")
         return anchor
 
     def findings_html(self):
@@ -193,13 +198,14 @@ class Report:
             "<style>body{font-family:sans-serif;max-width:1200px;margin:1em auto;padding:0 1em}"
             "table{border-collapse:collapse;margin:.3em 0 1em}td,th{border:1px solid #bbb;padding:2px 6px;"
             "font-size:13px;text-align:right;vertical-align:top}th{background:#eee}"
-            "td:first-child,th:first-child{text-align:left}div.scroll{max-width:100%;overflow-x:auto}"
+            "td:first-child,th:first-child,td.t,th.t{text-align:left}div.scroll{max-width:100%;overflow-x:auto}"
             "img{max-width:100%;height:auto}figure{margin:1em 0}figcaption,.caption{font-size:13px;color:#333}"
             "#findings{background:#f5f8fc;border:1px solid #c9d6e8;padding:.1em 1em .4em;margin-bottom:1.5em}"
             "#findings h2{margin:.4em 0 .2em}#findings h3{font-size:15px;margin:.5em 0 .1em}"
             "#findings ul{margin:0;padding-left:1.3em}#findings li{font-size:13.5px;margin:.12em 0;line-height:1.3}"
             ".note{color:#8a4b00;font-size:13px}code{font-size:12px}"
-            "p,li,figcaption,td,code{overflow-wrap:anywhere}</style></head><body>",
+            "ul.compact li{font-size:13px;margin:.15em 0}"
+            "p,li,figcaption,code{overflow-wrap:anywhere}td{overflow-wrap:break-word}</style></head><body>",
             "<h1>sinklab report</h1>", self.findings_html(), *self.blocks, summary_html, "</body></html>"]
         (self.out / "index.html").write_text("\n".join(page) + "\n")
 

@@ -102,9 +102,12 @@ class Table:
         return buf.getvalue()
 
     def html(self):
-        out = ['<table>', "<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in self.columns) + "</tr>"]
+        """The table as HTML: columns of numbers right-aligned, columns with text left-aligned (class "t")."""
+        text = [any(isinstance(row[c], str) and row[c] for row in self.rows) for c in range(len(self.columns))]
+        cls = [' class="t"' if t else "" for t in text]
+        out = ['<table>', "<tr>" + "".join(f"<th{k}>{html.escape(c)}</th>" for c, k in zip(self.columns, cls)) + "</tr>"]
         for r in range(len(self.rows)):
-            out.append("<tr>" + "".join(f"<td>{html.escape(self._shown(r, c))}</td>"
+            out.append("<tr>" + "".join(f"<td{cls[c]}>{html.escape(self._shown(r, c))}</td>"
                                         for c in range(len(self.columns))) + "</tr>")
         out.append("</table>")
         return "\n".join(out)

@@ -368,16 +368,6 @@ def write_section(rep, data):
                     f"{eps:g})", cols, rows, {cols[4]: ".2f", "BOS attention": ".3f", "copy loss": ".4f"}, stars,
                     note="BOS attention: of non-trigger queries, best layer, last evaluation. agrees: the rule of "
                          "the cell's kind below; undecided where the files cannot decide it (why in 'measured')."))
-    used = sorted({(n, r) for cell, *_ in cells for n, r in _kinds(cell.expect_kind)}, key=lambda t: (t[0], t[1] or ""))
-    if used:
-        rep.heading(3, "The agreement rules")
-        for n, r in used:
-            rep.para(f"{n}" + (f":{r}" if r else "") + " — " + rule_text(n, r, eps))
-    missing = [key for cell, job, settings, key in cells if not any(b.cell is cell for b in bs)]
-    if missing:
-        rep.para(f"Not run (no results file given holds them): {', '.join(f'{STUDY}.{k}' for k in missing)}.",
-                 cls="note")
-    _series_table(rep, bs, eps)
     bases = [b for b in bs if b.cell is not None and b.cell.expect_kind == "sink" and not b.proxy
              and b.extra["first_weight_raw"] is not None]
     base = min(bases, key=lambda b: b.key != "softmax", default=None)  # the softmax base cell first
@@ -385,6 +375,15 @@ def write_section(rep, data):
     for b in bs:
         if no_sink[id(b)]:
             rep.para(no_sink[id(b)])
+    missing = [key for cell, job, settings, key in cells if not any(b.cell is cell for b in bs)]
+    if missing:
+        rep.para(f"Not run (no results file given holds them): {', '.join(f'{STUDY}.{k}' for k in missing)}.",
+                 cls="note")
+    used = sorted({(n, r) for cell, *_ in cells for n, r in _kinds(cell.expect_kind)}, key=lambda t: (t[0], t[1] or ""))
+    if used:
+        rep.heading(3, "The agreement rules (a cell's rule: its conditions joined by +, each of them must hold)")
+        rep.bullets([f"{n}" + (f":{r}" if r else "") + " — " + rule_text(n, r, eps) for n, r in used])
+    _series_table(rep, bs, eps)
 
     # Findings: each run (those expected to have no sink: the paragraph above), then the tally.
     for b, verdict, measured in verdicts:
