@@ -179,6 +179,9 @@ class Report:
                     (f' <a href="#{html.escape(href)}">(table)</a>' if href else "")
                 out.append(f"<li>{html.escape(public_text(text))}{link}</li>")
             out.append("</ul>")
+        if self.proxy_explained and any("*" in text for items in self.findings.values() for text, _ in items):
+            out.append('<p class="note">* = computed from proxy attention scores, the paper\'s measure for attention '
+                       'without normalisation (<a href="#proxy-scores">what they are</a>).</p>')
         out.append("</section>")
         return "\n".join(out)
 

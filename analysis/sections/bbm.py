@@ -291,6 +291,7 @@ def _name(b):
 
 
 def write_section(rep, data):
+    """The section: the figures, the table of every cell, the no-sink runs' verdicts, the rules; findings."""
     group, cells, bs = study_runs(data)
     eps = data.eps
     if not bs:
@@ -308,33 +309,65 @@ def write_section(rep, data):
     for b in bs:  # a run named as its job file serves as the cell's reference before one matched by settings
         if b.cell is not None and (b.key not in by_key or b.matched == "run-name"):
             by_key[b.key] = b
-    floor = _loss_floor(bs)
+    fig, raw_fig = _figures(rep, bs, eps)
+    table, verdicts = _table(rep, cells, bs, by_key, eps)
+    bases = [b for b in bs if b.cell is not None and b.cell.expect_kind == "sink" and not b.proxy
+             and b.extra["first_weight_raw"] is not None]
+    base = min(bases, key=lambda b: b.key != "softmax", default=None)  # the softmax base cell first
+    no_sink = {id(b): _sigmoid_text(b, base, eps) for b in bs}
+    for b in bs:
+        if no_sink[id(b)]:
+            rep.para(no_sink[id(b)])
+    missing = [key for cell, job, settings, key in cells if not any(b.cell is cell for b in bs)]
+    if missing:
+        rep.para(f"Not run (no results file given holds them): {', '.join(f'{STUDY}.{k}' for k in missing)}.",
+                 cls="note")
+    used = sorted({(n, r) for cell, *_ in cells for n, r in _kinds(cell.expect_kind)}, key=lambda t: (t[0], t[1] or ""))
+    if used:
+        rep.heading(3, "The agreement rules (a cell's rule: its conditions joined by +, each of them must hold)")
+        rep.bullets([f"{n}" + (f":{r}" if r else "") + " — " + rule_text(n, r, eps) for n, r in used])
+    _series_table(rep, bs, eps)
+
+    # Findings: the tally first, then each run (those expected to have no sink: their verdict paragraph).
+    for b, verdict, measured in verdicts:
+        rep.finding(no_sink[id(b)] or _run_finding(b, verdict, measured, eps), (raw_fig or fig) if no_sink[id(b)] else fig)
+    judged = [(b, v) for b, v, _ in verdicts if v]
+    if judged:
+        rep.finding(_tally(bs, judged, missing, eps), table, lead=True)
+
+
+def _figures(rep, bs, eps):
+    """BOS attention and the losses of every run, the norms, the raw weights; (their anchors: emergence, raw)."""
     drawn = [b for b in bs if b.bos is not None]
     for b in bs:
         if b.bos is None:
             rep.skipped(f"run {b.label}", "no eval/first_attention (the BOS attention figure and rules)")
-    fig = raw_fig = None
-    if drawn:
-        panels = [dict(ylabel=f"BOS attention, best layer", title="non-trigger queries to BOS",
-                       series=[(_name(b), b.steps, b.bos) for b in drawn], hlines=[(f"eps = {eps:g}", eps)])]
-        losses = [b for b in drawn if b.run.eval.copy_loss is not None]
-        if losses:
-            panels.append(dict(ylabel="copy loss (nats)", title="copy positions",
-                               series=[(_name(b), b.steps, b.run.eval.copy_loss) for b in losses]))
-            panels.append(dict(ylabel="bigram loss (nats)", title="bigram positions",
-                               series=[(_name(b), b.steps, b.run.eval.bigram_loss) for b in losses],
-                               hlines=[] if floor is None else [(f"bigram floor {floor:.3f} (bbm.json)", floor)]))
-        fig = rep.figure("bbm_emergence", "Sink emergence on Bigram-Backcopy",
-                         "BOS attention of non-trigger queries (best layer) against training steps for every "
-                         "Bigram-Backcopy run (the form of the paper's Fig. 4 middle), with the copy and bigram "
-                         f"validation losses beside it; dotted: eps = {eps:g} and the task's bigram loss floor. "
-                         "Runs marked * are read through proxy scores; for the no-BOS run the first position holds "
-                         "any character; for the window run only the first w queries see BOS.",
-                         figures.run_panels, panels)
-        _norms_figure(rep, drawn)
-        raw_fig = _raw_figure(rep, drawn, eps)
+    if not drawn:
+        return None, None
+    floor = _loss_floor(bs)
+    panels = [dict(ylabel="BOS attention, best layer", title="non-trigger queries to BOS",
+                   series=[(_name(b), b.steps, b.bos) for b in drawn], hlines=[(f"eps = {eps:g}", eps)])]
+    losses = [b for b in drawn if b.run.eval.copy_loss is not None]
+    if losses:
+        panels.append(dict(ylabel="copy loss (nats)", title="copy positions",
+                           series=[(_name(b), b.steps, b.run.eval.copy_loss) for b in losses]))
+        panels.append(dict(ylabel="bigram loss (nats)", title="bigram positions",
+                           series=[(_name(b), b.steps, b.run.eval.bigram_loss) for b in losses],
+                           hlines=[] if floor is None else [(f"bigram floor {floor:.3f} (bbm.json)", floor)]))
+    fig = rep.figure("bbm_emergence", "Sink emergence on Bigram-Backcopy",
+                     "BOS attention of non-trigger queries (best layer) against training steps for every "
+                     "Bigram-Backcopy run (the form of the paper's Fig. 4 middle), with the copy and bigram "
+                     f"validation losses beside it; dotted: eps = {eps:g} and the task's bigram loss floor. "
+                     "Runs marked * are read through proxy scores; for the no-BOS run the first position holds "
+                     "any character; for the window run only the first w queries see BOS.",
+                     figures.run_panels, panels)
+    _norms_figure(rep, drawn)
+    return fig, _raw_figure(rep, drawn, eps)
 
-    # The table: every cell of the study (a row per run, "not run" without one), then the runs that are none.
+
+def _table(rep, cells, bs, by_key, eps):
+    """The table of every cell of the study (a row per run, "not run" without one), then the runs that are
+    none; (its anchor, [(run, verdict, measured)])."""
     settings_of = {id(cell): settings for cell, job, settings, key in cells}
     rows, stars, verdicts, seen = [], set(), [], set()
     cols = ["variant", "run", "the paper's expectation", "rule", f"Sink_1^{eps:g} (%)", "BOS attention",
@@ -365,46 +398,27 @@ def write_section(rep, data):
         if id(b) not in seen:
             add("(not a cell of the study)", b, "—", "—")
     table = rep.table(Table("bbm", f"Bigram-Backcopy: each run against the paper's expectation (last evaluation; eps = "
-                    f"{eps:g})", cols, rows, {cols[4]: ".2f", "BOS attention": ".3f", "copy loss": ".4f"}, stars,
-                    note="BOS attention: of non-trigger queries, best layer, last evaluation. agrees: the rule of "
-                         "the cell's kind below; undecided where the files cannot decide it (why in 'measured')."))
-    bases = [b for b in bs if b.cell is not None and b.cell.expect_kind == "sink" and not b.proxy
-             and b.extra["first_weight_raw"] is not None]
-    base = min(bases, key=lambda b: b.key != "softmax", default=None)  # the softmax base cell first
-    no_sink = {id(b): _sigmoid_text(b, base, eps) for b in bs}
-    for b in bs:
-        if no_sink[id(b)]:
-            rep.para(no_sink[id(b)])
-    missing = [key for cell, job, settings, key in cells if not any(b.cell is cell for b in bs)]
-    if missing:
-        rep.para(f"Not run (no results file given holds them): {', '.join(f'{STUDY}.{k}' for k in missing)}.",
-                 cls="note")
-    used = sorted({(n, r) for cell, *_ in cells for n, r in _kinds(cell.expect_kind)}, key=lambda t: (t[0], t[1] or ""))
-    if used:
-        rep.heading(3, "The agreement rules (a cell's rule: its conditions joined by +, each of them must hold)")
-        rep.bullets([f"{n}" + (f":{r}" if r else "") + " — " + rule_text(n, r, eps) for n, r in used])
-    _series_table(rep, bs, eps)
+                            f"{eps:g})", cols, rows, {cols[4]: ".2f", "BOS attention": ".3f", "copy loss": ".4f"},
+                            stars, note="BOS attention: of non-trigger queries, best layer, last evaluation. agrees: "
+                                        "the rule of the cell's kind below; undecided where the files cannot decide "
+                                        "it (why in 'measured')."))
+    return table, verdicts
 
-    # Findings: each run (those expected to have no sink: the paragraph above), then the tally.
-    for b, verdict, measured in verdicts:
-        if no_sink[id(b)]:
-            rep.finding(no_sink[id(b)], raw_fig or fig)
-        else:
-            rep.finding(_run_finding(b, verdict, measured, eps), fig)
-    judged = [(b, v, m) for b, v, m in verdicts if v]
-    if judged:
-        agree = sum(v == "agrees" for _, v, _ in judged)
-        sinks = sum(b.cross(eps) is not None for b in bs)
-        text = (f"A sink (BOS attention >= {eps:g}) emerged in {sinks} of {len(bs)} Bigram-Backcopy run(s); {agree} of "
-                f"{len(judged)} agree with the paper's expectation")
-        dis = [b.label for b, v, _ in judged if v == "disagrees"]
-        und = [b.label for b, v, _ in judged if v == "undecided"]
-        text += f"; {len(dis)} disagree ({', '.join(dis)})" if dis else "; none disagrees"
-        if und:
-            text += f"; {len(und)} undecided ({', '.join(und)})"
-        if missing:
-            text += f"; not run: {len(missing)} cell(s)"
-        rep.finding(text + ".", table, lead=True)
+
+def _tally(bs, judged, missing, eps):
+    """The study in one sentence: how many runs grew a sink, how many agree, which disagree or are undecided."""
+    agree = sum(v == "agrees" for _, v in judged)
+    sinks = sum(b.cross(eps) is not None for b in bs)
+    text = (f"A sink (BOS attention >= {eps:g}) emerged in {sinks} of {len(bs)} Bigram-Backcopy run(s); {agree} of "
+            f"{len(judged)} agree with the paper's expectation")
+    dis = [b.label for b, v in judged if v == "disagrees"]
+    und = [b.label for b, v in judged if v == "undecided"]
+    text += f"; {len(dis)} disagree ({', '.join(dis)})" if dis else "; none disagrees"
+    if und:
+        text += f"; {len(und)} undecided ({', '.join(und)})"
+    if missing:
+        text += f"; not run: {len(missing)} cell(s)"
+    return text + "."
 
 
 def _run_finding(b, verdict, measured, eps):
