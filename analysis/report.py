@@ -160,9 +160,9 @@ class Report:
         draw(path, title, *args, **kwargs)
         self.figures.append(path)
         anchor = f"fig-{name}"
-        self.blocks.append(f'<figure id="{anchor}"><img src="figures/{name}.png" alt="{html.escape(public_text(title))}">'
-                           f"<figcaption><b>{html.escape(public_text(title))}.</b> {html.escape(public_text(caption))}"
-                           "</figcaption></figure>")
+        shown = html.escape(public_text(title))
+        self.blocks.append(f'<figure id="{anchor}"><img src="figures/{name}.png" alt="{shown}">'
+                           f"<figcaption><b>{shown}.</b> {html.escape(public_text(caption))}</figcaption></figure>")
         return anchor
 
     def findings_html(self):

@@ -105,7 +105,8 @@ class Table:
         """The table as HTML: columns of numbers right-aligned, columns with text left-aligned (class "t")."""
         text = [any(isinstance(row[c], str) and row[c] for row in self.rows) for c in range(len(self.columns))]
         cls = [' class="t"' if t else "" for t in text]
-        out = ['<table>', "<tr>" + "".join(f"<th{k}>{html.escape(c)}</th>" for c, k in zip(self.columns, cls)) + "</tr>"]
+        head = "".join(f"<th{k}>{html.escape(c)}</th>" for c, k in zip(self.columns, cls))
+        out = ["<table>", f"<tr>{head}</tr>"]
         for r in range(len(self.rows)):
             out.append("<tr>" + "".join(f"<td{cls[c]}>{html.escape(self._shown(r, c))}</td>"
                                         for c in range(len(self.columns))) + "</tr>")

@@ -19,7 +19,6 @@ proxy scores, as the paper's Table 6 measures them, and the raw weights (eval/fi
 eval/rest_weight_raw) are shown too.
 """
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,7 +62,8 @@ RULES = {
                   "{ref}, or not at all in a run at least as long as the step where {ref}'s did.",
 }
 KIND_TEXT = {"sink": "a sink", "no_sink": "no sink", "moved_to_bias": "the sink moved to the bias position",
-             "first_position": "the sink on the first position", "absolute_not_window_start": "no sink on the window start",
+             "first_position": "the sink on the first position",
+             "absolute_not_window_start": "no sink on the window start",
              "more_than": "a larger one than {ref}", "less_than": "a smaller one than {ref}",
              "later_than": "a later one than {ref}"}
 
@@ -205,7 +205,8 @@ def _judge_one(name, ref, b, by_key, eps):
     if name == "no_sink":
         raw = ""
         if x["first_weight_raw"] is not None and x["rest_weight_raw"] is not None:
-            raw = f" (raw weight on BOS {x['first_weight_raw']:.3g}, on an average other key {x['rest_weight_raw']:.3g})"
+            raw = f" (raw weight on BOS {x['first_weight_raw']:.3g}, on an average other key " \
+                  f"{x['rest_weight_raw']:.3g})"
         return ("agrees" if v < eps else "disagrees"), f"BOS attention {v:.2f}{star}{raw}"
     if name == "moved_to_bias":
         if x["sink_star"] is None:
@@ -330,7 +331,10 @@ def write_section(rep, data):
 
     # Findings: the tally first, then each run (those expected to have no sink: their verdict paragraph).
     for b, verdict, measured in verdicts:
-        rep.finding(no_sink[id(b)] or _run_finding(b, verdict, measured, eps), (raw_fig or fig) if no_sink[id(b)] else fig)
+        if no_sink[id(b)]:
+            rep.finding(no_sink[id(b)], raw_fig or fig)
+        else:
+            rep.finding(_run_finding(b, verdict, measured, eps), fig)
     judged = [(b, v) for b, v, _ in verdicts if v]
     if judged:
         rep.finding(_tally(bs, judged, missing, eps), table, lead=True)

@@ -138,5 +138,6 @@ def variant_text(settings):
     if settings.get("attn-window", "0") not in ("0", ""):
         parts.append(f"window {settings['attn-window']}")
     if "d-model" in settings:
-        parts.append(f"d={settings['d-model']}, {settings.get('n-layers', '?')} layers, {settings.get('n-heads', '?')} heads")
+        parts.append(f"d={settings['d-model']}, {settings.get('n-layers', '?')} layers, "
+                     f"{settings.get('n-heads', '?')} heads")
     return ", ".join(parts)

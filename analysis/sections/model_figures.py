@@ -44,7 +44,8 @@ def model_input_figures(rep, model, inp, es):
             panels.append((what, x, first, rest))
     if panels:
         rep.figure(f"{name}_norms", f"{short}: l2 norms, first token against the others",
-                   "Mean of the other tokens per layer (Figs. 2, 11-14). " + caption, figures.first_vs_rest_norms, panels)
+                   "Mean of the other tokens per layer (Figs. 2, 11-14). " + caption, figures.first_vs_rest_norms,
+                   panels)
     else:
         rep.skipped(where, "no hnorm_/knorm_/vnorm_first and _rest datasets (l2 norms of h/k/v)")
 

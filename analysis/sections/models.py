@@ -78,18 +78,7 @@ def write_section(rep, data):
         bars = rep.figure("table1_bars", f"Sink_1^{eps:g} (%) per model and input", "Table 1 (left) as bars; "
                           "natural: the mean over its domains.", figures.grouped_bars, models, plain, means,
                           f"Sink_1^{eps:g} (%)")
-    for r, m in enumerate(models):  # a finding per model: its Sink_1 on each input
-        cells = []
-        for c, inp in enumerate(plain):
-            v = rows[r][c + 1]
-            if v is None:
-                continue
-            n = len({e.domain for e in by.get((m, inp), [])})
-            where = {"natural": f"natural text ({n} domain{'s' if n > 1 else ''})", "random": "random tokens",
-                     "repeat": "a repeated token"}.get(inp, inp)
-            cells.append(f"{v:.2f} %{'*' if (r, c + 1) in stars else ''} on {where}")
-        if cells:
-            rep.finding(f"{m}: Sink_1^{eps:g} = " + ", ".join(cells) + ".", bars or table1)
+    _model_findings(rep, models, plain, rows, stars, by, eps, bars or table1)
 
     _inputs_table(rep, models, inputs, by, data.runs)
     _per_domain_table(rep, labels, entries, eps)
@@ -103,6 +92,22 @@ def write_section(rep, data):
             if es:
                 model_input_figures(rep, m, inp, es)
                 map_figures(rep, m, inp, es)
+
+
+def _model_findings(rep, models, plain, rows, stars, by, eps, href):
+    """A finding per model: its Sink_1^eps on each input of Table 1 (`rows`, `stars` as that table has them)."""
+    for r, m in enumerate(models):
+        cells = []
+        for c, inp in enumerate(plain):
+            v = rows[r][c + 1]
+            if v is None:
+                continue
+            n = len({e.domain for e in by.get((m, inp), [])})
+            where = {"natural": f"natural text ({n} domain{'s' if n > 1 else ''})", "random": "random tokens",
+                     "repeat": "a repeated token"}.get(inp, inp)
+            cells.append(f"{v:.2f} %{'*' if (r, c + 1) in stars else ''} on {where}")
+        if cells:
+            rep.finding(f"{m}: Sink_1^{eps:g} = " + ", ".join(cells) + ".", href)
 
 
 def _base_input(label):
@@ -138,8 +143,9 @@ def _length_section(rep, models, inputs, by):
                         rows.append([m, base, T, e_val, ys[-1], len(vals)])
                 series.append((f"eps = {e_val:g}", lengths, ys, "o-"))
             rep.figure(f"sink_vs_T_{m}_{base}", f"{m}, {base}: Sink_1^eps against T (Fig. 3)",
-                       "Mean over domains, one line per threshold.", figures.xy_panels, [{"series": series, "xlabel": "T (tokens)", "ylabel": "Sink_1^eps (%)",
-                                            "logx": 2, "ylim": (0, 100)}])
+                       "Mean over domains, one line per threshold.", figures.xy_panels,
+                       [{"series": series, "xlabel": "T (tokens)", "ylabel": "Sink_1^eps (%)", "logx": 2,
+                         "ylim": (0, 100)}])
     if rows:
         rep.table(Table("sink_vs_T", "Sink_1^eps (%) against the sequence length T (Fig. 3)",
                         ["model", "input", "T", "eps", "Sink_1", "domains"], rows, {"Sink_1": ".2f", "eps": "g"}))

@@ -1,6 +1,9 @@
-"""Section "Fine-tuning stability", on its own step axis (pre-training runs are in their sections): paper (paper App. D; sinklab-sft runs, attribute init_from): Fig. 30, training
-loss and gradient norm over the fine-tuning steps with the stability monitor's events marked, and the
-sink of the base model (eval step 0) beside the fine-tuned one (last eval), Table 1 (right) layout.
+"""Section "Fine-tuning stability", on its own step axis (pre-training runs are in their sections): paper
+App. D (sinklab-sft runs, attribute init_from): Fig. 30, training loss and gradient norm over the
+fine-tuning steps with the stability monitor's events marked; valid loss and Sink_1^eps over the
+fine-tuning steps; and the sink of the base model (eval step 0) beside the fine-tuned one (last eval),
+Table 1 (right) layout. Each run adds a finding: its steps, non-finite steps and spikes, the sink before
+and after.
 """
 from analysis import figures
 from analysis.results import EVENT_KINDS, match_eps
@@ -59,7 +62,8 @@ def write_section(rep, data):
                f"{nonfinite if nonfinite is not None else '?'} non-finite, {spikes} loss or gradient-norm spike(s)"
         if have:
             star = "*" if ev.proxy else ""
-            text += f"; Sink_1^{eps:g} {float(ev.sink[0, i]):.2f} %{star} before, {float(ev.sink[-1, i]):.2f} %{star} after"
+            text += (f"; Sink_1^{eps:g} {float(ev.sink[0, i]):.2f} %{star} before, "
+                     f"{float(ev.sink[-1, i]):.2f} %{star} after")
         rep.finding(text + ".", fig)
         rows.append([label, checkpoint_name(r.init_from), plain_float(ev.sink[0, i]) if have else None,
                      plain_float(ev.sink[-1, i]) if have else None,

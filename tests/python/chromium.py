@@ -58,7 +58,8 @@ class Browser:
             os.dup2(out_w, 4)
 
         args = [self.binary, "--headless", "--remote-debugging-pipe", "--no-sandbox", "--disable-gpu",
-                "--no-first-run", "--no-default-browser-check", "--disable-extensions", "--disable-sync",
+                "--disable-dev-shm-usage", "--no-first-run", "--no-default-browser-check", "--disable-extensions",
+                "--disable-sync",
                 "--disable-background-networking", "--disable-component-update", "--mute-audio",
                 "--hide-scrollbars=false", f"--user-data-dir={self._profile}", "about:blank"]
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -24,7 +24,6 @@ import csv
 import html
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -124,7 +123,8 @@ def test_findings_open_the_page_and_quote_the_files(demo):
         g = f["runs/sft_softmax"]
         line = _finding(findings, "sft_softmax (fine-tuning softmax_bos, step 30)")
         n_events = len(g["events/step"]) if "events" in g and "step" in g["events"] else 0
-        assert f"{len(g['train/loss'])} steps, {int(g['monitor/nonfinite_steps'][-1])} non-finite, {n_events} loss" in line
+        nonfinite = int(g["monitor/nonfinite_steps"][-1])
+        assert f"{len(g['train/loss'])} steps, {nonfinite} non-finite, {n_events} loss" in line
         ev = g["eval"]
         assert f"{ev['sink'][0, EPS_I]:.2f} % before, {ev['sink'][-1, EPS_I]:.2f} % after" in line
 
