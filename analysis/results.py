@@ -1,4 +1,4 @@
-"""Reads sinklab results files (the HDF5 schema of DESIGN.md) into plain numpy arrays, for
+"""Reads sinklab results files (docs/DESIGN.md, "HDF5 results") into plain numpy arrays, for
 analysis.summary and analysis.report.
 
     with open_results("results/run/results.h5") as rf:
@@ -16,8 +16,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-# Attributes that say a Sink metric was computed from proxy scores (paper Sec. 7.4, Table 6 "*"). No
-# writer sets one yet; without one nothing is marked.
+# Attributes that say a Sink metric was computed from proxy scores (paper Sec. 7.4, Table 6 "*"): the
+# writers set proxy_scores (1 or 0) on /runs/<run>/eval and on sinklab-probe's groups; "proxy" is an
+# older name no writer uses. Without one nothing is marked.
 PROXY_ATTRS = ("proxy_scores", "proxy")
 # Attributes worth printing next to a probed model's figures (provenance, quantisation).
 NOTE_ATTRS = ("quantization", "quantisation", "dtype", "model_type", "source", "model_dir", "checkpoint",
@@ -368,7 +369,7 @@ def _read_eval(g, notes, where):
                       bbm_meta=attr_text(g.attrs.get("bbm_meta", "")), window=window, **cut)
 
 
-# Optional datasets of a probe/survey entry and their rank (shapes as DESIGN.md and sinklab-survey).
+# Optional datasets of a probe/survey entry and their rank (shapes: docs/DESIGN.md, "HDF5 results").
 ENTRY_ARRAYS = {
     "alpha": 3,                    # [La,H,K]
     "sink_k": 2,                   # [K,E]

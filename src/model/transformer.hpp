@@ -95,6 +95,10 @@ class Transformer {
     Tensor x_in, xn1, rstd1, qkv, feat_in, feat_hidden, feat_act, feat, k_ext, v_ext, att, att_biased, stats, gate_logits,
         att_gated, att_sum, pre_norm1, x_mid, xn2, rstd2, ffn_in, ffn_h, pre_norm2;
   };
+  // Construction (transformer_setup.cpp).
+  void index_parameters();
+  void make_backward_spans();
+  void make_constants();
   void ensure_activations(int64_t batch, int64_t seq);
   void embed(Tensor inputs);
   void embed_backward(Tensor inputs);
