@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.results import ResultsError, ini_settings, mean_alpha1, open_results
+from analysis.results import ResultsError, bos_attention, ini_settings, is_bbm, mean_alpha1, open_results
 
 
 @dataclass
@@ -28,6 +28,8 @@ class Run:
     sink: np.ndarray    # [eval] at the chosen eps, %
     train_line: str
     alpha1: tuple = None  # results.mean_alpha1: (what, steps, mean alpha_1, uniform baseline), or None
+    bos: np.ndarray = None   # Bigram-Backcopy runs: results.bos_attention per eval step, else None
+    copy_loss: np.ndarray = None
 
 
 def read_runs(path, eps):
@@ -51,8 +53,10 @@ def read_runs(path, eps):
                 train_line = f"{len(loss)} steps, train loss {loss[0]:.4f} -> {loss[-1]:.4f}"
                 if "tokens_per_s" in run.train:
                     train_line += f", median {np.median(run.train['tokens_per_s']):.0f} tokens/s"
+            bbm = is_bbm(run)
             runs.append(Run(run.name, f"{sim}, Z = {norm}", proxy, ev.step, ev.valid_loss, ev.sink[:, matches[0]],
-                            train_line, mean_alpha1(run)))
+                            train_line, None if bbm else mean_alpha1(run), bos_attention(ev)[0] if bbm else None,
+                            ev.copy_loss if bbm else None))
     return runs
 
 
@@ -77,6 +81,20 @@ def compare_table(runs, eps):
             else:
                 cells.append(" " * group)
         lines.append(f"{step:>6}" + "".join(cells))
+    with_bos = [r for r in runs if r.bos is not None]
+    if with_bos:
+        lines.append("")
+        lines.append("Bigram-Backcopy: BOS attention of the non-trigger queries (best layer and head; * proxy scores) "
+                     "and the copy loss (nats):")
+        width = 24
+        lines.append(f"{'step':>6}" + "".join(f"{(r.name + ('*' if r.proxy else ''))[:width - 3]:>{width}}"
+                                              for r in with_bos))
+        for step in sorted({int(s) for r in with_bos for s in r.steps}):
+            cells = []
+            for r in with_bos:
+                hit = np.nonzero(r.steps == step)[0]
+                cells.append(f"{r.bos[hit[0]]:>12.3f}{r.copy_loss[hit[0]]:>12.3f}" if len(hit) else " " * width)
+            lines.append(f"{step:>6}" + "".join(cells))
     with_alpha = [r for r in runs if r.alpha1 is not None]
     if with_alpha:
         lines.append("")

@@ -589,6 +589,17 @@ def is_bbm(run):
     return ev is not None and (bool(ev.bbm_meta) or ev.copy_loss is not None)
 
 
+def bos_attention(ev):
+    """Guo et al.'s measure of a Bigram-Backcopy run: the mean attention of the non-trigger queries to BOS
+    (eval/first_attention[..., 0]) at the layer and head where it is largest, per evaluation; and that
+    (layer, head) at the last evaluation. (None, 0, 0) without the dataset."""
+    if ev.first_attention is None or ev.first_attention.shape[3] < 1:
+        return None, 0, 0
+    fa = ev.first_attention[..., 0]  # [n, L, H], query group 0: non-trigger
+    layer, head = (int(x) for x in np.unravel_index(np.argmax(fa[-1]), fa[-1].shape))
+    return fa.reshape(len(ev.step), -1).max(axis=1), layer, head
+
+
 def is_finetuning(run):
     """A fine-tuning run (sinklab-sft: attribute init_from names the checkpoint it started from)."""
     return bool(run.init_from)

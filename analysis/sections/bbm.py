@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis import figures
-from analysis.results import ini_settings, is_bbm, match_eps, tokens_at, tokens_text
+from analysis.results import bos_attention, ini_settings, is_bbm, match_eps, tokens_at, tokens_text
 from analysis.sections.labels import run_labels
 from analysis.sections.paper_tables import cell_status
 from analysis.tables import Table, plain_float
@@ -122,10 +122,7 @@ def _measure(b, eps):
     """Fills b's arrays from its evaluations."""
     ev = b.run.eval
     b.steps = ev.step
-    if ev.first_attention is not None and ev.first_attention.shape[3] >= 1:
-        fa = ev.first_attention[..., 0]                       # [n, L, H], group 0: non-trigger queries
-        b.bos = fa.reshape(len(ev.step), -1).max(axis=1)
-        b.layer, b.head = (int(x) for x in np.unravel_index(np.argmax(fa[-1]), fa[-1].shape))
+    b.bos, b.layer, b.head = bos_attention(ev)
     x = b.extra
     x["tokens"] = tokens_at(b.run, b.last_step())
     i = match_eps(ev.eps, b.extra["eps"])

@@ -22,6 +22,7 @@ constexpr EnumName<PosEmb> kPosEmbNames[] = {
 constexpr EnumName<RelativeBias> kRelativeBiasNames[] = {
     {RelativeBias::learned, "learned", "(T5, per head)"},
     {RelativeBias::bucket_index, "bucket-index", "(the paper's Eq. 6)"}};
+constexpr EnumName<NormType> kNormTypeNames[] = {{NormType::rms, "rms"}, {NormType::layer, "layer"}};
 constexpr EnumName<NormPlacement> kNormPlacementNames[] = {{NormPlacement::pre, "pre"},
                                                            {NormPlacement::post, "post"}};
 constexpr EnumName<FfnKind> kFfnNames[] = {
@@ -100,6 +101,7 @@ const std::vector<Axis>& axis_table() {
       int_axis("relative-buckets", &C::relative_buckets, "pos-emb relative: buckets B"),
       int_axis("relative-max-distance", &C::relative_max_distance, "pos-emb relative: max distance D"),
       enum_axis("norm-placement", &C::norm_placement, kNormPlacementNames, "%s (Sec. 7.2)"),
+      enum_axis("norm-type", &C::norm_type, kNormTypeNames, "%s: RMSNorm, or LayerNorm with a bias (Guo et al.'s BBM)"),
       enum_axis("ffn", &C::ffn, kFfnNames, "%s (Table 11)"),
       enum_axis("head-combine", &C::head_combine, kHeadCombineNames, "%s: how head outputs meet W_O (Table 12 left)"),
       enum_axis("attn-bias", &C::attn_bias, kAttnBiasNames, "%s (Table 4)"),
@@ -332,6 +334,7 @@ std::vector<ParamSpec> param_layout(const ModelConfig& cfg, int64_t* total_eleme
   const double std_mlp_out = 1.0 / (std::sqrt(double(F)) * cfg.n_layers);
   const double std_bias = 0.02;
   const double std_embed = cfg.embed_init_std > 0 ? cfg.embed_init_std : std_matrix;
+  const bool layer_norm = cfg.norm_type == NormType::layer;  // each norm's bias follows its weight
 
   std::vector<ParamSpec> specs;
   int64_t offset = 0;
@@ -373,6 +376,7 @@ std::vector<ParamSpec> param_layout(const ModelConfig& cfg, int64_t* total_eleme
     const std::string p = "model.layers." + std::to_string(l) + ".";
     align();
     add(p + "input_layernorm.weight", {d}, 0, gain);
+    if (layer_norm) add(p + "input_layernorm.bias", {d}, 0.0, bias);
     align();
     add(p + "self_attn.q_proj.weight", {H * dh, d}, std_matrix, matrix);
     add(p + "self_attn.k_proj.weight", {Hkv * dh, d}, std_matrix, matrix);
@@ -404,6 +408,7 @@ std::vector<ParamSpec> param_layout(const ModelConfig& cfg, int64_t* total_eleme
     add(p + "self_attn.o_proj.weight", {d, o_in}, fan_in_std(o_in), matrix);
     align();
     add(p + "post_attention_layernorm.weight", {d}, 0, gain);
+    if (layer_norm) add(p + "post_attention_layernorm.bias", {d}, 0.0, bias);
     align();
     if (cfg.gated_ffn()) add(p + "mlp.gate_proj.weight", {F, d}, std_matrix, matrix);
     add(p + "mlp.up_proj.weight", {F, d}, std_matrix, matrix);
@@ -413,6 +418,7 @@ std::vector<ParamSpec> param_layout(const ModelConfig& cfg, int64_t* total_eleme
   if (cfg.norm_placement == NormPlacement::pre) {
     align();
     add("model.norm.weight", {d}, 0, gain);
+    if (layer_norm) add("model.norm.bias", {d}, 0.0, bias);
   }
   align();
   add("lm_head.weight", {V, d}, std_matrix, matrix);

@@ -20,6 +20,7 @@ enum class PosEmb : uint8_t { rope, none, sinusoidal, learned, relative, alibi }
 enum class RelativeBias : uint8_t { learned, bucket_index };
 // Where the norms sit (Sec. 7.2): pre-norm x + f(LN(x)), post-norm LN(x + f(x)) (Eq. 3).
 enum class NormPlacement : uint8_t { pre, post };
+enum class NormType : uint8_t { rms, layer };
 // FFN (Table 11): gated (act(x W_gate) * x W_up) W_down, or act(x W_up) W_down.
 enum class FfnKind : uint8_t { swiglu, geglu, reglu, relu, gelu, swish };
 // Multi-head output (Table 12 left): Concat_h(o_h) W_O, or (sum_h o_h) W_O with W_O [d, dh].
@@ -55,6 +56,7 @@ struct ModelConfig {
   int relative_buckets = 32;
   int relative_max_distance = 128;
   NormPlacement norm_placement = NormPlacement::pre;
+  NormType norm_type = NormType::rms;  // layer: LayerNorm with a bias (GPT-2, Guo et al.'s BBM models)
   FfnKind ffn = FfnKind::swiglu;
   HeadCombine head_combine = HeadCombine::concat;
   AttnBias attn_bias = AttnBias::none;

@@ -169,10 +169,10 @@ void Transformer::forward_layers(Tensor inputs, LayerObserver* observer) {
     LayerActs& a = layers_[size_t(l)];
     const LayerIndex& li = layer_index_[size_t(l)];
     const ops::AttentionSpec spec = layer_spec(l, false);
-    // Attention block. Pre-norm: x_mid = x_in + Attn(RMSNorm(x_in)); post-norm: x_mid = RMSNorm(x_in + Attn(x_in)).
+    // Attention block. Pre-norm: x_mid = x_in + Attn(Norm(x_in)); post-norm: x_mid = Norm(x_in + Attn(x_in)).
     Tensor attn_in = a.x_in;
     if (!post) {
-      ops::rmsnorm_forward(a.xn1, a.rstd1, a.x_in, at(li.norm1, false), cfg_.norm_eps);
+      norm_forward(a.xn1, a.mean1, a.rstd1, a.x_in, li.norm1, li.norm1_bias);
       attn_in = a.xn1;
     }
     ops::linear_forward(a.qkv, attn_in, weight(li.qkv, qkv_dim, d, false), Tensor{});
@@ -197,14 +197,14 @@ void Transformer::forward_layers(Tensor inputs, LayerObserver* observer) {
     ops::linear_forward(tmp_, o_in, at(li.o, false), Tensor{});
     if (post) {
       ops::add(a.pre_norm1, a.x_in, tmp_);
-      ops::rmsnorm_forward(a.x_mid, a.rstd1, a.pre_norm1, at(li.norm1, false), cfg_.norm_eps);
+      norm_forward(a.x_mid, a.mean1, a.rstd1, a.pre_norm1, li.norm1, li.norm1_bias);
     } else {
       ops::add(a.x_mid, a.x_in, tmp_);
     }
     // FFN block: gated (act(x W_gate) * x W_up) W_down or act(x W_up) W_down.
     Tensor ffn_x = a.x_mid;
     if (!post) {
-      ops::rmsnorm_forward(a.xn2, a.rstd2, a.x_mid, at(li.norm2, false), cfg_.norm_eps);
+      norm_forward(a.xn2, a.mean2, a.rstd2, a.x_mid, li.norm2, li.norm2_bias);
       ffn_x = a.xn2;
     }
     const int64_t ffn_width = a.ffn_in.shape[1];
@@ -215,7 +215,7 @@ void Transformer::forward_layers(Tensor inputs, LayerObserver* observer) {
     Tensor x_out = l + 1 < cfg_.n_layers ? layers_[size_t(l) + 1].x_in : x_final_in_;
     if (post) {
       ops::add(a.pre_norm2, a.x_mid, tmp_);
-      ops::rmsnorm_forward(x_out, a.rstd2, a.pre_norm2, at(li.norm2, false), cfg_.norm_eps);
+      norm_forward(x_out, a.mean2, a.rstd2, a.pre_norm2, li.norm2, li.norm2_bias);
     } else {
       ops::add(x_out, a.x_mid, tmp_);
     }
@@ -231,8 +231,23 @@ void Transformer::forward_layers(Tensor inputs, LayerObserver* observer) {
       observer->on_layer(taps);
     }
   }
-  if (!post) ops::rmsnorm_forward(xf_, rstdf_, x_final_in_, at(final_norm_index_, false), cfg_.norm_eps);
+  if (!post) norm_forward(xf_, meanf_, rstdf_, x_final_in_, final_norm_index_, final_norm_bias_index_);
   (void)N;
+}
+
+void Transformer::norm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor in, int64_t weight_index,
+                               int64_t bias_index) {
+  if (bias_index < 0) ops::rmsnorm_forward(out, rstd, in, at(weight_index, false), cfg_.norm_eps);
+  else ops::layernorm_forward(out, mean, rstd, in, at(weight_index, false), at(bias_index, false), cfg_.norm_eps);
+}
+
+void Transformer::norm_backward(Tensor d_in, Tensor d_out, Tensor in, Tensor mean, Tensor rstd, int64_t weight_index,
+                                int64_t bias_index) {
+  if (bias_index < 0)
+    ops::rmsnorm_backward(d_in, at(weight_index, true), d_out, in, at(weight_index, false), rstd);
+  else
+    ops::layernorm_backward(d_in, at(weight_index, true), at(bias_index, true), d_out, in, at(weight_index, false),
+                            mean, rstd);
 }
 
 // The targets of the sequence the model runs on: none at the sink token x*, none inside a prefix-LM
@@ -365,15 +380,15 @@ void Transformer::backward_layers(Tensor inputs, GradReadyObserver* grads_ready)
   const ops::Activation act = cfg_.ffn_activation();
 
   if (post) ops::copy(d_res_, d_xf_);
-  else ops::rmsnorm_backward(d_res_, at(final_norm_index_, true), d_xf_, x_final_in_, at(final_norm_index_, false), rstdf_);
+  else norm_backward(d_res_, d_xf_, x_final_in_, meanf_, rstdf_, final_norm_index_, final_norm_bias_index_);
   span_done();  // the head and final norm
   for (int l = cfg_.n_layers - 1; l >= 0; --l) {
     LayerActs& a = layers_[size_t(l)];
     const LayerIndex& li = layer_index_[size_t(l)];
     // d_res holds dL/dx_out. FFN block; afterwards d_res holds dL/dx_mid.
     Tensor ffn_x = post ? a.x_mid : a.xn2;
-    if (post) {  // x_out = RMSNorm(pre_norm2), pre_norm2 = x_mid + FFN(x_mid)
-      ops::rmsnorm_backward(d_pre_, at(li.norm2, true), d_res_, a.pre_norm2, at(li.norm2, false), a.rstd2);
+    if (post) {  // x_out = Norm(pre_norm2), pre_norm2 = x_mid + FFN(x_mid)
+      norm_backward(d_pre_, d_res_, a.pre_norm2, a.mean2, a.rstd2, li.norm2, li.norm2_bias);
       ops::copy(d_res_, d_pre_);
     }
     ops::linear_backward(d_ffn_h_, at(li.down, true), Tensor{}, d_res_, a.ffn_h, at(li.down, false));
@@ -387,13 +402,13 @@ void Transformer::backward_layers(Tensor inputs, GradReadyObserver* grads_ready)
     if (post) {
       ops::accumulate(d_res_, d_xn_);
     } else {
-      ops::rmsnorm_backward(d_tmp_, at(li.norm2, true), d_xn_, a.x_mid, at(li.norm2, false), a.rstd2);
+      norm_backward(d_tmp_, d_xn_, a.x_mid, a.mean2, a.rstd2, li.norm2, li.norm2_bias);
       ops::accumulate(d_res_, d_tmp_);
     }
     // Attention block; afterwards d_res holds dL/dx_in.
     Tensor attn_in = post ? a.x_in : a.xn1;
-    if (post) {  // x_mid = RMSNorm(pre_norm1), pre_norm1 = x_in + Attn(x_in)
-      ops::rmsnorm_backward(d_pre_, at(li.norm1, true), d_res_, a.pre_norm1, at(li.norm1, false), a.rstd1);
+    if (post) {  // x_mid = Norm(pre_norm1), pre_norm1 = x_in + Attn(x_in)
+      norm_backward(d_pre_, d_res_, a.pre_norm1, a.mean1, a.rstd1, li.norm1, li.norm1_bias);
       ops::copy(d_res_, d_pre_);
     }
     Tensor heads_out = cfg_.attn_bias == AttnBias::v ? a.att_biased : a.att;
@@ -420,7 +435,7 @@ void Transformer::backward_layers(Tensor inputs, GradReadyObserver* grads_ready)
     if (post) {
       ops::accumulate(d_res_, d_attn_in_);
     } else {
-      ops::rmsnorm_backward(d_tmp_, at(li.norm1, true), d_attn_in_, a.x_in, at(li.norm1, false), a.rstd1);
+      norm_backward(d_tmp_, d_attn_in_, a.x_in, a.mean1, a.rstd1, li.norm1, li.norm1_bias);
       ops::accumulate(d_res_, d_tmp_);
     }
     span_done();  // layer l

@@ -88,11 +88,11 @@ class Transformer {
  private:
   // Where each parameter of layer l sits in specs_ (-1: the variant has no such tensor).
   struct LayerIndex {
-    int64_t norm1 = -1, qkv = -1, kernel_mlp1 = -1, kernel_mlp2 = -1, k_bias = -1, v_bias = -1, sinks = -1,
+    int64_t norm1 = -1, norm1_bias = -1, norm2_bias = -1, qkv = -1, kernel_mlp1 = -1, kernel_mlp2 = -1, k_bias = -1, v_bias = -1, sinks = -1,
             gate = -1, o = -1, norm2 = -1, ffn_in = -1, down = -1;
   };
   struct LayerActs {  // what backward needs of layer l, all [N = B*T', ...] (T' = T + lead positions)
-    Tensor x_in, xn1, rstd1, qkv, feat_in, feat_hidden, feat_act, feat, k_ext, v_ext, att, att_biased, stats, gate_logits,
+    Tensor x_in, xn1, mean1, rstd1, mean2, qkv, feat_in, feat_hidden, feat_act, feat, k_ext, v_ext, att, att_biased, stats, gate_logits,
         att_gated, att_sum, pre_norm1, x_mid, xn2, rstd2, ffn_in, ffn_h, pre_norm2;
   };
   // Construction (transformer_setup.cpp).
@@ -109,6 +109,11 @@ class Transformer {
   double head_loss(Tensor targets, double grad_scale, bool backward, int64_t* counted);
   void backward_layers(Tensor inputs, GradReadyObserver* grads_ready);
   void attention_backward(int l, Tensor d_attn_in);
+  // One norm of the model (--norm-type): out = RMSNorm(in) g, or LayerNorm(in) g + b when it has a bias
+  // (mean is LayerNorm's only); backward writes d_in and adds to the parameters' gradients.
+  void norm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor in, int64_t weight_index, int64_t bias_index);
+  void norm_backward(Tensor d_in, Tensor d_out, Tensor in, Tensor mean, Tensor rstd, int64_t weight_index,
+                     int64_t bias_index);
   Tensor weight(int64_t first_param_index, int64_t rows, int64_t cols, bool grad) const;
   Tensor at(int64_t param_index, bool grad) const;  // the parameter (or its gradient) in its own shape
   int64_t find(const std::string& name) const;      // -1 when absent
@@ -119,7 +124,7 @@ class Transformer {
   std::map<std::string, size_t> index_;
   std::vector<LayerIndex> layer_index_;
   int64_t embed_index_ = -1, positions_index_ = -1, sink_token_index_ = -1, relative_index_ = -1,
-          final_norm_index_ = -1, head_index_ = -1;
+          final_norm_index_ = -1, final_norm_bias_index_ = -1, head_index_ = -1;
   int64_t n_elements_ = 0;
   std::vector<FlatRange> backward_spans_;  // [L + 2]: top, layers L-1..0, bottom
   Buffer params_buffer_, grads_buffer_;
@@ -135,7 +140,7 @@ class Transformer {
   int64_t batch_ = 0, seq_ = 0, input_seq_ = 0;  // seq_ = T' = input_seq_ + lead positions
   Buffer acts_buffer_, targets_buffer_;
   std::vector<LayerActs> layers_;
-  Tensor x_final_in_, xf_, rstdf_, logits_, losses_, targets_;
+  Tensor x_final_in_, xf_, meanf_, rstdf_, logits_, losses_, targets_;
   Tensor d_res_, d_tmp_, d_xn_, d_attn_in_, d_qkv_, d_feat_, d_feat_hidden_, d_k_ext_, d_v_ext_, d_att_, d_att_gated_,
       d_att_sum_, d_gate_logits_, d_gate_small_, d_pre_, d_ffn_in_, d_ffn_h_, d_xf_, tmp_, d_sinks_,
       d_relative_;

@@ -38,11 +38,13 @@ void Transformer::index_parameters() {
   sink_token_index_ = find("model.sink_token");
   relative_index_ = find("model.relative_attention_bias.weight");
   final_norm_index_ = find("model.norm.weight");
+  final_norm_bias_index_ = find("model.norm.bias");
   head_index_ = find("lm_head.weight");
   for (int l = 0; l < cfg_.n_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerIndex li;
     li.norm1 = find(p + "input_layernorm.weight");
+    li.norm1_bias = find(p + "input_layernorm.bias");
     li.qkv = find(p + "self_attn.q_proj.weight");
     li.kernel_mlp1 = find(p + "self_attn.kernel_mlp1.weight");
     li.kernel_mlp2 = find(p + "self_attn.kernel_mlp2.weight");
@@ -52,6 +54,7 @@ void Transformer::index_parameters() {
     li.gate = find(p + "self_attn.gate_proj.weight");
     li.o = find(p + "self_attn.o_proj.weight");
     li.norm2 = find(p + "post_attention_layernorm.weight");
+    li.norm2_bias = find(p + "post_attention_layernorm.bias");
     li.ffn_in = find(p + (cfg_.gated_ffn() ? "mlp.gate_proj.weight" : "mlp.up_proj.weight"));
     li.down = find(p + "mlp.down_proj.weight");
     layer_index_.push_back(li);
@@ -205,6 +208,7 @@ void Transformer::ensure_activations(int64_t batch, int64_t input_seq) {
   const bool kernel = cfg_.qk_kernel != QkKernel::identity, mlp = cfg_.qk_kernel == QkKernel::mlp;
   const bool lead = cfg_.lead_keys() > 0, post = cfg_.norm_placement == NormPlacement::post;
   const bool gate = cfg_.attn_gate != AttnGate::none, add = cfg_.head_combine == HeadCombine::add;
+  const bool layer_norm = cfg_.norm_type == NormType::layer;
   // Logits are produced and consumed in row chunks of at most ~16M floats: the [N, V] matrix of a
   // 50k vocabulary would otherwise dominate memory.
   head_chunk_rows_ = std::clamp<int64_t>((int64_t(16) << 20) / V, 1, N);
@@ -228,6 +232,7 @@ void Transformer::ensure_activations(int64_t batch, int64_t input_seq) {
       a.x_in = alloc({N, d});
       a.xn1 = alloc_if(!post, {N, d});
       a.rstd1 = alloc({N});
+      a.mean1 = alloc_if(layer_norm, {N});
       a.qkv = alloc({N, qkv_dim});
       a.feat_in = alloc_if(kernel, {N, feat_dim});
       a.feat_hidden = alloc_if(mlp, {N, feat_dim});
@@ -245,6 +250,7 @@ void Transformer::ensure_activations(int64_t batch, int64_t input_seq) {
       a.x_mid = alloc({N, d});
       a.xn2 = alloc_if(!post, {N, d});
       a.rstd2 = alloc({N});
+      a.mean2 = alloc_if(layer_norm, {N});
       a.ffn_in = alloc({N, ffn_in});
       a.ffn_h = alloc({N, F});
       a.pre_norm2 = alloc_if(post, {N, d});
@@ -252,6 +258,7 @@ void Transformer::ensure_activations(int64_t batch, int64_t input_seq) {
     x_final_in_ = alloc({N, d});
     xf_ = post ? x_final_in_ : alloc({N, d});  // post-norm models have no final norm
     rstdf_ = alloc({N});
+    meanf_ = alloc_if(layer_norm, {N});
     logits_ = alloc({head_chunk_rows_, V});
     losses_ = alloc({N});
     tmp_ = alloc({N, d});

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include <string>
 #include <utility>
@@ -46,7 +47,7 @@ TEST(ModelConfig, EveryAxisSurvivesTheHfConfigRoundTrip) {
       {"pos-emb", "alibi"},      {"norm-placement", "post"}, {"ffn", "geglu"},      {"head-combine", "add"},
       {"attn-bias", "k"},        {"bias-per-head", "false"}, {"k-bias-dims", "3"},  {"fixed-value", "ones"},
       {"fixed-value-scale", "5"}, {"attn-sim", "sigmoid"},    {"attn-norm", "sum"},  {"attn-alpha", "0.25"},
-      {"attn-gate", "headwise"}, {"prefix-length", "3"},     {"relative-buckets", "16"}};
+      {"attn-gate", "headwise"}, {"prefix-length", "3"},     {"relative-buckets", "16"}, {"embed-init-std", "1"}};
   for (const auto& [flag, value] : changed) c.set_axis(flag, value);
   c.validate();
   const ModelConfig back = ModelConfig::from_hf_config_json(c.hf_config_json(), "config.json");
@@ -102,6 +103,31 @@ TEST(ModelConfig, InvalidCombinationsAreRefusedNamingTheFlag) {
     EXPECT_NE(err.find(c.expect), std::string::npos) << "expected '" << c.expect << "', got '" << err << "'";
     EXPECT_EQ(err.find('\n'), std::string::npos) << "one line: " << err;
   }
+}
+
+// --embed-init-std moves only the embeddings' starting std (Guo et al.'s nn.Embedding N(0, 1)); 0 keeps the
+// fan-in std of every matrix.
+TEST(ModelConfig, EmbedInitStdSetsOnlyTheEmbeddingsStartingStd) {
+  auto stds = [](const std::string& value) {
+    ModelConfig c = tiny();
+    c.set_axis("pos-emb", "learned");
+    c.set_axis("embed-init-std", value);
+    std::vector<std::pair<std::string, double>> out;
+    for (const auto& p : model::param_layout(c, nullptr)) out.emplace_back(p.name, p.init_std);
+    return out;
+  };
+  const auto fan_in = stds("0"), unit = stds("1");
+  ASSERT_EQ(fan_in.size(), unit.size());
+  for (size_t i = 0; i < unit.size(); ++i) {
+    const std::string& name = unit[i].first;
+    if (name == "model.embed_tokens.weight" || name == "model.embed_positions.weight") {
+      EXPECT_EQ(unit[i].second, 1.0) << name;
+      EXPECT_NEAR(fan_in[i].second, std::sqrt(2.0 / (5.0 * 32)), 1e-12) << name;
+    } else {
+      EXPECT_EQ(unit[i].second, fan_in[i].second) << name;
+    }
+  }
+  EXPECT_NE(error_of({{"embed-init-std", "-1"}}).find("--embed-init-std must be >= 0"), std::string::npos);
 }
 
 TEST(ModelConfig, ParamLayoutHasExactlyTheVariantsTensors) {

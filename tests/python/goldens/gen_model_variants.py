@@ -76,7 +76,7 @@ DEFAULT_AXES = {
     "bias-per-head": "true", "k-bias-dims": "0", "fixed-value": "zero", "fixed-value-scale": "1",
     "attn-sim": "exp", "attn-norm": "sum", "qk-kernel": "identity", "attn-alpha": "1", "attn-p": "1",
     "sigmoid-bias": "0", "sigmoid-bias-log-n": "false", "sink-logit": "false", "softmax-plus-one": "false",
-    "attn-gate": "none", "attn-window": "0", "prefix-length": "1",
+    "attn-gate": "none", "attn-window": "0", "prefix-length": "1", "norm-type": "rms", "embed-init-std": "0",
 }
 
 
@@ -113,6 +113,12 @@ FILES = {
         "post_gelu": case({"norm-placement": "post", "ffn": "gelu"}),
         "post_gate": case({"norm-placement": "post", "attn-gate": "elementwise"}),  # the gate reads x_in
         "relative_learned_t1": case({"pos-emb": "relative", **REL}, seq=1),
+        "norm_layer": case({"norm-type": "layer"}),
+        "norm_layer_post": case({"norm-type": "layer", "norm-placement": "post"}),
+        # Guo et al.'s Bigram-Backcopy model: LayerNorm, learned positions, ReLU MLP, one head
+        "norm_layer_bbm": case({"norm-type": "layer", "pos-emb": "learned", "ffn": "relu"}, heads=1),
+        # only the starting point moves: the forward and gradients of given weights are pos_learned's
+        "embed_init_std": case({"embed-init-std": "1", "pos-emb": "learned"}),
     },
     "bias": {
         "sink_token": case({"attn-bias": "sink-token"}),
@@ -182,6 +188,7 @@ class Cfg:
         self.rel_mode, self.buckets, self.max_dist = a["relative-bias"], int(a["relative-buckets"]), int(
             a["relative-max-distance"])
         self.post = a["norm-placement"] == "post"
+        self.layer_norm = a["norm-type"] == "layer"  # LayerNorm with a bias after each gain; else RMSNorm
         self.ffn = a["ffn"]
         self.add_heads = a["head-combine"] == "add"
         self.bias = a["attn-bias"]
@@ -213,7 +220,10 @@ class Cfg:
         nb = H if self.per_head else 1
         for l in range(self.L):
             p = f"model.layers.{l}."
-            out += [(p + "input_layernorm.weight", (d,)), (p + "self_attn.q_proj.weight", (H * dh, d)),
+            out.append((p + "input_layernorm.weight", (d,)))
+            if self.layer_norm:
+                out.append((p + "input_layernorm.bias", (d,)))
+            out += [(p + "self_attn.q_proj.weight", (H * dh, d)),
                     (p + "self_attn.k_proj.weight", (Hkv * dh, d)), (p + "self_attn.v_proj.weight", (Hkv * dh, d))]
             if self.kernel == "mlp":
                 out += [(p + "self_attn.kernel_mlp1.weight", (dh, dh)), (p + "self_attn.kernel_mlp2.weight", (dh, dh))]
@@ -227,11 +237,15 @@ class Cfg:
                 out.append((p + "self_attn.gate_proj.weight", (H if self.gate == "headwise" else H * dh, d)))
             out += [(p + "self_attn.o_proj.weight", (d, dh if self.add_heads else H * dh)),
                     (p + "post_attention_layernorm.weight", (d,))]
+            if self.layer_norm:
+                out.append((p + "post_attention_layernorm.bias", (d,)))
             if self.ffn in ("swiglu", "geglu", "reglu"):
                 out.append((p + "mlp.gate_proj.weight", (F_, d)))
             out += [(p + "mlp.up_proj.weight", (F_, d)), (p + "mlp.down_proj.weight", (d, F_))]
         if not self.post:
             out.append(("model.norm.weight", (d,)))
+            if self.layer_norm:
+                out.append(("model.norm.bias", (d,)))
         out.append(("lm_head.weight", (V, d)))
         return out
 
@@ -255,6 +269,15 @@ def weight_values(name, shape):
 
 def rmsnorm(x, g, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g
+
+
+def norm(cfg, params, prefix, x):
+    """The model's norm named prefix (e.g. model.norm): RMSNorm, or LayerNorm with its bias (--norm-type layer)."""
+    g = params[prefix + ".weight"]
+    if not cfg.layer_norm:
+        return rmsnorm(x, g, cfg.eps)
+    centred = x - x.mean(-1, keepdim=True)
+    return centred * torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + cfg.eps) * g + params[prefix + ".bias"]
 
 
 def rope(x, theta):
@@ -447,17 +470,17 @@ def forward(cfg, params, ids, targets, probs_out=None, return_logits=False, all_
         h = h + params["model.embed_positions.weight"][:Tp][None]
     x = h
     for l in range(cfg.L):
-        g1 = params[f"model.layers.{l}.input_layernorm.weight"]
-        g2 = params[f"model.layers.{l}.post_attention_layernorm.weight"]
+        norm1 = lambda v: norm(cfg, params, f"model.layers.{l}.input_layernorm", v)  # noqa: E731
+        norm2 = lambda v: norm(cfg, params, f"model.layers.{l}.post_attention_layernorm", v)  # noqa: E731
         out = probs_out if (l == 0 or all_layers) else None
         if cfg.post:
-            x_mid = rmsnorm(x + attention(cfg, params, l, x, Tp, out), g1, cfg.eps)
-            x = rmsnorm(x_mid + ffn(cfg, params, l, x_mid), g2, cfg.eps)
+            x_mid = norm1(x + attention(cfg, params, l, x, Tp, out))
+            x = norm2(x_mid + ffn(cfg, params, l, x_mid))
         else:
-            x_mid = x + attention(cfg, params, l, rmsnorm(x, g1, cfg.eps), Tp, out)
-            x = x_mid + ffn(cfg, params, l, rmsnorm(x_mid, g2, cfg.eps))
+            x_mid = x + attention(cfg, params, l, norm1(x), Tp, out)
+            x = x_mid + ffn(cfg, params, l, norm2(x_mid))
     if not cfg.post:
-        x = rmsnorm(x, params["model.norm.weight"], cfg.eps)
+        x = norm(cfg, params, "model.norm", x)
     logits = (x @ params["lm_head.weight"].T)[:, cfg.lead_pos:]  # [B,T,V]
     if return_logits:
         return logits
