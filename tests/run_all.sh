@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs what is missing (env/setup.sh), builds the CPU
 # configuration and runs every C++ (CTest), MPI and Python test; fuzzes every parser of untrusted input
-# for a few seconds each (tests/fuzz/run.sh, clang + libFuzzer / atheris); then compiles the SINKLAB_CUDA=ON
+# for a few seconds each (tests/fuzz/run.sh, clang + libFuzzer / atheris); runs every hand-written CUDA
+# kernel under the CPU emulation (tests/gpu/emulate.sh); then compiles the SINKLAB_CUDA=ON
 # configuration (every CUDA source, warnings as errors) and runs its gpu-labelled tests, which skip
 # without a device.
 set -euo pipefail
@@ -33,6 +34,13 @@ fi
 
 echo "== Fuzzing (tests/fuzz/run.sh: every parser of untrusted input, briefly, from its seeds and regression cases)"
 bash tests/fuzz/run.sh
+
+echo "== CUDA kernels under the CPU emulation (tests/gpu/emulate.sh: every hand-written kernel and the library calls' layouts against the CPU backend; tests/cpp/gpu/README.md)"
+emu_start=$(date +%s)
+JOBS="$jobs" bash tests/gpu/emulate.sh
+# The tool still catches a bug: a planted wrong leading dimension in linear.cu's cuBLASLt layout turns red.
+JOBS="$jobs" bash tests/gpu/emulate.sh --plant lt_ld_a
+echo "   (emulation step: $(( $(date +%s) - emu_start )) s)"
 
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   echo "== CUDA build (SINKLAB_CUDA=ON: compiles every CUDA source with warnings as errors)"

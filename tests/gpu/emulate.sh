@@ -92,12 +92,22 @@ if [ -n "$plant" ]; then
     targets+=("emu_plant_$p")
   done
   say "building ${#targets[@]} planted build(s)"
-  build_targets "${targets[@]}" || exit 1
+  declare -A unbuilt=()  # (a stale binary from an earlier build must not stand in for one that failed now)
+  if ! build_targets "${targets[@]}" > /dev/null; then  # then one by one, to name the ones that do not build
+    for t in "${targets[@]}"; do
+      build_targets "$t" || { unbuilt[$t]=1; say "cannot build $t: its row below says DID NOT BUILD"; }
+    done
+  fi
   status=0
   printf '  %-22s %-26s %-5s %8s  %s\n' plant test result time "first sign"
   for p in "${selected[@]}"; do
     row=$(printf '%s\n' "${rows[@]}" | grep "^$p ")
     read -r _ test filter <<< "$row"
+    if [ -n "${unbuilt[emu_plant_$p]:-}" ] || [ ! -x "$bin/emu_plant_$p" ]; then
+      printf '  %-22s %-26s %-5s %8s  %s\n' "$p" "$test" "-" "" "DID NOT BUILD"
+      status=1
+      continue
+    fi
     start=$(date +%s%N)
     log="$build/emu/plant_$p.log"
     if [ "$test" = test_grad_sync ]; then
