@@ -127,7 +127,8 @@ double global_norm(std::span<const Tensor> grads);
 double clip_grad_norm(std::span<const Tensor> grads, double max_norm);
 
 // ---------------------------------------------------------------------------------------------------
-// The generic attention operation of DESIGN.md, for q [B,T,H,dh] and k, v [B,S,Hkv,dh] (strided
+// The generic attention operation (docs/DESIGN.md, "The generic attention operation"), for q [B,T,H,dh]
+// and k, v [B,S,Hkv,dh] (strided
 // views; H a multiple of Hkv: grouped-query attention), out [B,T,H,dh]. The first lead_keys keys of
 // k/v are "lead keys" (learnable KV / K biases, paper Sec. 7.3 Table 4); the other S - lead_keys = T
 // keys are the positional keys j' = j - lead_keys, aligned with the queries:

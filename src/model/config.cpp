@@ -121,6 +121,8 @@ const std::vector<Axis>& axis_table() {
       int_axis("attn-window", &C::attn_window, "sliding-window attention over w keys (0 = off; Sec. 6)"),
       int_axis("prefix-length", &C::prefix_length,
                "prefix LM: bidirectional prefix of p tokens, loss after it (1 = off; Sec. 6)"),
+      real_axis("embed-init-std", &C::embed_init_std,
+                "std of the embeddings' initial values (0 = fan-in default; 1 = nn.Embedding, Guo et al.)"),
   };
   return table;
 }
@@ -234,6 +236,8 @@ void ModelConfig::validate() const {
   SL_CHECK(prefix_length < context, "--prefix-length must be smaller than --context");
   SL_CHECK(!(attn_window > 0 && attn_bias == AttnBias::sink_token),
            "--attn-window with --attn-bias sink-token is not supported (the window would slide past x*)");
+  SL_CHECK(embed_init_std >= 0 && std::isfinite(embed_init_std), "--embed-init-std must be >= 0 (got %g)",
+           embed_init_std);
   SL_CHECK(attn_p > 0 && std::isfinite(attn_p), "--attn-p must be > 0 (got %g)", attn_p);
   SL_CHECK(attn_alpha > 0 && std::isfinite(attn_alpha), "--attn-alpha must be > 0 (got %g)", attn_alpha);
   ops::AttentionSpec spec = attention_spec();
@@ -327,6 +331,7 @@ std::vector<ParamSpec> param_layout(const ModelConfig& cfg, int64_t* total_eleme
   const double std_matrix = fan_in_std(d);
   const double std_mlp_out = 1.0 / (std::sqrt(double(F)) * cfg.n_layers);
   const double std_bias = 0.02;
+  const double std_embed = cfg.embed_init_std > 0 ? cfg.embed_init_std : std_matrix;
 
   std::vector<ParamSpec> specs;
   int64_t offset = 0;
@@ -349,10 +354,10 @@ std::vector<ParamSpec> param_layout(const ModelConfig& cfg, int64_t* total_eleme
   auto align = [&]() { offset = (offset + 15) / 16 * 16; };
 
   align();
-  add("model.embed_tokens.weight", {V, d}, std_matrix, matrix);
+  add("model.embed_tokens.weight", {V, d}, std_embed, matrix);
   if (cfg.pos_emb == PosEmb::learned) {
     align();
-    add("model.embed_positions.weight", {int64_t(cfg.context) + cfg.lead_positions(), d}, std_matrix, matrix);
+    add("model.embed_positions.weight", {int64_t(cfg.context) + cfg.lead_positions(), d}, std_embed, matrix);
   }
   if (cfg.attn_bias == AttnBias::sink_token) {
     align();

@@ -74,6 +74,9 @@ struct ModelConfig {
   AttnGate attn_gate = AttnGate::none;
   int attn_window = 0;            // > 0: sliding-window attention over this many keys (Sec. 6)
   int prefix_length = 1;          // > 1: prefix LM, bidirectional over the first p tokens, loss after them
+  // > 0: the token (and learned position) embeddings start from normal(0, this) instead of the fan-in std,
+  // e.g. 1 = PyTorch's nn.Embedding, as in Guo et al.'s Bigram-Backcopy models. Only the starting point.
+  double embed_init_std = 0.0;
 
   int kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
   int head_dim() const { return d_model / n_heads; }

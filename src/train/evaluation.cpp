@@ -52,23 +52,11 @@ BbmTask read_bbm_meta(const std::string& path, const ChunkSampler& valid_data) {
   return task;
 }
 
-namespace {
-
-// The validation rows, cut as the training rows are; never shuffled.
-DataConfig validation_data_config(const TrainConfig& cfg) {
-  DataConfig d;
-  d.shards = cfg.valid_data;
-  d.context = cfg.model.context;
-  d.seed = cfg.seed;
-  d.shuffle = false;
-  d.document_rows = cfg.document_rows;
-  return d;
-}
-
-}  // namespace
-
-Evaluator::Evaluator(const TrainConfig& cfg, const dist::World& world, const DataConfig& train_data_config)
-    : cfg_(cfg), world_(world), train_data_config_(train_data_config), valid_data_(validation_data_config(cfg)) {
+Evaluator::Evaluator(const TrainConfig& cfg, const dist::World& world)
+    : cfg_(cfg),
+      world_(world),
+      train_data_config_(data_config(cfg, /*validation=*/false)),
+      valid_data_(data_config(cfg, /*validation=*/true)) {
   if (!cfg.bbm_meta.empty()) bbm_ = read_bbm_meta(cfg.bbm_meta, valid_data_);
   const int64_t rows = cfg.micro_batch_rows, C = cfg.model.context;
   inputs_buf_ = Buffer::for_tensor(DType::i32, {rows, C});

@@ -54,9 +54,8 @@ struct Evaluation {
 
 class Evaluator {
  public:
-  // The validation data (--valid-data, as the training rows are cut) and, for the intervened probe,
-  // the training data's interventions.
-  Evaluator(const TrainConfig& cfg, const dist::World& world, const DataConfig& train_data_config);
+  // Opens the validation data (--valid-data, cut as the training rows are) and --bbm-meta.
+  Evaluator(const TrainConfig& cfg, const dist::World& world);
   const ChunkSampler& valid_data() const { return valid_data_; }
 
   // One evaluation of `model`; `on_model_device(host_ids, slot)` gives the model's view of a host batch.
@@ -72,7 +71,7 @@ class Evaluator {
   std::vector<uint8_t> marked_keys(const Tensor& probe_inputs) const;
   const TrainConfig& cfg_;
   const dist::World& world_;
-  DataConfig train_data_config_;
+  DataConfig train_data_config_;  // the interventions the intervened probe applies
   ChunkSampler valid_data_;
   std::optional<BbmTask> bbm_;
   Buffer inputs_buf_, targets_buf_, losses_buf_, probe_buf_;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/config.hpp"
+#include "train/data.hpp"
 
 namespace sinklab::train {
 
@@ -78,6 +79,10 @@ struct TrainConfig {
   std::string config_text;   // the effective configuration as ini text (stored in results)
   std::string command_line;
 };
+
+// The data loader's settings of a run: the training stream (shuffled, within --max-train-tokens, with the
+// data interventions of Sec. 5) or the validation rows (--valid-data in order, as they are).
+DataConfig data_config(const TrainConfig& cfg, bool validation);
 
 // Whether the evaluation schedule (--eval-every, --eval-every-after) evaluates after n_done steps (the
 // last step always is, by the trainer).

@@ -19,6 +19,12 @@ namespace {
 
 using Acc = double;
 
+// A tensor that must have in's shape and dtype (out, d_out, d_in).
+void check_like_in(const Tensor& t, const Tensor& in, const char* op, const char* name) {
+  cpu::check_same_shape(t, in, op, name, "in");
+  SL_CHECK(t.dtype == in.dtype, "%s: %s and in differ in dtype", op, name);
+}
+
 // Parameter gradients: dparam[c] += sum over rows of term(row, c), for one or two parameters at once.
 // Rows would race on dparam, so each thread owns a block of columns and walks all rows (in order, so the
 // sums do not depend on the thread count), accumulating in double before one += into the tensor.
@@ -95,8 +101,7 @@ void layernorm_row_forward(T* out, Acc* mean_out, Acc* rstd_out, const T* x, con
 // RMSNorm. in/out [*, d] (rows may be strided); weight [d] or undefined; rstd [*] written.
 void CpuBackend::rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor weight, double eps) {
   const char* op = "rmsnorm_forward";
-  cpu::check_same_shape(out, in, op, "out", "in");
-  SL_CHECK(out.dtype == in.dtype, "%s: out and in differ in dtype", op);
+  check_like_in(out, in, op, "out");
   TensorRows ri = rows_of(in, op, "in"), ro = rows_of(out, op, "out");
   check_norm_operands(op, ri, {{rstd, "rstd"}}, {{weight, "weight"}},
                       [&](const Tensor& t, const char* arg) { check_dtype(t, in.dtype, op, arg); });
@@ -116,8 +121,7 @@ void CpuBackend::rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor weig
 // undefined; must be undefined when weight is).
 void CpuBackend::rmsnorm_backward(Tensor d_in, Tensor d_weight, Tensor d_out, Tensor in, Tensor weight, Tensor rstd) {
   const char* op = "rmsnorm_backward";
-  cpu::check_same_shape(d_out, in, op, "d_out", "in");
-  SL_CHECK(d_out.dtype == in.dtype, "%s: d_out and in differ in dtype", op);
+  check_like_in(d_out, in, op, "d_out");
   TensorRows ri = rows_of(in, op, "in"), rg = rows_of(d_out, op, "d_out");
   check_norm_operands(op, ri, {{rstd, "rstd"}}, {{weight, "weight"}, {d_weight, "d_weight"}},
                       [&](const Tensor& t, const char* arg) { check_dtype(t, in.dtype, op, arg); });
@@ -137,8 +141,7 @@ void CpuBackend::rmsnorm_backward(Tensor d_in, Tensor d_weight, Tensor d_out, Te
                               });
     }
     if (d_in.defined()) {
-      cpu::check_same_shape(d_in, in, op, "d_in", "in");
-      SL_CHECK(d_in.dtype == in.dtype, "%s: d_in and in differ in dtype", op);
+      check_like_in(d_in, in, op, "d_in");
       TensorRows rd = rows_of(d_in, op, "d_in");
 #pragma omp parallel for schedule(static) if (ri.rows * ri.cols > 16384)
       for (int64_t r = 0; r < ri.rows; ++r)
@@ -153,8 +156,7 @@ void CpuBackend::rmsnorm_backward(Tensor d_in, Tensor d_weight, Tensor d_out, Te
 void CpuBackend::layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight, Tensor bias,
                                    double eps) {
   const char* op = "layernorm_forward";
-  cpu::check_same_shape(out, in, op, "out", "in");
-  SL_CHECK(out.dtype == in.dtype, "%s: out and in differ in dtype", op);
+  check_like_in(out, in, op, "out");
   TensorRows ri = rows_of(in, op, "in"), ro = rows_of(out, op, "out");
   check_norm_operands(op, ri, {{mean, "mean"}, {rstd, "rstd"}}, {{weight, "weight"}, {bias, "bias"}},
                       [&](const Tensor& t, const char* arg) { check_dtype(t, in.dtype, op, arg); });
@@ -178,8 +180,7 @@ void CpuBackend::layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor 
 void CpuBackend::layernorm_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, Tensor d_out, Tensor in,
                                     Tensor weight, Tensor mean, Tensor rstd) {
   const char* op = "layernorm_backward";
-  cpu::check_same_shape(d_out, in, op, "d_out", "in");
-  SL_CHECK(d_out.dtype == in.dtype, "%s: d_out and in differ in dtype", op);
+  check_like_in(d_out, in, op, "d_out");
   TensorRows ri = rows_of(in, op, "in"), rg = rows_of(d_out, op, "d_out");
   check_norm_operands(op, ri, {{mean, "mean"}, {rstd, "rstd"}},
                       {{weight, "weight"}, {d_weight, "d_weight"}, {d_bias, "d_bias"}},
@@ -205,8 +206,7 @@ void CpuBackend::layernorm_backward(Tensor d_in, Tensor d_weight, Tensor d_bias,
                               });
     }
     if (d_in.defined()) {
-      cpu::check_same_shape(d_in, in, op, "d_in", "in");
-      SL_CHECK(d_in.dtype == in.dtype, "%s: d_in and in differ in dtype", op);
+      check_like_in(d_in, in, op, "d_in");
       TensorRows rd = rows_of(d_in, op, "d_in");
 #pragma omp parallel for schedule(static) if (ri.rows * ri.cols > 16384)
       for (int64_t r = 0; r < ri.rows; ++r)
