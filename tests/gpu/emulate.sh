@@ -12,7 +12,8 @@
 #                                             test_emu_standins); gtest arguments after --
 #   tests/gpu/emulate.sh --plant NAME         build NAME's planted bug (tests/gpu/emu/rewrite_cu.py), run its
 #                                             test, and succeed only when the test FAILS (turns red)
-#   tests/gpu/emulate.sh --plant all          every planted bug; a table of the results
+#   tests/gpu/emulate.sh --plant A,B,...      these planted bugs; a table of the results
+#   tests/gpu/emulate.sh --plant all          every planted bug
 #   tests/gpu/emulate.sh --list               the planted bugs
 #
 # Needs the CPU build configured with the tests (build/, or SINKLAB_BUILD_DIR); builds its targets there
@@ -34,10 +35,10 @@ tests=()
 gtest_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --plant) plant=${2:?--plant needs a name or all}; shift 2 ;;
+    --plant) plant=${2:?--plant needs a name, names joined by commas, or all}; shift 2 ;;
     --list) python3 "$rewrite" --describe; exit 0 ;;
     --) shift; gtest_args=("$@"); break ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) tests+=("$1"); shift ;;
   esac
 done
@@ -85,7 +86,7 @@ if [ -n "$plant" ]; then
   mapfile -t rows < <(python3 "$rewrite" --filter)
   names=()
   for r in "${rows[@]}"; do names+=("${r%% *}"); done
-  if [ "$plant" = all ]; then selected=("${names[@]}"); else selected=("$plant"); fi
+  if [ "$plant" = all ]; then selected=("${names[@]}"); else IFS=, read -r -a selected <<< "$plant"; fi
   targets=()
   for p in "${selected[@]}"; do
     printf '%s\n' "${names[@]}" | grep -qx "$p" || { say "no planted bug named $p (--list)"; exit 1; }
