@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs what is missing (env/setup.sh), builds the CPU
 # configuration and runs every C++ (CTest), MPI and Python test; fuzzes every parser of untrusted input
-# for a few seconds each (tests/fuzz/run.sh, clang + libFuzzer / atheris); then compiles the SINKLAB_CUDA=ON
+# for a few seconds each (tests/fuzz/run.sh, clang + libFuzzer / atheris); runs every hand-written CUDA
+# kernel under the CPU emulation (tests/gpu/emulate.sh); then compiles the SINKLAB_CUDA=ON
 # configuration (every CUDA source, warnings as errors) and runs its gpu-labelled tests, which skip
 # without a device.
 set -euo pipefail
@@ -33,6 +34,19 @@ fi
 
 echo "== Fuzzing (tests/fuzz/run.sh: every parser of untrusted input, briefly, from its seeds and regression cases)"
 bash tests/fuzz/run.sh
+
+echo "== CUDA kernels under the CPU emulation (tests/gpu/emulate.sh: every hand-written kernel and the library calls' layouts against the CPU backend; tests/cpp/gpu/README.md)"
+emu_start=$(date +%s)
+JOBS="$jobs" bash tests/gpu/emulate.sh
+# The tool still catches bugs: one planted bug per kernel file must turn its test red (tests/cpp/gpu/README.md
+# lists all 56; `--plant all` builds each planted copy one after another, about half a minute each on two
+# cores, too long for CI). memory.cu: a block tree without its barrier; elementwise.cu: AdamW's m store;
+# embedding.cu: the sort's row values; norms.cu: the warp butterfly; rope.cu: backward's sin sign;
+# cross_entropy.cu: the block tree; linear.cu: a wrong cuBLASLt leading dimension; attention.cu: the block
+# reduction's barrier; attention_flash.cu: the row sum's partner lane; attention_cudnn.cpp: swapped strides in
+# the cuDNN graph; nccl.cu: the reduce-scatter offset; mamba.cu: index_add_rows' sort values.
+JOBS="$jobs" bash tests/gpu/emulate.sh --plant reduce_tree_sync,adamw_m_store,embedding_keys_rows,norm_shuffle,rope_sin_sign,ce_tree_half,lt_ld_a,attn_reduce_sync,flash_lane_pairs,cudnn_stride,nccl_reduce_offset,index_keys_rows
+echo "   (emulation step: $(( $(date +%s) - emu_start )) s)"
 
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   echo "== CUDA build (SINKLAB_CUDA=ON: compiles every CUDA source with warnings as errors)"

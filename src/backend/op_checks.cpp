@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "backend/attention_math.hpp"
 
@@ -172,6 +173,128 @@ void check_attention_probs(const Tensor& probs, const AttentionDims& d, const Te
 
 double attention_scale(const ops::AttentionSpec& spec, int64_t dh) {
   return spec.scale > 0.0 ? spec.scale : 1.0 / std::sqrt(double(dh));
+}
+
+// ---- state-space (Mamba) and mixture-of-experts ops --------------------------------------------------
+
+bool tensors_overlap(const Tensor& a, const Tensor& b) {
+  if (a.numel() == 0 || b.numel() == 0) return false;
+  auto span = [](const Tensor& t) {
+    int64_t last = 0;
+    for (int d = 0; d < t.ndim; ++d) last += (t.shape[d] - 1) * t.stride[d];
+    const char* p = static_cast<const char*>(t.data);
+    return std::pair<const char*, const char*>(p, p + (last + 1) * int64_t(dtype_size(t.dtype)));
+  };
+  auto [a0, a1] = span(a);
+  auto [b0, b1] = span(b);
+  return a0 < b1 && b0 < a1;
+}
+
+// A [B,T,C] operand: three dims, contiguous last dim, any strides on the first two.
+static void check_btc(const Tensor& t, int64_t B, int64_t T, int64_t C, DType dt, const char* op, const char* arg) {
+  SL_CHECK(t.defined(), "%s: %s is required", op, arg);
+  check_dtype(t, dt, op, arg);
+  SL_CHECK(t.ndim == 3 && t.shape[0] == B && t.shape[1] == T && t.shape[2] == C,
+           "%s: %s %s must be [%lld,%lld,%lld]", op, arg, t.shape_str().c_str(), (long long)B, (long long)T,
+           (long long)C);
+  SL_CHECK(t.stride[2] == 1 || C == 1, "%s: the last dimension of %s must be contiguous", op, arg);
+}
+
+// A per-channel parameter [n] (bias, D, dt_bias, scale); undefined (absent) is allowed.
+static void check_vector(const Tensor& t, int64_t n, DType dt, const char* op, const char* arg) {
+  if (!t.defined()) return;
+  check_dtype(t, dt, op, arg);
+  SL_CHECK(t.ndim == 1 && t.shape[0] == n && (t.stride[0] == 1 || n == 1), "%s: %s %s must be contiguous [%lld]", op,
+           arg, t.shape_str().c_str(), (long long)n);
+}
+
+// A contiguous matrix [rows, cols] (conv weight, A).
+static void check_matrix(const Tensor& t, int64_t rows, int64_t cols, DType dt, const char* op, const char* arg) {
+  SL_CHECK(t.defined(), "%s: %s is required", op, arg);
+  check_dtype(t, dt, op, arg);
+  SL_CHECK(t.ndim == 2 && t.shape[0] == rows && t.shape[1] == cols && t.is_contiguous(),
+           "%s: %s %s must be contiguous [%lld,%lld]", op, arg, t.shape_str().c_str(), (long long)rows,
+           (long long)cols);
+}
+
+Conv1dDims check_causal_conv1d(const Tensor& out, const Tensor& in, const Tensor& weight, const Tensor& bias) {
+  const char* op = "causal_conv1d_forward";
+  SL_CHECK(in.defined() && in.ndim == 3, "%s: in must be [B,T,C], got %s", op, in.shape_str().c_str());
+  Conv1dDims d;
+  d.B = in.shape[0];
+  d.T = in.shape[1];
+  d.C = in.shape[2];
+  check_btc(in, d.B, d.T, d.C, in.dtype, op, "in");
+  check_btc(out, d.B, d.T, d.C, in.dtype, op, "out");
+  SL_CHECK(weight.defined() && weight.ndim == 2 && weight.shape[1] >= 1, "%s: weight must be [C,K], got %s", op,
+           weight.shape_str().c_str());
+  d.K = weight.shape[1];
+  check_matrix(weight, d.C, d.K, in.dtype, op, "weight");
+  check_vector(bias, d.C, in.dtype, op, "bias");
+  SL_CHECK(!tensors_overlap(out, in), "%s: out must not overlap in (each output reads K past inputs)", op);
+  return d;
+}
+
+ScanDims check_selective_scan(const Tensor& y, const Tensor& x, const Tensor& dt, const Tensor& A_log, const Tensor& B,
+                              const Tensor& C, const Tensor& D, const Tensor& dt_bias) {
+  const char* op = "selective_scan_forward";
+  SL_CHECK(x.defined() && x.ndim == 3, "%s: x must be [B,T,Di], got %s", op, x.shape_str().c_str());
+  SL_CHECK(A_log.defined() && A_log.ndim == 2, "%s: A_log must be [Di,N], got %s", op, A_log.shape_str().c_str());
+  ScanDims d;
+  d.B = x.shape[0];
+  d.T = x.shape[1];
+  d.Di = x.shape[2];
+  d.N = A_log.shape[1];
+  const DType dtp = x.dtype;
+  check_btc(x, d.B, d.T, d.Di, dtp, op, "x");
+  check_btc(dt, d.B, d.T, d.Di, dtp, op, "dt");
+  check_btc(y, d.B, d.T, d.Di, dtp, op, "y");
+  check_matrix(A_log, d.Di, d.N, dtp, op, "A_log");
+  check_btc(B, d.B, d.T, d.N, dtp, op, "B");
+  check_btc(C, d.B, d.T, d.N, dtp, op, "C");
+  check_vector(D, d.Di, dtp, op, "D");
+  check_vector(dt_bias, d.Di, dtp, op, "dt_bias");
+  // y is written at (b,t,d) right after x and dt are read there, so it may be x or dt itself, but not a
+  // shifted view of them, nor overlap B or C (read for every d).
+  for (auto [t, name] : {std::pair<const Tensor*, const char*>{&x, "x"}, {&dt, "dt"}})
+    SL_CHECK(!tensors_overlap(y, *t) || (y.data == t->data && y.stride == t->stride),
+             "%s: y overlaps %s without being it", op, name);
+  SL_CHECK(!tensors_overlap(y, B) && !tensors_overlap(y, C), "%s: y must not overlap B or C", op);
+  return d;
+}
+
+int64_t check_moe_router_topk(const Tensor& top_weights, const Tensor& top_experts, const Tensor& logits) {
+  const char* op = "moe_router_topk";
+  SL_CHECK(logits.defined() && logits.ndim == 2 && logits.is_contiguous(), "%s: logits must be contiguous [N,E], got %s",
+           op, logits.shape_str().c_str());
+  const int64_t N = logits.shape[0], E = logits.shape[1];
+  SL_CHECK(top_weights.defined() && top_weights.ndim == 2 && top_weights.is_contiguous() && top_weights.shape[0] == N,
+           "%s: top_weights %s must be contiguous [N=%lld,k]", op, top_weights.shape_str().c_str(), (long long)N);
+  const int64_t k = top_weights.shape[1];
+  SL_CHECK(k >= 1 && k <= E && E >= 1, "%s: k = %lld must be in [1, E = %lld]", op, (long long)k, (long long)E);
+  check_dtype(top_weights, logits.dtype, op, "top_weights");
+  check_dtype(top_experts, DType::i32, op, "top_experts");
+  SL_CHECK(top_experts.is_contiguous() && top_experts.ndim == 2 && top_experts.shape[0] == N && top_experts.shape[1] == k,
+           "%s: top_experts %s must be contiguous [%lld,%lld]", op, top_experts.shape_str().c_str(), (long long)N,
+           (long long)k);
+  return k;
+}
+
+IndexAddRows check_index_add_rows(const Tensor& out, const Tensor& src, const Tensor& index, const Tensor& scale) {
+  const char* op = "index_add_rows";
+  SL_CHECK(out.defined() && out.ndim == 2, "%s: out must be [N,d], got %s", op, out.shape_str().c_str());
+  SL_CHECK(src.defined() && src.ndim == 2, "%s: src must be [M,d], got %s", op, src.shape_str().c_str());
+  SL_CHECK(src.dtype == out.dtype, "%s: src and out differ in dtype", op);
+  IndexAddRows r{rows_of(out, op, "out"), rows_of(src, op, "src")};
+  SL_CHECK(r.out.cols == r.src.cols, "%s: out %s and src %s differ in width", op, out.shape_str().c_str(),
+           src.shape_str().c_str());
+  const int64_t M = r.src.rows;
+  check_dtype(index, DType::i32, op, "index");
+  SL_CHECK(index.is_contiguous() && index.numel() == M, "%s: index %s must be contiguous with %lld elements", op,
+           index.shape_str().c_str(), (long long)M);
+  check_vector(scale, M, out.dtype, op, "scale");
+  SL_CHECK(!tensors_overlap(out, src), "%s: src must not overlap out", op);
+  return r;
 }
 
 }  // namespace sinklab

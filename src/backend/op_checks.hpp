@@ -135,4 +135,35 @@ AttentionDims check_attention_backward_args(const char* op, const Tensor& d_q, c
 // The score scale: spec.scale, or 1/sqrt(dh) when it is 0.
 double attention_scale(const ops::AttentionSpec& spec, int64_t dh);
 
+// True when the element ranges spanned by two views overlap (empty views overlap nothing). Pointer
+// arithmetic only: works for device tensors too.
+bool tensors_overlap(const Tensor& a, const Tensor& b);
+
+// The state-space (Mamba) and mixture-of-experts ops' operands (ops.hpp), as both backends check them
+// (each backend then checks its own dtypes and devices). Every operand has the dtype of the first input
+// (in, x, logits, out).
+//   causal_conv1d_forward: in, out [B,T,C] (contiguous last dim, out not overlapping in), weight [C,K]
+//   contiguous, bias [C] contiguous or undefined.
+struct Conv1dDims {
+  int64_t B = 0, T = 0, C = 0, K = 0;
+};
+Conv1dDims check_causal_conv1d(const Tensor& out, const Tensor& in, const Tensor& weight, const Tensor& bias);
+//   selective_scan_forward: x, dt, y [B,T,Di], A_log [Di,N] contiguous, B, C [B,T,N], D, dt_bias [Di] or
+//   undefined; y may be x or dt themselves but overlaps nothing else.
+struct ScanDims {
+  int64_t B = 0, T = 0, Di = 0, N = 0;
+};
+ScanDims check_selective_scan(const Tensor& y, const Tensor& x, const Tensor& dt, const Tensor& A_log, const Tensor& B,
+                              const Tensor& C, const Tensor& D, const Tensor& dt_bias);
+//   moe_router_topk: logits [N,E] contiguous, top_weights [N,k] contiguous in logits' dtype, top_experts
+//   i32 [N,k] contiguous, 1 <= k <= E. Returns k.
+int64_t check_moe_router_topk(const Tensor& top_weights, const Tensor& top_experts, const Tensor& logits);
+//   index_add_rows: out [N,d], src [M,d] (rows, contiguous last dim) of one dtype, not overlapping; index
+//   i32 contiguous with M elements; scale [M] or undefined. (The index values are data: the CPU checks them
+//   before it runs, the CUDA kernel where it reads them.) Returns the rows of out and src.
+struct IndexAddRows {
+  TensorRows out, src;
+};
+IndexAddRows check_index_add_rows(const Tensor& out, const Tensor& src, const Tensor& index, const Tensor& scale);
+
 }  // namespace sinklab

@@ -7,9 +7,9 @@
 // SINKLAB_OPS(OP, CPU_ONLY_OP) calls OP or CPU_ONLY_OP once per op, in ops.hpp's order, with
 //   (return type, name, (parameters), (arguments))
 // OP for the ops both backends implement, CPU_ONLY_OP for those the CUDA backend has no kernel for yet
-// (they keep the default that throws). Adding an op: its documented declaration in ops.hpp, one line
-// here, its kernels (CpuBackend::<name> in cpu/*.cpp; for an OP line CudaBackend::<name> in cuda/*.cu),
-// argument checks both kernels share in op_checks.hpp, and its tests.
+// (they keep the default that throws; none at present). Adding an op: its documented declaration in
+// ops.hpp, one line here, its kernels (CpuBackend::<name> in cpu/*.cpp; for an OP line
+// CudaBackend::<name> in cuda/*.cu), argument checks both kernels share in op_checks.hpp, and its tests.
 #pragma once
 
 #define SINKLAB_OPS(OP, CPU_ONLY_OP)                                                                            \
@@ -75,16 +75,13 @@
       Tensor stats, const AttentionSpec& spec),                                                                 \
      (d_q, d_k, d_v, d_out, q, k, v, out, stats, spec))                                                         \
   OP(void, attention_probs, (Tensor probs, Tensor q, Tensor k, const AttentionSpec& spec), (probs, q, k, spec)) \
-  /* State-space (Mamba) layers and mixture-of-experts routing: cpu/mamba.cpp */                                \
-  CPU_ONLY_OP(void, causal_conv1d_forward, (Tensor out, Tensor in, Tensor weight, Tensor bias),                 \
-              (out, in, weight, bias))                                                                          \
-  CPU_ONLY_OP(void, selective_scan_forward,                                                                     \
-              (Tensor y, Tensor x, Tensor dt, Tensor A_log, Tensor B, Tensor C, Tensor D, Tensor dt_bias,       \
-               bool dt_softplus),                                                                               \
-              (y, x, dt, A_log, B, C, D, dt_bias, dt_softplus))                                                 \
-  CPU_ONLY_OP(void, moe_router_topk, (Tensor top_weights, Tensor top_experts, Tensor logits),                   \
-              (top_weights, top_experts, logits))                                                               \
-  CPU_ONLY_OP(void, index_add_rows, (Tensor out, Tensor src, Tensor index, Tensor scale), (out, src, index, scale))
+  /* State-space (Mamba) layers and mixture-of-experts routing: cpu/mamba.cpp, cuda/mamba.cu */                \
+  OP(void, causal_conv1d_forward, (Tensor out, Tensor in, Tensor weight, Tensor bias), (out, in, weight, bias)) \
+  OP(void, selective_scan_forward,                                                                              \
+     (Tensor y, Tensor x, Tensor dt, Tensor A_log, Tensor B, Tensor C, Tensor D, Tensor dt_bias, bool dt_softplus), \
+     (y, x, dt, A_log, B, C, D, dt_bias, dt_softplus))                                                          \
+  OP(void, moe_router_topk, (Tensor top_weights, Tensor top_experts, Tensor logits), (top_weights, top_experts, logits)) \
+  OP(void, index_add_rows, (Tensor out, Tensor src, Tensor index, Tensor scale), (out, src, index, scale))
 
 // A backend's own declarations: SINKLAB_OPS(SINKLAB_OP_OVERRIDE, SINKLAB_OP_OVERRIDE) in its class declares
 // every op; SINKLAB_OP_INHERITED in the CPU_ONLY_OP slot leaves those ops to the Backend default.

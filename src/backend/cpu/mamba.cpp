@@ -5,12 +5,12 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <utility>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/cpu_common.hpp"
 #include "backend/mamba_math.hpp"
+#include "backend/op_checks.hpp"
 
 namespace sinklab {
 
@@ -20,47 +20,6 @@ namespace {
 
 using Acc = double;
 
-// A [B,T,C] operand: three dims, contiguous last dim, any strides on the first two.
-void check_btc(const Tensor& t, int64_t B, int64_t T, int64_t C, DType dt, const char* op, const char* arg) {
-  SL_CHECK(t.defined(), "%s: %s is required", op, arg);
-  check_dtype(t, dt, op, arg);
-  SL_CHECK(t.ndim == 3 && t.shape[0] == B && t.shape[1] == T && t.shape[2] == C,
-           "%s: %s %s must be [%lld,%lld,%lld]", op, arg, t.shape_str().c_str(), (long long)B, (long long)T,
-           (long long)C);
-  SL_CHECK(t.stride[2] == 1 || C == 1, "%s: the last dimension of %s must be contiguous", op, arg);
-}
-
-// A per-channel parameter [n] (bias, D, dt_bias, scale); undefined (absent) is allowed.
-void check_vector(const Tensor& t, int64_t n, DType dt, const char* op, const char* arg) {
-  if (!t.defined()) return;
-  check_dtype(t, dt, op, arg);
-  SL_CHECK(t.ndim == 1 && t.shape[0] == n && (t.stride[0] == 1 || n == 1), "%s: %s %s must be contiguous [%lld]", op,
-           arg, t.shape_str().c_str(), (long long)n);
-}
-
-// A contiguous matrix [rows, cols] (conv weight, A).
-void check_matrix(const Tensor& t, int64_t rows, int64_t cols, DType dt, const char* op, const char* arg) {
-  SL_CHECK(t.defined(), "%s: %s is required", op, arg);
-  check_dtype(t, dt, op, arg);
-  SL_CHECK(t.ndim == 2 && t.shape[0] == rows && t.shape[1] == cols && t.is_contiguous(),
-           "%s: %s %s must be contiguous [%lld,%lld]", op, arg, t.shape_str().c_str(), (long long)rows,
-           (long long)cols);
-}
-
-// True when the byte ranges spanned by two views overlap (empty views overlap nothing).
-bool overlaps(const Tensor& a, const Tensor& b) {
-  if (a.numel() == 0 || b.numel() == 0) return false;
-  auto span = [](const Tensor& t) {
-    int64_t last = 0;
-    for (int d = 0; d < t.ndim; ++d) last += (t.shape[d] - 1) * t.stride[d];
-    const char* p = static_cast<const char*>(t.data);
-    return std::pair<const char*, const char*>(p, p + (last + 1) * int64_t(dtype_size(t.dtype)));
-  };
-  auto [a0, a1] = span(a);
-  auto [b0, b1] = span(b);
-  return a0 < b1 && b0 < a1;
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------
@@ -69,16 +28,8 @@ bool overlaps(const Tensor& a, const Tensor& b) {
 // row reads K input rows.
 void CpuBackend::causal_conv1d_forward(Tensor out, Tensor in, Tensor weight, Tensor bias) {
   const char* op = "causal_conv1d_forward";
-  SL_CHECK(in.defined() && in.ndim == 3, "%s: in must be [B,T,C], got %s", op, in.shape_str().c_str());
-  const int64_t B = in.shape[0], T = in.shape[1], C = in.shape[2];
-  check_btc(in, B, T, C, in.dtype, op, "in");
-  check_btc(out, B, T, C, in.dtype, op, "out");
-  SL_CHECK(weight.defined() && weight.ndim == 2 && weight.shape[1] >= 1, "%s: weight must be [C,K], got %s", op,
-           weight.shape_str().c_str());
-  const int64_t K = weight.shape[1];
-  check_matrix(weight, C, K, in.dtype, op, "weight");
-  check_vector(bias, C, in.dtype, op, "bias");
-  SL_CHECK(!overlaps(out, in), "%s: out must not overlap in (each output reads K past inputs)", op);
+  const Conv1dDims dims = check_causal_conv1d(out, in, weight, bias);  // op_checks.hpp, shared with CUDA
+  const int64_t B = dims.B, T = dims.T, C = dims.C, K = dims.K;
   dispatch_float(in.dtype, op, [&](auto zero) {
     using F = decltype(zero);
     const F* w = weight.ptr<F>();
@@ -101,25 +52,9 @@ void CpuBackend::causal_conv1d_forward(Tensor out, Tensor in, Tensor weight, Ten
 void CpuBackend::selective_scan_forward(Tensor y, Tensor x, Tensor dt, Tensor A_log, Tensor B, Tensor C, Tensor D,
                                         Tensor dt_bias, bool dt_softplus) {
   const char* op = "selective_scan_forward";
-  SL_CHECK(x.defined() && x.ndim == 3, "%s: x must be [B,T,Di], got %s", op, x.shape_str().c_str());
-  const int64_t Bn = x.shape[0], T = x.shape[1], Di = x.shape[2];
-  SL_CHECK(A_log.defined() && A_log.ndim == 2, "%s: A_log must be [Di,N], got %s", op, A_log.shape_str().c_str());
-  const int64_t N = A_log.shape[1];
+  const ScanDims dims = check_selective_scan(y, x, dt, A_log, B, C, D, dt_bias);  // op_checks.hpp
+  const int64_t Bn = dims.B, T = dims.T, Di = dims.Di, N = dims.N;
   const DType dtp = x.dtype;
-  check_btc(x, Bn, T, Di, dtp, op, "x");
-  check_btc(dt, Bn, T, Di, dtp, op, "dt");
-  check_btc(y, Bn, T, Di, dtp, op, "y");
-  check_matrix(A_log, Di, N, dtp, op, "A_log");
-  check_btc(B, Bn, T, N, dtp, op, "B");
-  check_btc(C, Bn, T, N, dtp, op, "C");
-  check_vector(D, Di, dtp, op, "D");
-  check_vector(dt_bias, Di, dtp, op, "dt_bias");
-  // y is written at (b,t,d) right after x and dt are read there, so it may be x or dt itself, but not a
-  // shifted view of them, nor overlap B or C (read for every d).
-  for (auto [t, name] : {std::pair<const Tensor*, const char*>{&x, "x"}, {&dt, "dt"}})
-    SL_CHECK(!overlaps(y, *t) || (y.data == t->data && y.stride == t->stride), "%s: y overlaps %s without being it",
-             op, name);
-  SL_CHECK(!overlaps(y, B) && !overlaps(y, C), "%s: y must not overlap B or C", op);
   dispatch_float(dtp, op, [&](auto zero) {
     using F = decltype(zero);
     const F* a_log = A_log.ptr<F>();
@@ -151,18 +86,8 @@ void CpuBackend::selective_scan_forward(Tensor y, Tensor x, Tensor dt, Tensor A_
 // Top-k router. logits [N,E]; top_weights [N,k]; top_experts i32 [N,k]. Rows in parallel.
 void CpuBackend::moe_router_topk(Tensor top_weights, Tensor top_experts, Tensor logits) {
   const char* op = "moe_router_topk";
-  SL_CHECK(logits.defined() && logits.ndim == 2 && logits.is_contiguous(), "%s: logits must be contiguous [N,E], got %s",
-           op, logits.shape_str().c_str());
+  const int64_t k = check_moe_router_topk(top_weights, top_experts, logits);  // op_checks.hpp
   const int64_t N = logits.shape[0], E = logits.shape[1];
-  SL_CHECK(top_weights.defined() && top_weights.ndim == 2 && top_weights.is_contiguous() && top_weights.shape[0] == N,
-           "%s: top_weights %s must be contiguous [N=%lld,k]", op, top_weights.shape_str().c_str(), (long long)N);
-  const int64_t k = top_weights.shape[1];
-  SL_CHECK(k >= 1 && k <= E && E >= 1, "%s: k = %lld must be in [1, E = %lld]", op, (long long)k, (long long)E);
-  check_dtype(top_weights, logits.dtype, op, "top_weights");
-  check_dtype(top_experts, DType::i32, op, "top_experts");
-  SL_CHECK(top_experts.is_contiguous() && top_experts.ndim == 2 && top_experts.shape[0] == N && top_experts.shape[1] == k,
-           "%s: top_experts %s must be contiguous [%lld,%lld]", op, top_experts.shape_str().c_str(), (long long)N,
-           (long long)k);
   dispatch_float(logits.dtype, op, [&](auto zero) {
     using F = decltype(zero);
 #pragma omp parallel for schedule(static) if (N * E > 16384)
@@ -178,22 +103,13 @@ void CpuBackend::moe_router_topk(Tensor top_weights, Tensor top_experts, Tensor 
 // owns a block of columns and walks all m in order (bitwise independent of the thread count).
 void CpuBackend::index_add_rows(Tensor out, Tensor src, Tensor index, Tensor scale) {
   const char* op = "index_add_rows";
-  SL_CHECK(out.defined() && out.ndim == 2, "%s: out must be [N,d], got %s", op, out.shape_str().c_str());
-  SL_CHECK(src.defined() && src.ndim == 2, "%s: src must be [M,d], got %s", op, src.shape_str().c_str());
-  SL_CHECK(src.dtype == out.dtype, "%s: src and out differ in dtype", op);
-  TensorRows ro = rows_of(out, op, "out"), rs = rows_of(src, op, "src");
-  SL_CHECK(ro.cols == rs.cols, "%s: out %s and src %s differ in width", op, out.shape_str().c_str(),
-           src.shape_str().c_str());
+  const IndexAddRows rows = check_index_add_rows(out, src, index, scale);  // op_checks.hpp
+  const TensorRows &ro = rows.out, &rs = rows.src;
   const int64_t M = rs.rows;
-  check_dtype(index, DType::i32, op, "index");
-  SL_CHECK(index.is_contiguous() && index.numel() == M, "%s: index %s must be contiguous with %lld elements", op,
-           index.shape_str().c_str(), (long long)M);
-  check_vector(scale, M, out.dtype, op, "scale");
   const int32_t* idx = index.ptr<int32_t>();
   for (int64_t m = 0; m < M; ++m)
     SL_CHECK(idx[m] >= 0 && idx[m] < ro.rows, "%s: index %d at %lld is out of range [0, %lld)", op, idx[m],
              (long long)m, (long long)ro.rows);
-  SL_CHECK(!overlaps(out, src), "%s: src must not overlap out", op);
   dispatch_float(out.dtype, op, [&](auto zero) {
     using F = decltype(zero);
     const F* s = scale.defined() ? scale.ptr<F>() : nullptr;

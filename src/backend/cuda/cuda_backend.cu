@@ -1,5 +1,6 @@
 // CUDA backend: devices, streams, allocation, scratch buffers and the data errors kernels record. The
-// ops live in memory.cu, elementwise.cu, linear.cu, embedding.cu, norms.cu, rope.cu, cross_entropy.cu.
+// ops live in memory.cu, elementwise.cu, linear.cu, embedding.cu, norms.cu, rope.cu, cross_entropy.cu,
+// attention*.cu, mamba.cu.
 #include <memory>
 #include <mutex>
 #include <string>
@@ -167,6 +168,8 @@ void CudaBackend::check_data_errors() {
         SL_FAIL("cross_entropy on %s: target %d of row %lld is outside the vocabulary [0, %lld) and is not "
                 "ignore_index",
                 name(), value, position, bound);
+      case DataErrorSlot::index_add_rows:
+        SL_FAIL("index_add_rows on %s: index %d at %lld is out of range [0, %lld)", name(), value, position, bound);
       case DataErrorSlot::count: break;
     }
   }

@@ -12,7 +12,8 @@
 //   accumulation); embedding_forward/backward (embedding.cu, no float atomics); rmsnorm/layernorm
 //   forward/backward (norms.cu); rope_forward/backward (rope.cu, cached tables); cross_entropy
 //   (cross_entropy.cu); attention_forward/backward/probs, every AttentionSpec variant (attention.cu:
-//   reference kernels, deterministic, no T x T storage).
+//   reference kernels, deterministic, no T x T storage); Jamba's causal_conv1d_forward,
+//   selective_scan_forward, moe_router_topk, index_add_rows (mamba.cu, no float atomics).
 // Arithmetic ops take f32 tensors only (bf16/f16/f64 are storage for copy/fill), except the matmuls,
 // which also take bf16. Tensors may have strided leading dimensions with a contiguous last dimension,
 // as on the CPU.
@@ -70,13 +71,14 @@ class CudaBackend final : public Backend {
   enum class ScratchSlot : int {
     column_partials, embedding_sort, embedding_sort_temp, rope_table, attention,
     attention_fast,  // the cuDNN / flash kernels' bf16 copies, stats and workspace
+    index_add_sort, index_add_sort_temp,
     count
   };
   void* scratch(ScratchSlot slot, size_t bytes);
   // Data errors recorded by kernels (see above): one slot per op that can record one. A kernel gets
   // the device word; `bound` is what the message names (the vocabulary). After the launch,
   // publish_data_error queues the word's copy to the host.
-  enum class DataErrorSlot : int { embedding_forward, embedding_backward, cross_entropy, count };
+  enum class DataErrorSlot : int { embedding_forward, embedding_backward, cross_entropy, index_add_rows, count };
   unsigned long long* data_error_word(DataErrorSlot slot, long long bound);
   void publish_data_error(DataErrorSlot slot);
   // Throws the first recorded data error (and clears it). Valid once the stream has drained: called

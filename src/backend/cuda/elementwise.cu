@@ -135,15 +135,8 @@ void CudaBackend::adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, co
   TensorRows rp = rows_of(param, op, "param"), rg = rows_of(grad, op, "grad"), rm = rows_of(m, op, "m"),
           rv = rows_of(v, op, "v");
   if (rp.numel == 0) return;
-  // Step-level constants, once per call on the host (in double, then rounded to the f32 the math uses).
-  math::AdamWConstants c;
-  c.lr = float(s.lr);
-  c.beta1 = float(s.beta1);
-  c.beta2 = float(s.beta2);
-  c.eps = float(s.eps);
-  c.weight_decay = float(s.weight_decay);
-  c.bias_correction1 = float(1.0 - std::pow(s.beta1, double(s.step)));
-  c.bias_correction2_sqrt = float(std::sqrt(1.0 - std::pow(s.beta2, double(s.step))));
+  // Step-level constants, once per call on the host, as the CPU forms them (adamw_math.hpp).
+  const math::AdamWConstants c = math::adamw_constants(s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.step);
   DeviceGuard guard(index_);
   adamw_kernel<<<grid_for(rp.numel), kThreads, 0, stream_>>>(param.ptr<float>(), rp, grad.ptr<float>(), rg,
                                                              m.ptr<float>(), rm, v.ptr<float>(), rv, c);
