@@ -786,9 +786,41 @@ SOURCE_NOTES = "sinklab_source.json"
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")
 
 
-def import_gguf(gguf_path: str | Path, out_dir: str | Path) -> dict:
+VARIANTS = ("base", "instruct")
+
+
+def model_variant(g: "GGUFFile") -> str:
+    """'instruct' when the file's general.name, general.finetune or file name says instruct / chat / -it
+    (SmolLM2's GGUF names only its training mix; its file name says Instruct), 'base' when none does and the
+    file has no chat template, else 'unknown' (then name it: gguf-import --variant)."""
+    import re
+
+    said = " ".join(str(g.get(k, "")) for k in ("general.name", "general.finetune")) + " " + g.path.name
+    if re.search(r"instruct|chat|(?<![a-z])it(?![a-z])", said, re.IGNORECASE):
+        return "instruct"
+    return "unknown" if g.has("tokenizer.chat_template") else "base"
+
+
+def file_type(g: "GGUFFile") -> str:
+    """llama.cpp's name for the file's quantisation mix (general.file_type: Q4_1, Q4_K_M, ...), with
+    'AWQ checkpoint' noted where general.name / finetune says the weights were AWQ-quantised before."""
+    from gguf import LlamaFileType
+
+    ft = g.get("general.file_type", kind=int)
+    try:
+        name = LlamaFileType(int(ft)).name.removeprefix("MOSTLY_") if ft is not None else "?"
+    except ValueError:
+        name = f"file_type {ft}"
+    said = " ".join(str(g.get(k, "")) for k in ("general.name", "general.finetune"))
+    return f"{name} of an AWQ checkpoint" if "awq" in said.lower() else name
+
+
+def import_gguf(gguf_path: str | Path, out_dir: str | Path, variant: str | None = None) -> dict:
     """Writes the HF model directory (and its provenance notes, SOURCE_NOTES); returns config.json's
-    contents. config.json is written last, so a directory with one is complete."""
+    contents. config.json is written last, so a directory with one is complete. variant: 'base' or
+    'instruct' (what the notes say the model is), else model_variant's reading of the file."""
+    if variant is not None and variant not in VARIANTS:
+        raise DataPrepError(f"--variant {variant!r}: expected one of {', '.join(VARIANTS)}")
     g = GGUFFile(gguf_path)
     arch = architecture(g)
     cfg = arch.config(g, Hyper(g, arch.name))
@@ -864,6 +896,9 @@ def import_gguf(gguf_path: str | Path, out_dir: str | Path) -> dict:
         "source": g.path.name,
         "source_sha256": sha,
         "quantization": quantization,
+        "file_type": file_type(g),
+        "variant": variant or model_variant(g),
+        "model_name": str(g.get("general.name", "")),
         "note": f"GGUF file dequantised to float32 by data_prep gguf-import {__version__}",
     }, indent=2) + "\n")
     _atomic_write_text(out / "config.json", json.dumps(cfg, indent=2) + "\n")

@@ -61,14 +61,23 @@ def measured_by(e):
     return e.tool or "?"
 
 
+def model_kind(e):
+    """'instruct, Q4_1' for a model imported from a GGUF file (the variant and llama.cpp's quantisation mix
+    that data_prep gguf-import noted in sinklab_source.json and the survey copied), '' otherwise."""
+    parts = [attr_value(e.attrs, k) for k in ("variant", "file_type")]
+    return ", ".join(p for p in parts if p)
+
+
 def model_labels(entries):
-    """Model names, with the measuring program added where one name comes from two programs (sinklab-probe's
-    and sinklab-survey's numbers are not pooled), and the file's name where two files hold the same
-    (model, input, domain)."""
+    """Model names, with base/instruct and the quantisation where the survey recorded them ("gemma3-270m
+    (base, Q4_K_M)": every table row and figure names what was measured), the measuring program added where
+    one name comes from two programs (sinklab-probe's and sinklab-survey's numbers are not pooled), and the
+    file's name where two files hold the same (model, input, domain)."""
     tools = {}
     for e in entries:
         tools.setdefault(e.model, set()).add(measured_by(e))
-    names = [f"{e.model} [{measured_by(e)}]" if len(tools[e.model]) > 1 else e.model for e in entries]
+    names = [f"{e.model} ({model_kind(e)})" if model_kind(e) else e.model for e in entries]
+    names = [f"{n} [{measured_by(e)}]" if len(tools[e.model]) > 1 else n for n, e in zip(names, entries)]
     seen, clash = {}, set()
     for name, e in zip(names, entries):
         key = (name, e.input, e.domain)

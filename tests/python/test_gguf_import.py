@@ -371,6 +371,10 @@ def test_config(tmp_path, smollm_tok):
     notes = json.loads((tmp_path / "hf" / "sinklab_source.json").read_text())
     assert (notes["source"], notes["source_sha256"]) == ("m.gguf", cfg["gguf_import"]["sha256"])
     assert notes["quantization"] == "Q8_0 (blocks, embedding), F32 (norms)", notes["quantization"]
+    # no general.file_type, name or chat template in this file: quantisation mix unknown, a base model
+    assert (notes["file_type"], notes["variant"]) == ("?", "base")
+    assert main(["gguf-import", str(path), "-o", str(tmp_path / "hf2"), "--variant", "instruct"]) == 0
+    assert json.loads((tmp_path / "hf2" / "sinklab_source.json").read_text())["variant"] == "instruct"
     tcfg = json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())
     assert tcfg["bos_token"] == "<|im_start|>" and tcfg["eos_token"] == "<|im_end|>"
     assert tcfg["unk_token"] == "<|endoftext|>" and tcfg["add_bos_token"] is False
@@ -723,9 +727,9 @@ def test_smollm2(tmp_path):
     assert {k: cfg[k] for k in expected} == expected
     assert cfg["gguf_import"]["tensor_types"] == {"F32": 61, "Q4_1": 210, "Q8_0": 1}
     notes = json.loads((tmp_path / "smol" / "sinklab_source.json").read_text())
-    assert {k: notes[k] for k in ("source", "source_sha256", "quantization")} == {
+    assert {k: notes[k] for k in ("source", "source_sha256", "quantization", "file_type", "variant")} == {
         "source": SMOLLM2.name, "source_sha256": cfg["gguf_import"]["sha256"],
-        "quantization": "Q4_1 (blocks), Q8_0 (embedding), F32 (norms)"}
+        "quantization": "Q4_1 (blocks), Q8_0 (embedding), F32 (norms)", "file_type": "Q4_1", "variant": "instruct"}
 
     reader = gguf.GGUFReader(SMOLLM2)
     tokens = reader.fields["tokenizer.ggml.tokens"].contents()
