@@ -1,6 +1,8 @@
 """The report's figures (matplotlib, Agg backend: no display needed), one function per figure kind of
-the paper. Each takes arrays and a caption line (model, input, domain, T, n_seq, notes) and writes one
-PNG to `path`.
+the paper. Each takes a short title and arrays and writes one PNG to `path`; the detail (model, input,
+domain, T, n_seq, notes) is the page's caption under the figure, not part of the image. Legends sit
+outside the axes (one per figure, right of the panels), reference lines are drawn once, and a series of
+one point is drawn as a labelled point.
 """
 import textwrap
 
@@ -26,112 +28,151 @@ def _integer_ticks(axis):
     axis.set_major_locator(MaxNLocator(integer=True))
 
 
-def _save(fig, path, caption):
-    if caption:  # wrapped to the figure's width (about 15 characters of 8-point text per inch)
-        fig.suptitle(textwrap.fill(caption, width=max(40, int(fig.get_figwidth() * 15))), fontsize=8)
-    fig.tight_layout()
+def _figure(nrows=1, ncols=1, figsize=(5.6, 3.4), **kwargs):
+    """A figure with constrained layout (room for a legend outside the axes)."""
+    return _pyplot().subplots(nrows, ncols, figsize=figsize, layout="constrained", **kwargs)
+
+
+def _legend(fig, axes):
+    """One legend for the figure, right of the panels (outside the data): the labelled artists of every
+    axis, each label once."""
+    seen = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            if label and not label.startswith("_"):
+                seen.setdefault(label, handle)
+    if seen:
+        fig.legend(list(seen.values()), list(seen), loc="outside right center", fontsize=7, frameon=False)
+
+
+def _save(fig, path, title):
+    if title:  # a short title; wrapped should it still be long
+        fig.suptitle(textwrap.fill(title, width=max(40, int(fig.get_figwidth() * 13))), fontsize=9)
     # No Software/date metadata: the same results give the same bytes.
     fig.savefig(path, dpi=DPI, metadata={"Software": None})
     _pyplot().close(fig)
     return path
 
 
-def run_curves(path, caption, train, ev, eps_idx):
+def _plot_series(ax, label, x, y, style, **kwargs):
+    """A line, or for a single point a marker labelled with its name beside it (not a line of one point)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(x) == 1:
+        marker = "".join(c for c in style if c not in "-:.") or "o"
+        line, = ax.plot(x, y, marker, ms=6, label=label, **kwargs)
+        if label and np.isfinite(y[0]):
+            ax.annotate(label.lstrip("_"), (x[0], y[0]), textcoords="offset points", xytext=(5, 4), fontsize=7,
+                        color=line.get_color())
+        return line
+    line, = ax.plot(x, y, style, ms=3, label=label, **kwargs)
+    return line
+
+
+def _reference(ax, y, label, drawn, **kwargs):
+    """A horizontal reference line, drawn once per value (`drawn`: the set of values drawn on this axis)."""
+    key = round(float(y), 9)
+    if key in drawn:
+        return
+    drawn.add(key)
+    ax.axhline(y, ls=kwargs.pop("ls", ":"), lw=kwargs.pop("lw", 1), color=kwargs.pop("color", "gray"), label=label,
+               **kwargs)
+
+
+def run_curves(path, title, train, ev, eps_idx):
     """Fig. 4 (middle): train/valid loss and Sink_1^eps over steps (+ grad norm when logged)."""
     panels = 2 + (train is not None and "grad_norm" in train)
-    fig, axes = _pyplot().subplots(1, panels, figsize=(4.2 * panels, 3.4))
+    fig, axes = _figure(1, panels, figsize=(3.6 * panels + 1.4, 3.2))
     ax = axes[0]
     if train is not None and "loss" in train and "step" in train:
         ax.plot(train["step"], train["loss"], lw=0.8, label="train loss")
     if ev is not None:
-        ax.plot(ev.step, ev.valid_loss, "o-", ms=3, label="valid loss")
+        _plot_series(ax, "valid loss", ev.step, ev.valid_loss, "o-")
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
-    ax.legend(fontsize=7)
     ax = axes[1]
     if ev is not None:
         for i, e in enumerate(ev.eps):
-            ax.plot(ev.step, ev.sink[:, i], "o-", ms=3, lw=1.6 if i == eps_idx else 0.8,
-                    label=f"Sink_1^{e:g}")
+            _plot_series(ax, f"Sink_1^{e:g}", ev.step, ev.sink[:, i], "o-", lw=1.6 if i == eps_idx else 0.8)
         if ev.sink_star is not None:
-            ax.plot(ev.step, ev.sink_star[:, eps_idx], "s--", ms=3, label=f"Sink_*^{ev.eps[eps_idx]:g}")
-        ax.legend(fontsize=7)
+            _plot_series(ax, f"Sink_*^{ev.eps[eps_idx]:g}", ev.step, ev.sink_star[:, eps_idx], "s--")
     ax.set_xlabel("step")
-    ax.set_ylabel("Sink (%)" + (" (proxy scores)" if ev is not None and ev.proxy else ""))
+    ax.set_ylabel("Sink (%)" + (" (proxy scores*)" if ev is not None and ev.proxy else ""))
     if panels == 3:
         axes[2].plot(train["step"], train["grad_norm"], lw=0.8)
         axes[2].set_xlabel("step")
         axes[2].set_ylabel("grad norm")
-    return _save(fig, path, caption)
+    _legend(fig, axes)
+    return _save(fig, path, title)
 
 
-def runs_compare(path, caption, series, eps):
+def runs_compare(path, title, series, eps, xlabel="step"):
     """Valid loss and Sink_1^eps over steps of several runs: series = [(name, EvalSeries, eps_idx)]."""
-    fig, (a, b) = _pyplot().subplots(1, 2, figsize=(9, 3.4))
+    fig, (a, b) = _figure(1, 2, figsize=(9.5, 3.4))
     for name, ev, i in series:
-        a.plot(ev.step, ev.valid_loss, "o-", ms=3, label=name)
-        b.plot(ev.step, ev.sink[:, i], "o-", ms=3, label=name + (" *" if ev.proxy else ""))
-    a.set_xlabel("step")
-    a.set_ylabel("valid loss")
-    b.set_xlabel("step")
-    b.set_ylabel(f"Sink_1^{eps:g} (%)")
-    a.legend(fontsize=7)
-    b.legend(fontsize=7)
-    return _save(fig, path, caption)
+        line = _plot_series(a, name + (" *" if ev.proxy else ""), ev.step, ev.valid_loss, "o-")
+        _plot_series(b, "_" + name, ev.step, ev.sink[:, i], "o-", color=line.get_color())
+    for ax, label in ((a, "valid loss"), (b, f"Sink_1^{eps:g} (%)")):
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(label)
+    _legend(fig, (a, b))
+    return _save(fig, path, title)
 
 
-def alpha1_over_training(path, caption, series):
-    """Mean alpha_1 over layers and heads against training steps, each run beside its uniform-attention
-    baseline H_T / T (dotted): series = [(name, steps, mean_alpha1, baseline)]. A sink grows above the
-    baseline long before a thresholded Sink_1 moves off 0%."""
-    fig, ax = _pyplot().subplots(figsize=(5.6, 3.4))
+def alpha1_over_training(path, title, series):
+    """Mean alpha_1 over layers and heads against training steps, with the uniform-attention baseline H_T / T
+    drawn once per value (dotted): series = [(name, steps, mean_alpha1, baseline)]. A sink grows above
+    the baseline long before a thresholded Sink_1 moves off 0%."""
+    fig, ax = _figure(figsize=(6.4, 3.4))
+    drawn = set()
+    baselines = sorted({round(float(b), 9) for *_, b in series})
     for name, steps, mean_alpha1, baseline in series:
-        line, = ax.plot(steps, mean_alpha1, "o-", ms=3, label=f"{name}: mean alpha_1")
-        ax.axhline(baseline, color=line.get_color(), ls=":", lw=1, label=f"{name}: uniform baseline {baseline:.3f}")
+        _plot_series(ax, name, steps, mean_alpha1, "o-")
+    for b in baselines:
+        _reference(ax, b, f"uniform attention (H_T / T): {b:.3f}", drawn)
     ax.set_xlabel("step")
     ax.set_ylabel("mean alpha_1 over layers and heads")
-    ax.legend(fontsize=7)
-    return _save(fig, path, caption)
+    _legend(fig, [ax])
+    return _save(fig, path, title)
 
 
-def per_layer(path, caption, curves, ylabel, logy=False):
+def per_layer(path, title, curves, ylabel, logy=False):
     """Per-layer curves (Fig. 7: massive ratio; the long-input figure: last-token-to-first attention with
     error bars over heads): curves = [(label, x, y, style)] or [(label, x, y, style, yerr)], style a
     matplotlib format string."""
-    fig, ax = _pyplot().subplots(figsize=(5.6, 3.4))
+    fig, ax = _figure(figsize=(6.4, 3.4))
     for label, x, y, style, *yerr in curves:
         if yerr:
             ax.errorbar(x, y, yerr=yerr[0], fmt=style, ms=3, capsize=2, elinewidth=0.8, label=label)
         else:
-            ax.plot(x, y, style, ms=3, label=label)
+            _plot_series(ax, label, x, y, style)
     ax.set_xlabel("layer")
     _integer_ticks(ax.xaxis)
     ax.set_ylabel(ylabel)
     if logy:
         ax.set_yscale("log")
-    ax.legend(fontsize=7)
-    return _save(fig, path, caption)
+    _legend(fig, [ax])
+    return _save(fig, path, title)
 
 
-def first_vs_rest_norms(path, caption, panels):
+def first_vs_rest_norms(path, title, panels):
     """Fig. 2 (top) / Figs. 11-14: l2 norms of the first token vs the mean of the others per layer.
     panels = [(title, layers, first, rest)] (hidden states, keys, values)."""
-    fig, axes = _pyplot().subplots(1, len(panels), figsize=(4 * len(panels), 3.2), squeeze=False)
-    for ax, (title, layers, first, rest) in zip(axes[0], panels):
-        ax.plot(layers, first, "o-", ms=3, label="first token")
-        ax.plot(layers, rest, "s-", ms=3, label="mean of other tokens")
-        ax.set_title(title, fontsize=9)
+    fig, axes = _figure(1, len(panels), figsize=(3.6 * len(panels) + 1.6, 3.2), squeeze=False)
+    for ax, (panel, layers, first, rest) in zip(axes[0], panels):
+        _plot_series(ax, "first token", layers, first, "o-")
+        _plot_series(ax, "mean of the other tokens", layers, rest, "s-")
+        ax.set_title(panel, fontsize=9)
         ax.set_xlabel("layer")
         _integer_ticks(ax.xaxis)
         ax.set_ylabel("l2 norm")
-        ax.legend(fontsize=7)
-    return _save(fig, path, caption)
+    _legend(fig, axes[0])
+    return _save(fig, path, title)
 
 
-def head_layer_heatmap(path, caption, values, layer_labels, cbar_label, vmin=0.0, vmax=1.0):
+def head_layer_heatmap(path, title, values, layer_labels, cbar_label, vmin=0.0, vmax=1.0):
     """Figs. 19-24: alpha_1 (or another [L,H] quantity) over layers (rows) and heads (columns)."""
     L, H = values.shape
-    fig, ax = _pyplot().subplots(figsize=(min(max(5.0, 2.5 + 0.22 * H), 12), min(max(3.4, 1.6 + 0.22 * L), 10)))
+    fig, ax = _figure(figsize=(min(max(5.0, 2.5 + 0.22 * H), 12), min(max(3.4, 1.6 + 0.22 * L), 10)))
     im = ax.imshow(values, aspect="auto", origin="lower", vmin=vmin, vmax=vmax, cmap="viridis",
                    interpolation="nearest")
     ax.set_xlabel("head")
@@ -143,31 +184,31 @@ def head_layer_heatmap(path, caption, values, layer_labels, cbar_label, vmin=0.0
     ax.set_xticks(range(0, H, hstep))
     ax.tick_params(axis="x", labelsize=7)
     fig.colorbar(im, ax=ax, label=cbar_label)
-    return _save(fig, path, caption)
+    return _save(fig, path, title)
 
 
-def map_grid(path, caption, rows, col_titles):
+def map_grid(path, title, rows, col_titles):
     """Fig. 2 (bottom) / Figs. 15-18, 25-26: [T,T] maps over (query, key); rows = [(row title,
     [map per column])]. Entries above the diagonal (unseen keys) are blanked."""
     ncol = len(col_titles)
-    fig, axes = _pyplot().subplots(len(rows), ncol, figsize=(3.6 * ncol, 3.1 * len(rows)), squeeze=False)
-    for r, (title, maps) in enumerate(rows):
+    fig, axes = _figure(len(rows), ncol, figsize=(3.6 * ncol, 3.1 * len(rows)), squeeze=False)
+    for r, (row_title, maps) in enumerate(rows):
         for c, m in enumerate(maps):
             ax = axes[r][c]
             shown = np.where(np.tril(np.ones_like(m, dtype=bool)), m, np.nan)
             im = ax.imshow(shown, aspect="equal", cmap="viridis", interpolation="nearest")
-            ax.set_title(f"{title}: {col_titles[c]}", fontsize=8)
+            ax.set_title(f"{row_title}: {col_titles[c]}", fontsize=8)
             ax.set_xlabel("key position")
             ax.set_ylabel("query position")
             _integer_ticks(ax.xaxis)
             _integer_ticks(ax.yaxis)
             fig.colorbar(im, ax=ax, fraction=0.046)
-    return _save(fig, path, caption)
+    return _save(fig, path, title)
 
 
-def grouped_bars(path, caption, groups, series, values, ylabel):
+def grouped_bars(path, title, groups, series, values, ylabel):
     """Sink_1^eps per model (groups) and input (series): values[group][series], NaN = not measured."""
-    fig, ax = _pyplot().subplots(figsize=(min(16, max(5, 1.0 + 0.35 * len(groups) * max(1, len(series)))), 3.6))
+    fig, ax = _figure(figsize=(min(14, max(5.5, 2.0 + 0.35 * len(groups) * max(1, len(series)))), 3.6))
     width = 0.8 / max(1, len(series))
     x = np.arange(len(groups))
     for i, s in enumerate(series):
@@ -177,22 +218,22 @@ def grouped_bars(path, caption, groups, series, values, ylabel):
     ax.set_xticklabels(groups, rotation=30, ha="right", fontsize=7)
     ax.set_ylabel(ylabel)
     ax.set_ylim(0, 100)
-    ax.legend(fontsize=7)
-    return _save(fig, path, caption)
+    _legend(fig, [ax])
+    return _save(fig, path, title)
 
 
-def sft_stability(path, caption, series):
+def sft_stability(path, title, series):
     """Fig. 30: training loss and gradient norm over fine-tuning steps, one line per run, the monitor's
     events marked on both panels. series = [(label, step, loss, grad_norm, events)], events = [(step,
     kind name)]."""
-    fig, axes = _pyplot().subplots(1, 2, figsize=(9, 3.4))
+    fig, axes = _figure(1, 2, figsize=(9.5, 3.4))
     markers = {"non-finite step": "x", "loss spike": "^", "grad-norm spike": "v"}
     for label, step, loss, grad_norm, events in series:
-        for ax, y in zip(axes, (loss, grad_norm)):
-            line, = ax.plot(step, y, lw=0.9, label=label)
+        for k, (ax, y) in enumerate(zip(axes, (loss, grad_norm))):
+            line, = ax.plot(step, y, lw=0.9, label=label if k == 0 else "_" + label)
             by_step = dict(zip(np.asarray(step).tolist(), np.asarray(y).tolist()))
             for kind, marker in markers.items():
-                xs = [s for s, k in events if k == kind]
+                xs = [s for s, k2 in events if k2 == kind]
                 if xs:  # at the curve's value (non-finite values at the plot's bottom)
                     ys = [by_step.get(s, np.nan) for s in xs]
                     low = np.nanmin(y[np.isfinite(y)]) if np.isfinite(y).any() else 0.0
@@ -202,26 +243,28 @@ def sft_stability(path, caption, series):
         ax.set_xlabel("fine-tuning step")
         ax.set_ylabel(name)
         _integer_ticks(ax.xaxis)
-        ax.legend(fontsize=7)
-    return _save(fig, path, caption)
+    _legend(fig, axes)
+    return _save(fig, path, title)
 
 
-def xy_panels(path, caption, panels, ncols=None):
+def xy_panels(path, title, panels, ncols=None):
     """Panels of lines/points side by side (Figs. 3, 4 left, 5, 6, 9, 10, 28; the loss against the attention
-    window): each panel a dict with title, xlabel, ylabel, series = [(label, x, y, style)], and optionally
-    logx (True: log10; 2: log2 with ticks at the values the series take, written as plain numbers),
-    xticks = [labels] (x is then 0..n-1), annotate = [(text, x, y)], hlines = [(label, y)] (dashed
-    references across the panel, e.g. full attention), ylim."""
+    window): each panel a dict with title, xlabel, ylabel, series = [(label, x, y, style)] (a series of one
+    point is drawn as a point labelled with its name), and optionally logx (True: log10; 2: log2 with ticks at
+    the values the series take, written as plain numbers), xticks = [labels] (x is then 0..n-1), annotate =
+    [(text, x, y)], hlines = [(label, y)] (dashed references across the panel, e.g. full attention), ylim.
+    One legend for the figure, right of the panels."""
     n = len(panels)
     ncols = ncols or n
     nrows = (n + ncols - 1) // ncols
-    fig, axes = _pyplot().subplots(nrows, ncols, figsize=(4.2 * ncols, 3.3 * nrows), squeeze=False)
+    fig, axes = _figure(nrows, ncols, figsize=(3.8 * ncols + 1.8, 3.1 * nrows), squeeze=False)
     for k, p in enumerate(panels):
         ax = axes[k // ncols][k % ncols]
         for label, x, y, style in p["series"]:
-            ax.plot(x, y, style, ms=4, label=label)
+            _plot_series(ax, label, x, y, style)
+        drawn = set()
         for label, y in p.get("hlines", ()):
-            ax.axhline(y, ls="--", lw=0.9, color="gray", label=label)
+            _reference(ax, y, label, drawn, ls="--", lw=0.9)
         for text, x, y in p.get("annotate", ()):
             ax.annotate(text, (x, y), textcoords="offset points", xytext=(3, 3), fontsize=6)
         if p.get("logx") == 2:
@@ -242,8 +285,43 @@ def xy_panels(path, caption, panels, ncols=None):
         ax.set_title(p.get("title", ""), fontsize=9)
         ax.set_xlabel(p.get("xlabel", ""))
         ax.set_ylabel(p.get("ylabel", ""))
-        if any(s[0] for s in p["series"]) or p.get("hlines"):
-            ax.legend(fontsize=7)
     for k in range(n, nrows * ncols):
         axes[k // ncols][k % ncols].axis("off")
-    return _save(fig, path, caption)
+    _legend(fig, [ax for row in axes for ax in row])
+    return _save(fig, path, title)
+
+
+def run_panels(path, title, panels, xlabel="step"):
+    """Several runs over training, one line per run in the same colour on every panel, one legend:
+    panels = [dict(ylabel, series = [(run label, x, y)], logy, hlines = [(label, y)], dashed = [(run label,
+    x, y)] (a second quantity of the same run, dashed: raw weights on the other keys beside those on BOS))].
+    Runs keep their colour across panels (tab20)."""
+    plt = _pyplot()
+    labels = list(dict.fromkeys(lab for p in panels for lab, *_ in p["series"] + p.get("dashed", [])))
+    cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
+    colour = {lab: cmap(i % cmap.N) for i, lab in enumerate(labels)}
+    fig, axes = _figure(1, len(panels), figsize=(3.7 * len(panels) + 2.2, 3.4), squeeze=False)
+    for ax, p in zip(axes[0], panels):
+        for lab, x, y in p["series"]:
+            _plot_series(ax, lab, x, y, "o-", color=colour[lab])
+        for lab, x, y in p.get("dashed", ()):
+            _plot_series(ax, "_" + lab, x, y, "s--", color=colour[lab], alpha=0.8)
+        if p.get("dashed"):
+            ax.plot([], [], "k-", label=p.get("solid_label", "solid"))
+            ax.plot([], [], "k--", label=p.get("dashed_label", "dashed"))
+        drawn = set()
+        for label, y in p.get("hlines", ()):
+            _reference(ax, y, label, drawn, ls=":", lw=1.2, color="black")
+        if p.get("logy"):
+            from matplotlib.ticker import FuncFormatter
+
+            ax.set_yscale("log")
+            plain = FuncFormatter(lambda v, _: f"{v:g}")
+            ax.yaxis.set_major_formatter(plain)
+            ax.yaxis.set_minor_formatter(plain)
+            ax.tick_params(axis="y", which="minor", labelsize=6)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(p["ylabel"], fontsize=8)
+        ax.set_title(p.get("title", ""), fontsize=9)
+    _legend(fig, axes[0])
+    return _save(fig, path, title)

@@ -21,7 +21,8 @@ class JobIndex:
 
     def __init__(self, jobs_dir=JOBS_DIR):
         self.jobs_dir = Path(jobs_dir)
-        self.groups = make_jobs.GROUPS
+        self.groups = [g for g in make_jobs.GROUPS if g.paper]  # the paper's tables
+        self.studies = [g for g in make_jobs.GROUPS if not g.paper]  # sinklab's own (the BBM study)
         self._settings = {}  # job file -> its settings
 
     def job(self, group, cell):
@@ -42,7 +43,7 @@ class JobIndex:
         by the job file's run-name), in the group's order."""
         by_name = {r.name: r for r in runs}
         out = []
-        for group in self.groups:
+        for group in self.groups + self.studies:
             if group.folder != folder:
                 continue
             for cell in group.cells:

@@ -1,4 +1,4 @@
-"""Reads sinklab results files (the HDF5 schema of DESIGN.md) into plain numpy arrays, for
+"""Reads sinklab results files (docs/DESIGN.md, "HDF5 results") into plain numpy arrays, for
 analysis.summary and analysis.report.
 
     with open_results("results/run/results.h5") as rf:
@@ -16,8 +16,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-# Attributes that say a Sink metric was computed from proxy scores (paper Sec. 7.4, Table 6 "*"). No
-# writer sets one yet; without one nothing is marked.
+# Attributes that say a Sink metric was computed from proxy scores (paper Sec. 7.4, Table 6 "*"): the
+# writers set proxy_scores (1 or 0) on /runs/<run>/eval and on sinklab-probe's groups; "proxy" is an
+# older name no writer uses. Without one nothing is marked.
 PROXY_ATTRS = ("proxy_scores", "proxy")
 # Attributes worth printing next to a probed model's figures (provenance, quantisation).
 NOTE_ATTRS = ("variant", "file_type", "quantization", "quantisation", "dtype", "model_type", "source", "model_dir",
@@ -58,6 +59,25 @@ class EvalSeries:
     # Prefix-LM runs: alpha and Sink of every position 1..T
     alpha_pos: np.ndarray = None          # [n,L,H,T]
     sink_pos: np.ndarray = None           # [n,T,E]
+    # Every run's first-token measurements (src/train/evaluation.cpp): the l2 norms of the first token's
+    # hidden state (layer output, the residual stream) and value vector beside the mean of the others', and
+    # the attention to the first token by query group (attr query_groups; Bigram-Backcopy runs: group 0 =
+    # non-trigger queries, BOS included = Guo's "BOS attention", group 1 = trigger queries):
+    hnorm_first: np.ndarray = None        # [n,L]
+    hnorm_rest: np.ndarray = None         # [n,L]
+    vnorm_first: np.ndarray = None        # [n,L]
+    vnorm_rest: np.ndarray = None         # [n,L]
+    first_attention: np.ndarray = None    # [n,L,H,G] as the sink metric reads A (proxy scores when proxy)
+    first_weight_raw: np.ndarray = None   # [n,L,H,G] the raw weights on the first token
+    rest_weight_raw: np.ndarray = None    # [n,L,H,G] the mean raw weight of an average other visible key
+    query_groups: list = field(default_factory=list)  # names of the G groups
+    # Bigram-Backcopy runs (--bbm-meta): the validation loss over copy and over bigram positions, and for rows
+    # that start anywhere (no --document-rows) the attention to BOS / <d> inside the rows (NaN: none seen)
+    copy_loss: np.ndarray = None          # [n]
+    bigram_loss: np.ndarray = None        # [n]
+    boundary_attention: np.ndarray = None  # [n,L,H]
+    bbm_meta: str = ""                    # the task's bbm.json as the run named it (attr bbm_meta)
+    window: int = 0                       # sliding-window runs: w (attr window)
 
 
 @dataclass
@@ -306,6 +326,16 @@ def _read_eval(g, notes, where):
         "sink_k_window": _numeric(g, "sink_k_window", 3, notes, where),
         "alpha_pos": _numeric(g, "alpha_pos", 4, notes, where),
         "sink_pos": _numeric(g, "sink_pos", 3, notes, where),
+        "hnorm_first": _numeric(g, "hnorm_first", 2, notes, where),
+        "hnorm_rest": _numeric(g, "hnorm_rest", 2, notes, where),
+        "vnorm_first": _numeric(g, "vnorm_first", 2, notes, where),
+        "vnorm_rest": _numeric(g, "vnorm_rest", 2, notes, where),
+        "first_attention": _numeric(g, "first_attention", 4, notes, where),
+        "first_weight_raw": _numeric(g, "first_weight_raw", 4, notes, where),
+        "rest_weight_raw": _numeric(g, "rest_weight_raw", 4, notes, where),
+        "copy_loss": _numeric(g, "copy_loss", 1, notes, where),
+        "bigram_loss": _numeric(g, "bigram_loss", 1, notes, where),
+        "boundary_attention": _numeric(g, "boundary_attention", 3, notes, where),
     }
     for name in ("sink_k", "sink_k_intervened", "sink_k_window", "sink_pos"):
         if optional[name] is not None and optional[name].shape[2] != sink.shape[1]:
@@ -324,12 +354,22 @@ def _read_eval(g, notes, where):
         notes.append(f"{where}: no evaluation rows yet")
         return None
     cut = {k: (None if v is None else v[:n]) for k, v in optional.items()}
+    groups = [t for t in attr_text(g.attrs.get("query_groups", "")).split(",") if t]
+    if cut["first_attention"] is not None and groups and len(groups) != cut["first_attention"].shape[3]:
+        notes.append(f"{where}: attribute query_groups names {len(groups)} group(s) for "
+                     f"{cut['first_attention'].shape[3]}; names unknown")
+        groups = []
+    try:
+        window = int(float(attr_text(g.attrs.get("window", 0))))
+    except ValueError:
+        window = 0
     return EvalSeries(step=step[:n].astype(np.int64), valid_loss=valid_loss[:n].astype(np.float64),
                       eps=eps, sink=sink[:n].astype(np.float64), proxy=_proxy(g, g.parent),
-                      intervention=attr_text(g.attrs.get("intervention", "")), **cut)
+                      intervention=attr_text(g.attrs.get("intervention", "")), query_groups=groups,
+                      bbm_meta=attr_text(g.attrs.get("bbm_meta", "")), window=window, **cut)
 
 
-# Optional datasets of a probe/survey entry and their rank (shapes as DESIGN.md and sinklab-survey).
+# Optional datasets of a probe/survey entry and their rank (shapes: docs/DESIGN.md, "HDF5 results").
 ENTRY_ARRAYS = {
     "alpha": 3,                    # [La,H,K]
     "sink_k": 2,                   # [K,E]
@@ -540,3 +580,43 @@ def mean_alpha1(run):
     else:
         return None
     return what, ev.step, a1.reshape(len(ev.step), -1).mean(axis=1), uniform_alpha1(T)
+
+
+def is_bbm(run):
+    """A Bigram-Backcopy run (sinklab-pretrain --bbm-meta): its evaluations split the loss into copy and
+    bigram positions and the first token's attention by query kind."""
+    ev = run.eval
+    return ev is not None and (bool(ev.bbm_meta) or ev.copy_loss is not None)
+
+
+def is_finetuning(run):
+    """A fine-tuning run (sinklab-sft: attribute init_from names the checkpoint it started from)."""
+    return bool(run.init_from)
+
+
+def tokens_at(run, step):
+    """Training tokens seen after `step` steps (an evaluation's step): the train log's cumulative tokens
+    (its row of step s is logged when s + 1 steps are done), else step x global-batch-tokens of the run's
+    config; None when neither says."""
+    tr = run.train or {}
+    if step == 0:
+        return 0
+    if "step" in tr and "tokens" in tr:
+        at = np.nonzero(np.asarray(tr["step"]) == step - 1)[0]
+        if len(at):
+            return int(tr["tokens"][at[0]])
+    try:
+        return int(step) * int(float(ini_settings(run.config)["global-batch-tokens"]))
+    except (KeyError, ValueError):
+        return None
+
+
+def tokens_text(n):
+    """A token count as the page writes it: 614,400 -> "0.61 M", 2.1e9 -> "2.1 B"."""
+    if n is None:
+        return "?"
+    if n >= 1e9:
+        return f"{n / 1e9:.3g} B"
+    if n >= 1e5:
+        return f"{n / 1e6:.3g} M"
+    return f"{n:,}"

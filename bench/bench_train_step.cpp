@@ -4,6 +4,8 @@
 // in the same process (for MFU). bench/run_train_step.sh runs it beside the PyTorch eager peer.
 //
 //   bench_train_step --vocab V --d D --layers L --heads H --ffn F --seq T --rows B [--steps N] [--warmup W]
+//                    [--set axis=value ...]   (model variant axes, e.g. --set pos-emb=learned --set ffn=relu)
+//                    [--no-peak]              (skip the sgemm peak measurement; mfu prints 0)
 //
 // Model FLOPs per token (the convention of the PaLM paper's MFU, causal attention counted once):
 //   6 * (parameters in matmuls, including the untied head) + 6 * L * T * d
@@ -46,10 +48,28 @@ double sgemm_peak_gflops() {
 int main(int argc, char** argv) {
   model::ModelConfig cfg;
   int64_t rows = 0, steps = 10, warmup = 2;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool peak_wanted = true;
+  for (int i = 1; i < argc; i += 2) {
     std::string k = argv[i];
+    if (k == "--no-peak") {  // skip the sgemm peak (mfu and peak print as 0)
+      peak_wanted = false;
+      --i;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "bench_train_step: %s needs a value\n", k.c_str());
+      return 2;
+    }
     long long v = std::atoll(argv[i + 1]);
-    if (k == "--vocab") cfg.vocab_size = int(v);
+    if (k == "--set") {  // a model variant axis, --set flag=value (e.g. pos-emb=learned, ffn=relu)
+      const std::string kv = argv[i + 1];
+      const size_t eq = kv.find('=');
+      if (eq == std::string::npos) {
+        std::fprintf(stderr, "bench_train_step: --set wants flag=value, got %s\n", kv.c_str());
+        return 2;
+      }
+      cfg.set_axis(kv.substr(0, eq), kv.substr(eq + 1));
+    } else if (k == "--vocab") cfg.vocab_size = int(v);
     else if (k == "--d") cfg.d_model = int(v);
     else if (k == "--layers") cfg.n_layers = int(v);
     else if (k == "--heads") cfg.n_heads = int(v);
@@ -96,11 +116,12 @@ int main(int argc, char** argv) {
   const double tokens_per_s = double(rows * T * steps) / t_total;
   int64_t matmul_params = 0;
   for (const auto& spec : model.specs())
-    if (spec.shape.size() == 2 && spec.name != "model.embed_tokens.weight") matmul_params += spec.numel;
+    if (spec.shape.size() == 2 && spec.name != "model.embed_tokens.weight" && spec.name != "model.embed_positions.weight")
+      matmul_params += spec.numel;
   const double flops_per_token = 6.0 * double(matmul_params) + 6.0 * cfg.n_layers * double(T) * cfg.d_model;
   const double achieved = tokens_per_s * flops_per_token / 1e9;
-  const double peak = sgemm_peak_gflops();
+  const double peak = peak_wanted ? sgemm_peak_gflops() : 0.0;
   std::printf("sinklab tokens_per_s %.1f model_gflops %.2f sgemm_peak_gflops %.2f mfu %.3f step_ms %.2f\n",
-              tokens_per_s, achieved, peak, achieved / peak, 1e3 * t_total / double(steps));
+              tokens_per_s, achieved, peak, peak > 0 ? achieved / peak : 0.0, 1e3 * t_total / double(steps));
   return 0;
 }

@@ -15,11 +15,10 @@ differences are listed in data_prep/README.md):
   copied is never a trigger and never BOS.
 
 Layout. Each sequence is one shard document ``[BOS, x_1 .. x_T, <d>]`` of T+2 tokens: the delimiter,
-which the rules never generate, is the shard's EOS. sinklab-pretrain's loader cuts the packed stream
-into rows of C+1 tokens at a stride of C, so with ``--context T+2`` every row is one whole sequence
-(inputs ``BOS x_1 .. x_T <d>``, targets ``x_1 .. x_T <d> BOS``): its first T inputs and targets are
-exactly Guo's (x = seq[:-1], y = seq[1:]); the last two targets (<d>, the next BOS) are not BBM
-targets. The last sequence of a shard is never a row (it lacks the next BOS).
+which the rules never generate, is the shard's EOS. sinklab-pretrain ``--document-rows --context T``
+makes row c the first T+1 tokens of document c: inputs ``BOS x_1 .. x_{T-1}``, targets ``x_1 .. x_T``,
+exactly Guo's (x = seq[:-1], y = seq[1:]). Without --document-rows the loader cuts the packed stream
+anywhere (rows that start anywhere: the "no BOS" variant of jobs/pretrain/bbm).
 
 Outputs of ``build_bbm`` (``--out DIR``): train.bin, valid.bin (independent streams of the same seed),
 survey_inputs.h5 (the first --survey-n validation sequences cut to T tokens, domain "bbm", BOS prefix),
@@ -250,8 +249,7 @@ def loss_floor(task: BbmTask, T: int) -> dict:
     - bigram: a non-trigger x_t predicts x_{t+1} ~ bigram(x_t): E[H(bigram(x_t))] over the
       non-trigger positions 1..T-1 (a ratio of expectations: what a loss averaged over many rows'
       bigram positions tends to);
-    - sequence: the mean over all T targets (Guo's training loss), and over a trainer row's T+2
-      targets with its two layout targets (<d>, next BOS) counted as 0 (they are fixed by position).
+    - sequence: the mean over all T targets (Guo's training loss, and sinklab's with --document-rows).
     """
     n = task.n_chars
     P = task.bigram_probs()
@@ -277,7 +275,6 @@ def loss_floor(task: BbmTask, T: int) -> dict:
         "copy": 0.0,
         "bigram": bigram_sum / nontrig_positions if nontrig_positions else 0.0,
         "sequence_T_targets": (h_first + bigram_sum) / T,
-        "trainer_row": (h_first + bigram_sum) / (T + 2),
         "expected_copy_positions": copy_positions,
         "expected_bigram_positions": nontrig_positions,
     }
@@ -464,8 +461,7 @@ def build_bbm(out: str | Path = "data/bbm", *, seed: int = 0, T: int = 256, n_tr
     for split, n in (("train", train_sequences), ("valid", valid_sequences)):
         h, heads[split], stats[split] = write_sequences(out / f"{split}.bin", task, n, T, seed, split,
                                                         keep=survey_n if split == "valid" else 0)
-        shards[f"{split}.bin"] = {"n_sequences": h.n_documents, "n_tokens": h.n_tokens, "crc32": f"{h.crc32:08x}",
-                                  "trainer_rows": h.n_documents - 1}
+        shards[f"{split}.bin"] = {"n_sequences": h.n_documents, "n_tokens": h.n_tokens, "crc32": f"{h.crc32:08x}"}
         _log(f"{split}.bin: {n:,} sequences, {h.n_tokens:,} tokens ({time.time() - t0:.1f} s)")
     if survey_n:
         write_survey_inputs(out / "survey_inputs.h5", out / "tokenizer", heads["valid"], T, seed, task)
@@ -489,12 +485,11 @@ def build_bbm(out: str | Path = "data/bbm", *, seed: int = 0, T: int = 256, n_tr
         "triggers": {"ids": task.triggers, "chars": [task.chars[i] for i in task.triggers],
                      "rule": "the k most frequent characters of the source (after --trigger-offset), most frequent first"},
         "layout": {
-            "document": "[BOS, x_1 .. x_T, <d>]", "document_tokens": T + 2, "trainer_context": T + 2,
+            "document": "[BOS, x_1 .. x_T, <d>]", "document_tokens": T + 2, "trainer_context": T,
             "bbm_positions": T,
-            "row": "sinklab-pretrain --context T+2: inputs = the document, targets = x_1 .. x_T, <d>, next BOS",
+            "row": "sinklab-pretrain --document-rows --context T: inputs = BOS x_1 .. x_{T-1}, targets = x_1 .. x_T",
             "query_kind": "input position i < T: 0 = BOS (predicts x_1, 'first'); a trigger id = copy (target "
-                          "= input i-1); any other id = bigram; positions T, T+1 (targets <d>, BOS) are not BBM "
-                          "targets",
+                          "= input i-1); any other id = bigram",
         },
         "loss_floor_nats": floor,
         "empirical": stats,

@@ -2,21 +2,27 @@
 
     def write_section(rep, data):
 
-which adds the section's headings, paragraphs, tables and figures to `rep` (analysis.report.Report:
-heading, para, table, figure, skipped, notes) from `data` (a ReportData), and lists what it leaves out
-and why with rep.skipped. analysis.report.SECTIONS calls them in page order; summary.py closes the page.
-Helpers that several sections share are in labels.py; model_figures.py draws one probed model's figures.
+which adds the section's heading, paragraphs, tables and figures to `rep` (analysis.report.Report:
+section, heading, para, table, figure, finding, skipped, notes) from `data` (a ReportData), and lists what it
+leaves out and why with rep.skipped. analysis.report.SECTIONS calls them in page order; summary.py closes the
+page. Helpers that several sections share are in labels.py; model_figures.py draws one probed model's figures.
 
 Adding a section:
-  1. analysis/sections/<name>.py: a docstring saying what the section shows, and write_section(rep, data)
-     (rep.heading(2, title, anchor=...), rep.table(Table(...)), rep.figure(name, caption, figures.<kind>,
-     ...), rep.skipped(what, why) for what the files do not hold);
+  1. analysis/sections/<name>.py: a docstring saying what the section shows, and write_section(rep, data):
+     rep.section(title, anchor=...) (numbered in page order; call it only when there is something to show),
+     rep.table(Table(...)) and rep.figure(name, short title, caption, figures.<kind>, ...) (the title is
+     drawn in the PNG, the caption with the detail goes under it; both return the anchor to link to),
+     rep.finding(sentence, anchor) for each result a reader should see first (the block at the top of the
+     page, under the section's title: numbers formatted from the files, with what they mean), and
+     rep.skipped(what, why) for what the files do not hold (one line per `why` at the end of the page);
   2. analysis/report.py: the module in the import from analysis.sections and in SECTIONS, where it goes on
      the page, and a line in the module docstring's list of sections;
-  3. where needed: a drawing function in analysis/figures.py for a new kind of figure (arrays and a
-     caption in, one PNG out), the reading of a new dataset in analysis/results.py (and ReportData, when
-     the section needs something not yet pooled there);
-  4. a test in tests/python (test_report.py writes small results files in the writers' schema).
+  3. where needed: a drawing function in analysis/figures.py for a new kind of figure (arrays and a short
+     title in, one PNG out; its legend outside the axes), the reading of a new dataset in
+     analysis/results.py (and ReportData, when the section needs something not yet pooled there);
+  4. a test in tests/python (test_report.py writes small results files in the writers' schema;
+     test_report_bbm.py trains real ones).
+No text needs to avoid machine paths by hand: Report shows every string through tables.public_text.
 """
 from dataclasses import dataclass
 

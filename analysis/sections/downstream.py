@@ -14,7 +14,7 @@ def write_section(rep, data):
     entries, scores, eps = data.entries, data.scores, data.eps
     if not scores:
         return
-    rep.heading(2, "Sink and downstream accuracy (Fig. 10)", anchor="downstream")
+    rep.section("Sink and downstream accuracy (Fig. 10)", anchor="downstream")
     sink_of = {}
     for e in entries:
         i = match_eps(e.eps, eps) if len(e.sink) else None
@@ -35,7 +35,8 @@ def write_section(rep, data):
     if acc_points:
         series = [(name, [p[1] for p in points], [p[2] for p in points], marker)
                   for name, marker, points in (("acc", "o", acc_points), ("acc_norm", "^", norm_points))]
-        rep.figure("sink_vs_accuracy", f"Sink_1^{eps:g} against multiple-choice accuracy (Fig. 10)", figures.xy_panels,
+        rep.figure("sink_vs_accuracy", f"Sink_1^{eps:g} against multiple-choice accuracy (Fig. 10)",
+                   "Each model's Sink_1 on natural text (mean over domains) against its accuracy.", figures.xy_panels,
                    [{"series": series, "annotate": acc_points + norm_points, "xlabel": f"Sink_1^{eps:g} (%)",
                      "ylabel": "accuracy"}])
     else:

@@ -1,4 +1,4 @@
-"""Section 3, survey work items (/items/<id>): each item's status, rank, time and error; the items not ok
+"""Section "Survey work items" (/items/<id>): each item's status, rank, time and error; the items not ok
 are also listed in the page's notes.
 """
 import numpy as np
@@ -12,7 +12,7 @@ def write_section(rep, data):
     items = data.items
     if not items:
         return
-    rep.heading(2, "3. Survey work items", anchor="items")
+    rep.section("Survey work items", anchor="items")
     rows = [[it.id, it.status, attr_text(it.rank) if it.rank is not None else None,
              plain_float(it.seconds) if it.seconds is not None and np.ndim(it.seconds) == 0 else None, it.error]
             for it in sorted(items, key=lambda it: it.id)]

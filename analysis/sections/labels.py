@@ -28,9 +28,7 @@ def entry_caption(entries, domain_text):
     parts = [e0.model, f"input {e0.input}", f"domain {domain_text}",
              "T=" + set_text(attr_value(e.attrs, "T") for e in entries),
              "n_seq=" + set_text(attr_value(e.attrs, "n_seq") for e in entries)]
-    if any("bos" in e.attrs for e in entries):  # the prefix token id; -1: none
-        parts.append("bos=" + set_text(("none" if attr_value(e.attrs, "bos") == "-1" else
-                                        attr_value(e.attrs, "bos")) for e in entries))
+    parts.append("first token=" + set_text(first_token(e) for e in entries))
     for key in NOTE_ATTRS:
         if any(key in e.attrs for e in entries):
             parts.append(f"{key}: " + set_text(attr_value(e.attrs, key) for e in entries))
@@ -71,13 +69,30 @@ def model_kind(e):
 def model_labels(entries):
     """Model names, with base/instruct and the quantisation where the survey recorded them ("gemma3-270m
     (base, Q4_K_M)": every table row and figure names what was measured), the measuring program added where
-    one name comes from two programs (sinklab-probe's and sinklab-survey's numbers are not pooled), and the
+    one name comes from two programs (sinklab-probe's and sinklab-survey's numbers are not pooled), the
+    sequence length where one model was measured at several ("gemma3-270m (base, Q4_K_M, T=64)"), and the
     file's name where two files hold the same (model, input, domain)."""
-    tools = {}
+    tools, lengths = {}, {}  # lengths: (model, file) -> the T of its plain inputs (natural, not natural@T256)
     for e in entries:
         tools.setdefault(e.model, set()).add(measured_by(e))
-    names = [f"{e.model} ({model_kind(e)})" if model_kind(e) else e.model for e in entries]
-    names = [f"{n} [{measured_by(e)}]" if len(tools[e.model]) > 1 else n for n, e in zip(names, entries)]
+        if "@T" not in e.input:
+            lengths.setdefault((e.model, e.file), set()).add(attr_value(e.attrs, "T"))
+
+    # A model measured at several sequence lengths (a survey at T = 64, StreamingLLM's at T = 1024, in two
+    # files): T in the label, so that its rows are not taken for one another. A file's other lengths of one
+    # survey (natural@T256, the Sink-vs-T items) keep the label of that file's plain inputs.
+    def file_T(e):
+        ts = lengths.get((e.model, e.file), set())
+        return next(iter(ts)) if len(ts) == 1 else attr_value(e.attrs, "T")
+
+    several = {m for m in tools if len({file_T(e) for e in entries if e.model == m}) > 1}
+
+    def label_of(e):
+        notes = [p for p in (model_kind(e), f"T={file_T(e)}" if e.model in several else "") if p]
+        label = f"{e.model} ({', '.join(notes)})" if notes else e.model
+        return f"{label} [{measured_by(e)}]" if len(tools[e.model]) > 1 else label
+
+    names = [label_of(e) for e in entries]
     seen, clash = {}, set()
     for name, e in zip(names, entries):
         key = (name, e.input, e.domain)
@@ -85,3 +100,59 @@ def model_labels(entries):
             clash.add(name)
         seen.setdefault(key, e.file)
     return [f"{name} [{Path(e.file).name}]" if name in clash else name for name, e in zip(names, entries)]
+
+
+def checkpoint_name(path):
+    """A sinklab checkpoint as the page names it: ".../<run dir>/checkpoints/step_400" -> "<run dir>, step
+    400"; any other path by its last component."""
+    parts = Path(str(path)).parts
+    if len(parts) >= 3 and parts[-2] == "checkpoints" and parts[-1].startswith("step_") and parts[-1][5:].isdigit():
+        return f"{parts[-3]}, step {int(parts[-1][5:])}"
+    return Path(str(path)).name or str(path)
+
+
+def first_token(e):
+    """The token the probe put first in every sequence of an entry, as its file records it: the token of an
+    intervention at position 1 (sinklab-probe --fixed-token-position 1 --fixed-token-id ID: attribute
+    intervention "fixed=1:ID"), else the survey's prefix token (attribute bos; -1: none); sinklab-probe puts
+    no token of its own first (its bos attribute is not one), so "none" there. None when the file does not say."""
+    for part in attr_text(e.attrs.get("intervention", "")).split():
+        key, _, value = part.partition("=")
+        if key == "fixed" and value.startswith("1:"):
+            return value[2:]
+    if measured_by(e) == "sinklab-probe":
+        return "none"
+    bos = attr_value(e.attrs, "bos")
+    return None if bos is None else ("none" if bos == "-1" else bos)
+
+
+def sinklab_checkpoint(e):
+    """The checkpoint directory of an entry that measured one of sinklab's own models (sinklab-probe's
+    attribute checkpoint, or a survey item of model_type sinklab: its model_dir), else None."""
+    if "checkpoint" in e.attrs:
+        return attr_text(e.attrs["checkpoint"])
+    if attr_value(e.attrs, "model_type") == "sinklab" and "model_dir" in e.attrs:
+        return attr_text(e.attrs["model_dir"])
+    return None
+
+
+def variant_text(settings):
+    """A sinklab run's model as the page names it, from its settings (ini text read by
+    results.ini_settings): attention, biases, the first token of its data, window, size."""
+    sim, norm = settings.get("attn-sim", "exp"), settings.get("attn-norm", "sum")
+    if (sim, norm) == ("exp", "sum"):
+        parts = ["softmax"]
+    elif norm == "one":
+        parts = [f"{sim} attention without normalisation"]
+    else:
+        parts = [f"{sim} attention, norm {norm}"]
+    if settings.get("attn-bias", "none") not in ("none", ""):
+        parts.append(f"{settings['attn-bias']} bias")
+    if settings.get("fixed-token-position", "0") == "1":
+        parts.append(f"token {settings.get('fixed-token-id', '?')} first")
+    if settings.get("attn-window", "0") not in ("0", ""):
+        parts.append(f"window {settings['attn-window']}")
+    if "d-model" in settings:
+        parts.append(f"d={settings['d-model']}, {settings.get('n-layers', '?')} layers, "
+                     f"{settings.get('n-heads', '?')} heads")
+    return ", ".join(parts)

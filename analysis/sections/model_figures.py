@@ -22,9 +22,10 @@ def model_input_figures(rep, model, inp, es):
     heatmap, massive-activation ratio, last-token-to-first attention."""
     domains = [e.domain for e in es]
     domain_text = domains[0] if len(es) == 1 else f"mean of {len(es)} ({', '.join(domains)})"
-    caption = entry_caption(es, domain_text)
+    caption = entry_caption(es, domain_text) + "."
     where = f"{model} / {inp}"
     name = f"{model}_{inp}"
+    short = f"{model}, {inp}"
     La_layers = None
     al = es[0].get("attention_layers")
     if al is not None and all(e.get("attention_layers") is not None and
@@ -42,18 +43,19 @@ def model_input_figures(rep, model, inp, es):
             x = list(range(len(first))) if prefix == "hnorm" else layer_axis(len(first))
             panels.append((what, x, first, rest))
     if panels:
-        rep.figure(f"{name}_norms", caption + " | l2 norm, first token vs mean of the others (Figs. 2, 11-14)",
-                   figures.first_vs_rest_norms, panels)
+        rep.figure(f"{name}_norms", f"{short}: l2 norms, first token against the others",
+                   "Mean of the other tokens per layer (Figs. 2, 11-14). " + caption, figures.first_vs_rest_norms,
+                   panels)
     else:
-        rep.skipped(f"{where}: l2 norms of h/k/v", "no hnorm_/knorm_/vnorm_first and _rest datasets")
+        rep.skipped(where, "no hnorm_/knorm_/vnorm_first and _rest datasets (l2 norms of h/k/v)")
 
     alphas = [e.alpha1() for e in es]
     if all(x is not None for x in alphas) and len({x.shape for x in alphas}) == 1:
         a = np.mean(alphas, axis=0)
-        rep.figure(f"{name}_alpha1", caption + " | alpha_1 per layer and head (Figs. 19-24)",
+        rep.figure(f"{name}_alpha1", f"{short}: alpha_1 per layer and head", "Figs. 19-24. " + caption,
                    figures.head_layer_heatmap, a, layer_axis(a.shape[0]), "alpha_1")
     else:
-        rep.skipped(f"{where}: alpha_1 heatmap", "no alpha[L,H,K] dataset (or shapes differ between domains)")
+        rep.skipped(where, "no alpha[L,H,K] dataset, or shapes differ between domains (alpha_1 heatmap)")
 
     curves = []
     mr = _mean_of(es, "massive_ratio")
@@ -63,10 +65,11 @@ def model_input_figures(rep, model, inp, es):
     if mp is not None:
         curves.append(("before the block's last norm", np.arange(len(mp)), mp, "s--"))
     if curves:
-        rep.figure(f"{name}_massive_ratio", caption + " | ||h_1|| / mean ||h_t>1|| per layer (Fig. 7)",
-                   figures.per_layer, curves, "massive-activation ratio")
+        rep.figure(f"{name}_massive_ratio", f"{short}: massive-activation ratio per layer",
+                   "||h_1|| / mean ||h_t>1|| per layer (Fig. 7). " + caption, figures.per_layer, curves,
+                   "massive-activation ratio")
     else:
-        rep.skipped(f"{where}: massive-activation ratio", "no massive_ratio dataset")
+        rep.skipped(where, "no massive_ratio dataset (massive-activation ratio per layer)")
 
     ltf = _mean_of(es, "last_to_first")
     if ltf is not None:
@@ -74,29 +77,29 @@ def model_input_figures(rep, model, inp, es):
         x = layer_axis(ltf.shape[0])
         curves = [("mean over heads (bars: std over heads)", x, ltf.mean(axis=1), "o", ltf.std(axis=1)),
                   ("max over heads", x, ltf.max(axis=1), "^--"), ("min over heads", x, ltf.min(axis=1), "v--")]
-        rep.figure(f"{name}_last_to_first", caption + " | attention of the last token to the first, per layer "
-                   "(long inputs: App. F, Fig. 12)", figures.per_layer, curves, "A[T-1, 0]")
+        rep.figure(f"{name}_last_to_first", f"{short}: last token's attention to the first",
+                   "Per layer; long inputs: App. F, Fig. 12. " + caption, figures.per_layer, curves, "A[T-1, 0]")
     else:
-        rep.skipped(f"{where}: last-token-to-first attention", "no last_to_first dataset")
+        rep.skipped(where, "no last_to_first dataset (the last token's attention to the first)")
 
 
 def map_figures(rep, model, inp, es):
     """QK cosine / norm-product maps and attention maps of one model and input: the mean over the domains
     whose maps have the same shape and (layer, head) pairs, one figure per kind and such group."""
-    _map_kind(rep, model, inp, es, ("qk_cos", "qk_normprod"), "qk",
-              " | cos(q_t, k_j) and ||q_t|| ||k_j|| (Figs. 2, 15-18)", ["cos(q_t, k_j)", "||q_t|| ||k_j||"])
-    _map_kind(rep, model, inp, es, ("attention_maps",), "attention", " | attention maps A[t, j] (Figs. 25-26)",
-              ["A[t, j]"])
+    _map_kind(rep, model, inp, es, ("qk_cos", "qk_normprod"), "qk", "QK angles and norms",
+              "cos(q_t, k_j) and ||q_t|| ||k_j|| (Figs. 2, 15-18).", ["cos(q_t, k_j)", "||q_t|| ||k_j||"])
+    _map_kind(rep, model, inp, es, ("attention_maps",), "attention", "attention maps",
+              "Attention maps A[t, j] (Figs. 25-26).", ["A[t, j]"])
 
 
-def _map_kind(rep, model, inp, es, names, suffix, what, col_titles):
+def _map_kind(rep, model, inp, es, names, suffix, title, what, col_titles):
     groups = {}  # (shape, pairs) -> [(entry, [stack per name])]
     for e in es:
         stacks = [e.map_stack(n) for n in names]
         if all(m is None for m in stacks):
             continue
         if any(m is None for m in stacks) or len({m.shape for m in stacks}) != 1:
-            rep.skipped(f"{e.label()}: {' and '.join(names)} maps", "they need one [P,T,T] shape")
+            rep.skipped(e.label(), f"{' and '.join(names)} maps of different shapes (they need one [P,T,T])")
             continue
         pairs = e.map_pairs(names[0], stacks[0].shape[0])
         key = (stacks[0].shape, tuple(pairs) if pairs else None)
@@ -108,8 +111,8 @@ def _map_kind(rep, model, inp, es, names, suffix, what, col_titles):
             f"mean of {len(ents)} ({', '.join(e.domain for e in ents)})"
         rows = [(_pair_title(pairs, p), [m[p] for m in means]) for p in range(shape[0])]
         name = f"{model}_{inp}_{suffix}" if len(groups) == 1 else f"{model}_{inp}_{ents[0].domain}_{suffix}"
-        rep.figure(name, entry_caption(ents, domain_text) + what +
-                   ("" if pairs else " | (layer, head) pairs not stored"), figures.map_grid, rows, col_titles)
+        rep.figure(name, f"{model}, {inp}: {title}", what + " " + entry_caption(ents, domain_text) +
+                   ("" if pairs else ". (layer, head) pairs not stored") + ".", figures.map_grid, rows, col_titles)
 
 
 def _pair_title(pairs, p):

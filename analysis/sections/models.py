@@ -10,21 +10,21 @@ from pathlib import Path
 import numpy as np
 
 from analysis import figures
-from analysis.results import attr_text, match_eps
-from analysis.sections.labels import (attr_value, eps_col, measured_by, model_labels, ordered_inputs,
-                                      set_text)
+from analysis.results import attr_text, ini_settings, match_eps, tokens_at, tokens_text
+from analysis.sections.labels import (attr_value, eps_col, first_token, measured_by, model_labels, ordered_inputs,
+                                      set_text, sinklab_checkpoint, variant_text)
 from analysis.sections.model_figures import map_figures, model_input_figures
-from analysis.tables import PROXY_NOTE, Table, plain_float
+from analysis.tables import Table, plain_float
 
 
 def write_section(rep, data):
     """The tables over all models, then each model's figures per input (interventions and other lengths:
     tables only)."""
     entries, eps = data.entries, data.eps
-    rep.heading(2, "2. Probed and surveyed models", anchor="models")
     if not entries:
         rep.skipped("probed models", "no /models/<model>/<input>/<domain> group in the files")
         return
+    rep.section("Probed and surveyed models", anchor="models")
     labels = model_labels(entries)
     for e in entries:
         rep.notes += e.notes
@@ -58,11 +58,9 @@ def write_section(rep, data):
         means.append(mrow)
     note = (f"natural (and every other input) = mean over its domains (per-domain table below); eps = {eps:g}; "
             "the other thresholds are in table1_all_eps.csv.")
-    if stars:
-        note += " " + PROXY_NOTE
     if missing:
         note += f" Without a Sink at eps={eps:g}, left out: {', '.join(missing)}."
-    rep.table(Table("table1", f"Table 1 (left): Sink_1^{eps:g} (%) per model and input", ["model"] + plain,
+    table1 = rep.table(Table("table1", f"Table 1 (left): Sink_1^{eps:g} (%) per model and input", ["model"] + plain,
                     rows, {i: ".2f" for i in plain}, stars, note=note))
     long_rows = []
     for m in models:
@@ -75,11 +73,14 @@ def write_section(rep, data):
     rep.table(Table("table1_all_eps", "Sink_1^eps (%) per model, input and threshold (mean over domains)",
                     ["model", "input", "domains", "eps", "Sink_1", "proxy"], long_rows,
                     {"Sink_1": ".2f", "eps": "g"}, inline=False))
+    bars = None
     if plain and not all(np.isnan(v) for r in means for v in r):
-        rep.figure("table1_bars", f"Sink_1^{eps:g} (%) per model and input (Table 1 left / Fig. 4 left)",
-                   figures.grouped_bars, models, plain, means, f"Sink_1^{eps:g} (%)")
+        bars = rep.figure("table1_bars", f"Sink_1^{eps:g} (%) per model and input", "Table 1 (left) as bars; "
+                          "natural: the mean over its domains.", figures.grouped_bars, models, plain, means,
+                          f"Sink_1^{eps:g} (%)")
+    _model_findings(rep, models, plain, rows, stars, by, eps, bars or table1)
 
-    _inputs_table(rep, models, inputs, by)
+    _inputs_table(rep, models, inputs, by, data.runs)
     _per_domain_table(rep, labels, entries, eps)
     _sink_k_table(rep, labels, entries, eps)
     _intervention_table(rep, models, inputs, by, eps)
@@ -91,6 +92,22 @@ def write_section(rep, data):
             if es:
                 model_input_figures(rep, m, inp, es)
                 map_figures(rep, m, inp, es)
+
+
+def _model_findings(rep, models, plain, rows, stars, by, eps, href):
+    """A finding per model: its Sink_1^eps on each input of Table 1 (`rows`, `stars` as that table has them)."""
+    for r, m in enumerate(models):
+        cells = []
+        for c, inp in enumerate(plain):
+            v = rows[r][c + 1]
+            if v is None:
+                continue
+            n = len({e.domain for e in by.get((m, inp), [])})
+            where = {"natural": f"natural text ({n} domain{'s' if n > 1 else ''})", "random": "random tokens",
+                     "repeat": "a repeated token"}.get(inp, inp)
+            cells.append(f"{v:.2f} %{'*' if (r, c + 1) in stars else ''} on {where}")
+        if cells:
+            rep.finding(f"{m}: Sink_1^{eps:g} = " + ", ".join(cells) + ".", href)
 
 
 def _base_input(label):
@@ -125,17 +142,39 @@ def _length_section(rep, models, inputs, by):
                     if vals:
                         rows.append([m, base, T, e_val, ys[-1], len(vals)])
                 series.append((f"eps = {e_val:g}", lengths, ys, "o-"))
-            rep.figure(f"sink_vs_T_{m}_{base}", f"{m} / {base}: Sink_1^eps (%) against T, mean over domains (Fig. 3)",
-                       figures.xy_panels, [{"series": series, "xlabel": "T (tokens)", "ylabel": "Sink_1^eps (%)",
-                                            "logx": 2, "ylim": (0, 100)}])
+            rep.figure(f"sink_vs_T_{m}_{base}", f"{m}, {base}: Sink_1^eps against T (Fig. 3)",
+                       "Mean over domains, one line per threshold.", figures.xy_panels,
+                       [{"series": series, "xlabel": "T (tokens)", "ylabel": "Sink_1^eps (%)", "logx": 2,
+                         "ylim": (0, 100)}])
     if rows:
         rep.table(Table("sink_vs_T", "Sink_1^eps (%) against the sequence length T (Fig. 3)",
                         ["model", "input", "T", "eps", "Sink_1", "domains"], rows, {"Sink_1": ".2f", "eps": "g"}))
 
 
-def _inputs_table(rep, models, inputs, by):
+def own_model(e, runs):
+    """(model_type, source, quantization) of an entry that measured one of sinklab's own checkpoints: the
+    variant and size from its run's settings when the files hold that run (matched by the checkpoint's run
+    directory, .../<out-dir>/checkpoints/step_<n>), the run, step and tokens; None for other models."""
+    ckpt = sinklab_checkpoint(e)
+    if ckpt is None:
+        return None
+    parts = Path(ckpt).parts
+    run_dir = parts[-3] if len(parts) >= 3 and parts[-2] == "checkpoints" else Path(ckpt).name
+    step = str(int(parts[-1][5:])) if parts and parts[-1].startswith("step_") and parts[-1][5:].isdigit() else "?"
+    run = next((r for r in runs if Path(ini_settings(r.config).get("out-dir", "")).name == run_dir), None)
+    n = attr_value(e.attrs, "n_params")
+    size = f"{float(n) / 1e6:.3g} M parameters" if n is not None else ""
+    if run is None:
+        return "sinklab" + (f" ({size})" if size else ""), f"sinklab checkpoint {run_dir}, step {step}", "none"
+    tokens = tokens_at(run, int(step)) if step.isdigit() else None
+    kind = f"sinklab: {variant_text(ini_settings(run.config))}" + (f"; {size}" if size else "")
+    return kind, f"run {run.name}, step {step} ({tokens_text(tokens)} tokens)", "none (float32 checkpoint)"
+
+
+def _inputs_table(rep, models, inputs, by, runs):
     """Where each model's numbers come from (weights file and quantisation, when the survey copied the
-    model directory's notes) and what they were measured on, with the next-token loss (mean over
+    model directory's notes; for sinklab's own checkpoints the run's variant, size, step and tokens) and what
+    they were measured on (first token: what the probe put first), with the next-token loss (mean over
     domains) where the survey measured one."""
     rows = []
     for m in models:
@@ -145,28 +184,31 @@ def _inputs_table(rep, models, inputs, by):
                 continue
             losses = [float(e.attrs["loss"]) for e in es if "loss" in e.attrs]
             n_seq = [int(e.attrs["n_seq"]) for e in es if "n_seq" in e.attrs]
-            bos = set_text(("none" if attr_value(e.attrs, "bos") == "-1" else attr_value(e.attrs, "bos"))
-                           for e in es if "bos" in e.attrs)
+            own = [own_model(e, runs) for e in es]
+            if all(o is not None for o in own):
+                kind, source, quant = (set_text(o[k] for o in own) for k in range(3))
+            else:
+                kind, source, quant = (set_text(attr_value(e.attrs, k) for e in es)
+                                       for k in ("model_type", "source", "quantization"))
             rows.append([m, inp, set_text(measured_by(e) for e in es), len(es), sum(n_seq) if n_seq else None,
-                         set_text(attr_value(e.attrs, "T") for e in es), bos,
-                         float(np.mean(losses)) if len(losses) == len(es) else None,
-                         set_text(attr_value(e.attrs, "model_type") for e in es),
-                         set_text(attr_value(e.attrs, "source") for e in es),
-                         set_text(attr_value(e.attrs, "quantization") for e in es)])
+                         set_text(attr_value(e.attrs, "T") for e in es), set_text(first_token(e) for e in es),
+                         float(np.mean(losses)) if len(losses) == len(es) else None, kind, source, quant])
     if rows:
         rep.table(Table("inputs", "Inputs, next-token loss and weights per model and input", [
-            "model", "input", "measured by", "domains", "sequences", "T", "BOS", "loss", "model_type", "source",
-            "quantization"], rows, {"loss": ".4f"}, note="measured by: the program that wrote the file (its "
-            "command_line attribute). loss: mean next-token cross-entropy (nats per predicted token) over the "
-            "domains; empty where the survey measured none (sinklab's own checkpoints). source / quantization: the "
-            "weights file and its tensor types, from the model directory's sinklab_source.json (data_prep "
-            "gguf-import); '?' where it has none."))
+            "model", "input", "measured by", "domains", "sequences", "T", "first token", "loss", "model_type",
+            "source", "quantization"], rows, {"loss": ".4f"}, note="measured by: the program that wrote the file (its "
+            "command_line attribute). first token: the token the probe put first in every sequence (a BOS or fixed "
+            "token; none: the text as it comes). loss: mean next-token cross-entropy (nats per predicted token) over "
+            "the domains; empty where the survey measured none (sinklab's own checkpoints). source / quantization: "
+            "the weights file and its tensor types, from the model directory's sinklab_source.json (data_prep "
+            "gguf-import); for sinklab's own checkpoints the run, step and training tokens, and its variant; '?' "
+            "where the files do not say."))
 
 
 def _per_domain_table(rep, labels, entries, eps):
     all_eps = sorted({x for e in entries for x in e.eps if not math.isnan(x)})
     any_star = any(e.get("sink_star") is not None for e in entries)
-    cols = ["model", "input", "domain", "n_seq", "T", "bos"] + [eps_col("Sink_1", x) for x in all_eps]
+    cols = ["model", "input", "domain", "n_seq", "T", "first token"] + [eps_col("Sink_1", x) for x in all_eps]
     if any_star:
         cols += [eps_col("Sink_*", x) for x in all_eps]
     cols += ["loss", "massive ratio (last layer)", "proxy", "measured by", "file"]
@@ -176,8 +218,7 @@ def _per_domain_table(rep, labels, entries, eps):
     rows, stars = [], set()
     for k in order:
         e = entries[k]
-        row = [labels[k], e.input, e.domain, attr_value(e.attrs, "n_seq"), attr_value(e.attrs, "T"),
-               attr_value(e.attrs, "bos")]
+        row = [labels[k], e.input, e.domain, attr_value(e.attrs, "n_seq"), attr_value(e.attrs, "T"), first_token(e)]
         for x in all_eps:
             i = match_eps(e.eps, x)
             row.append(None if i is None else plain_float(e.sink[i]))
@@ -195,8 +236,7 @@ def _per_domain_table(rep, labels, entries, eps):
         rows.append(row)
     fmts = {c: ".2f" for c in cols if c.startswith(("Sink", "massive"))}
     fmts["loss"] = ".4f"
-    rep.table(Table("per_domain", "Sink_1^eps (%) per model, input and domain", cols, rows, fmts, stars,
-                    note=PROXY_NOTE if stars else ""))
+    rep.table(Table("per_domain", "Sink_1^eps (%) per model, input and domain", cols, rows, fmts, stars))
 
 
 def _sink_k_table(rep, labels, entries, eps):

@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from analysis import figures
-from analysis.results import ini_settings, match_eps
+from analysis.results import ini_settings, is_bbm, is_finetuning, match_eps
 from analysis.tables import Table
 
 
@@ -61,6 +61,8 @@ def _with_eval(cells, eps):
 def fig4_left(rep, runs, entries, eps):
     rows = []  # [name, kind, n_params, n_params_non_embedding, Sink_1]
     for r in runs:
+        if is_bbm(r) or is_finetuning(r):  # another task; a fine-tuned model is its base model's size
+            continue
         n, ev = _int_attr(r.attrs, "n_params"), r.eval
         i = None if ev is None or not len(ev.step) else match_eps(ev.eps, eps)
         if n is not None and i is not None:
@@ -87,8 +89,8 @@ def fig4_left(rep, runs, entries, eps):
         pts = [r for r in rows if r[1].startswith(kind)]
         if pts:
             series.append((kind + "s", [r[2] for r in pts], [r[4] for r in pts], style))
-    rep.figure("fig4_left", f"Fig. 4 left: {col} against the parameter count (runs: last evaluation; models: "
-               "mean over natural-text domains)", figures.xy_panels,
+    rep.figure("fig4_left", f"Fig. 4 left: {col} against the parameter count", "Runs: last evaluation; models: "
+               "mean over natural-text domains.", figures.xy_panels,
                [dict(title="", xlabel="parameters", ylabel=col, logx=True, series=series,
                      annotate=[(r[0], r[2], r[4]) for r in rows])])
 
@@ -111,8 +113,8 @@ def fig5_right_and_28(rep, runs, eps, index):
                     "evaluation)", ["cell", "run", "training tokens", "step", col, "valid loss", "train loss"],
                     rows, {col: ".2f", "valid loss": ".4f", "train loss": ".4f", "training tokens": ".4g"}))
     budgets = [r[2] for r in rows]
-    rep.figure("fig5_right", f"Fig. 5 right: {col} and the last train/valid loss against the training-token "
-               "budget (fixed steps and batch: smaller budgets repeat their data)", figures.xy_panels, [
+    rep.figure("fig5_right", f"Fig. 5 right: {col} and loss against the training-token budget", "The last "
+               "train/valid loss; fixed steps and batch: smaller budgets repeat their data.", figures.xy_panels, [
                    dict(xlabel="training tokens", ylabel=col, logx=True,
                         series=[("", budgets, [r[4] for r in rows], "o-")]),
                    dict(xlabel="training tokens", ylabel="loss", logx=True,
@@ -127,8 +129,9 @@ def fig5_right_and_28(rep, runs, eps, index):
         title = f"{cell.label} (ran with {_run_setting(run, job, 'max-train-tokens', math.nan):.3g})"
         loss_panels.append(dict(title=title, xlabel="step", ylabel="loss", series=series))
         sink_panels.append(dict(title=title, xlabel="step", ylabel=col, series=[("", ev.step, ev.sink[:, i], "o-")]))
-    rep.figure("fig28", f"Fig. 28: train/valid loss (top) and {col} (bottom) over training, per training-token "
-               "budget", figures.xy_panels, loss_panels + sink_panels, ncols=len(cells))
+    rep.figure("fig28", f"Fig. 28: loss and {col} over training per token budget", f"Train/valid loss (top) and "
+               f"{col} (bottom) over training, one column per training-token budget.", figures.xy_panels,
+               loss_panels + sink_panels, ncols=len(cells))
 
 
 def fig5_middle(rep, runs, eps, index):
@@ -149,8 +152,8 @@ def fig5_middle(rep, runs, eps, index):
                     "alpha, probe/sink_metrics.hpp)", ["cell", "run", "prefix p", "step", "k of the largest",
                                                        "largest (%)", f"{col}, k = 1..T"], rows,
                     {"largest (%)": ".2f"}))
-    rep.figure("fig5_middle", f"Fig. 5 middle: {col} at every position k of the prefix LMs (last evaluation): "
-               "the sink sits among the first p tokens", figures.xy_panels,
+    rep.figure("fig5_middle", f"Fig. 5 middle: {col} at every position, prefix LMs", "Last evaluation: the sink "
+               "sits among the first p tokens.", figures.xy_panels,
                [dict(xlabel="position k", ylabel=col, series=series)])
 
 
@@ -179,8 +182,8 @@ def fig6(rep, runs, eps, index):
     rel = [(r[2], r[5]) for r in rows if r[5] is not None]
     if rel:
         series.append(("first token of each window", [x for x, _ in rel], [y for _, y in rel], "s--"))
-    rep.figure("fig6", f"Fig. 6 (middle, right): {a} against the window size, on the absolute first token and "
-               "on each query's window start; valid loss", figures.xy_panels, [
+    rep.figure("fig6", f"Fig. 6: {a} against the window size", "On the absolute first token and on each "
+               "query's window start (middle, right); valid loss beside it.", figures.xy_panels, [
                    dict(xlabel="window size w", ylabel=f"Sink_1^{eps:g} (%)", logx=True, series=series),
                    dict(xlabel="window size w", ylabel="valid loss", logx=True,
                         series=[("", ws, [r[6] for r in rows], "o-")])])
@@ -209,19 +212,19 @@ def fig9(rep, entries):
                            ylim=(-2, 102), series=series))
     rep.table(Table("fig9", "Fig. 9: Sink_1^eps (%) per natural-text domain", ["model", "eps"] + domains, rows,
                     {d: ".2f" for d in domains}))
-    rep.figure("fig9", "Fig. 9: Sink_1^eps per natural-text domain, one panel per threshold", figures.xy_panels, panels)
+    rep.figure("fig9", "Fig. 9: Sink_1^eps per natural-text domain", "One panel per threshold.", figures.xy_panels,
+               panels)
 
 
 def write_section(rep, data):
     """Section "The paper's figures": Figs. 4 left, 5 middle/right, 28, 6 and 9 where the files have their data."""
     runs, entries, eps, index = data.runs, data.entries, data.eps, data.job_index
-    rep.heading(2, "The paper's figures", anchor="paper-figures")
-    before = len(rep.figures)
+    before, mark = len(rep.figures), len(rep.blocks)
     fig4_left(rep, runs, entries, eps)
     fig5_middle(rep, runs, eps, index)
     fig5_right_and_28(rep, runs, eps, index)
     fig6(rep, runs, eps, index)
     fig9(rep, entries)
-    if len(rep.figures) == before:
-        rep.para("None of the paper's comparison figures has data in these files (see Skipped at the end).",
-                 cls="note")
+    if len(rep.figures) > before:  # the heading goes before what was drawn; without a figure, no section
+        rep.section("The paper's figures", anchor="paper-figures")
+        rep.blocks.insert(mark, rep.blocks.pop())

@@ -105,11 +105,11 @@ def write_section(rep, data):
     """Section "The paper's tables": every group of make_jobs as a table, when any cell has a run."""
     runs, eps, index = data.runs, data.eps, data.job_index
     runs_by_name = {r.name: r for r in runs}
-    rep.heading(2, "The paper's tables", anchor="paper-tables")
     known = index.run_names()
     if not any(name in known for name in runs_by_name):
         rep.skipped("the paper's tables", "no run of the files is a cell of jobs/pretrain (run-name as its job file)")
         return
+    rep.section("The paper's tables", anchor="paper-tables")
     counts = {}
     for group in index.groups:
         rows, stars, has_star, has_moved = paper_table_rows(group, index.job, runs_by_name, eps)

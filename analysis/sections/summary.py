@@ -1,11 +1,27 @@
 """The end of the page, "What was read, and notes": the files (with their provenance attributes), runs
 and models read, what the numbers mean (GLOSSARY), the proxy-score statement, the notes of the files
-and sections, and every skipped section or figure.
+and sections, and what was skipped, one line per reason. Paths are shown without the machine's
+directories (tables.public_text).
 """
 import html
 from pathlib import Path
 
 from analysis.sections.labels import measured_by, model_labels, ordered_inputs, run_labels, set_text
+from analysis.tables import public_text
+
+
+def _esc(text):
+    return html.escape(public_text(text))
+
+
+def skipped_lines(skips):
+    """The skipped parts, one line per reason: "why: what, what, ..." in the order they first came."""
+    by_why = {}
+    for what, why in skips:
+        by_why.setdefault(why, [])
+        if what not in by_why[why]:
+            by_why[why].append(what)
+    return [f"{why[:1].upper()}{why[1:]}: {', '.join(whats)}." for why, whats in by_why.items()]
 
 
 GLOSSARY = [
@@ -39,8 +55,8 @@ def summary_html(rep, data):
         meta = ", ".join(f"{k}={rf.attrs[k]}" for k in ("sinklab_version", "git_sha", "created_utc")
                          if rf.attrs.get(k))
         cmd = rf.attrs.get("command_line", "")
-        out.append(f"<li><code>{html.escape(rf.path)}</code>" + (f" ({html.escape(meta)})" if meta else "")
-                   + (f"<br><code>{html.escape(cmd)}</code>" if cmd else "") + "</li>")
+        out.append(f"<li><code>{_esc(rf.path)}</code>" + (f" ({_esc(meta)})" if meta else "")
+                   + (f"<br><code>{_esc(cmd)}</code>" if cmd else "") + "</li>")
     out.append("</ul>")
     labels = run_labels(runs)
     out.append(f"<h3>Training runs ({len(runs)})</h3>")
@@ -52,7 +68,7 @@ def summary_html(rep, data):
                 bits.append(f"{len(r.train['loss'])} logged steps")
             if r.eval is not None:
                 bits.append(f"{len(r.eval.step)} evaluations, eps {', '.join(f'{x:g}' for x in r.eval.eps)}")
-            out.append(f"<li>{html.escape(label)} ({html.escape(Path(r.file).name)}): "
+            out.append(f"<li>{_esc(label)} ({html.escape(Path(r.file).name)}): "
                        f"{html.escape('; '.join(bits) or 'no data')}</li>")
         out.append("</ul>")
     else:
@@ -80,7 +96,8 @@ def summary_html(rep, data):
         sorted({e.model for e in entries if e.proxy})
     if proxy:
         out.append("<p>Values marked * are computed from proxy attention scores w_ij / sum_j w_ij (paper "
-                   f"Sec. 7.4, Table 6), as the files say for: {html.escape(', '.join(proxy))}.</p>")
+                   f"Sec. 7.4, Table 6; <a href=\"#proxy-scores\">what they are</a>), as the files say for: "
+                   f"{html.escape(', '.join(proxy))}.</p>")
     else:
         out.append("<p>No file marks its Sink values as computed from proxy scores (attribute proxy_scores), "
                    "so no value is marked *. Variants whose attention scores are not a distribution "
@@ -91,10 +108,10 @@ def summary_html(rep, data):
     notes = [n for rf in files for n in rf.notes] + rep.notes
     if notes:
         out.append("<h3>Notes</h3><ul>")
-        out += [f'<li class="note">{html.escape(n)}</li>' for n in notes]
+        out += [f'<li class="note">{_esc(n)}</li>' for n in notes]
         out.append("</ul>")
     if rep.skips:
-        out.append("<h3>Skipped</h3><ul>")
-        out += [f'<li class="note">{html.escape(s)}</li>' for s in rep.skips]
+        out.append('<h3 id="skipped">Skipped (what the files do not hold)</h3><ul>')
+        out += [f'<li class="note">{_esc(line)}</li>' for line in skipped_lines(rep.skips)]
         out.append("</ul>")
     return "\n".join(out)

@@ -1,8 +1,10 @@
-"""Section 1, training runs (/runs/<run>): one row per run at its last evaluation (the layout of the
-paper's Tables 2-15); with several runs, valid loss and Sink_1^eps side by side over steps, mean alpha_1
-against uniform attention and the massive-activation ratio per layer; per run its training log and
-evaluations, loss and Sink curves (Fig. 4), massive-activation ratio per layer (Fig. 7), alpha_1 and
-alpha_* per layer and head (Figs. 19-24) and mean alpha_1 over training.
+"""Section "Training runs", the pre-training runs (/runs/<run>) other than the Bigram-Backcopy ones (their own
+section, analysis/sections/bbm.py) and the fine-tuning ones (analysis/sections/sft.py, on their own step
+axis): one row per run at its last evaluation (the layout of the paper's Tables 2-15); with several runs,
+valid loss and Sink_1^eps side by side over steps, mean alpha_1 against uniform attention and the
+massive-activation ratio per layer; per run its training log and evaluations, loss and Sink curves (Fig. 4),
+massive-activation ratio per layer (Fig. 7), alpha_1 and alpha_* per layer and head (Figs. 19-24) and mean
+alpha_1 over training. Each run adds a finding: whether and when a thresholded sink emerged.
 """
 import math
 from pathlib import Path
@@ -10,20 +12,32 @@ from pathlib import Path
 import numpy as np
 
 from analysis import figures
-from analysis.results import eps_index, match_eps, mean_alpha1, probe_length
+from analysis.results import (eps_index, ini_settings, is_bbm, is_finetuning, match_eps, mean_alpha1,
+                              probe_length, tokens_at, tokens_text)
 from analysis.sections.labels import eps_col, run_labels
-from analysis.tables import PROXY_NOTE, Table, plain_float
+from analysis.tables import Table, plain_float
+
+# The paper's reference for when a sink emerges (Sec. 4, Fig. 4 middle): its 60M default setup, 1M tokens a step.
+PAPER_EMERGENCE = "the paper's 60M models grow one after 1-2k steps of 1M tokens, 1-2B tokens"
 
 
 def write_section(rep, data):
     """The runs' overview table, the side-by-side comparison (two or more runs with evaluations), then
     each run's tables and figures."""
-    runs, eps = data.runs, data.eps
-    rep.heading(2, "1. Training runs", anchor="runs")
-    if not runs:
+    labels_all = run_labels(data.runs)
+    pairs = [(label, r) for label, r in zip(labels_all, data.runs) if not is_bbm(r) and not is_finetuning(r)]
+    eps = data.eps
+    if not data.runs:
         rep.skipped("training runs", "no /runs/<run> group in the files")
         return
-    labels = run_labels(runs)
+    if not pairs:
+        return  # only Bigram-Backcopy and fine-tuning runs: their own sections
+    rep.section("Training runs", anchor="runs")
+    others = [what for what, n in (("Bigram-Backcopy", sum(is_bbm(r) for r in data.runs)),
+                                   ("fine-tuning", sum(is_finetuning(r) for r in data.runs))) if n]
+    if others:
+        rep.para(f"Pre-training runs other than the {' and '.join(others)} runs, which have their own sections.")
+    labels, runs = [label for label, _ in pairs], [r for _, r in pairs]
     all_eps = sorted({e for r in runs if r.eval for e in r.eval.eps if not math.isnan(e)})
     any_star = any(r.eval is not None and r.eval.sink_star is not None for r in runs)
 
@@ -59,28 +73,73 @@ def write_section(rep, data):
         rows.append(row)
     fmts = {"last train loss": ".4f", "valid loss": ".4f", "massive ratio (last layer)": ".2f"}
     fmts.update({c: ".2f" for c in cols if c.startswith("Sink")})
-    rep.table(Table("runs", "Training runs at their last evaluation (Sink in %)", cols, rows, fmts, stars,
-                    note=PROXY_NOTE if stars else ""))
+    rep.table(Table("runs", "Training runs at their last evaluation (Sink in %)", cols, rows, fmts, stars))
 
     with_eval = [(label, r) for label, r in zip(labels, runs) if r.eval is not None and len(r.eval.step)]
-    if len(with_eval) >= 2:
-        _compare_runs(rep, with_eval, eps)
+    compare = _compare_runs(rep, with_eval, eps) if len(with_eval) >= 2 else None
 
     for label, r in zip(labels, runs):
-        _one_run(rep, label, r, eps)
+        curves = _one_run(rep, label, r, eps)
+        text = emergence_finding(label, r, eps)
+        if text:
+            rep.finding(text, compare or curves)
+
+
+def sink_series(r, eps):
+    """(steps, Sink_1^eps per evaluation, what the probe fed) of a run: for a run trained with a fixed first
+    token (--fixed-token-position 1, e.g. BOS) the probe inputs that start with it (eval/sink_k_intervened,
+    as its data did), else eval/sink; None without evaluations at eps."""
+    ev = r.eval
+    i = None if ev is None or not len(ev.step) else match_eps(ev.eps, eps)
+    if i is None:
+        return None
+    settings = ini_settings(r.config)
+    if settings.get("fixed-token-position", "0") == "1" and ev.sink_k_intervened is not None:
+        return ev.step, ev.sink_k_intervened[:, 0, i], \
+            f"on inputs that start with token {settings.get('fixed-token-id', '?')} as it was trained"
+    return ev.step, ev.sink[:, i], ""
+
+
+def emergence_finding(label, r, eps):
+    """The finding of one pre-training run: whether and when Sink_1^eps first rose above 0 % (some head's
+    alpha_1 above eps), or that it did not in the steps and tokens run, with mean alpha_1 against uniform
+    attention and the paper's reference."""
+    got = sink_series(r, eps)
+    if got is None:
+        return None
+    steps, sink, fed = got
+    star = "*" if r.eval.proxy else ""
+    last, n_last = int(steps[-1]), tokens_at(r, int(steps[-1]))
+    where = f", measured {fed}" if fed else ""
+    above = np.nonzero(sink > 0)[0]
+    if len(above) and int(steps[above[0]]) == 0:
+        text = (f"{label}: Sink_1^{eps:g} above 0 from initialisation (step 0), {float(sink[-1]):.2f} %{star} at step "
+                f"{last} ({tokens_text(n_last)} tokens){where}")
+    elif len(above):
+        s = int(steps[above[0]])
+        text = (f"{label}: a thresholded sink emerged: Sink_1^{eps:g} first above 0 at step {s} "
+                f"({tokens_text(tokens_at(r, s))} tokens), {float(sink[-1]):.2f} %{star} at step {last}{where}")
+    else:
+        text = (f"{label}: no thresholded sink emerged in {last} steps ({tokens_text(n_last)} tokens): "
+                f"Sink_1^{eps:g} = 0.00 %{star} at every evaluation{where}")
+    m = mean_alpha1(r)
+    if m is not None:
+        text += f"; mean alpha_1 {float(m[2][-1]):.3f} against {m[3]:.3f} for uniform attention"
+    return text + f" ({PAPER_EMERGENCE})."
 
 
 def _compare_runs(rep, with_eval, eps):
+    """The runs side by side; returns the anchor of the comparison figure (None when not drawn)."""
     rep.heading(3, "Side by side")
     series = []
     for label, r in with_eval:
         i = match_eps(r.eval.eps, eps)
         if i is None:
-            rep.skipped(f"run {label} in the comparison", f"no Sink_1 at eps={eps:g} (has {r.eval.eps})")
+            rep.skipped(f"run {label}", f"no Sink_1 at eps={eps:g} (the side-by-side comparison)")
             continue
         series.append((label, r.eval, i))
     if len(series) < 2:
-        return
+        return None
     steps = sorted({int(s) for _, ev, _ in series for s in ev.step})
     cols = ["step"] + [f"valid loss {lab}" for lab, _, _ in series] + \
         [f"{eps_col('Sink_1', eps)} {lab}" for lab, _, _ in series]
@@ -96,15 +155,15 @@ def _compare_runs(rep, with_eval, eps):
         rows.append(row)
     fmts = {c: (".4f" if c.startswith("valid") else ".2f") for c in cols[1:]}
     rep.table(Table("runs_compare", f"Valid loss and Sink_1^{eps:g} (%) over training, side by side",
-                    cols, rows, fmts, stars,
-                    note=PROXY_NOTE if stars else ""))
+                    cols, rows, fmts, stars))
     names = ", ".join(lab for lab, _, _ in series)
-    rep.figure("runs_compare", f"runs {names}: valid loss and Sink_1^{eps:g} over steps",
-               figures.runs_compare, series, eps)
+    anchor = rep.figure("runs_compare", f"Valid loss and Sink_1^{eps:g} over training", f"Runs {names}.",
+                        figures.runs_compare, series, eps)
     alpha1 = [s for s in (_alpha1_series(label, r) for label, r in with_eval) if s is not None]
     if len(alpha1) >= 2:
-        rep.figure("runs_mean_alpha1", f"runs {names}: mean alpha_1 over layers and heads against uniform "
-                   "attention (H_T / T), over training", figures.alpha1_over_training, alpha1)
+        rep.figure("runs_mean_alpha1", "Mean alpha_1 against uniform attention", f"Runs {names}: mean alpha_1 "
+                   "over layers and heads over training; dotted: uniform causal attention (H_T / T).",
+                   figures.alpha1_over_training, alpha1)
     curves = []
     for label, r in with_eval:
         ev = r.eval
@@ -115,18 +174,21 @@ def _compare_runs(rep, with_eval, eps):
             L = ev.massive_ratio_pre_norm.shape[1]
             curves.append((f"{label} before norm", np.arange(L), ev.massive_ratio_pre_norm[-1], "s--"))
     if curves:
-        rep.figure("runs_massive_ratio", f"runs {names}: ||h_1|| / mean ||h_t>1|| per layer at the last "
-                   "evaluation (Fig. 7)", figures.per_layer, curves, "massive-activation ratio")
+        rep.figure("runs_massive_ratio", "Massive-activation ratio per layer", f"Runs {names}: ||h_1|| / mean "
+                   "||h_t>1|| per layer at the last evaluation (Fig. 7).", figures.per_layer, curves,
+                   "massive-activation ratio")
+    return anchor
 
 
 def _one_run(rep, label, r, eps):
+    """One run's tables and figures; returns the anchor of its loss and Sink curves."""
     rep.heading(3, f"Run {label}")
     where = f"run {label}"
     for note in r.notes:
         rep.para(f"Note: {note}.", cls="note")
         rep.notes.append(f"{where}: {note}")
     tr, ev = r.train, r.eval
-    caption = f"run {label} | file {Path(r.file).name}"
+    caption = f"Run {label}, file {Path(r.file).name}"
     if tr is not None and "step" in tr:
         cols = [c for c in tr]
         rows = [[_csv_num(tr[c][k]) for c in cols] for k in range(len(tr["step"]))]
@@ -135,10 +197,11 @@ def _one_run(rep, label, r, eps):
     elif tr is None:
         rep.para(f"{where}: no training log (/runs/<run>/train).", cls="note")
     if ev is None:
-        rep.skipped(f"{where}: evaluation table and figures", "no /runs/<run>/eval with step, valid_loss, sink")
+        rep.skipped(where, "no /runs/<run>/eval with step, valid_loss, sink (evaluation table and figures)")
         if tr is not None and "loss" in tr and "step" in tr:
-            rep.figure(f"run_{label}_curves", caption, figures.run_curves, tr, None, 0)
-        return
+            return rep.figure(f"run_{label}_curves", f"{label}: training loss", caption + ".",
+                              figures.run_curves, tr, None, 0)
+        return None
     ei = eps_index(ev.eps, eps)
     cols = ["step", "valid loss"] + [eps_col("Sink_1", e) for e in ev.eps]
     if ev.sink_star is not None:
@@ -167,9 +230,10 @@ def _one_run(rep, label, r, eps):
     fmts = {c: ".2f" for c in cols[2:]}
     fmts["valid loss"] = ".4f"
     rep.table(Table(f"run_{label}_eval", f"Run {label}: evaluations over training (Sink in %)", cols, rows,
-                    fmts, stars, note=PROXY_NOTE if stars else ""))
-    rep.figure(f"run_{label}_curves", caption + " | loss, valid loss, Sink_1^eps over steps (Fig. 4)",
-               figures.run_curves, tr, ev, ei)
+                    fmts, stars))
+    anchor = rep.figure(f"run_{label}_curves", f"{label}: loss and Sink_1^eps over training",
+                        caption + ": training and validation loss, Sink_1^eps at each threshold (Fig. 4 middle).",
+                        figures.run_curves, tr, ev, ei)
     last = f"step {int(ev.step[-1])}"
     curves = []
     if ev.massive_ratio is not None:
@@ -178,23 +242,27 @@ def _one_run(rep, label, r, eps):
         curves.append(("before the block's last norm", np.arange(ev.massive_ratio_pre_norm.shape[1]),
                        ev.massive_ratio_pre_norm[-1], "s--"))
     if curves:
-        rep.figure(f"run_{label}_massive_ratio", f"{caption} | {last} | ||h_1|| / mean ||h_t>1|| per layer "
-                   "(Fig. 7)", figures.per_layer, curves, "massive-activation ratio")
+        rep.figure(f"run_{label}_massive_ratio", f"{label}: massive-activation ratio per layer",
+                   f"{caption}, {last}: ||h_1|| / mean ||h_t>1|| per layer (Fig. 7).", figures.per_layer, curves,
+                   "massive-activation ratio")
     else:
-        rep.skipped(f"{where}: massive-activation ratio per layer", "no massive_ratio dataset")
+        rep.skipped(f"run {label}", "no massive_ratio dataset (massive-activation ratio per layer)")
     if ev.alpha is not None:
         a = ev.alpha[-1]
-        rep.figure(f"run_{label}_alpha1", f"{caption} | {last} | alpha_1 per layer and head (Figs. 19-24)",
-                   figures.head_layer_heatmap, a, list(range(a.shape[0])), "alpha_1")
+        rep.figure(f"run_{label}_alpha1", f"{label}: alpha_1 per layer and head",
+                   f"{caption}, {last} (Figs. 19-24).", figures.head_layer_heatmap, a, list(range(a.shape[0])),
+                   "alpha_1")
     series = _alpha1_series(label, r)
     if series is not None:
-        rep.figure(f"run_{label}_mean_alpha1", f"{caption} | T={probe_length(r)} | mean alpha_1 over training "
-                   "against uniform attention", figures.alpha1_over_training, [series])
+        rep.figure(f"run_{label}_mean_alpha1", f"{label}: mean alpha_1 against uniform attention",
+                   f"{caption}, T={probe_length(r)}: mean alpha_1 over layers and heads over training; dotted: "
+                   "uniform causal attention (H_T / T).", figures.alpha1_over_training, [series])
     if ev.alpha_star is not None:
         a = ev.alpha_star[-1]
-        rep.figure(f"run_{label}_alpha_star", f"{caption} | {last} | alpha of the bias position (sink token "
-                   "/ k*) per layer and head", figures.head_layer_heatmap, a, list(range(a.shape[0])),
-                   "alpha_*")
+        rep.figure(f"run_{label}_alpha_star", f"{label}: attention to the bias position",
+                   f"{caption}, {last}: alpha of the bias position (sink token / k*) per layer and head.",
+                   figures.head_layer_heatmap, a, list(range(a.shape[0])), "alpha_*")
+    return anchor
 
 
 def _alpha1_series(label, r):

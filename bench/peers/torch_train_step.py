@@ -3,6 +3,11 @@ SwiGLU, untied head, no biases) in float32, one optimizer step = forward + backw
 + AdamW (foreach). Prints "torch tokens_per_s X step_ms Y".
 
     python torch_train_step.py --vocab V --d D --layers L --heads H --ffn F --seq T --rows B --threads N
+        [--pos-emb rope|learned] [--ffn-act swiglu|relu]
+
+--pos-emb learned --ffn-act relu is the Bigram-Backcopy model (Guo et al. 2024; bench_train_step --set
+pos-emb=learned --set ffn=relu): a learned [T, d] position table added to the token embedding, no
+RoPE, and a plain FFN down(relu(up(x))).
 """
 import argparse
 import time
@@ -13,13 +18,13 @@ import torch.nn.functional as F
 
 
 class Block(nn.Module):
-    def __init__(self, d, heads, ffn):
+    def __init__(self, d, heads, ffn, rope=True, ffn_act="swiglu"):
         super().__init__()
-        self.heads, self.dh = heads, d // heads
+        self.heads, self.dh, self.rope, self.ffn_act = heads, d // heads, rope, ffn_act
         self.norm1, self.norm2 = nn.RMSNorm(d, eps=1e-5), nn.RMSNorm(d, eps=1e-5)
         self.qkv = nn.Linear(d, 3 * d, bias=False)
         self.o = nn.Linear(d, d, bias=False)
-        self.gate_up = nn.Linear(d, 2 * ffn, bias=False)
+        self.gate_up = nn.Linear(d, (2 if ffn_act == "swiglu" else 1) * ffn, bias=False)
         self.down = nn.Linear(ffn, d, bias=False)
 
     def forward(self, x, cos, sin):
@@ -32,17 +37,22 @@ class Block(nn.Module):
             rot = torch.cat((-t[..., half:], t[..., :half]), dim=-1)
             return t * cos + rot * sin
 
-        att = F.scaled_dot_product_attention(rope(q), rope(k), v, is_causal=True)
+        if self.rope:
+            q, k = rope(q), rope(k)
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.o(att.transpose(1, 2).reshape(B, T, d))
+        if self.ffn_act == "relu":
+            return x + self.down(F.relu(self.gate_up(self.norm2(x))))
         gate, up = self.gate_up(self.norm2(x)).chunk(2, dim=-1)
         return x + self.down(F.silu(gate) * up)
 
 
 class Model(nn.Module):
-    def __init__(self, vocab, d, layers, heads, ffn, seq):
+    def __init__(self, vocab, d, layers, heads, ffn, seq, pos_emb="rope", ffn_act="swiglu"):
         super().__init__()
         self.embed = nn.Embedding(vocab, d)
-        self.blocks = nn.ModuleList(Block(d, heads, ffn) for _ in range(layers))
+        self.pos = nn.Embedding(seq, d) if pos_emb == "learned" else None
+        self.blocks = nn.ModuleList(Block(d, heads, ffn, pos_emb == "rope", ffn_act) for _ in range(layers))
         self.norm = nn.RMSNorm(d, eps=1e-5)
         self.head = nn.Linear(d, vocab, bias=False)
         dh = d // heads
@@ -54,6 +64,8 @@ class Model(nn.Module):
 
     def forward(self, ids):
         x = self.embed(ids)
+        if self.pos is not None:
+            x = x + self.pos.weight[: ids.shape[1]]
         for b in self.blocks:
             x = b(x, self.cos, self.sin)
         return self.head(self.norm(x))
@@ -65,10 +77,12 @@ def main():
         p.add_argument(f"--{k}", type=int, required=True)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--pos-emb", choices=("rope", "learned"), default="rope")
+    p.add_argument("--ffn-act", choices=("swiglu", "relu"), default="swiglu")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    model = Model(a.vocab, a.d, a.layers, a.heads, a.ffn, a.seq)
+    model = Model(a.vocab, a.d, a.layers, a.heads, a.ffn, a.seq, a.pos_emb, a.ffn_act)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, foreach=True)
     ids = torch.randint(0, a.vocab, (a.rows, a.seq))
     tgt = torch.randint(0, a.vocab, (a.rows, a.seq))

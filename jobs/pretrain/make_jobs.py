@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BASES = {"60m": "60m_default.ini", "1b": "1b_default.ini"}
+BASES = {"60m": "60m_default.ini", "1b": "1b_default.ini", "bbm": "bbm_cpu.ini"}
 DEFAULT = "60m_default.ini"
 ILLEGIBLE = "illegible"  # the value exists in the paper but not legibly in our text copy
 
@@ -41,6 +41,12 @@ class Cell:
     note: str = ""            # other reported numbers, caveats
     file: str = ""            # an existing job file that IS this cell (relative to jobs/pretrain)
     base: str = "60m"
+    expect: str = ""          # what the paper's findings predict for a cell it did not run (the BBM study)
+    # The same as a rule the report checks (analysis/sections/bbm.py states each): conditions joined by "+",
+    # each one of sink | no_sink | moved_to_bias | first_position | absolute_not_window_start |
+    # more_than:<ref> | less_than:<ref> | later_than:<ref>, <ref> another cell of the group named by its
+    # run-name without "<folder>." (bbm.softmax -> softmax).
+    expect_kind: str = ""
 
 
 @dataclass
@@ -49,6 +55,7 @@ class Group:
     title: str
     cells: list
     note: str = ""
+    paper: bool = True  # a table of the paper (the report's paper tables); False: sinklab's own study
 
 
 def _default(label, sink1="18.18", loss="3.73", note="the default setup"):
@@ -274,6 +281,35 @@ GROUPS = [
         Cell("gated_elementwise", "gated attention, one sigmoid gate per output element",
              {"attn-gate": "elementwise"}),
     ]),
+    Group("bbm", "Bigram-Backcopy (Guo et al. 2024): the paper's axes on a task where a sink emerges on a CPU", [
+        Cell("", "softmax (the CPU setting)", file="bbm_cpu.ini", base="bbm",
+             expect="a sink on BOS: non-trigger queries attend to it (Guo: 0.56 at step 300)", expect_kind="sink"),
+        Cell("sigmoid", "sigmoid attention without normalisation", {"attn-sim": "sigmoid", "attn-norm": "one"},
+             base="bbm", expect="no sink (Sec. 7.4, Table 6: 0.44 % in proxy scores)", expect_kind="no_sink"),
+        Cell("sink_token", "a learnable sink token", {"attn-bias": "sink-token"}, base="bbm",
+             expect="moved to the sink token (Table 4: Sink_* 74 %, Sink_1 0 %)", expect_kind="moved_to_bias"),
+        Cell("kv_bias", "learnable key and value biases", {"attn-bias": "kv"}, base="bbm",
+             expect="moved to k*/v* (Table 4: Sink_* 73 %, Sink_1 0 %)", expect_kind="moved_to_bias"),
+        Cell("no_bos", "rows that start anywhere (no BOS first)", {"document-rows": "false"}, base="bbm",
+             expect="the first position still (Sec. 5: position, not meaning), BOS inside the rows not",
+             expect_kind="first_position"),
+        Cell("wd_0", "weight decay 0", {"weight-decay": "0.0"}, base="bbm",
+             expect="a sink, smaller than with more decay (Table 2)", expect_kind="sink+less_than:wd_0.1"),
+        Cell("wd_0.1", "weight decay 0.1", {"weight-decay": "0.1"}, base="bbm",
+             expect="a sink, larger than with less decay (Table 2)", expect_kind="sink+more_than:wd_0"),
+        Cell("lr_quarter", "a 4x smaller learning rate", {"lr": "2.5e-4"}, base="bbm",
+             expect="a sink later (Table 9: smaller lr, later and smaller sink)", expect_kind="later_than:softmax"),
+        Cell("window", "sliding window of 64 keys (< T = 256)", {"attn-window": "64"}, base="bbm",
+             expect="on the absolute first token, not on each window's first key (Sec. 6, Fig. 6 middle: the "
+                    "window start has no sink; small windows prevent one)", expect_kind="absolute_not_window_start"),
+        Cell("guo_1layer", "Guo's setting: batch 512 x 256, lr 3e-4",
+             {"global-batch-tokens": "131072", "lr": "3e-4", "steps": "500"}, base="bbm",
+             expect="a sink on BOS (Guo: 0.22 at step 200, 0.56 at 300, 0.78 at 1k)", expect_kind="sink"),
+        Cell("guo_3layer", "Guo's setting, 3 layers",
+             {"n-layers": "3", "global-batch-tokens": "131072", "lr": "3e-4", "steps": "500"}, base="bbm",
+             expect="a sink on BOS in some layer", expect_kind="sink"),
+    ], note="sinklab's own study (issue #25): the paper's variants, run on data_prep bbm's task at a CPU-sized "
+            "setting. The report's first section compares each run with the expectation.", paper=False),
 ]
 
 
@@ -318,8 +354,11 @@ def render(group, cell, base_text):
                 f"valid loss = {cell.loss}" if known(cell.loss) else "",
                 "training failed" if cell.sink1 == "fail" else "", cell.note]
     reported = [r for r in reported if r]
-    if reported:
+    if reported and group.paper:
         lines.append("# Paper: " + "; ".join(reported) + ".")
+    if cell.expect:
+        lines.append(f"# The paper's findings predict: {cell.expect}" +
+                     (f" (the report's rule: {cell.expect_kind})." if cell.expect_kind else "."))
     lines += [f"# Generated by make_jobs.py from {base}: edit the table there, not this file.", "",
               "# this cell"]
     lines += [f"{k} = {v}" for k, v in cell.settings.items()]
@@ -359,16 +398,24 @@ def render_index():
            "(Sec. 4) |",
            "| `1b_default.ini` | the 1B scale-up (Sec. 7.4), 40k steps |",
            "| `tiny_cpu.ini` | the demo's CPU-sized model on the mini corpus |",
-           "| `tiny_test.ini` | the smallest model, for integration tests |"]
+           "| `tiny_test.ini` | the smallest model, for integration tests |",
+           "| `bbm_cpu.ini` | the Bigram-Backcopy task (data_prep bbm) at its CPU setting: a sink emerges in minutes |"]
     for group in GROUPS:
         out += ["", f"## {group.title}", ""]
         if group.note:
             out += [group.note, ""]
-        out += ["| cell | job file | paper Sink_1 (%) | paper valid loss | also reported / notes |",
-                "|---|---|---|---|---|"]
+        if group.paper:
+            out += ["| cell | job file | paper Sink_1 (%) | paper valid loss | also reported / notes |",
+                    "|---|---|---|---|---|"]
+        else:
+            out += ["| cell | job file | the paper's findings predict | the report's rule | notes |",
+                    "|---|---|---|---|---|"]
         for cell in group.cells:
             label, note = cell.label.replace("|", "\\|"), cell.note.replace("|", "\\|")  # | ends a cell
-            out.append(f"| {label} | `{job_file(group, cell)}` | {cell.sink1} | {cell.loss} | {note} |")
+            if group.paper:
+                out.append(f"| {label} | `{job_file(group, cell)}` | {cell.sink1} | {cell.loss} | {note} |")
+            else:
+                out.append(f"| {label} | `{job_file(group, cell)}` | {cell.expect} | `{cell.expect_kind}` | {note} |")
     return "\n".join(out) + "\n"
 
 

@@ -1,5 +1,5 @@
 // sinklab-probe: the attention-sink metrics of a saved sinklab checkpoint, written into HDF5 under
-// /models/<name>/<input>/<domain> (DESIGN.md schema): alpha[L,H,K], sink[eps], massive_ratio[L].
+// /models/<name>/<input>/<domain> (docs/DESIGN.md, "HDF5 results"): alpha[L,H,K], sink[eps], massive_ratio[L].
 //   sinklab-probe --checkpoint results/run/checkpoints --data data/mini/valid.bin --out results/probe.h5
 #include <boost/program_options.hpp>
 #include <filesystem>
@@ -61,42 +61,31 @@ bool parse(int argc, char** argv, ProbeOptions& o) {
   return parse_options(argc, argv, desc, vm);
 }
 
-int run(const ProbeOptions& o) {
-  log::info("CPU BLAS: %s", cpu_blas_summary().c_str());
-  const std::string path = train::resolve_checkpoint(o.checkpoint, "--checkpoint");
-  train::CheckpointInfo ckpt = train::open_checkpoint(path);
-  model::ModelConfig cfg = model::ModelConfig::from_hf_config_json(train::read_config_json(ckpt), path + "/config.json");
-  SL_CHECK(o.length >= 1 && o.length <= cfg.context, "--length must lie in [1, %d] (the model's context)", cfg.context);
-  SL_CHECK(o.max_k >= 1 && o.max_k <= o.length, "--max-k must lie in [1, --length]");
-  SL_CHECK(o.sequences >= 1 && o.batch >= 1, "--sequences and --batch must be positive");
-  model::Transformer model(cfg);
-  std::vector<io::NamedTensor> weights;
-  for (const auto& spec : model.specs()) weights.push_back({spec.name, model.param(spec.name)});
-  train::load_weights(ckpt, weights);
-
+// The probe's inputs [sequences, length]: natural rows of --data, or random / repeated tokens.
+void make_inputs(const ProbeOptions& o, const model::ModelConfig& cfg, Tensor inputs) {
   const probe::InputMode mode = probe::parse_input_mode(o.input);
-  Buffer buf = Buffer::for_tensor(DType::i32, {o.sequences, o.length});
-  Tensor inputs = buf.view(DType::i32, {o.sequences, o.length});
-  int64_t bos = 0;
   if (mode == probe::InputMode::natural) {
     SL_CHECK(!o.data.empty(), "--input natural needs --data SHARD");
     io::Shard shard(o.data);
     SL_CHECK(shard.header().vocab_size <= uint32_t(cfg.vocab_size), "%s: vocabulary %u exceeds the model's %d",
              o.data.c_str(), shard.header().vocab_size, cfg.vocab_size);
     probe::natural_inputs(inputs, shard, o.stride > 0 ? o.stride : cfg.context);
-  } else {
-    // Special tokens are excluded (paper Sec. 3.3): the shards' EOS/BOS when --data names one.
-    std::vector<uint32_t> specials;
-    if (!o.data.empty()) {
-      io::Shard shard(o.data, false);
-      specials.push_back(shard.header().eos_id);
-      if (shard.header().bos_id != io::kNoBos) specials.push_back(shard.header().bos_id);
-    }
-    if (mode == probe::InputMode::random) probe::random_inputs(inputs, uint32_t(cfg.vocab_size), specials, o.seed);
-    else probe::repeat_inputs(inputs, uint32_t(cfg.vocab_size), specials, o.seed);
+    return;
   }
+  // Special tokens are excluded (paper Sec. 3.3): the shards' EOS/BOS when --data names one.
+  std::vector<uint32_t> specials;
+  if (!o.data.empty()) {
+    io::Shard shard(o.data, false);
+    specials.push_back(shard.header().eos_id);
+    if (shard.header().bos_id != io::kNoBos) specials.push_back(shard.header().bos_id);
+  }
+  if (mode == probe::InputMode::random) probe::random_inputs(inputs, uint32_t(cfg.vocab_size), specials, o.seed);
+  else probe::repeat_inputs(inputs, uint32_t(cfg.vocab_size), specials, o.seed);
+}
 
-  // Sequence i carries the run's intervention as the trainer's probe of validation chunk i does.
+// Sequence i carries the run's intervention as the trainer's probe of validation chunk i does. Returns
+// the intervention (none: no fixed token and no resampled positions).
+train::DataConfig apply_run_intervention(const ProbeOptions& o, const model::ModelConfig& cfg, Tensor inputs) {
   train::DataConfig intervention;
   intervention.seed = o.run_seed;
   intervention.resample_vocab = uint32_t(cfg.vocab_size);
@@ -113,30 +102,12 @@ int run(const ProbeOptions& o) {
   for (int64_t i = 0; intervened && i < o.sequences; ++i)
     train::apply_interventions(intervention, train::kProbeSampleBase + uint64_t(i), inputs.ptr<int32_t>() + i * o.length,
                                o.length);
+  return intervention;
+}
 
-  const std::vector<double> eps = probe::parse_sink_eps(o.sink_eps);
-  probe::ModelProbe probe(cfg.n_layers, cfg.n_heads, o.length, o.max_k, eps,
-                          probe::ProbeMask{cfg.attn_window, cfg.prefix_length});
-  if (cfg.attn_window > 0 && !probe.measures_window())
-    log::warn("the model's window (%d keys) exceeds --length %lld: no query has a full window, alpha_k_window is not measured",
-              cfg.attn_window, (long long)o.length);
-  for (int64_t first = 0; first < o.sequences; first += o.batch) {
-    const int64_t n = std::min(o.batch, o.sequences - first);
-    model.forward_observe(inputs.slice(0, first, n), probe);
-    log::info("probe: %lld/%lld sequences", (long long)(first + n), (long long)o.sequences);
-  }
-  probe::ProbeResult r = probe.result();
-
-  const std::string name = o.name.empty() ? std::filesystem::path(path).parent_path().parent_path().filename().string() + "_" +
-                                                std::filesystem::path(path).filename().string()
-                                          : o.name;
-  const std::filesystem::path out_dir = std::filesystem::path(o.out).parent_path();
-  std::error_code ec;
-  if (!out_dir.empty()) std::filesystem::create_directories(out_dir, ec);
-  SL_CHECK(!ec, "--out: cannot create %s: %s", out_dir.c_str(), ec.message().c_str());
-  io::RootInfo info{SINKLAB_VERSION, "", io::now_utc_iso(), "sinklab-probe", "", cpu_blas_summary()};
-  io::ResultsFile out = io::ResultsFile::open_or_create(o.out, info);
-  const std::string g = "/models/" + name + "/" + o.input + "/" + o.domain;
+// The probe's arrays and attributes under /models/<name>/<input>/<domain> (docs/DESIGN.md, "HDF5 results").
+void write_probe_group(io::ResultsFile& out, const std::string& g, const ProbeOptions& o, const model::ModelConfig& cfg,
+                       const model::Transformer& model, const probe::ProbeResult& r, const std::vector<double>& eps) {
   out.create_group(g);
   out.write_array(g + "/alpha", {cfg.n_layers, cfg.n_heads, o.max_k}, r.alpha_k.data());
   out.write_array(g + "/sink", {int64_t(eps.size())}, r.sink.data());
@@ -168,7 +139,54 @@ int run(const ProbeOptions& o) {
   out.set_attr(g, "n_seq", o.sequences);
   out.set_attr(g, "proxy_scores", int64_t(r.proxy_scores));
   out.set_attr(g, "T", o.length);
-  out.set_attr(g, "bos", bos);
+}
+
+int run(const ProbeOptions& o) {
+  log::info("CPU BLAS: %s", cpu_blas_summary().c_str());
+  const std::string path = train::resolve_checkpoint(o.checkpoint, "--checkpoint");
+  train::CheckpointInfo ckpt = train::open_checkpoint(path);
+  model::ModelConfig cfg = model::ModelConfig::from_hf_config_json(train::read_config_json(ckpt), path + "/config.json");
+  SL_CHECK(o.length >= 1 && o.length <= cfg.context, "--length must lie in [1, %d] (the model's context)", cfg.context);
+  SL_CHECK(o.max_k >= 1 && o.max_k <= o.length, "--max-k must lie in [1, --length]");
+  SL_CHECK(o.sequences >= 1 && o.batch >= 1, "--sequences and --batch must be positive");
+  model::Transformer model(cfg);
+  std::vector<io::NamedTensor> weights;
+  for (const auto& spec : model.specs()) weights.push_back({spec.name, model.param(spec.name)});
+  train::load_weights(ckpt, weights);
+
+  Buffer buf = Buffer::for_tensor(DType::i32, {o.sequences, o.length});
+  Tensor inputs = buf.view(DType::i32, {o.sequences, o.length});
+  make_inputs(o, cfg, inputs);
+  const train::DataConfig intervention = apply_run_intervention(o, cfg, inputs);
+  const bool intervened = o.fixed_token_position > 0 || !intervention.resample_positions.empty();
+
+  const std::vector<double> eps = probe::parse_sink_eps(o.sink_eps);
+  probe::ModelProbe probe(cfg.n_layers, cfg.n_heads, o.length, o.max_k, eps,
+                          probe::ProbeMask{cfg.attn_window, cfg.prefix_length});
+  if (cfg.attn_window > 0 && !probe.measures_window())
+    log::warn("the model's window (%d keys) exceeds --length %lld: no query has a full window, alpha_k_window is not measured",
+              cfg.attn_window, (long long)o.length);
+  for (int64_t first = 0; first < o.sequences; first += o.batch) {
+    const int64_t n = std::min(o.batch, o.sequences - first);
+    model.forward_observe(inputs.slice(0, first, n), probe);
+    log::info("probe: %lld/%lld sequences", (long long)(first + n), (long long)o.sequences);
+  }
+  probe::ProbeResult r = probe.result();
+
+  const std::string name = o.name.empty() ? std::filesystem::path(path).parent_path().parent_path().filename().string() + "_" +
+                                                std::filesystem::path(path).filename().string()
+                                          : o.name;
+  const std::filesystem::path out_dir = std::filesystem::path(o.out).parent_path();
+  std::error_code ec;
+  if (!out_dir.empty()) std::filesystem::create_directories(out_dir, ec);
+  SL_CHECK(!ec, "--out: cannot create %s: %s", out_dir.c_str(), ec.message().c_str());
+  io::RootInfo info{SINKLAB_VERSION, "", io::now_utc_iso(), "sinklab-probe", "", cpu_blas_summary()};
+  io::ResultsFile out = io::ResultsFile::open_or_create(o.out, info);
+  const std::string g = "/models/" + name + "/" + o.input + "/" + o.domain;
+  write_probe_group(out, g, o, cfg, model, r, eps);
+  // bos = 0: nothing is prepended to the probe's rows (not a token id, unlike the survey's bos, whose "no
+  // prefix" is -1; docs/DESIGN.md, "HDF5 results").
+  out.set_attr(g, "bos", int64_t(0));
   out.set_attr(g, "checkpoint", path);
   if (intervened) out.set_attr(g, "intervention", train::ChunkSampler::intervention_text_of(intervention).substr(1));
   out.commit();

@@ -1,7 +1,7 @@
 // sinklab-survey: the attention-sink survey of pretrained models (paper Sec. 3, App. B; the 32 models of
 // Table 8) over natural, random and repeated inputs, with the position interventions of Table 7.
 // Items (model, input, domain, intervention; probe/survey_plan.hpp) go through a dynamic MPI work
-// queue (dist/work_queue.hpp); rank 0 writes every result into one HDF5 file (DESIGN.md schema):
+// queue (dist/work_queue.hpp); rank 0 writes every result into one HDF5 file (docs/DESIGN.md, "HDF5 results"):
 //   /models/<model>/<input>/<domain>/...   the measurements (probe/survey_run.hpp)
 //   /items/<id>                            attrs status (ok|failed), error, rank, seconds, model, input, domain
 // The file is committed atomically (io/h5.hpp) at most every --commit-every seconds and at the end, so a

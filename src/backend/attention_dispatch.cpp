@@ -7,26 +7,14 @@ namespace sinklab::ops {
 
 namespace {
 
-const char* sim_name(AttnSim s) {
-  switch (s) {
-    case AttnSim::exp: return "exp";
-    case AttnSim::sigmoid: return "sigmoid";
-    case AttnSim::elu_plus_one: return "elu-plus-one";
-    case AttnSim::identity: return "identity";
-    case AttnSim::softpick: return "softpick";
-  }
-  return "?";
-}
+const char* sim_name(AttnSim s) { return enum_name(kAttnSimNames, s); }
+const char* norm_name(AttnNorm n) { return enum_name(kAttnNormNames, n); }
 
-const char* norm_name(AttnNorm n) {
-  switch (n) {
-    case AttnNorm::sum: return "sum";
-    case AttnNorm::one: return "one";
-    case AttnNorm::max_abs_sum_one: return "max-abs-sum-one";
-    case AttnNorm::p_norm: return "p-norm";
-  }
-  return "?";
-}
+// The --attn-kernel values.
+constexpr EnumName<AttnKernel> kAttnKernelNames[] = {{AttnKernel::auto_select, "auto"},
+                                                     {AttnKernel::cudnn, "cudnn"},
+                                                     {AttnKernel::flash, "flash"},
+                                                     {AttnKernel::reference, "reference"}};
 
 // What both fast kernels need of the call: a CUDA device, f32 tensors, no probs, a head dim their tiles take.
 std::string fast_kernel_unfit(const AttnCall& call) {
@@ -65,18 +53,9 @@ std::string flash_unfit(const AttentionSpec& s, const AttnCall& call) {
   return "";
 }
 
-
 }  // namespace
 
-const char* attn_kernel_name(AttnKernel kernel) {
-  switch (kernel) {
-    case AttnKernel::auto_select: return "auto";
-    case AttnKernel::cudnn: return "cudnn";
-    case AttnKernel::flash: return "flash";
-    case AttnKernel::reference: return "reference";
-  }
-  return "?";
-}
+const char* attn_kernel_name(AttnKernel kernel) { return enum_name(kAttnKernelNames, kernel); }
 
 AttnCall attn_call_of(const Tensor& q, bool probs) {
   AttnCall c;
@@ -88,11 +67,7 @@ AttnCall attn_call_of(const Tensor& q, bool probs) {
   return c;
 }
 
-AttnKernel parse_attn_kernel(const std::string& text) {
-  for (AttnKernel k : {AttnKernel::auto_select, AttnKernel::cudnn, AttnKernel::flash, AttnKernel::reference})
-    if (text == attn_kernel_name(k)) return k;
-  SL_FAIL("--attn-kernel: '%s' is not one of auto | cudnn | flash | reference", text.c_str());
-}
+AttnKernel parse_attn_kernel(const std::string& text) { return parse_enum(kAttnKernelNames, text, "attn-kernel"); }
 
 std::string attn_kernel_unfit(AttnKernel kernel, const AttentionSpec& spec, const AttnCall& call) {
   switch (kernel) {

@@ -1,4 +1,4 @@
-// Which kernel runs an attention call: the one place that decides (DESIGN.md, "The GPU path").
+// Which kernel runs an attention call: the one place that decides (docs/DESIGN.md, "The GPU path").
 //
 //   cudnn      cuDNN's fused SDPA (cuda/attention_cudnn.cu): sim exp, norm sum with alpha 1, causal or
 //              sliding-window mask, no position bias or ALiBi (cudnn-frontend's slopes, get_alibi_slope, are

@@ -1,4 +1,4 @@
-// Per-element math of the generic attention operation (DESIGN.md, "The generic attention operation"),
+// Per-element math of the generic attention operation (docs/DESIGN.md, "The generic attention operation"),
 // shared by the CPU backend and the CUDA kernels. The loops (cpu/attention.cpp, a flash-style kernel)
 // are written once over these pieces; a new sim / norm / mask case is one enum value in ops.hpp plus
 // one `case` in each switch below.

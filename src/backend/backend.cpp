@@ -25,7 +25,7 @@ Backend& backend_for(Device device) {
 #endif
 }
 
-Backend& backend_for(std::initializer_list<Tensor> tensors, const char* op) {
+Backend& backend_for(std::span<const Tensor> tensors, const char* op) {
   const Tensor* first = nullptr;
   Device chosen = Device::cpu();
   for (const Tensor& t : tensors) {
@@ -41,17 +41,6 @@ Backend& backend_for(std::initializer_list<Tensor> tensors, const char* op) {
     }
   }
   return backend_for(chosen);
-}
-
-int64_t check_column_sum(const Tensor& out, const Tensor& in) {
-  SL_CHECK(out.dtype == in.dtype, "column_sum: out is %s but in is %s", dtype_name(out.dtype), dtype_name(in.dtype));
-  bool trailing = out.ndim >= 1 && in.ndim >= out.ndim;
-  for (int d = 0; trailing && d < out.ndim; ++d) trailing = in.shape[in.ndim - out.ndim + d] == out.shape[d];
-  SL_CHECK(trailing, "column_sum: out %s must be the trailing dims of in %s", out.shape_str().c_str(),
-           in.shape_str().c_str());
-  int64_t rows = 1;
-  for (int d = 0; d < in.ndim - out.ndim; ++d) rows *= in.shape[d];
-  return rows;
 }
 
 int cuda_device_count() {

@@ -1,13 +1,15 @@
 // Backend: the op API as one interface per device. Every op is a virtual whose default throws
 // "no <op> kernel on <device>", so a backend implements what it has and the op API already has room
 // for the rest (same signatures, device chosen at run time). ops.cpp forwards each ops:: call to the
-// backend of its tensors' device. Documentation of each op: ops.hpp.
+// backend of its tensors' device. The virtuals, their defaults, the forwarders and the backends'
+// override declarations are all made from one list, op_list.hpp. Documentation of each op: ops.hpp.
 #pragma once
 
 #include <cstddef>
-#include <initializer_list>
+#include <span>
 #include <string>
 
+#include "backend/op_list.hpp"
 #include "backend/ops.hpp"
 
 namespace sinklab {
@@ -31,52 +33,20 @@ class Backend {
   // collectives are ordered with (dist::make_communicator).
   virtual void* compute_stream() const { return nullptr; }
 
-  virtual void fill(Tensor out, double value);
-  virtual void copy(Tensor dst, Tensor src);
-  virtual void add(Tensor out, Tensor a, Tensor b);
-  virtual void accumulate(Tensor dst, Tensor src, double alpha);
-  virtual void scale(Tensor x, double factor);
-  virtual double sum_squares(Tensor x);
-  virtual double max_abs(Tensor x);
-  virtual void column_sum(Tensor out, Tensor in, bool accumulate);
-  virtual void fill_normal(Tensor out, uint64_t seed, uint64_t stream, double mean, double std);
-  virtual void fill_uniform(Tensor out, uint64_t seed, uint64_t stream, double low, double high);
-  virtual void linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bias);
-  virtual void linear_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, Tensor d_out, Tensor in, Tensor weight);
-  virtual void matmul(Tensor out, Tensor a, Tensor b, bool transpose_a, bool transpose_b, double alpha, double beta);
-  virtual void embedding_forward(Tensor out, Tensor ids, Tensor table);
-  virtual void embedding_backward(Tensor d_table, Tensor d_out, Tensor ids);
-  virtual void rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor weight, double eps);
-  virtual void rmsnorm_backward(Tensor d_in, Tensor d_weight, Tensor d_out, Tensor in, Tensor weight, Tensor rstd);
-  virtual void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight, Tensor bias, double eps);
-  virtual void layernorm_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, Tensor d_out, Tensor in, Tensor weight, Tensor mean, Tensor rstd);
-  virtual void rope_forward(Tensor out, Tensor x, Tensor positions, const RopeConfig& cfg);
-  virtual void rope_backward(Tensor d_x, Tensor d_out, Tensor positions, const RopeConfig& cfg);
-  virtual void activation_forward(Tensor out, Tensor in, Activation act);
-  virtual void activation_backward(Tensor d_in, Tensor d_out, Tensor in, Activation act);
-  virtual void gated_forward(Tensor out, Tensor gate, Tensor up, Activation act);
-  virtual void gated_backward(Tensor d_gate, Tensor d_up, Tensor d_out, Tensor gate, Tensor up, Activation act);
-  virtual void cross_entropy(Tensor losses, Tensor d_logits, Tensor logits, Tensor targets, int ignore_index, double grad_scale);
-  virtual void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& s);
-  virtual void attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec,
-                                 Tensor probs);
-  virtual void attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor stats, const AttentionSpec& spec);
-  virtual void attention_probs(Tensor probs, Tensor q, Tensor k, const AttentionSpec& spec);
-  // State-space (Mamba) layers and mixture-of-experts routing.
-  virtual void causal_conv1d_forward(Tensor out, Tensor in, Tensor weight, Tensor bias);
-  virtual void selective_scan_forward(Tensor y, Tensor x, Tensor dt, Tensor A_log, Tensor B, Tensor C, Tensor D, Tensor dt_bias, bool dt_softplus);
-  virtual void moe_router_topk(Tensor top_weights, Tensor top_experts, Tensor logits);
-  virtual void index_add_rows(Tensor out, Tensor src, Tensor index, Tensor scale);
+  // Every op of the API (op_list.hpp), each a virtual whose default throws "no <op> kernel on <device>".
+#define SINKLAB_OP_VIRTUAL(ret, name, params, args) virtual ret name params;
+  SINKLAB_OPS(SINKLAB_OP_VIRTUAL, SINKLAB_OP_VIRTUAL)
+#undef SINKLAB_OP_VIRTUAL
 
  protected:
   [[noreturn]] void no_kernel(const char* op) const;
 };
 
 // The backend for a device (the CUDA one exists only in a SINKLAB_CUDA build; asking for it otherwise
-// throws). The list form checks that every defined tensor lives on the same device; a copy between
-// devices goes to the non-CPU side.
+// throws). The list form (an op's tensor operands; undefined ones are skipped) checks that every defined
+// tensor lives on the same device; a copy between devices goes to the non-CPU side.
 Backend& backend_for(Device device);
-Backend& backend_for(std::initializer_list<Tensor> tensors, const char* op);
+Backend& backend_for(std::span<const Tensor> tensors, const char* op);
 bool cuda_available();  // a CUDA build and at least one usable device
 int cuda_device_count();  // usable CUDA devices (0 in a build without CUDA)
 // cudnnGetVersion() of the loaded cuDNN (e.g. 91900); 0 in a build without CUDA.
@@ -88,9 +58,5 @@ std::string cpu_blas_description();
 // The description plus, when sinklab replaced OpenBLAS's own kernel choice at start-up
 // (cpu/blas_kernels.hpp), what it replaced: the line every binary logs at start and results.h5 keeps.
 std::string cpu_blas_summary();
-
-// column_sum's operands (ops.hpp), checked by every backend: same dtype, out at least 1-D, and out's dims
-// are the trailing dims of in. Returns L, the number of in rows that add into each out row.
-int64_t check_column_sum(const Tensor& out, const Tensor& in);
 
 }  // namespace sinklab

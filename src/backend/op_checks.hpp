@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 
 #include "backend/ops.hpp"
+#include "backend/tensor_rows.hpp"
 #include "core/error.hpp"
 #include "core/tensor.hpp"
 
@@ -17,6 +19,47 @@ inline void check_same_shape(const Tensor& a, const Tensor& b, const char* op, c
   for (int d = 0; same && d < a.ndim; ++d) same = a.shape[d] == b.shape[d];
   SL_CHECK(same, "%s: %s %s and %s %s differ in shape", op, arg_a, a.shape_str().c_str(), arg_b,
            b.shape_str().c_str());
+}
+
+// column_sum's operands (ops.hpp): same dtype, out at least 1-D, and out's dims are the trailing dims of
+// in. Returns L, the number of in rows that add into each out row.
+inline int64_t check_column_sum(const Tensor& out, const Tensor& in) {
+  SL_CHECK(out.dtype == in.dtype, "column_sum: out is %s but in is %s", dtype_name(out.dtype), dtype_name(in.dtype));
+  bool trailing = out.ndim >= 1 && in.ndim >= out.ndim;
+  for (int d = 0; trailing && d < out.ndim; ++d) trailing = in.shape[in.ndim - out.ndim + d] == out.shape[d];
+  SL_CHECK(trailing, "column_sum: out %s must be the trailing dims of in %s", out.shape_str().c_str(),
+           in.shape_str().c_str());
+  int64_t rows = 1;
+  for (int d = 0; d < in.ndim - out.ndim; ++d) rows *= in.shape[d];
+  return rows;
+}
+
+// A named operand of an op, for checks over a list of them.
+struct NamedTensor {
+  const Tensor& t;
+  const char* name;
+};
+
+// RMSNorm's and LayerNorm's saved per-row statistics (mean, rstd: required, contiguous, one element per
+// row of in) and parameter vectors (weight, bias, their gradients: contiguous [cols of in], or undefined
+// when absent), in the order given. check_element(t, name) is the backend's dtype (and device) check,
+// made first for each.
+template <class CheckElement>
+void check_norm_operands(const char* op, const TensorRows& in, std::initializer_list<NamedTensor> stats,
+                         std::initializer_list<NamedTensor> params, CheckElement&& check_element) {
+  for (const NamedTensor& s : stats) {
+    SL_CHECK(s.t.defined(), "%s: %s is required", op, s.name);
+    check_element(s.t, s.name);
+    SL_CHECK(s.t.is_contiguous() && s.t.numel() == in.rows,
+             "%s: %s %s must be contiguous with one element per row (%lld)", op, s.name, s.t.shape_str().c_str(),
+             (long long)in.rows);
+  }
+  for (const NamedTensor& p : params) {
+    if (!p.t.defined()) continue;
+    check_element(p.t, p.name);
+    SL_CHECK(p.t.ndim == 1 && p.t.shape[0] == in.cols && p.t.stride[0] == 1, "%s: %s %s must be contiguous [%lld]",
+             op, p.name, p.t.shape_str().c_str(), (long long)in.cols);
+  }
 }
 
 // ops::matmul's operands, checked: all 2-D or all 3-D (a common batch), op(a) [M,K] . op(b) [K,N] = out
@@ -34,11 +77,10 @@ MatmulGeometry matmul_geometry(const Tensor& out, const Tensor& a, const Tensor&
 // in (0, dh], a positive base, consistent llama3 scaling factors.
 void check_rope_args(const Tensor& out, const Tensor& x, const ops::RopeConfig& cfg, const char* op);
 
-// The row stride (leading dimension) of t seen as a matrix: its leading dimensions, given as a backend's
-// rows view r (lead_ndim, lead_shape, lead_stride, rows, cols), must collapse into rows with one common
-// stride (that of the innermost leading dimension of size > 1), and rows must not overlap. At least cols.
-template <class RowsView>
-int64_t collapsed_row_stride(const RowsView& r, const Tensor& t, const char* op, const char* arg) {
+// The row stride (leading dimension) of t seen as a matrix: its leading dimensions, given as its rows r
+// (rows_of(t)), must collapse into rows with one common stride (that of the innermost leading dimension
+// of size > 1), and rows must not overlap. At least cols.
+inline int64_t collapsed_row_stride(const TensorRows& r, const Tensor& t, const char* op, const char* arg) {
   int64_t ld = r.cols, expect = -1;
   for (int d = r.lead_ndim - 1; d >= 0; --d) {
     if (r.lead_shape[d] == 1) continue;
@@ -54,6 +96,18 @@ int64_t collapsed_row_stride(const RowsView& r, const Tensor& t, const char* op,
   SL_CHECK(ld >= r.cols || r.rows <= 1, "%s: rows of %s overlap (row stride %lld < %lld columns)", op, arg,
            (long long)ld, (long long)r.cols);
   return std::max<int64_t>(ld, std::max<int64_t>(r.cols, 1));
+}
+
+// linear_forward/backward's operands: a tensor [*, cols] seen as a row-major matrix, element (r, c) at
+// ptr[r * ld + c], its leading dimensions collapsed into rows (collapsed_row_stride).
+struct MatrixView {
+  void* ptr = nullptr;
+  int64_t rows = 0, cols = 0, ld = 1;
+};
+inline MatrixView as_matrix(const Tensor& t, const char* op, const char* arg) {
+  SL_CHECK(t.ndim >= 1, "%s: %s must have at least one dimension", op, arg);
+  const TensorRows r = rows_of(t, op, arg);
+  return MatrixView{t.data, r.rows, r.cols, collapsed_row_stride(r, t, op, arg)};
 }
 
 // The generic attention operation's operands (ops.hpp), shared by the CPU and CUDA backends:

@@ -11,11 +11,14 @@
 //   d_bias, d_table) are accumulated (+=), so gradient accumulation over micro-batches is free.
 // - Optional arguments are an undefined Tensor{} (e.g. no bias).
 // - An op that has no kernel on a tensor's device throws sinklab::Error naming the op and device.
+// - Every op declared here (but the composites global_norm and clip_grad_norm) has one line in
+//   op_list.hpp, from which its entry point and the backends' interface are made.
 #pragma once
 
 #include <cstdint>
 #include <span>
 
+#include "core/enum_names.hpp"
 #include "core/tensor.hpp"
 
 namespace sinklab::ops {
@@ -124,7 +127,8 @@ double global_norm(std::span<const Tensor> grads);
 double clip_grad_norm(std::span<const Tensor> grads, double max_norm);
 
 // ---------------------------------------------------------------------------------------------------
-// The generic attention operation of DESIGN.md, for q [B,T,H,dh] and k, v [B,S,Hkv,dh] (strided
+// The generic attention operation (docs/DESIGN.md, "The generic attention operation"), for q [B,T,H,dh]
+// and k, v [B,S,Hkv,dh] (strided
 // views; H a multiple of Hkv: grouped-query attention), out [B,T,H,dh]. The first lead_keys keys of
 // k/v are "lead keys" (learnable KV / K biases, paper Sec. 7.3 Table 4); the other S - lead_keys = T
 // keys are the positional keys j' = j - lead_keys, aligned with the queries:
@@ -149,6 +153,17 @@ enum class AttnNorm : uint8_t {
   max_abs_sum_one,  // Z = max(|sum_j w_ij|, 1)
   p_norm,           // Z = (sum_j w_ij^norm_p)^(1/norm_p)  (Eq. 43; with exp: Eq. 44)
 };
+// The text of each sim and norm: the --attn-sim / --attn-norm values (model/config.cpp), config.json's,
+// the words of the attention dispatch's messages.
+inline constexpr EnumName<AttnSim> kAttnSimNames[] = {{AttnSim::exp, "exp"},
+                                                      {AttnSim::sigmoid, "sigmoid"},
+                                                      {AttnSim::elu_plus_one, "elu-plus-one"},
+                                                      {AttnSim::identity, "identity", "(Tables 6, 15)"},
+                                                      {AttnSim::softpick, "softpick", "(rectified softmax)"}};
+inline constexpr EnumName<AttnNorm> kAttnNormNames[] = {{AttnNorm::sum, "sum"},
+                                                        {AttnNorm::one, "one"},
+                                                        {AttnNorm::max_abs_sum_one, "max-abs-sum-one"},
+                                                        {AttnNorm::p_norm, "p-norm"}};
 enum class AttnMask : uint8_t {  // on query i and positional key j' (lead keys are always visible)
   causal,          // j' <= i
   sliding_window,  // i - window < j' <= i

@@ -1,6 +1,7 @@
 // Pretrained Hugging Face models (the survey's model side, paper Sec. 3-5): one family per file
-// (gpt2.cpp, gpt_neox.cpp, opt.cpp, llama.cpp, qwen2.cpp, gemma3.cpp, jamba.cpp), each a tensor-name table plus a forward
-// written over the op API, reporting every layer to a LayerObserver exactly as the trainable model does.
+// (gpt2.cpp, gpt_neox.cpp, opt.cpp, llama.cpp, qwen2.cpp, gemma3.cpp, jamba.cpp), each a tensor-name table
+// plus a forward written over the op API, reporting every layer to a LayerObserver exactly as the trainable
+// model does.
 #pragma once
 
 #include <cstdint>
@@ -8,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "backend/layer_taps.hpp"
 #include "core/tensor.hpp"
+#include "model/layer_taps.hpp"
 
 namespace sinklab::hf {
 
@@ -81,7 +82,7 @@ class HfModel {
   virtual ~HfModel() = default;
   virtual const HfModelInfo& info() const = 0;
   // ids i32 [B,T] on the host. Calls observer->on_layer(taps) once per layer in order (sinklab::LayerTaps,
-  // src/backend/layer_taps.hpp; Mamba layers: q/k/v undefined, attention nullptr), and writes
+  // src/model/layer_taps.hpp; Mamba layers: q/k/v undefined, attention nullptr), and writes
   // logits f32 [B,T,V] when `logits` is defined. Throws sinklab::Error on bad input.
   virtual void forward(Tensor ids, LayerObserver* observer, Tensor logits, const ForwardOptions& opt) = 0;
 };

@@ -45,95 +45,23 @@ class JambaModel final : public FamilyModel {
  public:
   JambaModel(const ModelSource& src, const LoadOptions& options) {
     const HfConfig& cfg = src.config;
-    const char* path = cfg.path().c_str();
     const HeadShape shape = head_shape(cfg, true);
-    d_ = shape.d_model;
-    H_ = shape.heads;
-    Hkv_ = shape.kv_heads;
-    dh_ = shape.head_dim;
-    const int64_t L = positive_int(cfg, {"num_hidden_layers"});
-    const int64_t V = positive_int(cfg, {"vocab_size"});
-    F_ = positive_int(cfg, {"intermediate_size"});
-    eps_ = cfg.get_double("rms_norm_eps", 1e-6);
-    act_ = activation_from_config(cfg, "hidden_act", "silu");
-
-    // Layer pattern (JambaConfig.layers_block_type / layers_num_experts).
-    const int64_t attn_period = cfg.get_int("attn_layer_period", 8), attn_offset = cfg.get_int("attn_layer_offset", 4);
-    const int64_t expert_period = cfg.get_int("expert_layer_period", 2),
-                  expert_offset = cfg.get_int("expert_layer_offset", 1);
-    SL_CHECK(attn_period >= 1 && attn_offset >= 0 && attn_offset < attn_period,
-             "%s: attn_layer_offset %lld must be in [0, attn_layer_period %lld)", path, (long long)attn_offset,
-             (long long)attn_period);
-    SL_CHECK(expert_period >= 1 && expert_offset >= 0 && expert_offset < expert_period,
-             "%s: expert_layer_offset %lld must be in [0, expert_layer_period %lld)", path, (long long)expert_offset,
-             (long long)expert_period);
-    E_ = cfg.has("num_experts") ? positive_int(cfg, {"num_experts"}) : cfg.get_int("num_local_experts", 16);
-    K_ = cfg.get_int("num_experts_per_tok", 2);
-    SL_CHECK(E_ >= 1 && K_ >= 1 && K_ <= E_, "%s: num_experts_per_tok %lld must be in [1, num_experts %lld]", path,
-             (long long)K_, (long long)E_);
-
-    // Mamba mixer sizes.
-    Ns_ = cfg.get_int("mamba_d_state", 16);
-    conv_k_ = cfg.get_int("mamba_d_conv", 4);
-    Di_ = cfg.get_int("mamba_expand", 2) * d_;
-    const nlohmann::json& rank = cfg.json().contains("mamba_dt_rank") ? cfg.json()["mamba_dt_rank"] : nlohmann::json();
-    R_ = (rank.is_null() || (rank.is_string() && rank.get<std::string>() == "auto")) ? (d_ + 15) / 16
-                                                                                     : cfg.get_int("mamba_dt_rank");
-    SL_CHECK(Ns_ >= 1 && conv_k_ >= 1 && Di_ >= 1 && R_ >= 1,
-             "%s: mamba_d_state, mamba_d_conv, mamba_expand and mamba_dt_rank must be positive", path);
-    const bool conv_bias = cfg.get_bool("mamba_conv_bias", true), proj_bias = cfg.get_bool("mamba_proj_bias", false);
-    // AI21's original remote code could leave out the dt/B/C norms; transformers' Jamba always has them.
-    if (!cfg.get_bool("mamba_inner_layernorms", true)) cfg.unsupported("mamba_inner_layernorms false");
-
-    const Checkpoint& ck = *src.weights;
+    const LayerPattern pattern = read_sizes(cfg, shape);
+    const int64_t L = pattern.n_layers, V = pattern.vocab;
     WeightPlan plan;
     plan.embedding = "model.embed_tokens.weight";
-    ck.check_shape(plan.embedding, {V, d_});
+    src.weights->check_shape(plan.embedding, {V, d_});
     plan.head = cfg.get_bool("tie_word_embeddings", false) ? plan.embedding : "lm_head.weight";
     plan.resident = {WeightSpec::one("model.final_layernorm.weight", {d_})};
     for (int64_t l = 0; l < L; ++l) {
       const std::string p = "model.layers." + std::to_string(l) + ".";
-      const bool attention = l % attn_period == attn_offset;
-      const bool moe = E_ > 1 && l % expert_period == expert_offset;
+      const bool attention = l % pattern.attn_period == pattern.attn_offset;
+      const bool moe = E_ > 1 && l % pattern.expert_period == pattern.expert_offset;
       std::vector<WeightSpec> w = {WeightSpec::one(p + "input_layernorm.weight", {d_}),
                                    WeightSpec::one(p + "pre_ff_layernorm.weight", {d_})};
-      if (attention) {
-        const std::string a = p + "self_attn.";
-        w.push_back(WeightSpec::stacked({{a + "q_proj.weight", {H_ * dh_, d_}},
-                                         {a + "k_proj.weight", {Hkv_ * dh_, d_}},
-                                         {a + "v_proj.weight", {Hkv_ * dh_, d_}}}));
-        w.push_back(WeightSpec::one(a + "o_proj.weight", {d_, H_ * dh_}));
-      } else {
-        const std::string m = p + "mamba.";
-        auto bias = [&](bool present, const std::string& name, int64_t n) {
-          return present ? WeightSpec::one(name, {n}) : WeightSpec::absent();
-        };
-        w.push_back(WeightSpec::one(m + "in_proj.weight", {2 * Di_, d_}));
-        w.push_back(bias(proj_bias, m + "in_proj.bias", 2 * Di_));
-        w.push_back(WeightSpec::one(m + "conv1d.weight", {Di_, 1, conv_k_}));
-        w.push_back(bias(conv_bias, m + "conv1d.bias", Di_));
-        w.push_back(WeightSpec::one(m + "x_proj.weight", {R_ + 2 * Ns_, Di_}));
-        w.push_back(WeightSpec::one(m + "dt_layernorm.weight", {R_}));
-        w.push_back(WeightSpec::one(m + "b_layernorm.weight", {Ns_}));
-        w.push_back(WeightSpec::one(m + "c_layernorm.weight", {Ns_}));
-        w.push_back(WeightSpec::one(m + "dt_proj.weight", {Di_, R_}));
-        w.push_back(WeightSpec::one(m + "dt_proj.bias", {Di_}));
-        w.push_back(WeightSpec::one(m + "A_log", {Di_, Ns_}));
-        w.push_back(WeightSpec::one(m + "D", {Di_}));
-        w.push_back(WeightSpec::one(m + "out_proj.weight", {d_, Di_}));
-        w.push_back(bias(proj_bias, m + "out_proj.bias", d_));
-      }
-      const std::string f = p + "feed_forward.";
-      auto swiglu = [&](const std::string& q) {  // gate|up stacked: one GEMM, then gated_forward on the halves
-        w.push_back(WeightSpec::stacked({{q + "gate_proj.weight", {F_, d_}}, {q + "up_proj.weight", {F_, d_}}}));
-        w.push_back(WeightSpec::one(q + "down_proj.weight", {d_, F_}));
-      };
-      if (moe) {
-        w.push_back(WeightSpec::one(f + "router.weight", {E_, d_}));
-        for (int64_t e = 0; e < E_; ++e) swiglu(f + "experts." + std::to_string(e) + ".");
-      } else {
-        swiglu(f);
-      }
+      if (attention) add_attention_weights(w, p + "self_attn.");
+      else add_mamba_weights(w, p + "mamba.", pattern);
+      add_ffn_weights(w, p + "feed_forward.", moe);
       plan.layers.push_back(std::move(w));
       layers_.push_back({attention, moe});
     }
@@ -202,6 +130,100 @@ class JambaModel final : public FamilyModel {
   }
 
  private:
+  // The layers and vocabulary; which layers attend and which have experts (JambaConfig.layers_block_type /
+  // layers_num_experts); whether the Mamba projections and convolution have biases.
+  struct LayerPattern {
+    int64_t n_layers = 0, vocab = 0;
+    int64_t attn_period = 8, attn_offset = 4, expert_period = 2, expert_offset = 1;
+    bool conv_bias = true, proj_bias = false;
+  };
+
+  // The widths of every part (into the members) and the layer pattern, checked in config order.
+  LayerPattern read_sizes(const HfConfig& cfg, const HeadShape& shape) {
+    const char* path = cfg.path().c_str();
+    LayerPattern pattern;
+    d_ = shape.d_model;
+    H_ = shape.heads;
+    Hkv_ = shape.kv_heads;
+    dh_ = shape.head_dim;
+    pattern.n_layers = positive_int(cfg, {"num_hidden_layers"});
+    pattern.vocab = positive_int(cfg, {"vocab_size"});
+    F_ = positive_int(cfg, {"intermediate_size"});
+    eps_ = cfg.get_double("rms_norm_eps", 1e-6);
+    act_ = activation_from_config(cfg, "hidden_act", "silu");
+
+    pattern.attn_period = cfg.get_int("attn_layer_period", 8);
+    pattern.attn_offset = cfg.get_int("attn_layer_offset", 4);
+    pattern.expert_period = cfg.get_int("expert_layer_period", 2);
+    pattern.expert_offset = cfg.get_int("expert_layer_offset", 1);
+    SL_CHECK(pattern.attn_period >= 1 && pattern.attn_offset >= 0 && pattern.attn_offset < pattern.attn_period,
+             "%s: attn_layer_offset %lld must be in [0, attn_layer_period %lld)", path, (long long)pattern.attn_offset,
+             (long long)pattern.attn_period);
+    SL_CHECK(pattern.expert_period >= 1 && pattern.expert_offset >= 0 && pattern.expert_offset < pattern.expert_period,
+             "%s: expert_layer_offset %lld must be in [0, expert_layer_period %lld)", path,
+             (long long)pattern.expert_offset, (long long)pattern.expert_period);
+    E_ = cfg.has("num_experts") ? positive_int(cfg, {"num_experts"}) : cfg.get_int("num_local_experts", 16);
+    K_ = cfg.get_int("num_experts_per_tok", 2);
+    SL_CHECK(E_ >= 1 && K_ >= 1 && K_ <= E_, "%s: num_experts_per_tok %lld must be in [1, num_experts %lld]", path,
+             (long long)K_, (long long)E_);
+
+    // Mamba mixer sizes.
+    Ns_ = cfg.get_int("mamba_d_state", 16);
+    conv_k_ = cfg.get_int("mamba_d_conv", 4);
+    Di_ = cfg.get_int("mamba_expand", 2) * d_;
+    const nlohmann::json& rank = cfg.json().contains("mamba_dt_rank") ? cfg.json()["mamba_dt_rank"] : nlohmann::json();
+    R_ = (rank.is_null() || (rank.is_string() && rank.get<std::string>() == "auto")) ? (d_ + 15) / 16
+                                                                                     : cfg.get_int("mamba_dt_rank");
+    SL_CHECK(Ns_ >= 1 && conv_k_ >= 1 && Di_ >= 1 && R_ >= 1,
+             "%s: mamba_d_state, mamba_d_conv, mamba_expand and mamba_dt_rank must be positive", path);
+    pattern.conv_bias = cfg.get_bool("mamba_conv_bias", true);
+    pattern.proj_bias = cfg.get_bool("mamba_proj_bias", false);
+    // AI21's original remote code could leave out the dt/B/C norms; transformers' Jamba always has them.
+    if (!cfg.get_bool("mamba_inner_layernorms", true)) cfg.unsupported("mamba_inner_layernorms false");
+    return pattern;
+  }
+
+  // An attention mixer's tensors (prefix a = "model.layers.<l>.self_attn."), at kMixer + kQkv, kO.
+  void add_attention_weights(std::vector<WeightSpec>& w, const std::string& a) const {
+    w.push_back(WeightSpec::stacked({{a + "q_proj.weight", {H_ * dh_, d_}},
+                                     {a + "k_proj.weight", {Hkv_ * dh_, d_}},
+                                     {a + "v_proj.weight", {Hkv_ * dh_, d_}}}));
+    w.push_back(WeightSpec::one(a + "o_proj.weight", {d_, H_ * dh_}));
+  }
+
+  // A Mamba mixer's tensors (prefix m = "model.layers.<l>.mamba."), at kMixer + kInProj .. kOutProjB.
+  void add_mamba_weights(std::vector<WeightSpec>& w, const std::string& m, const LayerPattern& pattern) const {
+    auto bias = [&](bool present, const std::string& name, int64_t n) {
+      return present ? WeightSpec::one(name, {n}) : WeightSpec::absent();
+    };
+    w.push_back(WeightSpec::one(m + "in_proj.weight", {2 * Di_, d_}));
+    w.push_back(bias(pattern.proj_bias, m + "in_proj.bias", 2 * Di_));
+    w.push_back(WeightSpec::one(m + "conv1d.weight", {Di_, 1, conv_k_}));
+    w.push_back(bias(pattern.conv_bias, m + "conv1d.bias", Di_));
+    w.push_back(WeightSpec::one(m + "x_proj.weight", {R_ + 2 * Ns_, Di_}));
+    w.push_back(WeightSpec::one(m + "dt_layernorm.weight", {R_}));
+    w.push_back(WeightSpec::one(m + "b_layernorm.weight", {Ns_}));
+    w.push_back(WeightSpec::one(m + "c_layernorm.weight", {Ns_}));
+    w.push_back(WeightSpec::one(m + "dt_proj.weight", {Di_, R_}));
+    w.push_back(WeightSpec::one(m + "dt_proj.bias", {Di_}));
+    w.push_back(WeightSpec::one(m + "A_log", {Di_, Ns_}));
+    w.push_back(WeightSpec::one(m + "D", {Di_}));
+    w.push_back(WeightSpec::one(m + "out_proj.weight", {d_, Di_}));
+    w.push_back(bias(pattern.proj_bias, m + "out_proj.bias", d_));
+  }
+
+  // The FFN's tensors (prefix f = "model.layers.<l>.feed_forward."): one SwiGLU MLP, or the router and
+  // every expert's MLP. gate|up stacked: one GEMM, then gated_forward on the halves.
+  void add_ffn_weights(std::vector<WeightSpec>& w, const std::string& f, bool moe) const {
+    auto swiglu = [&](const std::string& q) {
+      w.push_back(WeightSpec::stacked({{q + "gate_proj.weight", {F_, d_}}, {q + "up_proj.weight", {F_, d_}}}));
+      w.push_back(WeightSpec::one(q + "down_proj.weight", {d_, F_}));
+    };
+    if (!moe) return swiglu(f);
+    w.push_back(WeightSpec::one(f + "router.weight", {E_, d_}));
+    for (int64_t e = 0; e < E_; ++e) swiglu(f + "experts." + std::to_string(e) + ".");
+  }
+
   struct LayerKind {
     bool attention = false, moe = false;
   };

@@ -1,122 +1,26 @@
+// ResultsFile (h5.hpp) over the HDF5 C API (through io/h5_detail.hpp).
 #include "io/h5.hpp"
 
-#include <fcntl.h>
-#include <hdf5.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <limits>
-#include <mutex>
 #include <utility>
 
 #include "core/error.hpp"
 #include "io/files.hpp"
+#include "io/h5_detail.hpp"
 
 namespace sinklab::io {
+
+using namespace hdf5;
+
 namespace {
-
-// ---- HDF5 error handling ------------------------------------------------------------------------
-
-void silence_hdf5() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    H5open();
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  });
-}
-
-herr_t innermost_walk(unsigned n, const H5E_error2_t* err, void* out) {
-  if (n == 0 && err && err->desc) *static_cast<std::string*>(out) = err->desc;
-  return 0;
-}
-
-// The innermost message of the current HDF5 error stack ("" when empty).
-std::string hdf5_detail() {
-  std::string detail;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost_walk, &detail);
-  H5Eclear2(H5E_DEFAULT);
-  return detail;
-}
-
-[[noreturn]] void fail(const std::string& file, const std::string& obj, const std::string& what) {
-  std::string detail = hdf5_detail();
-  std::string msg = file + ": " + (obj.empty() ? std::string() : obj + ": ") + what;
-  if (!detail.empty()) msg += " (" + detail + ")";
-  SL_FAIL("%s", msg.c_str());
-}
-
-// ---- RAII handle -------------------------------------------------------------------------------
-
-class Handle {
- public:
-  Handle() = default;
-  explicit Handle(hid_t id) : id_(id) {}
-  ~Handle() { reset(); }
-  Handle(Handle&& o) noexcept : id_(std::exchange(o.id_, -1)) {}
-  Handle& operator=(Handle&& o) noexcept {
-    if (this != &o) {
-      reset();
-      id_ = std::exchange(o.id_, -1);
-    }
-    return *this;
-  }
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-  hid_t get() const { return id_; }
-  bool valid() const { return id_ >= 0; }
-  operator hid_t() const { return id_; }
-  void reset() {
-    if (id_ >= 0) H5Idec_ref(id_);
-    id_ = -1;
-  }
-
- private:
-  hid_t id_ = -1;
-};
-
-Handle checked(hid_t id, const std::string& file, const std::string& obj, const std::string& what) {
-  if (id < 0) fail(file, obj, what);
-  return Handle(id);
-}
-
-void check(herr_t rc, const std::string& file, const std::string& obj, const std::string& what) {
-  if (rc < 0) fail(file, obj, what);
-}
-
-// ---- path helpers --------------------------------------------------------------------------------
-
-std::string normalize(const std::string& obj) {
-  std::string p = obj.empty() || obj[0] != '/' ? "/" + obj : obj;
-  while (p.size() > 1 && p.back() == '/') p.pop_back();
-  return p;
-}
-
-std::string join(const std::string& group, const std::string& name) {
-  std::string g = normalize(group);
-  return g == "/" ? "/" + name : g + "/" + name;
-}
-
-bool link_exists(hid_t file, const std::string& obj) {
-  std::string p = normalize(obj);
-  if (p == "/") return true;
-  size_t pos = 0;
-  while (pos != std::string::npos) {
-    pos = p.find('/', pos + 1);
-    std::string prefix = p.substr(0, pos);
-    htri_t e = H5Lexists(file, prefix.c_str(), H5P_DEFAULT);
-    if (e <= 0) {
-      H5Eclear2(H5E_DEFAULT);
-      return false;
-    }
-  }
-  return true;
-}
 
 template <class T> hid_t mem_type();
 template <> hid_t mem_type<float>() { return H5T_NATIVE_FLOAT; }
@@ -127,116 +31,6 @@ template <class T> hid_t file_type();
 template <> hid_t file_type<float>() { return H5T_IEEE_F32LE; }
 template <> hid_t file_type<double>() { return H5T_IEEE_F64LE; }
 template <> hid_t file_type<int32_t>() { return H5T_STD_I32LE; }
-
-constexpr int kGzipLevel = 4;
-constexpr int64_t kChunkBytes = 64 * 1024;
-
-// Chunk dims for a dataset of element size `esize`: the trailing dims whole, the first dim sized so a
-// chunk holds about kChunkBytes (at least one row). Every chunk dim is >= 1.
-std::vector<hsize_t> chunk_dims(const std::vector<int64_t>& dims, int64_t esize, bool extendable) {
-  std::vector<hsize_t> c(dims.size());
-  int64_t inner = esize;
-  for (size_t d = 1; d < dims.size(); ++d) {
-    c[d] = hsize_t(std::max<int64_t>(dims[d], 1));
-    inner *= std::max<int64_t>(dims[d], 1);
-  }
-  int64_t rows = std::max<int64_t>(1, kChunkBytes / inner);
-  if (!extendable) rows = std::min<int64_t>(rows, std::max<int64_t>(dims[0], 1));
-  c[0] = hsize_t(rows);
-  return c;
-}
-
-Handle gzip_chunked_dcpl(const std::string& file, const std::string& obj, const std::vector<hsize_t>& chunk) {
-  Handle dcpl = checked(H5Pcreate(H5P_DATASET_CREATE), file, obj, "cannot create property list");
-  check(H5Pset_chunk(dcpl, int(chunk.size()), chunk.data()), file, obj, "cannot set chunking");
-  check(H5Pset_shuffle(dcpl), file, obj, "cannot set shuffle filter");
-  check(H5Pset_deflate(dcpl, kGzipLevel), file, obj, "cannot set gzip filter");
-  return dcpl;
-}
-
-Handle lcpl_intermediate(const std::string& file, const std::string& obj) {
-  Handle lcpl = checked(H5Pcreate(H5P_LINK_CREATE), file, obj, "cannot create property list");
-  check(H5Pset_create_intermediate_group(lcpl, 1), file, obj, "cannot set property");
-  return lcpl;
-}
-
-std::vector<int64_t> dataset_dims(hid_t ds, const std::string& file, const std::string& obj) {
-  Handle space = checked(H5Dget_space(ds), file, obj, "cannot read dataspace");
-  int nd = H5Sget_simple_extent_ndims(space);
-  if (nd < 0) fail(file, obj, "cannot read rank");
-  std::vector<hsize_t> d(static_cast<size_t>(nd));
-  if (nd > 0 && H5Sget_simple_extent_dims(space, d.data(), nullptr) < 0) fail(file, obj, "cannot read dims");
-  return std::vector<int64_t>(d.begin(), d.end());
-}
-
-bool is_extendable(hid_t ds) {
-  Handle space(H5Dget_space(ds));
-  if (!space.valid()) return false;
-  int nd = H5Sget_simple_extent_ndims(space);
-  if (nd < 1) return false;
-  std::vector<hsize_t> d(static_cast<size_t>(nd)), m(static_cast<size_t>(nd));
-  if (H5Sget_simple_extent_dims(space, d.data(), m.data()) < 0) return false;
-  return m[0] == H5S_UNLIMITED;
-}
-
-struct ListCtx {
-  std::vector<std::string> names;
-};
-herr_t list_cb(hid_t, const char* name, const H5L_info_t*, void* data) {
-  static_cast<ListCtx*>(data)->names.emplace_back(name);
-  return 0;
-}
-
-std::string fmt_dims(const std::vector<int64_t>& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) {
-    if (i) s.push_back(',');
-    s.append(std::to_string(d[i]));
-  }
-  return s + "]";
-}
-
-void copy_file_or_fail(const std::string& from, const std::string& to) {
-  std::error_code ec;
-  std::filesystem::copy_file(from, to, std::filesystem::copy_options::overwrite_existing, ec);
-  SL_CHECK(!ec, "cannot copy %s to %s: %s", from.c_str(), to.c_str(), ec.message().c_str());
-}
-
-void fsync_path(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  SL_CHECK(fd >= 0, "cannot open %s: %s", path.c_str(), std::strerror(errno));
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  SL_CHECK(rc == 0, "fsync of %s failed: %s", path.c_str(), std::strerror(err));
-}
-
-// ---- the per-file operations (free functions over a file id) -----------------------------------
-
-Handle open_dataset(hid_t file, const std::string& fname, const std::string& obj) {
-  if (!link_exists(file, obj)) SL_FAIL("%s: %s: no such dataset", fname.c_str(), obj.c_str());
-  return checked(H5Dopen2(file, obj.c_str(), H5P_DEFAULT), fname, obj, "cannot open dataset");
-}
-
-Handle open_object(hid_t file, const std::string& fname, const std::string& obj) {
-  if (!link_exists(file, obj)) SL_FAIL("%s: %s: no such object", fname.c_str(), obj.c_str());
-  return checked(H5Oopen(file, obj.c_str(), H5P_DEFAULT), fname, obj, "cannot open object");
-}
-
-// Creates an extendable chunked dataset [0, item...] of file type ftype.
-Handle create_extendable(hid_t file, const std::string& fname, const std::string& obj, hid_t ftype,
-                         const std::vector<int64_t>& item, int64_t initial_rows) {
-  std::vector<int64_t> dims{initial_rows};
-  dims.insert(dims.end(), item.begin(), item.end());
-  std::vector<hsize_t> cur(dims.begin(), dims.end()), max(cur);
-  max[0] = H5S_UNLIMITED;
-  Handle space = checked(H5Screate_simple(int(cur.size()), cur.data(), max.data()), fname, obj,
-                         "cannot create dataspace");
-  Handle dcpl = gzip_chunked_dcpl(fname, obj, chunk_dims(dims, int64_t(H5Tget_size(ftype)), true));
-  Handle lcpl = lcpl_intermediate(fname, obj);
-  return checked(H5Dcreate2(file, obj.c_str(), ftype, space, lcpl, dcpl, H5P_DEFAULT), fname, obj,
-                 "cannot create dataset");
-}
 
 // Writes `count` rows at the end of an extendable dataset whose item shape is item.
 template <class T>
@@ -310,43 +104,24 @@ std::vector<T> read_all(hid_t file, const std::string& fname, const std::string&
   return out;
 }
 
-Handle open_attr_target(hid_t file, const std::string& fname, const std::string& obj) {
-  return open_object(file, fname, normalize(obj));
+// A numeric attribute converted to T by HDF5 (else "... cannot read attribute as <what>").
+template <class T>
+T read_number_attr(hid_t file, const std::string& fname, const std::string& obj, const std::string& name,
+                   const char* what) {
+  Handle attr = open_attr(file, fname, obj, name);
+  T v = 0;
+  check(H5Aread(attr, mem_type<T>(), &v), fname, normalize(obj) + " attribute " + name,
+        std::string("cannot read attribute as ") + what);
+  return v;
 }
 
-void write_attr(hid_t file, const std::string& fname, const std::string& obj_in, const std::string& name,
-                hid_t ftype, hid_t mtype, const void* value) {
-  std::string obj = normalize(obj_in);
-  std::string what = obj + " attribute " + name;
-  Handle target = open_attr_target(file, fname, obj);
-  htri_t e = H5Aexists(target, name.c_str());
-  if (e < 0) fail(fname, what, "cannot query attribute");
-  if (e > 0) check(H5Adelete(target, name.c_str()), fname, what, "cannot replace attribute");
-  Handle space = checked(H5Screate(H5S_SCALAR), fname, what, "cannot create dataspace");
-  Handle attr = checked(H5Acreate2(target, name.c_str(), ftype, space, H5P_DEFAULT, H5P_DEFAULT), fname, what,
-                        "cannot create attribute");
-  check(H5Awrite(attr, mtype, value), fname, what, "cannot write attribute");
-}
-
-Handle open_attr(hid_t file, const std::string& fname, const std::string& obj_in, const std::string& name) {
-  std::string obj = normalize(obj_in);
-  Handle target = open_attr_target(file, fname, obj);
-  htri_t e = H5Aexists(target, name.c_str());
-  if (e <= 0) {
-    H5Eclear2(H5E_DEFAULT);
-    SL_FAIL("%s: %s: no attribute '%s'", fname.c_str(), obj.c_str(), name.c_str());
-  }
-  return checked(H5Aopen(target, name.c_str(), H5P_DEFAULT), fname, obj + " attribute " + name,
-                 "cannot open attribute");
-}
-
-std::string vlen_string_type_error(const std::string&) { return "cannot create string type"; }
-
-Handle utf8_vlen_string(const std::string& fname, const std::string& obj) {
-  Handle t = checked(H5Tcopy(H5T_C_S1), fname, obj, vlen_string_type_error(obj));
-  check(H5Tset_size(t, H5T_VARIABLE), fname, obj, "cannot create string type");
-  check(H5Tset_cset(t, H5T_CSET_UTF8), fname, obj, "cannot create string type");
-  return t;
+// A 1-D dataset read whole (else "<file>: <obj> is not 1-D").
+template <class T>
+std::vector<T> read_1d(hid_t file, const std::string& fname, const std::string& obj) {
+  std::vector<int64_t> d;
+  std::vector<T> v = read_all<T>(file, fname, obj, &d);
+  SL_CHECK(d.size() == 1, "%s: %s is not 1-D (shape %s)", fname.c_str(), normalize(obj).c_str(), fmt_dims(d).c_str());
+  return v;
 }
 
 }  // namespace
@@ -681,36 +456,22 @@ std::string ResultsFile::attr_string(const std::string& obj, const std::string& 
 
 double ResultsFile::attr_double(const std::string& obj, const std::string& name) const {
   require_open("attr_double");
-  Handle attr = open_attr(hid_t(file_), path_, obj, name);
-  double v = 0;
-  check(H5Aread(attr, H5T_NATIVE_DOUBLE, &v), path_, normalize(obj) + " attribute " + name,
-        "cannot read attribute as a number");
-  return v;
+  return read_number_attr<double>(hid_t(file_), path_, obj, name, "a number");
 }
 
 int64_t ResultsFile::attr_int(const std::string& obj, const std::string& name) const {
   require_open("attr_int");
-  Handle attr = open_attr(hid_t(file_), path_, obj, name);
-  int64_t v = 0;
-  check(H5Aread(attr, H5T_NATIVE_INT64, &v), path_, normalize(obj) + " attribute " + name,
-        "cannot read attribute as an integer");
-  return v;
+  return read_number_attr<int64_t>(hid_t(file_), path_, obj, name, "an integer");
 }
 
 std::vector<double> ResultsFile::read_column(const std::string& obj) const {
   require_open("read_column");
-  std::vector<int64_t> d;
-  std::vector<double> v = read_all<double>(hid_t(file_), path_, obj, &d);
-  SL_CHECK(d.size() == 1, "%s: %s is not 1-D (shape %s)", path_.c_str(), normalize(obj).c_str(), fmt_dims(d).c_str());
-  return v;
+  return read_1d<double>(hid_t(file_), path_, obj);
 }
 
 std::vector<int64_t> ResultsFile::read_column_int(const std::string& obj) const {
   require_open("read_column_int");
-  std::vector<int64_t> d;
-  std::vector<int64_t> v = read_all<int64_t>(hid_t(file_), path_, obj, &d);
-  SL_CHECK(d.size() == 1, "%s: %s is not 1-D (shape %s)", path_.c_str(), normalize(obj).c_str(), fmt_dims(d).c_str());
-  return v;
+  return read_1d<int64_t>(hid_t(file_), path_, obj);
 }
 
 Array ResultsFile::read_array(const std::string& obj) const {

@@ -1,4 +1,4 @@
-// HDF5 results files: the one schema of DESIGN.md ("HDF5 results") written by every binary.
+// HDF5 results files: the one schema (docs/DESIGN.md, "HDF5 results") written by every binary.
 //
 //   /                  attrs sinklab_version, git_sha, created_utc, command_line, config (ini text)
 //   /runs/<run>/train  1-D columns (step, tokens, loss, ...): append_row

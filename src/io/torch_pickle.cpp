@@ -81,130 +81,174 @@ class Unpickler {
  public:
   Unpickler(std::string_view bytes, const std::string& where) : b_(bytes), where_(where) {}
 
+  // Runs the opcodes up to STOP and returns the one value left. The opcodes come in the groups of
+  // Python's pickletools (framing, the stack, constants, containers, the memo, objects); each group's
+  // function returns false for an opcode that is not its own.
   Ref run() {
     while (true) {
       const size_t at = pos_;
       const uint8_t op = take_u8();
-      switch (op) {
-        case 0x80: take_u8(); break;            // PROTO n
-        case 0x95: take(8); break;              // FRAME n (protocol 4): the frames are read as one stream
-        case '.':                               // STOP
-          SL_CHECK(stack_.size() == 1 && marks_.empty(), "%s: malformed pickle (STOP with %zu values on the stack)",
-                   where_.c_str(), stack_.size());
-          return stack_.back();
-        case '(': marks_.push_back(stack_.size()); break;  // MARK
-        case 'N': push(make(Value::Kind::none)); break;
-        case 0x88: push(boolean(true)); break;   // NEWTRUE
-        case 0x89: push(boolean(false)); break;  // NEWFALSE
-        case 'J': push(integer(int32_t(le(4)))); break;  // BININT
-        case 'K': push(integer(int64_t(le(1)))); break;  // BININT1
-        case 'M': push(integer(int64_t(le(2)))); break;  // BININT2
-        case 0x8a: {                                     // LONG1: n bytes, little-endian two's complement
-          const size_t n = take_u8();
-          SL_CHECK(n <= 8, "%s: integer of %zu bytes at byte %zu (sinklab reads 64-bit integers)", where_.c_str(), n, at);
-          uint64_t v = n ? le(n) : 0;
-          if (n > 0 && n < 8 && (v >> (8 * n - 1)) & 1) v |= ~uint64_t(0) << (8 * n);  // sign-extend
-          push(integer(int64_t(v)));
-          break;
-        }
-        case 'G': {  // BINFLOAT: big-endian double
-          const std::string_view d = take(8);
-          uint64_t bits = 0;
-          for (char c : d) bits = (bits << 8) | uint8_t(c);
-          auto v = make(Value::Kind::floating);
-          std::memcpy(&v->f, &bits, 8);
-          push(v);
-          break;
-        }
-        case 'X': push(text(Value::Kind::string, le(4))); break;     // BINUNICODE
-        case 0x8c: push(text(Value::Kind::string, le(1))); break;    // SHORT_BINUNICODE
-        case 0x8d: push(text(Value::Kind::string, le(8))); break;    // BINUNICODE8
-        case 'T': push(text(Value::Kind::bytes, le(4))); break;      // BINSTRING
-        case 'U': push(text(Value::Kind::bytes, le(1))); break;      // SHORT_BINSTRING
-        case 'B': push(text(Value::Kind::bytes, le(4))); break;      // BINBYTES
-        case 'C': push(text(Value::Kind::bytes, le(1))); break;      // SHORT_BINBYTES
-        case ')': push(make(Value::Kind::tuple)); break;             // EMPTY_TUPLE
-        case ']': push(make(Value::Kind::list)); break;              // EMPTY_LIST
-        case '}': push(make(Value::Kind::dict)); break;              // EMPTY_DICT
-        case 't': push(tuple(pop_mark())); break;                    // TUPLE
-        case 0x85: push(tuple(pop_n(1))); break;                     // TUPLE1
-        case 0x86: push(tuple(pop_n(2))); break;                     // TUPLE2
-        case 0x87: push(tuple(pop_n(3))); break;                     // TUPLE3
-        case 'l': {                                                  // LIST
-          auto v = make(Value::Kind::list);
-          v->items = pop_mark();
-          push(v);
-          break;
-        }
-        case 'd': {  // DICT
-          auto v = make(Value::Kind::dict);
-          set_items(v, pop_mark());
-          push(v);
-          break;
-        }
-        case 'a': {  // APPEND
-          Ref item = pop();
-          expect(top(), Value::Kind::list, "APPEND")->items.push_back(item);
-          break;
-        }
-        case 'e': {  // APPENDS
-          std::vector<Ref> items = pop_mark();
-          Ref list = expect(top(), Value::Kind::list, "APPENDS");
-          list->items.insert(list->items.end(), items.begin(), items.end());
-          break;
-        }
-        case 's': {  // SETITEM
-          std::vector<Ref> kv = pop_n(2);
-          set_items(expect(top(), Value::Kind::dict, "SETITEM"), kv);
-          break;
-        }
-        case 'u': {  // SETITEMS
-          std::vector<Ref> kv = pop_mark();
-          set_items(expect(top(), Value::Kind::dict, "SETITEMS"), kv);
-          break;
-        }
-        case 'q': memo_[le(1)] = top(); break;                 // BINPUT
-        case 'r': memo_[le(4)] = top(); break;                 // LONG_BINPUT
-        case 0x94: memo_[memo_.size()] = top(); break;         // MEMOIZE
-        case 'h': push(recall(le(1), at)); break;              // BINGET
-        case 'j': push(recall(le(4), at)); break;              // LONG_BINGET
-        case 'c': {                                            // GLOBAL "module\nname\n"
-          const std::string module = line(), name = line();
-          push(global(module, name));
-          break;
-        }
-        case 0x93: {  // STACK_GLOBAL
-          std::vector<Ref> mn = pop_n(2);
-          SL_CHECK(mn[0]->kind == Value::Kind::string && mn[1]->kind == Value::Kind::string,
-                   "%s: malformed pickle (STACK_GLOBAL of non-strings at byte %zu)", where_.c_str(), at);
-          push(global(mn[0]->s, mn[1]->s));
-          break;
-        }
-        case 'Q': push(persistent(pop(), at)); break;  // BINPERSID
-        case 'R': {                                    // REDUCE: callable(*args)
-          std::vector<Ref> fa = pop_n(2);
-          push(reduce(fa[0], fa[1], at));
-          break;
-        }
-        case 'b': {  // BUILD: obj.__setstate__(state)
-          Ref state = pop();
-          Ref obj = top();
-          // An OrderedDict's state is its __dict__ (a state dict's _metadata): kept out of the tensors.
-          SL_CHECK(obj->kind == Value::Kind::dict && (state->kind == Value::Kind::dict || state->kind == Value::Kind::none),
-                   "%s: refused pickle BUILD of a %s with a %s at byte %zu (a state dict builds only dicts)",
-                   where_.c_str(), kind_name(obj->kind), kind_name(state->kind), at);
-          break;
-        }
-        case '0': pop(); break;  // POP
-        case '2': push(top()); break;  // DUP
-        default:
-          SL_FAIL("%s: refused pickle opcode 0x%02x at byte %zu (not one torch.save writes for a state dict)",
-                  where_.c_str(), unsigned(op), at);
+      if (op == '.') {  // STOP
+        SL_CHECK(stack_.size() == 1 && marks_.empty(), "%s: malformed pickle (STOP with %zu values on the stack)",
+                 where_.c_str(), stack_.size());
+        return stack_.back();
       }
+      if (framing_op(op) || stack_op(op) || constant_op(op, at) || container_op(op) || memo_op(op, at) ||
+          object_op(op, at))
+        continue;
+      SL_FAIL("%s: refused pickle opcode 0x%02x at byte %zu (not one torch.save writes for a state dict)",
+              where_.c_str(), unsigned(op), at);
     }
   }
 
  private:
+  // ---- the opcodes, by group ---------------------------------------------------------------------------
+  bool framing_op(uint8_t op) {
+    switch (op) {
+      case 0x80: take_u8(); return true;  // PROTO n
+      case 0x95: take(8); return true;    // FRAME n (protocol 4): the frames are read as one stream
+      default: return false;
+    }
+  }
+
+  bool stack_op(uint8_t op) {
+    switch (op) {
+      case '(': marks_.push_back(stack_.size()); return true;  // MARK
+      case '0': pop(); return true;                             // POP
+      case '2': push(top()); return true;                       // DUP
+      default: return false;
+    }
+  }
+
+  // None, booleans, integers, floats, strings and bytes.
+  bool constant_op(uint8_t op, size_t at) {
+    switch (op) {
+      case 'N': push(make(Value::Kind::none)); return true;
+      case 0x88: push(boolean(true)); return true;           // NEWTRUE
+      case 0x89: push(boolean(false)); return true;          // NEWFALSE
+      case 'J': push(integer(int32_t(le(4)))); return true;  // BININT
+      case 'K': push(integer(int64_t(le(1)))); return true;  // BININT1
+      case 'M': push(integer(int64_t(le(2)))); return true;  // BININT2
+      case 0x8a: {                                           // LONG1: n bytes, little-endian two's complement
+        const size_t n = take_u8();
+        SL_CHECK(n <= 8, "%s: integer of %zu bytes at byte %zu (sinklab reads 64-bit integers)", where_.c_str(), n, at);
+        uint64_t v = n ? le(n) : 0;
+        if (n > 0 && n < 8 && (v >> (8 * n - 1)) & 1) v |= ~uint64_t(0) << (8 * n);  // sign-extend
+        push(integer(int64_t(v)));
+        return true;
+      }
+      case 'G': {  // BINFLOAT: big-endian double
+        const std::string_view d = take(8);
+        uint64_t bits = 0;
+        for (char c : d) bits = (bits << 8) | uint8_t(c);
+        auto v = make(Value::Kind::floating);
+        std::memcpy(&v->f, &bits, 8);
+        push(v);
+        return true;
+      }
+      case 'X': push(text(Value::Kind::string, le(4))); return true;   // BINUNICODE
+      case 0x8c: push(text(Value::Kind::string, le(1))); return true;  // SHORT_BINUNICODE
+      case 0x8d: push(text(Value::Kind::string, le(8))); return true;  // BINUNICODE8
+      case 'T': push(text(Value::Kind::bytes, le(4))); return true;    // BINSTRING
+      case 'U': push(text(Value::Kind::bytes, le(1))); return true;    // SHORT_BINSTRING
+      case 'B': push(text(Value::Kind::bytes, le(4))); return true;    // BINBYTES
+      case 'C': push(text(Value::Kind::bytes, le(1))); return true;    // SHORT_BINBYTES
+      default: return false;
+    }
+  }
+
+  // Tuples, lists and dicts, and adding to them.
+  bool container_op(uint8_t op) {
+    switch (op) {
+      case ')': push(make(Value::Kind::tuple)); return true;  // EMPTY_TUPLE
+      case ']': push(make(Value::Kind::list)); return true;   // EMPTY_LIST
+      case '}': push(make(Value::Kind::dict)); return true;   // EMPTY_DICT
+      case 't': push(tuple(pop_mark())); return true;         // TUPLE
+      case 0x85: push(tuple(pop_n(1))); return true;          // TUPLE1
+      case 0x86: push(tuple(pop_n(2))); return true;          // TUPLE2
+      case 0x87: push(tuple(pop_n(3))); return true;          // TUPLE3
+      case 'l': {                                             // LIST
+        auto v = make(Value::Kind::list);
+        v->items = pop_mark();
+        push(v);
+        return true;
+      }
+      case 'd': {  // DICT
+        auto v = make(Value::Kind::dict);
+        set_items(v, pop_mark());
+        push(v);
+        return true;
+      }
+      case 'a': {  // APPEND
+        Ref item = pop();
+        expect(top(), Value::Kind::list, "APPEND")->items.push_back(item);
+        return true;
+      }
+      case 'e': {  // APPENDS
+        std::vector<Ref> items = pop_mark();
+        Ref list = expect(top(), Value::Kind::list, "APPENDS");
+        list->items.insert(list->items.end(), items.begin(), items.end());
+        return true;
+      }
+      case 's': {  // SETITEM
+        std::vector<Ref> kv = pop_n(2);
+        set_items(expect(top(), Value::Kind::dict, "SETITEM"), kv);
+        return true;
+      }
+      case 'u': {  // SETITEMS
+        std::vector<Ref> kv = pop_mark();
+        set_items(expect(top(), Value::Kind::dict, "SETITEMS"), kv);
+        return true;
+      }
+      default: return false;
+    }
+  }
+
+  bool memo_op(uint8_t op, size_t at) {
+    switch (op) {
+      case 'q': memo_[le(1)] = top(); return true;          // BINPUT
+      case 'r': memo_[le(4)] = top(); return true;          // LONG_BINPUT
+      case 0x94: memo_[memo_.size()] = top(); return true;  // MEMOIZE
+      case 'h': push(recall(le(1), at)); return true;       // BINGET
+      case 'j': push(recall(le(4), at)); return true;       // LONG_BINGET
+      default: return false;
+    }
+  }
+
+  // Globals (resolved against kAllowed only), persistent ids, calls and BUILD.
+  bool object_op(uint8_t op, size_t at) {
+    switch (op) {
+      case 'c': {  // GLOBAL "module\nname\n"
+        const std::string module = line(), name = line();
+        push(global(module, name));
+        return true;
+      }
+      case 0x93: {  // STACK_GLOBAL
+        std::vector<Ref> mn = pop_n(2);
+        SL_CHECK(mn[0]->kind == Value::Kind::string && mn[1]->kind == Value::Kind::string,
+                 "%s: malformed pickle (STACK_GLOBAL of non-strings at byte %zu)", where_.c_str(), at);
+        push(global(mn[0]->s, mn[1]->s));
+        return true;
+      }
+      case 'Q': push(persistent(pop(), at)); return true;  // BINPERSID
+      case 'R': {                                          // REDUCE: callable(*args)
+        std::vector<Ref> fa = pop_n(2);
+        push(reduce(fa[0], fa[1], at));
+        return true;
+      }
+      case 'b': {  // BUILD: obj.__setstate__(state)
+        Ref state = pop();
+        Ref obj = top();
+        // An OrderedDict's state is its __dict__ (a state dict's _metadata): kept out of the tensors.
+        SL_CHECK(obj->kind == Value::Kind::dict && (state->kind == Value::Kind::dict || state->kind == Value::Kind::none),
+                 "%s: refused pickle BUILD of a %s with a %s at byte %zu (a state dict builds only dicts)",
+                 where_.c_str(), kind_name(obj->kind), kind_name(state->kind), at);
+        return true;
+      }
+      default: return false;
+    }
+  }
+
   // ---- reading bytes --------------------------------------------------------------------------------
   std::string_view take(uint64_t n) {
     SL_CHECK(n <= b_.size() - pos_, "%s: truncated pickle (%llu bytes wanted at byte %zu of %zu)", where_.c_str(),

@@ -3,79 +3,40 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "backend/attention_math.hpp"
+#include "core/enum_names.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
 
 namespace sinklab::model {
 namespace {
 
-// Name tables of the enum-valued axes: the text is the flag value, the ini value and the HF json value.
-template <class E>
-struct Names {
-  const char* flag;
-  std::vector<std::pair<E, const char*>> values;
-
-  const char* name(E e) const {
-    for (const auto& [v, n] : values)
-      if (v == e) return n;
-    return "?";
-  }
-  E parse(const std::string& text) const {
-    std::string all;
-    for (const auto& [v, n] : values) {
-      if (text == n) return v;
-      all.append(all.empty() ? "" : " | ").append(n);
-    }
-    SL_FAIL("--%s: '%s' is not one of %s", flag, text.c_str(), all.c_str());
-  }
-};
-
-const Names<PosEmb> kPosEmb{"pos-emb",
-                            {{PosEmb::rope, "rope"},
-                             {PosEmb::none, "none"},
-                             {PosEmb::sinusoidal, "sinusoidal"},
-                             {PosEmb::learned, "learned"},
-                             {PosEmb::relative, "relative"},
-                             {PosEmb::alibi, "alibi"}}};
-const Names<RelativeBias> kRelativeBias{
-    "relative-bias", {{RelativeBias::learned, "learned"}, {RelativeBias::bucket_index, "bucket-index"}}};
-const Names<NormPlacement> kNormPlacement{"norm-placement",
-                                          {{NormPlacement::pre, "pre"}, {NormPlacement::post, "post"}}};
-const Names<FfnKind> kFfn{"ffn",
-                          {{FfnKind::swiglu, "swiglu"},
-                           {FfnKind::geglu, "geglu"},
-                           {FfnKind::reglu, "reglu"},
-                           {FfnKind::relu, "relu"},
-                           {FfnKind::gelu, "gelu"},
-                           {FfnKind::swish, "swish"}}};
-const Names<HeadCombine> kHeadCombine{"head-combine", {{HeadCombine::concat, "concat"}, {HeadCombine::add, "add"}}};
-const Names<AttnBias> kAttnBias{"attn-bias",
-                                {{AttnBias::none, "none"},
-                                 {AttnBias::sink_token, "sink-token"},
-                                 {AttnBias::kv, "kv"},
-                                 {AttnBias::k, "k"},
-                                 {AttnBias::v, "v"}}};
-const Names<FixedValue> kFixedValue{"fixed-value",
-                                    {{FixedValue::zero, "zero"}, {FixedValue::e1, "e1"}, {FixedValue::ones, "ones"}}};
-const Names<ops::AttnSim> kAttnSim{"attn-sim",
-                                   {{ops::AttnSim::exp, "exp"},
-                                    {ops::AttnSim::sigmoid, "sigmoid"},
-                                    {ops::AttnSim::elu_plus_one, "elu-plus-one"},
-                                    {ops::AttnSim::identity, "identity"},
-                                    {ops::AttnSim::softpick, "softpick"}}};
-const Names<ops::AttnNorm> kAttnNorm{"attn-norm",
-                                     {{ops::AttnNorm::sum, "sum"},
-                                      {ops::AttnNorm::one, "one"},
-                                      {ops::AttnNorm::max_abs_sum_one, "max-abs-sum-one"},
-                                      {ops::AttnNorm::p_norm, "p-norm"}}};
-const Names<QkKernel> kQkKernel{
-    "qk-kernel",
-    {{QkKernel::identity, "identity"}, {QkKernel::elu_plus_one, "elu-plus-one"}, {QkKernel::mlp, "mlp"}}};
-const Names<AttnGate> kAttnGate{
-    "attn-gate", {{AttnGate::none, "none"}, {AttnGate::headwise, "headwise"}, {AttnGate::elementwise, "elementwise"}}};
+// The text of the model's own enum axes (attn-sim and attn-norm: ops.hpp, whose names the attention
+// dispatch uses too): the flag value, the ini value and the config.json value.
+constexpr EnumName<PosEmb> kPosEmbNames[] = {
+    {PosEmb::rope, "rope"},       {PosEmb::none, "none"},         {PosEmb::sinusoidal, "sinusoidal"},
+    {PosEmb::learned, "learned"}, {PosEmb::relative, "relative"}, {PosEmb::alibi, "alibi"}};
+constexpr EnumName<RelativeBias> kRelativeBiasNames[] = {
+    {RelativeBias::learned, "learned", "(T5, per head)"},
+    {RelativeBias::bucket_index, "bucket-index", "(the paper's Eq. 6)"}};
+constexpr EnumName<NormPlacement> kNormPlacementNames[] = {{NormPlacement::pre, "pre"},
+                                                           {NormPlacement::post, "post"}};
+constexpr EnumName<FfnKind> kFfnNames[] = {
+    {FfnKind::swiglu, "swiglu"}, {FfnKind::geglu, "geglu"}, {FfnKind::reglu, "reglu"},
+    {FfnKind::relu, "relu"},     {FfnKind::gelu, "gelu"},   {FfnKind::swish, "swish"}};
+constexpr EnumName<HeadCombine> kHeadCombineNames[] = {{HeadCombine::concat, "concat"}, {HeadCombine::add, "add"}};
+constexpr EnumName<AttnBias> kAttnBiasNames[] = {{AttnBias::none, "none"}, {AttnBias::sink_token, "sink-token"},
+                                                 {AttnBias::kv, "kv"},     {AttnBias::k, "k"},
+                                                 {AttnBias::v, "v"}};
+constexpr EnumName<FixedValue> kFixedValueNames[] = {
+    {FixedValue::zero, "zero"}, {FixedValue::e1, "e1", "(m*v')"}, {FixedValue::ones, "ones", "(m*v'')"}};
+constexpr EnumName<QkKernel> kQkKernelNames[] = {
+    {QkKernel::identity, "identity"}, {QkKernel::elu_plus_one, "elu-plus-one"}, {QkKernel::mlp, "mlp"}};
+constexpr EnumName<AttnGate> kAttnGateNames[] = {
+    {AttnGate::none, "none"}, {AttnGate::headwise, "headwise"}, {AttnGate::elementwise, "elementwise"}};
 
 bool parse_bool(const std::string& flag, const std::string& v) {
   if (v == "true" || v == "1") return true;
@@ -93,35 +54,91 @@ std::string number_text(double x) {
   return buf;
 }
 
+// One variant axis: its flag (also its ini key and its config.json key), its --help line, and its
+// value as text both ways (the flag value, the ini value, the config.json value).
+struct Axis {
+  std::string flag;
+  std::string help;
+  std::function<std::string(const ModelConfig&)> get;
+  std::function<void(ModelConfig&, const std::string&)> set;
+};
+
+// An axis of enum values; "%s" in its help stands for the list of values ("pre | post").
+template <class E, size_t N>
+Axis enum_axis(const char* flag, E ModelConfig::*field, const EnumName<E> (&names)[N], const char* help) {
+  return {flag, strfmt(help, enum_name_list(names, true).c_str()),
+          [field, &names](const ModelConfig& c) -> std::string { return enum_name(names, c.*field); },
+          [field, &names, flag](ModelConfig& c, const std::string& v) { c.*field = parse_enum(names, v, flag); }};
+}
+
+Axis int_axis(const char* flag, int ModelConfig::*field, const char* help) {
+  return {flag, help, [field](const ModelConfig& c) { return std::to_string(c.*field); },
+          [field, flag](ModelConfig& c, const std::string& v) {
+            c.*field = int(parse_integer(v, strfmt("--%s", flag).c_str()));
+          }};
+}
+
+Axis real_axis(const char* flag, double ModelConfig::*field, const char* help) {
+  return {flag, help, [field](const ModelConfig& c) { return number_text(c.*field); },
+          [field, flag](ModelConfig& c, const std::string& v) {
+            c.*field = parse_real(v, strfmt("--%s", flag).c_str());
+          }};
+}
+
+Axis bool_axis(const char* flag, bool ModelConfig::*field, const char* help) {
+  return {flag, help, [field](const ModelConfig& c) -> std::string { return c.*field ? "true" : "false"; },
+          [field, flag](ModelConfig& c, const std::string& v) { c.*field = parse_bool(flag, v); }};
+}
+
+// Every variant axis, in the fixed order of axes() (and so of --help, --dry-run and config.json): the one
+// place an axis is spelled.
+const std::vector<Axis>& axis_table() {
+  using C = ModelConfig;
+  static const std::vector<Axis> table = {
+      enum_axis("pos-emb", &C::pos_emb, kPosEmbNames, "positional embedding: %s (Table 3)"),
+      enum_axis("relative-bias", &C::relative_bias, kRelativeBiasNames, "pos-emb relative: %s"),
+      int_axis("relative-buckets", &C::relative_buckets, "pos-emb relative: buckets B"),
+      int_axis("relative-max-distance", &C::relative_max_distance, "pos-emb relative: max distance D"),
+      enum_axis("norm-placement", &C::norm_placement, kNormPlacementNames, "%s (Sec. 7.2)"),
+      enum_axis("ffn", &C::ffn, kFfnNames, "%s (Table 11)"),
+      enum_axis("head-combine", &C::head_combine, kHeadCombineNames, "%s: how head outputs meet W_O (Table 12 left)"),
+      enum_axis("attn-bias", &C::attn_bias, kAttnBiasNames, "%s (Table 4)"),
+      bool_axis("bias-per-head", &C::bias_per_head,
+                "kv/k/v biases per head (false: shared by the heads of a layer, Table 12 right)"),
+      int_axis("k-bias-dims", &C::k_bias_dims, "d_a: learnable leading dims of k* (0 = all; Table 13)"),
+      enum_axis("fixed-value", &C::fixed_value, kFixedValueNames, "attn-bias k: v* = %s, Table 5"),
+      real_axis("fixed-value-scale", &C::fixed_value_scale, "m, the l2 norm of the fixed v*"),
+      enum_axis("attn-sim", &C::attn_sim, ops::kAttnSimNames, "%s"),
+      enum_axis("attn-norm", &C::attn_norm, ops::kAttnNormNames, "%s"),
+      enum_axis("qk-kernel", &C::qk_kernel, kQkKernelNames, "%s: feature map of q and k (Table 15)"),
+      real_axis("attn-alpha", &C::attn_alpha, "attn-norm sum: rows sum to alpha (Table 14 left)"),
+      real_axis("attn-p", &C::attn_p, "attn-norm p-norm: p (Eq. 43-44)"),
+      real_axis("sigmoid-bias", &C::sigmoid_bias, "attn-sim sigmoid: b in sigmoid(s + b)"),
+      bool_axis("sigmoid-bias-log-n", &C::sigmoid_bias_log_n, "attn-sim sigmoid: b = -log(context) (FlashSigmoid)"),
+      bool_axis("sink-logit", &C::sink_logit, "a learned per-head sink logit in the softmax denominator (gpt-oss)"),
+      bool_axis("softmax-plus-one", &C::softmax_plus_one, "a constant sink logit 0: softmax with 1 + sum e^s"),
+      enum_axis("attn-gate", &C::attn_gate, kAttnGateNames, "%s sigmoid gate on the attention output"),
+      int_axis("attn-window", &C::attn_window, "sliding-window attention over w keys (0 = off; Sec. 6)"),
+      int_axis("prefix-length", &C::prefix_length,
+               "prefix LM: bidirectional prefix of p tokens, loss after it (1 = off; Sec. 6)"),
+      real_axis("embed-init-std", &C::embed_init_std,
+                "std of the embeddings' initial values (0 = fan-in default; 1 = nn.Embedding, Guo et al.)"),
+  };
+  return table;
+}
+
+const Axis* find_axis(const std::string& flag) {
+  for (const Axis& axis : axis_table())
+    if (axis.flag == flag) return &axis;
+  return nullptr;
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, std::string>> ModelConfig::axes() const {
-  return {
-      {"pos-emb", kPosEmb.name(pos_emb)},
-      {"relative-bias", kRelativeBias.name(relative_bias)},
-      {"relative-buckets", std::to_string(relative_buckets)},
-      {"relative-max-distance", std::to_string(relative_max_distance)},
-      {"norm-placement", kNormPlacement.name(norm_placement)},
-      {"ffn", kFfn.name(ffn)},
-      {"head-combine", kHeadCombine.name(head_combine)},
-      {"attn-bias", kAttnBias.name(attn_bias)},
-      {"bias-per-head", bias_per_head ? "true" : "false"},
-      {"k-bias-dims", std::to_string(k_bias_dims)},
-      {"fixed-value", kFixedValue.name(fixed_value)},
-      {"fixed-value-scale", number_text(fixed_value_scale)},
-      {"attn-sim", kAttnSim.name(attn_sim)},
-      {"attn-norm", kAttnNorm.name(attn_norm)},
-      {"qk-kernel", kQkKernel.name(qk_kernel)},
-      {"attn-alpha", number_text(attn_alpha)},
-      {"attn-p", number_text(attn_p)},
-      {"sigmoid-bias", number_text(sigmoid_bias)},
-      {"sigmoid-bias-log-n", sigmoid_bias_log_n ? "true" : "false"},
-      {"sink-logit", sink_logit ? "true" : "false"},
-      {"softmax-plus-one", softmax_plus_one ? "true" : "false"},
-      {"attn-gate", kAttnGate.name(attn_gate)},
-      {"attn-window", std::to_string(attn_window)},
-      {"prefix-length", std::to_string(prefix_length)},
-  };
+  std::vector<std::pair<std::string, std::string>> values;
+  for (const Axis& axis : axis_table()) values.emplace_back(axis.flag, axis.get(*this));
+  return values;
 }
 
 std::vector<std::pair<std::string, std::string>> ModelConfig::settings() const {
@@ -137,59 +154,14 @@ std::vector<std::pair<std::string, std::string>> ModelConfig::settings() const {
 }
 
 const char* ModelConfig::axis_help(const std::string& flag) {
-  if (flag == "pos-emb") return "positional embedding: rope | none | sinusoidal | learned | relative | alibi (Table 3)";
-  if (flag == "relative-bias") return "pos-emb relative: learned (T5, per head) | bucket-index (the paper's Eq. 6)";
-  if (flag == "relative-buckets") return "pos-emb relative: buckets B";
-  if (flag == "relative-max-distance") return "pos-emb relative: max distance D";
-  if (flag == "norm-placement") return "pre | post (Sec. 7.2)";
-  if (flag == "ffn") return "swiglu | geglu | reglu | relu | gelu | swish (Table 11)";
-  if (flag == "head-combine") return "concat | add: how head outputs meet W_O (Table 12 left)";
-  if (flag == "attn-bias") return "none | sink-token | kv | k | v (Table 4)";
-  if (flag == "bias-per-head") return "kv/k/v biases per head (false: shared by the heads of a layer, Table 12 right)";
-  if (flag == "k-bias-dims") return "d_a: learnable leading dims of k* (0 = all; Table 13)";
-  if (flag == "fixed-value") return "attn-bias k: v* = zero | e1 (m*v') | ones (m*v''), Table 5";
-  if (flag == "fixed-value-scale") return "m, the l2 norm of the fixed v*";
-  if (flag == "attn-sim") return "exp | sigmoid | elu-plus-one | identity (Tables 6, 15) | softpick (rectified softmax)";
-  if (flag == "attn-norm") return "sum | one | max-abs-sum-one | p-norm";
-  if (flag == "qk-kernel") return "identity | elu-plus-one | mlp: feature map of q and k (Table 15)";
-  if (flag == "attn-alpha") return "attn-norm sum: rows sum to alpha (Table 14 left)";
-  if (flag == "attn-p") return "attn-norm p-norm: p (Eq. 43-44)";
-  if (flag == "sigmoid-bias") return "attn-sim sigmoid: b in sigmoid(s + b)";
-  if (flag == "sigmoid-bias-log-n") return "attn-sim sigmoid: b = -log(context) (FlashSigmoid)";
-  if (flag == "sink-logit") return "a learned per-head sink logit in the softmax denominator (gpt-oss)";
-  if (flag == "softmax-plus-one") return "a constant sink logit 0: softmax with 1 + sum e^s";
-  if (flag == "attn-gate") return "none | headwise | elementwise sigmoid gate on the attention output";
-  if (flag == "attn-window") return "sliding-window attention over w keys (0 = off; Sec. 6)";
-  if (flag == "prefix-length") return "prefix LM: bidirectional prefix of p tokens, loss after it (1 = off; Sec. 6)";
-  return "";
+  const Axis* axis = find_axis(flag);
+  return axis ? axis->help.c_str() : "";
 }
 
 void ModelConfig::set_axis(const std::string& flag, const std::string& v) {
-  if (flag == "pos-emb") pos_emb = kPosEmb.parse(v);
-  else if (flag == "relative-bias") relative_bias = kRelativeBias.parse(v);
-  else if (flag == "relative-buckets") relative_buckets = int(parse_integer(v, "--relative-buckets"));
-  else if (flag == "relative-max-distance") relative_max_distance = int(parse_integer(v, "--relative-max-distance"));
-  else if (flag == "norm-placement") norm_placement = kNormPlacement.parse(v);
-  else if (flag == "ffn") ffn = kFfn.parse(v);
-  else if (flag == "head-combine") head_combine = kHeadCombine.parse(v);
-  else if (flag == "attn-bias") attn_bias = kAttnBias.parse(v);
-  else if (flag == "bias-per-head") bias_per_head = parse_bool(flag, v);
-  else if (flag == "k-bias-dims") k_bias_dims = int(parse_integer(v, "--k-bias-dims"));
-  else if (flag == "fixed-value") fixed_value = kFixedValue.parse(v);
-  else if (flag == "fixed-value-scale") fixed_value_scale = parse_real(v, "--fixed-value-scale");
-  else if (flag == "attn-sim") attn_sim = kAttnSim.parse(v);
-  else if (flag == "attn-norm") attn_norm = kAttnNorm.parse(v);
-  else if (flag == "qk-kernel") qk_kernel = kQkKernel.parse(v);
-  else if (flag == "attn-alpha") attn_alpha = parse_real(v, "--attn-alpha");
-  else if (flag == "attn-p") attn_p = parse_real(v, "--attn-p");
-  else if (flag == "sigmoid-bias") sigmoid_bias = parse_real(v, "--sigmoid-bias");
-  else if (flag == "sigmoid-bias-log-n") sigmoid_bias_log_n = parse_bool(flag, v);
-  else if (flag == "sink-logit") sink_logit = parse_bool(flag, v);
-  else if (flag == "softmax-plus-one") softmax_plus_one = parse_bool(flag, v);
-  else if (flag == "attn-gate") attn_gate = kAttnGate.parse(v);
-  else if (flag == "attn-window") attn_window = int(parse_integer(v, "--attn-window"));
-  else if (flag == "prefix-length") prefix_length = int(parse_integer(v, "--prefix-length"));
-  else SL_FAIL("unknown model axis --%s", flag.c_str());
+  const Axis* axis = find_axis(flag);
+  SL_CHECK(axis != nullptr, "unknown model axis --%s", flag.c_str());
+  axis->set(*this, v);
 }
 
 ops::Activation ModelConfig::ffn_activation() const {
@@ -247,7 +219,7 @@ void ModelConfig::validate() const {
   const bool kv_style = attn_bias == AttnBias::kv || attn_bias == AttnBias::k;
   SL_CHECK(!kv_style || kv_heads() == n_heads,
            "--attn-bias %s needs multi-head attention (--n-kv-heads 0): its k*/v* are per query head",
-           kAttnBias.name(attn_bias));
+           enum_name(kAttnBiasNames, attn_bias));
   SL_CHECK(k_bias_dims >= 0 && k_bias_dims <= head_dim(), "--k-bias-dims must lie in [0, head dim %d]", head_dim());
   SL_CHECK(k_bias_dims == 0 || kv_style, "--k-bias-dims applies to --attn-bias kv or k only");
   SL_CHECK(fixed_value == FixedValue::zero || attn_bias == AttnBias::k,
@@ -264,6 +236,8 @@ void ModelConfig::validate() const {
   SL_CHECK(prefix_length < context, "--prefix-length must be smaller than --context");
   SL_CHECK(!(attn_window > 0 && attn_bias == AttnBias::sink_token),
            "--attn-window with --attn-bias sink-token is not supported (the window would slide past x*)");
+  SL_CHECK(embed_init_std >= 0 && std::isfinite(embed_init_std), "--embed-init-std must be >= 0 (got %g)",
+           embed_init_std);
   SL_CHECK(attn_p > 0 && std::isfinite(attn_p), "--attn-p must be > 0 (got %g)", attn_p);
   SL_CHECK(attn_alpha > 0 && std::isfinite(attn_alpha), "--attn-alpha must be > 0 (got %g)", attn_alpha);
   ops::AttentionSpec spec = attention_spec();
@@ -271,7 +245,8 @@ void ModelConfig::validate() const {
   ac.sink = sink_logit || softmax_plus_one;
   if (pos_emb == PosEmb::relative) ac.num_buckets = relative_buckets;  // the table the model will pass
   if (const char* why = math::attn_config_error(ac))
-    SL_FAIL("--attn-sim %s --attn-norm %s: %s", kAttnSim.name(attn_sim), kAttnNorm.name(attn_norm), why);
+    SL_FAIL("--attn-sim %s --attn-norm %s: %s", enum_name(ops::kAttnSimNames, attn_sim),
+            enum_name(ops::kAttnNormNames, attn_norm), why);
 }
 
 std::string ModelConfig::hf_config_json() const {
@@ -356,6 +331,7 @@ std::vector<ParamSpec> param_layout(const ModelConfig& cfg, int64_t* total_eleme
   const double std_matrix = fan_in_std(d);
   const double std_mlp_out = 1.0 / (std::sqrt(double(F)) * cfg.n_layers);
   const double std_bias = 0.02;
+  const double std_embed = cfg.embed_init_std > 0 ? cfg.embed_init_std : std_matrix;
 
   std::vector<ParamSpec> specs;
   int64_t offset = 0;
@@ -378,10 +354,10 @@ std::vector<ParamSpec> param_layout(const ModelConfig& cfg, int64_t* total_eleme
   auto align = [&]() { offset = (offset + 15) / 16 * 16; };
 
   align();
-  add("model.embed_tokens.weight", {V, d}, std_matrix, matrix);
+  add("model.embed_tokens.weight", {V, d}, std_embed, matrix);
   if (cfg.pos_emb == PosEmb::learned) {
     align();
-    add("model.embed_positions.weight", {int64_t(cfg.context) + cfg.lead_positions(), d}, std_matrix, matrix);
+    add("model.embed_positions.weight", {int64_t(cfg.context) + cfg.lead_positions(), d}, std_embed, matrix);
   }
   if (cfg.attn_bias == AttnBias::sink_token) {
     align();

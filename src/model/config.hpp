@@ -1,7 +1,8 @@
 // ModelConfig: the trainable transformer. The default is the paper's LLaMA-style model (pre-norm,
 // RMSNorm, RoPE, SwiGLU, no biases, untied head, softmax attention); every other value of a variant
-// axis (paper Secs. 6-7, Appendix C, and the sink-free designs after it) is one field here and one
-// case in transformer.cpp. The parameter list is laid out in one buffer.
+// axis (paper Secs. 6-7, Appendix C, and the sink-free designs after it) is one field here, one row of
+// the axis table in config.cpp (flag, values, help, how it reads and writes) and one case in
+// transformer.cpp. The parameter list is laid out in one buffer.
 #pragma once
 
 #include <cstdint>
@@ -73,6 +74,9 @@ struct ModelConfig {
   AttnGate attn_gate = AttnGate::none;
   int attn_window = 0;            // > 0: sliding-window attention over this many keys (Sec. 6)
   int prefix_length = 1;          // > 1: prefix LM, bidirectional over the first p tokens, loss after them
+  // > 0: the token (and learned position) embeddings start from normal(0, this) instead of the fan-in std,
+  // e.g. 1 = PyTorch's nn.Embedding, as in Guo et al.'s Bigram-Backcopy models. Only the starting point.
+  double embed_init_std = 0.0;
 
   int kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
   int head_dim() const { return d_model / n_heads; }
@@ -100,6 +104,7 @@ struct ModelConfig {
   // resolved), then axes(). Two configs with equal settings build the same model; a resumed run must
   // match its checkpoint in every one.
   std::vector<std::pair<std::string, std::string>> settings() const;
+  // The --help line of a variant axis ("" for another flag).
   static const char* axis_help(const std::string& flag);
 };
 

@@ -1,12 +1,12 @@
+// The Transformer's forward and backward passes over the op API (construction, parameters and the
+// activation buffers: transformer_setup.cpp).
 #include "model/transformer.hpp"
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <vector>
 
 #include "backend/backend.hpp"
-#include "core/arena.hpp"
 #include "core/error.hpp"
 
 namespace sinklab::model {
@@ -29,268 +29,6 @@ Tensor strided(Tensor base, std::initializer_list<int64_t> shape, std::initializ
 }
 
 }  // namespace
-
-Transformer::Transformer(const ModelConfig& cfg, Device device) : cfg_(cfg), device_(device) {
-  specs_ = param_layout(cfg_, &n_elements_);
-  for (size_t i = 0; i < specs_.size(); ++i) index_[specs_[i].name] = i;
-  embed_index_ = find("model.embed_tokens.weight");
-  positions_index_ = find("model.embed_positions.weight");
-  sink_token_index_ = find("model.sink_token");
-  relative_index_ = find("model.relative_attention_bias.weight");
-  final_norm_index_ = find("model.norm.weight");
-  head_index_ = find("lm_head.weight");
-  for (int l = 0; l < cfg_.n_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    LayerIndex li;
-    li.norm1 = find(p + "input_layernorm.weight");
-    li.qkv = find(p + "self_attn.q_proj.weight");
-    li.kernel_mlp1 = find(p + "self_attn.kernel_mlp1.weight");
-    li.kernel_mlp2 = find(p + "self_attn.kernel_mlp2.weight");
-    li.k_bias = find(p + "self_attn.k_bias");
-    li.v_bias = find(p + "self_attn.v_bias");
-    li.sinks = find(p + "self_attn.sinks");
-    li.gate = find(p + "self_attn.gate_proj.weight");
-    li.o = find(p + "self_attn.o_proj.weight");
-    li.norm2 = find(p + "post_attention_layernorm.weight");
-    li.ffn_in = find(p + (cfg_.gated_ffn() ? "mlp.gate_proj.weight" : "mlp.up_proj.weight"));
-    li.down = find(p + "mlp.down_proj.weight");
-    layer_index_.push_back(li);
-  }
-  // Backward's spans, from param_layout's order: part 0 the embeddings and shared tensors, part 1 + l
-  // layer l, part L + 1 the final norm and head. A part begins at its first parameter (part 0 at 0).
-  const int L = cfg_.n_layers;
-  std::vector<int64_t> part_begin(size_t(L) + 3, -1);
-  part_begin[0] = 0;
-  part_begin[size_t(L) + 2] = n_elements_;
-  int part = 0;
-  for (const ParamSpec& spec : specs_) {
-    const int l = layer_of_param(spec.name);
-    const int this_part = l >= 0 ? 1 + l : (part == 0 ? 0 : L + 1);
-    SL_CHECK(this_part >= part, "param_layout: %s is out of backward's order", spec.name.c_str());
-    if (part_begin[size_t(this_part)] < 0) part_begin[size_t(this_part)] = spec.offset;
-    part = this_part;
-  }
-  for (int p = L + 1; p >= 0; --p)  // a part without parameters is empty: it begins where the next does
-    if (part_begin[size_t(p)] < 0) part_begin[size_t(p)] = part_begin[size_t(p) + 1];
-  for (int p = L + 1; p >= 0; --p) backward_spans_.push_back({part_begin[size_t(p)], part_begin[size_t(p) + 1]});
-
-  params_buffer_ = Buffer(size_t(n_elements_) * sizeof(float), device_);
-  grads_buffer_ = Buffer(size_t(n_elements_) * sizeof(float), device_);
-  flat_params_ = params_buffer_.view(DType::f32, {n_elements_});
-  flat_grads_ = grads_buffer_.view(DType::f32, {n_elements_});
-  ops::fill(flat_params_, 0.0);  // alignment padding stays zero
-  ops::fill(flat_grads_, 0.0);
-  attention_ = cfg_.attention_spec();
-  rope_.rotary_dim = cfg_.head_dim();
-  rope_.base = cfg_.rope_theta;
-
-  // Constants, computed on the host in double and copied to the device once.
-  const int64_t d = cfg_.d_model, H = cfg_.n_heads, dh = cfg_.head_dim(), nb = cfg_.relative_buckets;
-  const int64_t positions = int64_t(cfg_.context) + cfg_.lead_positions();
-  std::vector<float> host;
-  auto place = [&](std::vector<float> values) {
-    const int64_t at = int64_t(host.size());
-    host.insert(host.end(), values.begin(), values.end());
-    host.resize((host.size() + 15) / 16 * 16, 0.0f);
-    return at;
-  };
-  int64_t at_sinusoidal = -1, at_bucket = -1, at_zero = -1, at_expand = -1;
-  if (cfg_.pos_emb == PosEmb::sinusoidal) {
-    // Paper Eq. 5: p_t = [sin(w_1 t), cos(w_1 t), ..., sin(w_{d/2} t), cos(w_{d/2} t)], w_i = 10000^(-2(i-1)/d).
-    std::vector<float> table(size_t(positions * d));
-    for (int64_t t = 0; t < positions; ++t)
-      for (int64_t i = 0; i < d / 2; ++i) {
-        const double w = std::pow(10000.0, -2.0 * double(i) / double(d));
-        table[size_t(t * d + 2 * i)] = float(std::sin(w * double(t)));
-        table[size_t(t * d + 2 * i + 1)] = float(std::cos(w * double(t)));
-      }
-    at_sinusoidal = place(std::move(table));
-  }
-  if (cfg_.pos_emb == PosEmb::relative && cfg_.relative_bias == RelativeBias::bucket_index) {
-    // The paper's Eq. 6 as its released code uses it: the bucket index itself is the score bias.
-    std::vector<float> table(size_t(H * nb));
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t b = 0; b < nb; ++b) table[size_t(h * nb + b)] = float(b);
-    at_bucket = place(std::move(table));
-  }
-  if (cfg_.softmax_plus_one) at_zero = place(std::vector<float>(size_t(H), 0.0f));
-  if (cfg_.attn_gate == AttnGate::headwise) {
-    std::vector<float> expand(size_t(H * H * dh), 0.0f);  // expand[h, h*dh + i] = 1
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t i = 0; i < dh; ++i) expand[size_t(h * H * dh + h * dh + i)] = 1.0f;
-    at_expand = place(std::move(expand));
-  }
-  if (!host.empty()) {
-    constants_buffer_ = Buffer(host.size() * sizeof(float), device_);
-    Tensor all = constants_buffer_.view(DType::f32, {int64_t(host.size())});
-    ops::copy(all, Tensor(host.data(), DType::f32, {int64_t(host.size())}));
-    float* base = all.ptr<float>();
-    if (at_sinusoidal >= 0) sinusoidal_ = Tensor(base + at_sinusoidal, DType::f32, {positions, d}, device_);
-    if (at_bucket >= 0) bucket_bias_ = Tensor(base + at_bucket, DType::f32, {H, nb}, device_);
-    if (at_zero >= 0) zero_sink_ = Tensor(base + at_zero, DType::f32, {H}, device_);
-    if (at_expand >= 0) head_expand_ = Tensor(base + at_expand, DType::f32, {H, H * dh}, device_);
-  }
-}
-
-int64_t Transformer::find(const std::string& name) const {
-  auto it = index_.find(name);
-  return it == index_.end() ? -1 : int64_t(it->second);
-}
-
-int64_t Transformer::num_parameters() const {
-  int64_t n = 0;
-  for (const auto& s : specs_) n += s.numel;
-  return n;
-}
-
-int64_t Transformer::num_parameters_non_embedding() const {
-  int64_t n = 0;
-  for (const auto& s : specs_)
-    if (s.name != "model.embed_tokens.weight" && s.name != "lm_head.weight") n += s.numel;
-  return n;
-}
-
-double Transformer::flops_per_token(int64_t seq) const {
-  int64_t multiplied = 0;
-  for (const auto& s : specs_)
-    if (s.name != "model.embed_tokens.weight" && s.name != "model.embed_positions.weight") multiplied += s.numel;
-  return 6.0 * double(multiplied) +
-         12.0 * double(cfg_.n_layers) * double(cfg_.n_heads) * double(cfg_.head_dim()) * double(model_seq(seq));
-}
-
-Tensor Transformer::at(int64_t param_index, bool grad) const {
-  const ParamSpec& s = specs_[size_t(param_index)];
-  float* base = (grad ? flat_grads_ : flat_params_).ptr<float>() + s.offset;
-  return Tensor::contiguous_view(base, DType::f32, s.shape.data(), int(s.shape.size()), device_);
-}
-
-Tensor Transformer::param(const std::string& name) const {
-  const int64_t i = find(name);
-  SL_CHECK(i >= 0, "model has no parameter '%s'", name.c_str());
-  return at(i, false);
-}
-
-Tensor Transformer::grad(const std::string& name) const {
-  const int64_t i = find(name);
-  SL_CHECK(i >= 0, "model has no parameter '%s'", name.c_str());
-  return at(i, true);
-}
-
-// The [rows, cols] matrix starting at parameter first_param_index: a fused q|k|v or gate|up group is
-// one matrix because param_layout places its members adjacently.
-Tensor Transformer::weight(int64_t first_param_index, int64_t rows, int64_t cols, bool grad) const {
-  const ParamSpec& s = specs_[size_t(first_param_index)];
-  float* base = (grad ? flat_grads_ : flat_params_).ptr<float>() + s.offset;
-  return Tensor(base, DType::f32, {rows, cols}, device_);
-}
-
-void Transformer::init_weights(uint64_t seed) {
-  for (size_t i = 0; i < specs_.size(); ++i) {
-    Tensor p = at(int64_t(i), false);
-    if (specs_[i].init_one) ops::fill(p, 1.0);
-    else if (specs_[i].init_std == 0.0) ops::fill(p, 0.0);
-    else ops::fill_normal(p, seed, uint64_t(i), 0.0, specs_[i].init_std);
-  }
-  zero_grads();
-}
-
-void Transformer::zero_grads() { ops::fill(flat_grads_, 0.0); }
-
-void Transformer::ensure_activations(int64_t batch, int64_t input_seq) {
-  SL_CHECK(input_seq >= 1 && input_seq <= cfg_.context, "sequence length %lld outside [1, context=%d]",
-           (long long)input_seq, cfg_.context);
-  if (batch == batch_ && input_seq == input_seq_) return;
-  const int64_t seq = model_seq(input_seq);
-  const int64_t N = batch * seq, d = cfg_.d_model, F = cfg_.ffn_hidden, V = cfg_.vocab_size;
-  const int64_t H = cfg_.n_heads, dh = cfg_.head_dim(), Hkv = cfg_.kv_heads();
-  const int64_t qkv_dim = (H + 2 * Hkv) * dh, feat_dim = (H + Hkv) * dh;
-  const int64_t ffn_in = cfg_.gated_ffn() ? 2 * F : F;
-  const int64_t S = cfg_.lead_keys() + seq;
-  const bool kernel = cfg_.qk_kernel != QkKernel::identity, mlp = cfg_.qk_kernel == QkKernel::mlp;
-  const bool lead = cfg_.lead_keys() > 0, post = cfg_.norm_placement == NormPlacement::post;
-  const bool gate = cfg_.attn_gate != AttnGate::none, add = cfg_.head_combine == HeadCombine::add;
-  // Logits are produced and consumed in row chunks of at most ~16M floats: the [N, V] matrix of a
-  // 50k vocabulary would otherwise dominate memory.
-  head_chunk_rows_ = std::clamp<int64_t>((int64_t(16) << 20) / V, 1, N);
-
-  // Two passes over the same allocation plan: count the bytes, then carve them out of one buffer.
-  size_t total = 0;
-  Arena arena;
-  bool counting = true;
-  std::function<Tensor(std::initializer_list<int64_t>)> alloc = [&](std::initializer_list<int64_t> dims) {
-    if (counting) {
-      Tensor t(nullptr, DType::f32, dims, device_);
-      total += (t.nbytes() + 63) / 64 * 64;
-      return t;
-    }
-    return arena.alloc(DType::f32, dims);
-  };
-  auto alloc_if = [&](bool needed, std::initializer_list<int64_t> dims) { return needed ? alloc(dims) : Tensor{}; };
-  auto plan = [&]() {
-    layers_.assign(size_t(cfg_.n_layers), LayerActs{});
-    for (auto& a : layers_) {
-      a.x_in = alloc({N, d});
-      a.xn1 = alloc_if(!post, {N, d});
-      a.rstd1 = alloc({N});
-      a.qkv = alloc({N, qkv_dim});
-      a.feat_in = alloc_if(kernel, {N, feat_dim});
-      a.feat_hidden = alloc_if(mlp, {N, feat_dim});
-      a.feat_act = alloc_if(mlp, {N, feat_dim});
-      a.feat = alloc_if(kernel, {N, feat_dim});
-      a.k_ext = alloc_if(lead, {batch, S, Hkv, dh});
-      a.v_ext = alloc_if(lead, {batch, S, Hkv, dh});
-      a.att = alloc({N, H * dh});
-      a.att_biased = alloc_if(cfg_.attn_bias == AttnBias::v, {N, H * dh});
-      a.stats = alloc({batch, H, seq});
-      a.gate_logits = alloc_if(gate, {N, H * dh});
-      a.att_gated = alloc_if(gate, {N, H * dh});
-      a.att_sum = alloc_if(add, {N, dh});
-      a.pre_norm1 = alloc_if(post, {N, d});
-      a.x_mid = alloc({N, d});
-      a.xn2 = alloc_if(!post, {N, d});
-      a.rstd2 = alloc({N});
-      a.ffn_in = alloc({N, ffn_in});
-      a.ffn_h = alloc({N, F});
-      a.pre_norm2 = alloc_if(post, {N, d});
-    }
-    x_final_in_ = alloc({N, d});
-    xf_ = post ? x_final_in_ : alloc({N, d});  // post-norm models have no final norm
-    rstdf_ = alloc({N});
-    logits_ = alloc({head_chunk_rows_, V});
-    losses_ = alloc({N});
-    tmp_ = alloc({N, d});
-    d_res_ = alloc({N, d});
-    d_tmp_ = alloc({N, d});
-    d_xn_ = alloc({N, d});
-    d_attn_in_ = alloc({N, d});
-    d_qkv_ = alloc({N, qkv_dim});
-    d_feat_ = alloc_if(kernel, {N, feat_dim});
-    d_feat_hidden_ = alloc_if(mlp, {N, feat_dim});
-    d_k_ext_ = alloc_if(lead, {batch, S, Hkv, dh});
-    d_v_ext_ = alloc_if(lead, {batch, S, Hkv, dh});
-    d_att_ = alloc({N, H * dh});
-    d_att_gated_ = alloc_if(gate, {N, H * dh});
-    d_att_sum_ = alloc_if(add, {N, dh});
-    d_gate_logits_ = alloc_if(gate, {N, H * dh});
-    d_gate_small_ = alloc_if(cfg_.attn_gate == AttnGate::headwise, {N, H});
-    d_pre_ = alloc_if(post, {N, d});
-    d_ffn_in_ = alloc({N, ffn_in});
-    d_ffn_h_ = alloc({N, F});
-    d_xf_ = alloc({N, d});
-    d_sinks_ = alloc({H});
-    d_relative_ = alloc({H, cfg_.relative_buckets});
-  };
-  plan();
-  acts_buffer_ = Buffer(total, device_);
-  arena = Arena(acts_buffer_.data(), acts_buffer_.bytes(), device_);
-  counting = false;
-  plan();
-  targets_buffer_ = Buffer(size_t(N) * sizeof(int32_t), device_);
-  targets_ = targets_buffer_.view(DType::i32, {batch, seq});
-  batch_ = batch;
-  seq_ = seq;
-  input_seq_ = input_seq;
-}
 
 // h0 [B*T', d]: token embeddings (after the sink token x* when there is one) plus absolute positions.
 void Transformer::embed(Tensor inputs) {
@@ -703,7 +441,9 @@ double Transformer::forward_backward(Tensor inputs, Tensor targets, double grad_
 double Transformer::forward_loss(Tensor inputs, Tensor targets, int64_t* counted, Tensor token_losses) {
   forward_layers(inputs, nullptr);
   const double sum = head_loss(targets, 0.0, false, counted);
-  if (token_losses.defined()) ops::copy(token_losses, losses_.slice(0, 0, batch_ * seq_).reshape({batch_, seq_}));
+  if (token_losses.defined())  // the input positions' losses: after any lead positions (a sink token)
+    ops::copy(token_losses, losses_.slice(0, 0, batch_ * seq_).reshape({batch_, seq_}).slice(1, cfg_.lead_positions(),
+                                                                                            input_seq_));
   return sum;
 }
 

@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "backend/attention_dispatch.hpp"
-#include "backend/layer_taps.hpp"
 #include "backend/memory.hpp"
 #include "backend/ops.hpp"
 #include "core/flat_range.hpp"
 #include "model/config.hpp"
+#include "model/layer_taps.hpp"
 
 namespace sinklab::model {
 
@@ -79,8 +79,8 @@ class Transformer {
   // learned positions, the relative bias). They partition [0, flat size) and run from its end to its
   // start, because param_layout places the embeddings first and the head last.
   const std::vector<FlatRange>& backward_spans() const { return backward_spans_; }
-  // Forward only: the sum of per-token losses and their count; token_losses, when given (f32 [B,T], any
-  // device), receives each target's loss (0 where not counted).
+  // Forward only: the sum of per-token losses and their count; token_losses, when given (f32 [B,T] of
+  // the inputs' positions, any device), receives each target's loss (0 where not counted).
   double forward_loss(Tensor inputs, Tensor targets, int64_t* counted = nullptr, Tensor token_losses = Tensor{});
   // Forward only, no loss: calls observer.on_layer for every layer (the sink probe).
   void forward_observe(Tensor inputs, LayerObserver& observer);
@@ -95,6 +95,10 @@ class Transformer {
     Tensor x_in, xn1, rstd1, qkv, feat_in, feat_hidden, feat_act, feat, k_ext, v_ext, att, att_biased, stats, gate_logits,
         att_gated, att_sum, pre_norm1, x_mid, xn2, rstd2, ffn_in, ffn_h, pre_norm2;
   };
+  // Construction (transformer_setup.cpp).
+  void index_parameters();
+  void make_backward_spans();
+  void make_constants();
   void ensure_activations(int64_t batch, int64_t seq);
   void embed(Tensor inputs);
   void embed_backward(Tensor inputs);

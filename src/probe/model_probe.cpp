@@ -17,6 +17,7 @@ ModelProbe::ModelProbe(int n_layers, int n_heads, int64_t seq_len, int max_k, st
       norm_sums_(4 * size_t(n_layers), 0.0),
       group_sums_(3 * size_t(n_layers) * size_t(n_heads) * size_t(n_query_groups), 0.0),
       group_counts_(2 * size_t(n_query_groups), 0.0),
+      marked_sums_(size_t(n_layers) * size_t(n_heads) + 1, 0.0),
       n_groups_(n_query_groups),
       seq_len_(seq_len) {
   SL_CHECK(n_query_groups >= 1 && n_query_groups <= 127, "ModelProbe: %d query groups", n_query_groups);
@@ -55,6 +56,7 @@ void ModelProbe::on_layer(const LayerTaps& taps) {
     proxy_ = true;
   }
   add_first_token_attention(taps.layer, text_probs, /*raw=*/false);
+  if (!marked_keys_.empty()) add_marked_attention(taps.layer, text_probs);
   if (bias_cols > 0) {
     // alpha_* = mean over the text rows of the attention to the bias position(s).
     std::vector<double> alpha_star(size_t(B * H), 0.0);
@@ -100,6 +102,30 @@ void ModelProbe::reduce(const std::function<void(double*, size_t)>& allreduce_su
   allreduce_sum(norm_sums_.data(), norm_sums_.size());
   allreduce_sum(group_sums_.data(), group_sums_.size());
   allreduce_sum(group_counts_.data(), group_counts_.size());
+  allreduce_sum(marked_sums_.data(), marked_sums_.size());
+}
+
+void ModelProbe::add_marked_attention(int layer, const Tensor& probs) {
+  const int64_t B = probs.shape[0], H = probs.shape[1], T = probs.shape[2];
+  SL_CHECK(int64_t(marked_keys_.size()) == B * T, "ModelProbe: marked keys for %zu positions, but the forward pass "
+           "has %lld x %lld", marked_keys_.size(), (long long)B, (long long)T);
+  const float* p = probs.ptr<float>();
+  for (int64_t b = 0; b < B; ++b) {
+    const uint8_t* marked = marked_keys_.data() + b * T;
+    for (int64_t i = 1; i < T; ++i) {
+      bool sees = false;
+      for (int64_t j = 1; j <= i && !sees; ++j) sees = marked[j] != 0;
+      if (!sees) continue;
+      if (layer == 0) marked_sums_.back() += 1.0;
+      for (int64_t h = 0; h < H; ++h) {
+        const float* row = p + b * probs.stride[0] + h * probs.stride[1] + i * probs.stride[2];
+        double sum = 0.0;
+        for (int64_t j = 1; j <= i; ++j)
+          if (marked[j]) sum += row[j * probs.stride[3]];
+        marked_sums_[size_t(layer * H + h)] += sum;
+      }
+    }
+  }
 }
 
 // The group sums of the header comment from the text block probs [B,H,T,T] (strided): first_raw and
@@ -170,6 +196,8 @@ ProbeResult ModelProbe::result() const {
     for (int l = 0; l < L; ++l) out.push_back(samples > 0 ? norm_sums_[size_t(part * L + l)] / samples : 0.0);
   }
   r.n_query_groups = n_groups_;
+  if (marked_sums_.back() > 0)
+    for (size_t at = 0; at + 1 < marked_sums_.size(); ++at) r.marked_attention.push_back(marked_sums_[at] / marked_sums_.back());
   const size_t LHG = group_sums_.size() / 3;
   const double nan = std::numeric_limits<double>::quiet_NaN();
   for (int part = 0; part < 3; ++part) {

@@ -13,6 +13,11 @@
 //   first_raw[g] = mean_i P[i, 0]                         the weights as the attention op computed them
 //   rest_raw[g]  = mean_{i >= 1} mean_{1 <= j <= i} P[i, j]   the weight of an average other visible key
 // so a sink in proxy scores with tiny absolute weights (sigmoid without normalisation) shows as such.
+//
+// Marked keys (set_marked_keys; none by default): text positions j >= 1 that hold a token of interest
+// (e.g. a BOS in the middle of a row that starts anywhere). marked_attention[l,h] = mean over the queries
+// i that see at least one marked key of sum_{marked j <= i} A[i, j]: where a sink went when the first
+// position is not the BOS.
 #pragma once
 
 #include <functional>
@@ -20,7 +25,7 @@
 #include <vector>
 
 #include "backend/memory.hpp"
-#include "backend/layer_taps.hpp"
+#include "model/layer_taps.hpp"
 #include "probe/sink_metrics.hpp"
 
 namespace sinklab::probe {
@@ -58,6 +63,7 @@ struct ProbeResult {
   // Attention to the first text token by query group (above): [L,H,G]; NaN for a group without queries.
   int n_query_groups = 1;
   std::vector<double> first_attention, first_weight_raw, rest_weight_raw;
+  std::vector<double> marked_attention;  // [L,H]; empty when no key was marked
 };
 
 // Probabilities are measured as the model computes them, except for variants whose rows are not a
@@ -71,6 +77,8 @@ class ModelProbe : public LayerObserver {
   // The groups of the next forward pass's queries: groups[b * T + i] in [0, G) for text query i of
   // sequence b, or -1 (left out). Empty: every query in group 0.
   void set_query_groups(std::vector<int8_t> groups) { query_groups_ = std::move(groups); }
+  // The marked keys of the next forward pass: marked[b * T + j] != 0 marks text key j >= 1 of sequence b.
+  void set_marked_keys(std::vector<uint8_t> marked) { marked_keys_ = std::move(marked); }
   // Whether alpha_k^win is measured (a sliding window no longer than the probe's sequences).
   bool measures_window() const { return window_.has_value(); }
   // The model's attention op fills the probe's buffer (f32 host activations; otherwise the probe forms
@@ -94,6 +102,9 @@ class ModelProbe : public LayerObserver {
   // them over ranks like every other state.
   std::vector<double> group_sums_, group_counts_;
   std::vector<int8_t> query_groups_;
+  std::vector<uint8_t> marked_keys_;
+  std::vector<double> marked_sums_;  // [L*H] sums, then the count of queries that saw a marked key
+  void add_marked_attention(int layer, const Tensor& probs);
   int n_groups_;
   void add_first_token_attention(int layer, const Tensor& probs, bool raw);
   int64_t seq_len_;

@@ -9,9 +9,10 @@
 //
 // Sink_k^eps = 100 * (1/L) sum_l (1/H) sum_h [alpha_k^{l,h} > eps]   (strict '>', in percent).
 //
-// AVERAGING OVER SAMPLES. DESIGN.md says "metric averaged over samples", and the reference code
-// (compute_attention_sink: importance scores per sample, `(scores > eps).mean(dim=(samples, layers,
-// heads))`) thresholds each sample's alpha and averages the indicator over samples, layers and heads.
+// AVERAGING OVER SAMPLES (docs/DESIGN.md, "Measuring the sink"). The metric is averaged over samples
+// as the reference code does it (compute_attention_sink: importance scores per sample, `(scores >
+// eps).mean(dim=(samples, layers, heads))`): each sample's alpha is thresholded and the indicator
+// averaged over samples, layers and heads.
 // That is the default, SinkAveraging::per_sample. SinkAveraging::mean_alpha instead thresholds the
 // sample-averaged alpha of each (l,h) (what a figure of mean alpha per head shows); both are kept.
 //

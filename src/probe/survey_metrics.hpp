@@ -38,8 +38,8 @@
 #include <string>
 #include <vector>
 
-#include "backend/layer_taps.hpp"
 #include "backend/memory.hpp"
+#include "model/layer_taps.hpp"
 #include "probe/sink_metrics.hpp"
 
 namespace sinklab::probe {

@@ -269,6 +269,142 @@ io::ResultSet measure_hellaswag(const SurveyItem& item, const SurveyModel& model
 
 }  // namespace
 
+namespace {
+
+// The sequence length, probe positions and forward options of an item.
+struct ItemSetup {
+  bool is_long = false, other_length = false;
+  int64_t T = 0, n_requested = 0;
+  int K = 0;  // alpha_k and Sink_k for k = 1..K
+  hf::ForwardOptions forward;
+};
+
+ItemSetup item_setup(const SurveyItem& item, const SurveyModel& model, const SurveyParams& params,
+                     const hf::HfModelInfo& info) {
+  ItemSetup s;
+  s.is_long = item.input == "long";
+  s.other_length = item.seq_len > 0;  // a --seq-lens item (Fig. 3)
+  s.T = s.is_long ? params.long_len : s.other_length ? item.seq_len : params.seq_len;
+  s.n_requested = s.is_long ? params.long_n_seq : params.n_seq;
+  const int64_t T = s.T;
+  SL_CHECK(info.max_positions == 0 || T <= info.max_positions, "%s: the model takes at most %lld positions, T = %lld asked",
+           model.dir.c_str(), (long long)info.max_positions, (long long)T);
+  s.K = params.max_k;
+  if (item.intervention) {
+    const Intervention& iv = *item.intervention;
+    SL_CHECK(info.learned_positions, "%s: the %s intervention needs learned position embeddings, which %s models lack",
+             model.dir.c_str(), iv.tag().c_str(), info.model_type.c_str());
+    SL_CHECK(iv.t <= T, "the %s intervention needs T >= %lld (T = %lld)", iv.tag().c_str(), (long long)iv.t, (long long)T);
+    (iv.kind == Intervention::Kind::replace ? s.forward.replace_first_position_with : s.forward.swap_first_position_with) =
+        iv.t - 1;
+    s.K = std::max<int>(s.K, int(iv.t));
+  }
+  if (s.other_length) s.K = int(std::min<int64_t>(s.K, T));  // alpha_k of a short --seq-lens item stops at k = T
+  SL_CHECK(s.K <= T, "--max-k %d exceeds T = %lld", s.K, (long long)T);
+  return s;
+}
+
+// The item's token ids [n, T]: natural rows from the survey inputs file, or random / repeated tokens
+// drawn from the model's vocabulary without its special tokens.
+InputTokens item_tokens(const SurveyItem& item, const SurveyModel& model, const SurveyParams& params,
+                        const hf::HfModelInfo& info, const ItemSetup& s, InputsFinder& inputs) {
+  if (item.input == "natural" || s.is_long)
+    return read_natural_tokens(inputs.find(model, s.T), item.domain, s.n_requested, s.T, info.vocab_size);
+  InputTokens tokens;
+  const SamplingVocabulary vocab = sampling_vocabulary(model.dir, info.vocab_size);
+  tokens.buffer = Buffer::for_tensor(DType::i32, {s.n_requested, s.T});
+  tokens.ids = tokens.buffer.view(DType::i32, {s.n_requested, s.T});
+  if (item.input == "random") random_inputs(tokens.ids, vocab.size, vocab.special, params.seed);
+  else repeat_inputs(tokens.ids, vocab.size, vocab.special, params.seed);
+  tokens.source = vocab.source + strfmt(" (%u ids, %zu special excluded)", vocab.size, vocab.special.size());
+  return tokens;
+}
+
+SurveyShape survey_shape(const hf::HfModelInfo& info, const ItemSetup& s, const SurveyParams& params) {
+  SurveyShape shape;
+  shape.n_layers = info.n_layers;
+  shape.attention_layers = info.attention_layers;
+  if (shape.attention_layers.empty())
+    for (int l = 0; l < info.n_layers; ++l) shape.attention_layers.push_back(l);
+  shape.n_heads = info.n_heads;
+  shape.n_kv_heads = info.n_kv_heads > 0 ? info.n_kv_heads : info.n_heads;
+  shape.seq_len = s.T;
+  shape.max_k = s.K;
+  shape.eps = params.eps;
+  return shape;
+}
+
+// The forward passes over the item's sequences, `batch` at a time; returns the summed next-token loss
+// when want_loss (else 0). Whatever stops a pass (an error, a stop request) drops the model, which
+// may have been left mid-layer.
+double run_passes(hf::HfModel& hf_model, const Tensor& ids_all, int64_t batch, bool want_loss,
+                  const hf::ForwardOptions& forward, LayerObserver& observer, ModelCache& models) {
+  const int64_t n = ids_all.shape[0], T = ids_all.shape[1], V = int64_t(hf_model.info().vocab_size);
+  Buffer logits_buffer;
+  if (want_loss) logits_buffer = Buffer::for_tensor(DType::f32, {std::min(batch, n), T, V});
+  double loss_sum = 0.0;
+  try {
+    for (int64_t first = 0; first < n; first += batch) {
+      const int64_t b = std::min(batch, n - first);
+      const Tensor ids = ids_all.slice(0, first, b);
+      if (!want_loss) {
+        hf_model.forward(ids, &observer, Tensor{}, forward);
+        continue;
+      }
+      Tensor logits = logits_buffer.view(DType::f32, {b, T, V});
+      hf_model.forward(ids, &observer, logits, forward);
+      loss_sum += next_token_loss_sum(logits, ids);
+    }
+  } catch (...) {
+    models.drop();
+    throw;
+  }
+  return loss_sum;
+}
+
+// The probe's arrays (names and shapes: survey_run.hpp).
+void add_probe_arrays(io::ResultSet& set, const SurveyResult& r, const SurveyShape& shape, const SurveyItem& item,
+                      const std::vector<HeadPair>& qk, const std::vector<HeadPair>& attn) {
+  const int64_t L = shape.n_layers, La = int64_t(shape.attention_layers.size()), H = shape.n_heads;
+  const int64_t K = shape.max_k, T = shape.seq_len, E = int64_t(shape.eps.size());
+  set.add_array("alpha", {La, H, K}, r.alpha);
+  set.add_array("sink", {E}, row(r.sink_k, 0, size_t(E)));
+  set.add_array("sink_eps", {E}, shape.eps);
+  set.add_array("sink_k", {K, E}, r.sink_k);
+  set.add_array("hnorm_first", {L}, r.hnorm_first);
+  set.add_array("hnorm_rest", {L}, r.hnorm_rest);
+  set.add_array("massive_ratio", {L}, r.massive_ratio);
+  if (!r.massive_ratio_pre_norm.empty()) {
+    set.add_array("hnorm_first_pre_norm", {L}, r.hnorm_first_pre_norm);
+    set.add_array("hnorm_rest_pre_norm", {L}, r.hnorm_rest_pre_norm);
+    set.add_array("massive_ratio_pre_norm", {L}, r.massive_ratio_pre_norm);
+  }
+  set.add_array("knorm_first", {La}, r.knorm_first);
+  set.add_array("knorm_rest", {La}, r.knorm_rest);
+  set.add_array("vnorm_first", {La}, r.vnorm_first);
+  set.add_array("vnorm_rest", {La}, r.vnorm_rest);
+  set.add_array("last_to_first", {La, H}, r.last_to_first);
+  set.add_array("attention_layers", {La}, std::vector<int32_t>(shape.attention_layers.begin(), shape.attention_layers.end()));
+  if (!qk.empty()) {
+    const int64_t P = int64_t(qk.size());
+    set.add_array("qk_pairs", {P, 2}, flatten(qk));
+    set.add_array("qk_cos", {P, T, T}, r.qk_cos);
+    set.add_array("qk_normprod", {P, T, T}, r.qk_normprod);
+  }
+  if (!attn.empty()) {
+    const int64_t P = int64_t(attn.size());
+    set.add_array("attention_pairs", {P, 2}, flatten(attn));
+    set.add_array("attention_maps", {P, T, T}, r.attention_maps);
+  }
+  if (item.intervention) {
+    set.add_array("sink_t", {E}, row(r.sink_k, size_t(item.intervention->t - 1), size_t(E)));
+    set.set_attr("", "intervention", std::string(item.intervention->kind == Intervention::Kind::replace ? "replace" : "swap"));
+    set.set_attr("", "t", item.intervention->t);
+  }
+}
+
+}  // namespace
+
 io::ResultSet measure_item(const SurveyItem& item, const SurveyModel& model, const SurveyParams& params,
                            ModelCache& models, InputsFinder& inputs, InputsFinder& hellaswag,
                            const std::function<void()>& progress) {
@@ -278,57 +414,19 @@ io::ResultSet measure_item(const SurveyItem& item, const SurveyModel& model, con
     try {
       return measure_hellaswag(item, model, params, hf_model, hellaswag, progress);
     } catch (...) {
-      models.drop();  // as below: a pass that did not finish may have left the model mid-layer
+      models.drop();  // as in run_passes: a pass that did not finish may have left the model mid-layer
       throw;
     }
   }
-  const bool is_long = item.input == "long";
-  const bool other_length = item.seq_len > 0;  // a --seq-lens item (Fig. 3)
-  const int64_t T = is_long ? params.long_len : other_length ? item.seq_len : params.seq_len;
-  const int64_t n_requested = is_long ? params.long_n_seq : params.n_seq;
-  SL_CHECK(info.max_positions == 0 || T <= info.max_positions, "%s: the model takes at most %lld positions, T = %lld asked",
-           model.dir.c_str(), (long long)info.max_positions, (long long)T);
-
-  hf::ForwardOptions forward;
-  int K = params.max_k;
-  if (item.intervention) {
-    const Intervention& iv = *item.intervention;
-    SL_CHECK(info.learned_positions, "%s: the %s intervention needs learned position embeddings, which %s models lack",
-             model.dir.c_str(), iv.tag().c_str(), info.model_type.c_str());
-    SL_CHECK(iv.t <= T, "the %s intervention needs T >= %lld (T = %lld)", iv.tag().c_str(), (long long)iv.t, (long long)T);
-    (iv.kind == Intervention::Kind::replace ? forward.replace_first_position_with : forward.swap_first_position_with) =
-        iv.t - 1;
-    K = std::max<int>(K, int(iv.t));
-  }
-  if (other_length) K = int(std::min<int64_t>(K, T));  // alpha_k of a short --seq-lens item stops at k = T
-  SL_CHECK(K <= T, "--max-k %d exceeds T = %lld", K, (long long)T);
-
-  InputTokens tokens;
-  if (item.input == "natural" || is_long) {
-    tokens = read_natural_tokens(inputs.find(model, T), item.domain, n_requested, T, info.vocab_size);
-  } else {
-    const SamplingVocabulary vocab = sampling_vocabulary(model.dir, info.vocab_size);
-    tokens.buffer = Buffer::for_tensor(DType::i32, {n_requested, T});
-    tokens.ids = tokens.buffer.view(DType::i32, {n_requested, T});
-    if (item.input == "random") random_inputs(tokens.ids, vocab.size, vocab.special, params.seed);
-    else repeat_inputs(tokens.ids, vocab.size, vocab.special, params.seed);
-    tokens.source = vocab.source + strfmt(" (%u ids, %zu special excluded)", vocab.size, vocab.special.size());
-  }
+  ItemSetup s = item_setup(item, model, params, info);
+  const int64_t T = s.T;
+  const InputTokens tokens = item_tokens(item, model, params, info, s, inputs);
   const int64_t n = tokens.ids.shape[0];
 
-  SurveyShape shape;
-  shape.n_layers = info.n_layers;
-  shape.attention_layers = info.attention_layers;
-  if (shape.attention_layers.empty())
-    for (int l = 0; l < info.n_layers; ++l) shape.attention_layers.push_back(l);
-  shape.n_heads = info.n_heads;
-  shape.n_kv_heads = info.n_kv_heads > 0 ? info.n_kv_heads : info.n_heads;
-  shape.seq_len = T;
-  shape.max_k = K;
-  shape.eps = params.eps;
+  const SurveyShape shape = survey_shape(info, s, params);
   std::vector<std::string> skipped;
   std::vector<HeadPair> qk, attn;
-  if (!is_long && !other_length) {  // [T,T] maps at T = 4096 would be 64 MiB each
+  if (!s.is_long && !s.other_length) {  // [T,T] maps at T = 4096 would be 64 MiB each
     // The model line's own pairs where it names them (qk-maps= / attention-maps=), else the flags'.
     qk = resolve_head_pairs(model.qk_maps.value_or(params.qk_maps), info.n_layers, shape.attention_layers,
                             info.n_heads, &skipped);
@@ -337,7 +435,7 @@ io::ResultSet measure_item(const SurveyItem& item, const SurveyModel& model, con
   }
   // An attention ablation is measured by its loss alone (the probe's matrices would not be the model's).
   const bool probed = !(item.ablation && item.ablation->attention());
-  if (item.ablation) set_ablation(*item.ablation, model, info, forward);
+  if (item.ablation) set_ablation(*item.ablation, model, info, s.forward);
   SurveyProbe probe(shape, qk, attn);
   ProgressObserver observer(probed ? &probe : nullptr, progress);
   // The same number of tokens per forward pass for every T (long inputs: one sequence at a time).
@@ -350,84 +448,27 @@ io::ResultSet measure_item(const SurveyItem& item, const SurveyModel& model, con
   SL_CHECK(want_loss || !item.ablation, "%s: the %s ablation is measured by the next-token loss: one sequence's logits "
            "(%.0f MiB at T = %lld) exceed --max-logits-memory", model.dir.c_str(), item.ablation->tag().c_str(),
            double(logits_per_seq) / double(1 << 20), (long long)T);
-  forward.want_logits = want_loss;
-  Buffer logits_buffer;
-  if (want_loss) {
-    batch = std::min(batch, params.max_logits_bytes / logits_per_seq);
-    logits_buffer = Buffer::for_tensor(DType::f32, {std::min(batch, n), T, int64_t(info.vocab_size)});
-  }
-  double loss_sum = 0.0;
-  try {
-    for (int64_t first = 0; first < n; first += batch) {
-      const int64_t b = std::min(batch, n - first);
-      const Tensor ids = tokens.ids.slice(0, first, b);
-      if (!want_loss) {
-        hf_model.forward(ids, &observer, Tensor{}, forward);
-        continue;
-      }
-      Tensor logits = logits_buffer.view(DType::f32, {b, T, int64_t(info.vocab_size)});
-      hf_model.forward(ids, &observer, logits, forward);
-      loss_sum += next_token_loss_sum(logits, ids);
-    }
-  } catch (...) {
-    models.drop();  // whatever stopped the pass (an error, a stop request) may have left it mid-layer
-    throw;
-  }
+  s.forward.want_logits = want_loss;
+  if (want_loss) batch = std::min(batch, params.max_logits_bytes / logits_per_seq);
+  const double loss_sum = run_passes(hf_model, tokens.ids, batch, want_loss, s.forward, observer, models);
+
   io::ResultSet set;
   set.add_array("tokens", {n, T}, std::vector<int32_t>(tokens.ids.ptr<int32_t>(), tokens.ids.ptr<int32_t>() + n * T));
   // The probe's arrays; an attention ablation holds only its tokens, its loss and the attributes below.
-  if (probed) {
-    const SurveyResult r = probe.result();
-    const int64_t L = info.n_layers, La = int64_t(shape.attention_layers.size()), H = info.n_heads;
-    const int64_t E = int64_t(params.eps.size());
-    set.add_array("alpha", {La, H, K}, r.alpha);
-    set.add_array("sink", {E}, row(r.sink_k, 0, size_t(E)));
-    set.add_array("sink_eps", {E}, params.eps);
-    set.add_array("sink_k", {K, E}, r.sink_k);
-    set.add_array("hnorm_first", {L}, r.hnorm_first);
-    set.add_array("hnorm_rest", {L}, r.hnorm_rest);
-    set.add_array("massive_ratio", {L}, r.massive_ratio);
-    if (!r.massive_ratio_pre_norm.empty()) {
-      set.add_array("hnorm_first_pre_norm", {L}, r.hnorm_first_pre_norm);
-      set.add_array("hnorm_rest_pre_norm", {L}, r.hnorm_rest_pre_norm);
-      set.add_array("massive_ratio_pre_norm", {L}, r.massive_ratio_pre_norm);
-    }
-    set.add_array("knorm_first", {La}, r.knorm_first);
-    set.add_array("knorm_rest", {La}, r.knorm_rest);
-    set.add_array("vnorm_first", {La}, r.vnorm_first);
-    set.add_array("vnorm_rest", {La}, r.vnorm_rest);
-    set.add_array("last_to_first", {La, H}, r.last_to_first);
-    set.add_array("attention_layers", {La}, std::vector<int32_t>(shape.attention_layers.begin(), shape.attention_layers.end()));
-    if (!qk.empty()) {
-      const int64_t P = int64_t(qk.size());
-      set.add_array("qk_pairs", {P, 2}, flatten(qk));
-      set.add_array("qk_cos", {P, T, T}, r.qk_cos);
-      set.add_array("qk_normprod", {P, T, T}, r.qk_normprod);
-    }
-    if (!attn.empty()) {
-      const int64_t P = int64_t(attn.size());
-      set.add_array("attention_pairs", {P, 2}, flatten(attn));
-      set.add_array("attention_maps", {P, T, T}, r.attention_maps);
-    }
-    if (item.intervention) {
-      set.add_array("sink_t", {E}, row(r.sink_k, size_t(item.intervention->t - 1), size_t(E)));
-      set.set_attr("", "intervention", std::string(item.intervention->kind == Intervention::Kind::replace ? "replace" : "swap"));
-      set.set_attr("", "t", item.intervention->t);
-    }
-  }
+  if (probed) add_probe_arrays(set, probe.result(), shape, item, qk, attn);
   if (want_loss) set.set_attr("", "loss", loss_sum / double(n * (T - 1)));
   if (item.ablation) add_ablation_attrs(*item.ablation, set);
   add_model_attrs(item, model, info, set);
   set.set_attr("", "n_seq", n);
-  set.set_attr("", "n_seq_requested", n_requested);
+  set.set_attr("", "n_seq_requested", s.n_requested);
   set.set_attr("", "T", T);
   set.set_attr("", "bos", tokens.bos);
   set.set_attr("", "seed", int64_t(params.seed));
-  set.set_attr("", item.input == "natural" || is_long ? "inputs_file" : "vocabulary", tokens.source);
+  set.set_attr("", item.input == "natural" || s.is_long ? "inputs_file" : "vocabulary", tokens.source);
   if (probed && !skipped.empty()) {
-    std::string s;
-    for (const std::string& x : skipped) s += (s.empty() ? "" : ", ") + x;
-    set.set_attr("", "skipped_pairs", s);
+    std::string text;
+    for (const std::string& x : skipped) text += (text.empty() ? "" : ", ") + x;
+    set.set_attr("", "skipped_pairs", text);
   }
   return set;
 }

@@ -101,6 +101,7 @@ class TrainingData {
   virtual uint64_t n_rows() const = 0;        // rows of one epoch
   virtual uint64_t n_tokens() const = 0;      // tokens the run trains on
   virtual uint32_t data_vocab_size() const = 0;  // the data's vocabulary, 0 when the data does not say
+  virtual uint64_t row_of(uint64_t sample) const = 0;  // the row (chunk, SFT row) training sample `sample` reads
   // The targets that micro-batch counts in the loss (known before reading its tokens).
   virtual int64_t count_targets(const BatchLayout& layout, uint64_t step, int64_t micro, int64_t rank) const = 0;
   // Fills inputs and targets (i32 [rows, C], contiguous CPU tensors; target -1 = not counted) for that
@@ -150,6 +151,7 @@ class ChunkSampler : public TrainingData {
   const char* flag() const override { return "--train-data"; }
   uint64_t n_rows() const override { return n_chunks_; }
   uint32_t data_vocab_size() const override { return vocab_size_; }
+  uint64_t row_of(uint64_t sample) const override { return chunk_of(sample); }
   int64_t count_targets(const BatchLayout& layout, uint64_t, int64_t, int64_t) const override {
     return layout.rows * cfg_.context;
   }
@@ -203,7 +205,7 @@ class SftSampler : public TrainingData {
   uint64_t n_tokens() const override { return n_rows_ * uint64_t(context_); }
   uint32_t data_vocab_size() const override { return 0; }  // ids are checked against the model's as rows are read
   uint64_t n_loss_tokens() const { return n_loss_tokens_; }
-  uint64_t row_of(uint64_t sample) const;  // the row training sample `sample` reads
+  uint64_t row_of(uint64_t sample) const override;
 
   // The counted targets of that micro-batch (reads the mask only).
   int64_t count_targets(const BatchLayout& layout, uint64_t step, int64_t micro, int64_t rank) const override;

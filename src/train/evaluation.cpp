@@ -32,6 +32,7 @@ BbmTask read_bbm_meta(const std::string& path, const ChunkSampler& valid_data) {
   try {
     task.trigger_ids = meta.at("triggers").at("ids").get<std::vector<int32_t>>();
     task.bos_id = meta.at("vocab").at("bos_id").get<int32_t>();
+    task.delimiter_id = meta.at("vocab").at("delimiter_id").get<int32_t>();
     // The file must describe the validation shards this run reads (by name and CRC-32).
     for (const auto& shard : valid_data.shards()) {
       const std::string name = std::filesystem::path(shard->path()).filename().string();
@@ -51,23 +52,11 @@ BbmTask read_bbm_meta(const std::string& path, const ChunkSampler& valid_data) {
   return task;
 }
 
-namespace {
-
-// The validation rows, cut as the training rows are; never shuffled.
-DataConfig validation_data_config(const TrainConfig& cfg) {
-  DataConfig d;
-  d.shards = cfg.valid_data;
-  d.context = cfg.model.context;
-  d.seed = cfg.seed;
-  d.shuffle = false;
-  d.document_rows = cfg.document_rows;
-  return d;
-}
-
-}  // namespace
-
-Evaluator::Evaluator(const TrainConfig& cfg, const dist::World& world, const DataConfig& train_data_config)
-    : cfg_(cfg), world_(world), train_data_config_(train_data_config), valid_data_(validation_data_config(cfg)) {
+Evaluator::Evaluator(const TrainConfig& cfg, const dist::World& world)
+    : cfg_(cfg),
+      world_(world),
+      train_data_config_(data_config(cfg, /*validation=*/false)),
+      valid_data_(data_config(cfg, /*validation=*/true)) {
   if (!cfg.bbm_meta.empty()) bbm_ = read_bbm_meta(cfg.bbm_meta, valid_data_);
   const int64_t rows = cfg.micro_batch_rows, C = cfg.model.context;
   inputs_buf_ = Buffer::for_tensor(DType::i32, {rows, C});
@@ -83,6 +72,16 @@ std::vector<int8_t> Evaluator::query_groups(const Tensor& probe_inputs) const {
   std::vector<int8_t> groups(size_t(probe_inputs.numel()));
   for (size_t i = 0; i < groups.size(); ++i) groups[i] = bbm_->is_trigger(probe_inputs.ptr<int32_t>()[i]) ? 1 : 0;
   return groups;
+}
+
+// Without document rows: BOS and <d> at text positions >= 1 (with them, position 0 is the only BOS).
+std::vector<uint8_t> Evaluator::marked_keys(const Tensor& probe_inputs) const {
+  if (!bbm_ || cfg_.document_rows) return {};
+  const int64_t T = probe_inputs.shape[1];
+  std::vector<uint8_t> marked(size_t(probe_inputs.numel()));
+  for (size_t i = 0; i < marked.size(); ++i)
+    marked[i] = int64_t(i) % T != 0 && bbm_->is_boundary(probe_inputs.ptr<int32_t>()[i]);
+  return marked;
 }
 
 // Validation loss on the first --eval-rows rows of --valid-data and the sink probe on the first
@@ -113,7 +112,9 @@ Evaluation Evaluator::run(model::Transformer& model, const std::function<Tensor(
     for (int64_t r = 0; r < n; ++r)
       for (int64_t i = 1; i < C; ++i) {
         const size_t at = size_t(r * C + i);
-        const int kind = bbm_->is_trigger(in.ptr<int32_t>()[at]) ? 2 : 4;  // copy : bigram
+        const int32_t input = in.ptr<int32_t>()[at], target = tg.ptr<int32_t>()[at];
+        if (bbm_->is_boundary(input) || target == bbm_->delimiter_id) continue;  // not a BBM prediction
+        const int kind = bbm_->is_trigger(input) ? 2 : 4;  // copy : bigram
         sums[kind] += losses.ptr<float>()[at];
         sums[kind + 1] += 1.0;
       }
@@ -137,6 +138,7 @@ Evaluation Evaluator::run(model::Transformer& model, const std::function<Tensor(
         std::copy(chunk.begin(), chunk.begin() + T, probe_inputs.ptr<int32_t>() + r * T);
       }
       probe.set_query_groups(query_groups(probe_inputs.slice(0, 0, n)));
+      probe.set_marked_keys(marked_keys(probe_inputs.slice(0, 0, n)));
       model.forward_observe(on_model_device(probe_inputs.slice(0, 0, n), 0), probe);
     }
     if (world_size > 1) probe.reduce([&](double* data, size_t count) { world_.allreduce_sum(data, count); });
@@ -180,16 +182,25 @@ void Evaluator::log(int64_t n_done, const Evaluation& e) const {
   log::info0("eval step %lld | valid loss %.4f | %s | massive ratio (last layer) %.2f", (long long)n_done,
              e.valid_loss, sinks.c_str(), e.probe.massive_ratio.back());
   if (!bbm_) return;
-  // Guo's BOS attention per layer (non-trigger queries; the head with the most where H > 1).
-  std::string bos;
+  // Guo's BOS attention per layer (non-trigger queries; the head with the most where H > 1), and without
+  // document rows the attention to BOS / <d> inside the rows.
   const int H = cfg_.model.n_heads;
-  for (int l = 0; l < cfg_.model.n_layers; ++l) {
-    double best = 0.0;
-    for (int h = 0; h < H; ++h) best = std::max(best, e.probe.first_attention[size_t((l * H + h) * 2)]);
-    bos += strfmt("%s%.3f", l ? ", " : "", best);
-  }
-  log::info0("eval step %lld | bbm: copy loss %.4f | bigram loss %.4f | BOS attention of non-trigger queries by "
-             "layer %s", (long long)n_done, e.copy_loss, e.bigram_loss, bos.c_str());
+  auto by_layer = [&](const std::vector<double>& values, size_t stride) {
+    std::string text;
+    for (int l = 0; l < cfg_.model.n_layers; ++l) {
+      double best = 0.0;
+      for (int h = 0; h < H; ++h) best = std::max(best, values[size_t(l * H + h) * stride]);
+      text += strfmt("%s%.3f", l ? ", " : "", best);
+    }
+    return text;
+  };
+  std::string where = cfg_.document_rows ? "BOS" : "the first token";
+  std::string text = strfmt("attention of non-trigger queries to %s by layer %s", where.c_str(),
+                            by_layer(e.probe.first_attention, 2).c_str());
+  if (!e.probe.marked_attention.empty())
+    text += " | to BOS and <d> inside the rows " + by_layer(e.probe.marked_attention, 1);
+  log::info0("eval step %lld | bbm: copy loss %.4f | bigram loss %.4f | %s", (long long)n_done, e.copy_loss,
+             e.bigram_loss, text.c_str());
 }
 
 void Evaluator::write(io::ResultsFile& results, const std::string& g, int64_t n_done, const Evaluation& e) const {
@@ -215,6 +226,11 @@ void Evaluator::write(io::ResultsFile& results, const std::string& g, int64_t n_
   results.append_slab(g + "/first_attention", {L, H, G}, e.probe.first_attention.data());  // [step, L, H, G]
   results.append_slab(g + "/first_weight_raw", {L, H, G}, e.probe.first_weight_raw.data());
   results.append_slab(g + "/rest_weight_raw", {L, H, G}, e.probe.rest_weight_raw.data());
+  if (bbm_ && !cfg_.document_rows) {  // attention to BOS / <d> inside the rows (NaN: no row had one)
+    std::vector<double> marked = e.probe.marked_attention;
+    if (marked.empty()) marked.assign(size_t(L * H), std::numeric_limits<double>::quiet_NaN());
+    results.append_slab(g + "/boundary_attention", {L, H}, marked.data());  // [step, L, H]
+  }
   results.set_attr(g, "proxy_scores", int64_t(e.probe.proxy_scores));  // Sink_1 of proxy scores (Table 6 "*")
   if (!e.probe.sink_star.empty()) {  // attention to the bias position (sink token x* or k*), Tables 4-5
     results.append_slab(g + "/sink_star", {E}, e.probe.sink_star.data());

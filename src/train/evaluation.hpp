@@ -4,14 +4,17 @@
 // Bigram-Backcopy task (--bbm-meta), its split by position kind. Written to results.h5 under
 // /runs/<run>/eval (docs/DESIGN.md, "HDF5 results").
 //
-// Bigram-Backcopy (data_prep bbm, Guo et al. 2024). Each validation row is one sequence BOS x_1 .. x_C
-// (--document-rows). The input at position i decides what the target x_{i+1} is:
+// Bigram-Backcopy (data_prep bbm, Guo et al. 2024). With --document-rows each validation row is one
+// sequence BOS x_1 .. x_C; without, rows start anywhere in the stream of sequences BOS x_1 .. x_256 <d>.
+// Position i >= 1 of a row counts by its input and target:
 //   copy positions    the input is a trigger token: the target repeats the input before it;
-//   bigram positions  i >= 1 and the input is not a trigger: the target is drawn from the bigram table;
-//   position 0        BOS predicts x_1 (in neither loss: its floor differs, data_prep/README.md).
+//   bigram positions  any other input whose target is drawn from the bigram table;
+//   neither           position 0 (BOS predicts x_1, a floor of its own, data_prep/README.md; without
+//                     document rows its copy source may lie before the row), an input BOS or <d>, a target <d>.
 // copy_loss and bigram_loss are the mean validation losses over those positions. The probe's query
 // groups are 0 = non-trigger queries (the BOS query included, as in Guo's measurement) and 1 = trigger
-// queries: first_attention[l, h, 0] is Guo's BOS attention (probe/model_probe.hpp).
+// queries: first_attention[l, h, 0] is Guo's BOS attention (probe/model_probe.hpp). Without document
+// rows, BOS and <d> inside a row are the probe's marked keys (marked_attention: where the sink went).
 #pragma once
 
 #include <cstdint>
@@ -33,8 +36,9 @@ namespace sinklab::train {
 // file is not data_prep bbm's or does not describe the validation shards (their CRC-32s).
 struct BbmTask {
   std::vector<int32_t> trigger_ids;
-  int32_t bos_id = -1;
+  int32_t bos_id = -1, delimiter_id = -1;
   bool is_trigger(int32_t token) const;
+  bool is_boundary(int32_t token) const { return token == bos_id || token == delimiter_id; }
 };
 BbmTask read_bbm_meta(const std::string& path, const ChunkSampler& valid_data);
 
@@ -50,9 +54,8 @@ struct Evaluation {
 
 class Evaluator {
  public:
-  // The validation data (--valid-data, as the training rows are cut) and, for the intervened probe,
-  // the training data's interventions.
-  Evaluator(const TrainConfig& cfg, const dist::World& world, const DataConfig& train_data_config);
+  // Opens the validation data (--valid-data, cut as the training rows are) and --bbm-meta.
+  Evaluator(const TrainConfig& cfg, const dist::World& world);
   const ChunkSampler& valid_data() const { return valid_data_; }
 
   // One evaluation of `model`; `on_model_device(host_ids, slot)` gives the model's view of a host batch.
@@ -65,9 +68,10 @@ class Evaluator {
 
  private:
   std::vector<int8_t> query_groups(const Tensor& probe_inputs) const;
+  std::vector<uint8_t> marked_keys(const Tensor& probe_inputs) const;
   const TrainConfig& cfg_;
   const dist::World& world_;
-  DataConfig train_data_config_;
+  DataConfig train_data_config_;  // the interventions the intervened probe applies
   ChunkSampler valid_data_;
   std::optional<BbmTask> bbm_;
   Buffer inputs_buf_, targets_buf_, losses_buf_, probe_buf_;

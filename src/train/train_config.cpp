@@ -38,29 +38,23 @@ void take_model_from_checkpoint(TrainConfig& c, const po::variables_map& vm) {
   c.model = theirs;
 }
 
-}  // namespace
+// The flags parse_train_config reads as text before it checks and converts them.
+struct FlagText {
+  std::string config_file, train_data, valid_data, sink_eps = "0.2,0.3,0.4", resample_positions, device,
+      eval_every_after;
+};
 
-bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, bool sft) {
-  std::string config_file, train_data, valid_data, sink_eps = "0.2,0.3,0.4", resample_positions, device, eval_every_after;
+// The model's size flags and the validation data (sinklab-sft: the model's flags are optional, since the
+// checkpoint has the model; given, they must agree with it).
+void add_model_options(po::options_description& desc, TrainConfig& c, FlagText& text, bool sft) {
   model::ModelConfig& m = c.model;
-  c.sft = sft;
-  const char* program = sft ? "sinklab-sft" : "sinklab-pretrain";
-  po::options_description desc(strfmt("%s options (also valid as `name = value` lines in --config)", program));
-  // sinklab-sft: the model's flags are optional (the checkpoint has the model); given, they must agree.
   const auto model_value = [&](int* v) {
     auto* value = po::value(v);
     return sft ? value : value->required();
   };
-  // The model's variant axes (model/config.hpp), one option each, defaults = the paper's default model.
-  const model::ModelConfig default_model;
-  std::vector<std::pair<std::string, std::string>> axes = default_model.axes();
-  po::options_description variant_desc("model variant axes (paper Secs. 6-7, App. C; see jobs/pretrain/INDEX.md)");
-  for (auto& [flag, value] : axes)
-    variant_desc.add_options()(flag.c_str(), po::value(&value)->default_value(value),
-                                   model::ModelConfig::axis_help(flag));
   desc.add_options()
       ("help", "print this help")
-      ("config", po::value(&config_file), "ini file with any of these options; flags override it")
+      ("config", po::value(&text.config_file), "ini file with any of these options; flags override it")
       // model
       ("vocab-size", model_value(&m.vocab_size), "vocabulary size (>= the shards' vocab)")
       ("d-model", model_value(&m.d_model), "hidden dimension d")
@@ -71,10 +65,15 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, b
       ("context", model_value(&m.context), "context length C (tokens per training row)")
       ("rope-theta", po::value(&m.rope_theta)->default_value(10000.0), "rotary base")
       ("norm-eps", po::value(&m.norm_eps)->default_value(1e-5), "RMSNorm epsilon")
-      ("valid-data", po::value(&valid_data)->required(),
+      ("valid-data", po::value(&text.valid_data)->required(),
        sft ? "validation shard(s) of pre-training, comma-separated: validation loss and the sink probe (the same "
              "probe set before and after fine-tuning)"
            : "validation shard(s), comma-separated");
+}
+
+// The training data: sinklab-sft's checkpoint and SFT rows, or sinklab-pretrain's shards, their
+// interventions and row kind; and the number of steps.
+void add_data_options(po::options_description& desc, TrainConfig& c, FlagText& text, bool sft) {
   if (sft) {
     desc.add_options()
       ("init-from", po::value(&c.init_from)->required(),
@@ -82,11 +81,12 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, b
        "and model, a fresh optimizer")
       ("sft-data", po::value(&c.sft_data)->required(), "data_prep sft output (tokens + assistant loss mask, HDF5)")
       ("steps", po::value(&c.steps)->default_value(0), "optimizer steps (0 = one epoch of --sft-data)");
-  } else {
-    desc.add_options()
-      ("train-data", po::value(&train_data)->required(), "training shard(s), comma-separated")
+    return;
+  }
+  desc.add_options()
+      ("train-data", po::value(&text.train_data)->required(), "training shard(s), comma-separated")
       ("max-train-tokens", po::value(&c.max_train_tokens)->default_value(0), "use only the first N training tokens (0 = all)")
-      ("resample-positions", po::value(&resample_positions)->default_value(""),
+      ("resample-positions", po::value(&text.resample_positions)->default_value(""),
        "1-based positions of every training chunk whose token is redrawn uniformly from [0, --vocab-size) for each "
        "sample, e.g. 1 or 1,2 (Sec. 5; validation and probe data are not changed)")
       ("fixed-token-position", po::value(&c.fixed_token_position)->default_value(0),
@@ -99,7 +99,10 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, b
        "data_prep bbm's bbm.json (the Bigram-Backcopy task): evaluations also split the validation loss into copy and "
        "bigram positions and the first token's attention into non-trigger and trigger queries")
       ("steps", po::value(&c.steps)->required(), "optimizer steps");
-  }
+}
+
+// The stability monitor and the optimisation.
+void add_optimizer_options(po::options_description& desc, TrainConfig& c) {
   desc.add_options()
       // stability monitor
       ("on-nonfinite", po::value(&c.on_nonfinite)->default_value("halt"),
@@ -125,25 +128,40 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, b
        "MiB of gradients per data-parallel bucket, reduced while backward runs (0 = one bucket per layer)")
       ("peak-tflops", po::value(&c.peak_tflops)->default_value(0.0),
        "the device's dense peak in TFLOP/s for MFU (0 = the GPU's known bf16 peak; none on CPU)")
-      ("seed", po::value(&c.seed)->default_value(1234), "seed of initialisation and data order")
+      ("seed", po::value(&c.seed)->default_value(1234), "seed of initialisation and data order");
+}
+
+// The evaluations and the sink probe.
+void add_evaluation_options(po::options_description& desc, TrainConfig& c, FlagText& text) {
+  desc.add_options()
       // evaluation / probe
       ("eval-every", po::value(&c.eval_every)->default_value(0), "steps between evaluations (0 = end only)")
-      ("eval-every-after", po::value(&eval_every_after)->default_value(""),
-       "STEP:N: from step STEP on, evaluate every N steps instead (a fine grid early, a coarse one later)")
+      ("eval-every-after", po::value(&text.eval_every_after)->default_value("off"),
+       "STEP:N: from step STEP on, evaluate every N steps instead (a fine grid early, a coarse one later); off")
       ("eval-rows", po::value(&c.eval_rows)->default_value(16), "validation rows of C tokens per evaluation")
       ("probe-sequences", po::value(&c.probe_sequences)->default_value(100), "held-out sequences for the sink probe")
       ("probe-length", po::value(&c.probe_length)->default_value(64), "tokens per probe sequence (T)")
       ("probe-max-k", po::value(&c.probe_max_k)->default_value(4),
        "positions k = 1..K whose alpha_k and Sink_k^eps are stored (a sink moved off the first token)")
-      ("sink-eps", po::value(&sink_eps)->default_value("0.2,0.3,0.4"), "thresholds of Sink_1^eps, comma-separated")
+      ("sink-eps", po::value(&text.sink_eps)->default_value("0.2,0.3,0.4"), "thresholds of Sink_1^eps, comma-separated");
+}
+
+// Where the results go, checkpoints, the device and its attention kernel.
+void add_output_options(po::options_description& desc, TrainConfig& c, FlagText& text) {
+  desc.add_options()
       // output
       ("out-dir", po::value(&c.out_dir)->default_value("results/run"), "checkpoints and results.h5 go here")
       ("run-name", po::value(&c.run_name)->default_value("run"), "name of the run in the HDF5 file")
       ("log-every", po::value(&c.log_every)->default_value(10), "steps between progress lines")
       ("checkpoint-every", po::value(&c.checkpoint_every)->default_value(0), "steps between checkpoints (0 = end only)")
       ("keep-checkpoints", po::value(&c.keep_checkpoints)->default_value(2), "checkpoints kept on disk")
+      ("checkpoint-at-start", po::value(&c.checkpoint_at_start)->default_value(false)->implicit_value(true),
+       "also checkpoint the initial weights (step 0), e.g. for another implementation to start from the same weights")
+      ("record-batches", po::value(&c.record_batches)->default_value(false)->implicit_value(true),
+       "store the rows every step read (results.h5, /runs/<run>/batches/rows [step, global rows]): with "
+       "--checkpoint-at-start, enough to replay the run elsewhere (bench/twin)")
       ("resume", po::value(&c.resume)->default_value(false)->implicit_value(true), "continue from the newest checkpoint in --out-dir")
-      ("device", po::value(&device)->default_value("cpu"), "cpu | cuda")
+      ("device", po::value(&text.device)->default_value("cpu"), "cpu | cuda")
       ("attn-kernel", po::value(&c.attn_kernel)->default_value("auto"),
        "attention kernel: auto (cuDNN when the attention fits, then the flash kernel, then the reference) | cudnn | "
        "flash | reference; cudnn and flash compute in bf16, the reference in f32 (a GPU run that must match the CPU "
@@ -152,14 +170,12 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, b
        "attention backward with cuDNN's deterministic algorithm (same bits every run; false: its faster one)")
       ("dry-run", po::value(&c.dry_run)->default_value(false)->implicit_value(true),
        "check the configuration and print it (every option with its value), then exit");
-  desc.add(variant_desc);
+}
 
-  po::variables_map vm;
-  if (!parse_options(argc, argv, desc, vm)) return false;
-
-  for (const auto& [flag, value] : axes) m.set_axis(flag, value);
-  if (sft) take_model_from_checkpoint(c, vm);
-  for (double p : parse_number_list(resample_positions, "resample-positions")) {
+// Converts the text flags and checks every setting, in this order (the first failure is the message).
+void check_train_config(TrainConfig& c, const FlagText& text, int world_size, bool sft) {
+  model::ModelConfig& m = c.model;
+  for (double p : parse_number_list(text.resample_positions, "resample-positions")) {
     SL_CHECK(p == double(int64_t(p)) && p >= 1 && p <= m.context,
              "--resample-positions: %g is not a position in [1, --context]", p);
     SL_CHECK(int64_t(p) != c.fixed_token_position, "--fixed-token-position %g is also in --resample-positions", p);
@@ -168,9 +184,9 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, b
   SL_CHECK(c.fixed_token_position >= 0 && c.fixed_token_position <= m.context,
            "--fixed-token-position must lie in [0, --context]");
   SL_CHECK(c.fixed_token_id >= 0 && c.fixed_token_id < m.vocab_size, "--fixed-token-id must lie in [0, --vocab-size)");
-  if (!sft) c.train_data = split_commas(train_data);
-  c.valid_data = split_commas(valid_data);
-  c.sink_eps = probe::parse_sink_eps(sink_eps);
+  if (!sft) c.train_data = split_commas(text.train_data);
+  c.valid_data = split_commas(text.valid_data);
+  c.sink_eps = probe::parse_sink_eps(text.sink_eps);
   m.validate();
   SL_CHECK(sft || !c.train_data.empty(), "--train-data names no shard");
   SL_CHECK(!c.valid_data.empty(), "--valid-data names no shard");
@@ -189,37 +205,85 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, b
   SL_CHECK(c.probe_length >= 1 && c.probe_length <= m.context, "--probe-length must lie in [1, --context]");
   SL_CHECK(c.probe_max_k >= 1 && c.probe_max_k <= c.probe_length, "--probe-max-k must lie in [1, --probe-length]");
   SL_CHECK(c.probe_sequences >= 0, "--probe-sequences must be >= 0");
-  c.device = parse_device_kind(device, "--device");
-  if (!eval_every_after.empty()) {
-    const size_t colon = eval_every_after.find(':');
-    SL_CHECK(colon != std::string::npos, "--eval-every-after must be STEP:N, not '%s'", eval_every_after.c_str());
-    c.eval_coarse_from = parse_integer(eval_every_after.substr(0, colon), "--eval-every-after");
-    c.eval_coarse_every = parse_integer(eval_every_after.substr(colon + 1), "--eval-every-after");
+  c.device = parse_device_kind(text.device, "--device");
+  if (text.eval_every_after != "off") {
+    const std::string& every_after = text.eval_every_after;
+    const size_t colon = every_after.find(':');
+    SL_CHECK(colon != std::string::npos, "--eval-every-after must be STEP:N or off, not '%s'", every_after.c_str());
+    c.eval_coarse_from = parse_integer(every_after.substr(0, colon), "--eval-every-after");
+    c.eval_coarse_every = parse_integer(every_after.substr(colon + 1), "--eval-every-after");
     SL_CHECK(c.eval_coarse_from >= 0 && c.eval_coarse_every >= 1,
-             "--eval-every-after must be STEP:N with STEP >= 0 and N >= 1, not '%s'", eval_every_after.c_str());
+             "--eval-every-after must be STEP:N with STEP >= 0 and N >= 1, not '%s'", every_after.c_str());
   }
-  SL_CHECK(c.bbm_meta.empty() || c.document_rows, "--bbm-meta needs --document-rows (each row one BBM sequence)");
   ops::parse_attn_kernel(c.attn_kernel);  // throws naming --attn-kernel
+}
 
-  // The effective configuration, every option with its value, as ini text (sorted by name); sinklab-sft's
-  // model lines are the checkpoint's.
-  c.config_text = options_as_ini(vm, {"config", "help", "dry-run"});
-  if (sft) {
-    std::vector<std::string> lines;
-    std::set<std::string> model_flags;
-    for (const auto& [flag, value] : m.settings()) {
-      lines.push_back(flag + " = " + value);
-      model_flags.insert(flag);
-    }
-    std::istringstream ini(c.config_text);
-    for (std::string line; std::getline(ini, line);)
-      if (!line.empty() && !model_flags.count(line.substr(0, line.find(" = ")))) lines.push_back(line);
-    std::sort(lines.begin(), lines.end());
-    c.config_text.clear();
-    for (const std::string& line : lines) c.config_text += line + "\n";
+// The effective configuration, every option with its value, as ini text (sorted by name); sinklab-sft's
+// model lines are the checkpoint's.
+std::string effective_config_text(const po::variables_map& vm, const model::ModelConfig& m, bool sft) {
+  std::string text = options_as_ini(vm, {"config", "help", "dry-run"});
+  if (!sft) return text;
+  std::vector<std::string> lines;
+  std::set<std::string> model_flags;
+  for (const auto& [flag, value] : m.settings()) {
+    lines.push_back(flag + " = " + value);
+    model_flags.insert(flag);
   }
+  std::istringstream ini(text);
+  for (std::string line; std::getline(ini, line);)
+    if (!line.empty() && !model_flags.count(line.substr(0, line.find(" = ")))) lines.push_back(line);
+  std::sort(lines.begin(), lines.end());
+  text.clear();
+  for (const std::string& line : lines) text += line + "\n";
+  return text;
+}
+
+}  // namespace
+
+bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, bool sft) {
+  FlagText text;
+  c.sft = sft;
+  const char* program = sft ? "sinklab-sft" : "sinklab-pretrain";
+  po::options_description desc(strfmt("%s options (also valid as `name = value` lines in --config)", program));
+  // The model's variant axes (model/config.hpp), one option each, defaults = the paper's default model.
+  const model::ModelConfig default_model;
+  std::vector<std::pair<std::string, std::string>> axes = default_model.axes();
+  po::options_description variant_desc("model variant axes (paper Secs. 6-7, App. C; see jobs/pretrain/INDEX.md)");
+  for (auto& [flag, value] : axes)
+    variant_desc.add_options()(flag.c_str(), po::value(&value)->default_value(value),
+                                   model::ModelConfig::axis_help(flag));
+  add_model_options(desc, c, text, sft);
+  add_data_options(desc, c, text, sft);
+  add_optimizer_options(desc, c);
+  add_evaluation_options(desc, c, text);
+  add_output_options(desc, c, text);
+  desc.add(variant_desc);
+
+  po::variables_map vm;
+  if (!parse_options(argc, argv, desc, vm)) return false;
+
+  for (const auto& [flag, value] : axes) c.model.set_axis(flag, value);
+  if (sft) take_model_from_checkpoint(c, vm);
+  check_train_config(c, text, world_size, sft);
+  c.config_text = effective_config_text(vm, c.model, sft);
   c.command_line = command_line_of(argc, argv);
   return true;
+}
+
+DataConfig data_config(const TrainConfig& cfg, bool validation) {
+  DataConfig d;
+  d.shards = validation ? cfg.valid_data : cfg.train_data;
+  d.context = cfg.model.context;
+  d.seed = cfg.seed;
+  d.document_rows = cfg.document_rows;
+  d.shuffle = !validation;
+  if (validation) return d;
+  d.max_tokens = uint64_t(cfg.max_train_tokens);
+  d.resample_positions = cfg.resample_positions;
+  d.resample_vocab = uint32_t(cfg.model.vocab_size);
+  d.fixed_token_position = cfg.fixed_token_position;
+  d.fixed_token_id = int32_t(cfg.fixed_token_id);
+  return d;
 }
 
 bool evaluation_due(const TrainConfig& cfg, int64_t n_done) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/config.hpp"
+#include "train/data.hpp"
 
 namespace sinklab::train {
 
@@ -67,6 +68,8 @@ struct TrainConfig {
   int64_t log_every = 10;
   int64_t checkpoint_every = 0;  // 0 = only at the end
   int64_t keep_checkpoints = 2;
+  bool checkpoint_at_start = false;  // also a checkpoint of the initial weights (step 0): a twin's starting point
+  bool record_batches = false;       // /runs/<run>/batches/rows [step, global rows]: the rows each step read
   bool resume = false;
   DeviceKind device = DeviceKind::cpu;  // --device cpu | cuda
   std::string attn_kernel = "auto";  // auto | cudnn | flash | reference (backend/attention_dispatch.hpp)
@@ -76,6 +79,10 @@ struct TrainConfig {
   std::string config_text;   // the effective configuration as ini text (stored in results)
   std::string command_line;
 };
+
+// The data loader's settings of a run: the training stream (shuffled, within --max-train-tokens, with the
+// data interventions of Sec. 5) or the validation rows (--valid-data in order, as they are).
+DataConfig data_config(const TrainConfig& cfg, bool validation);
 
 // Whether the evaluation schedule (--eval-every, --eval-every-after) evaluates after n_done steps (the
 // last step always is, by the trainer).

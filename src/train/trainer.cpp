@@ -40,26 +40,11 @@ double gpu_dense_bf16_peak_flops(const std::string& gpu_name) {
 
 namespace {
 
-// The training stream: shuffled, within the token budget, with the data interventions (Sec. 5).
-DataConfig training_data_config(const TrainConfig& cfg) {
-  DataConfig d;
-  d.shards = cfg.train_data;
-  d.context = cfg.model.context;
-  d.seed = cfg.seed;
-  d.max_tokens = uint64_t(cfg.max_train_tokens);
-  d.resample_positions = cfg.resample_positions;
-  d.resample_vocab = uint32_t(cfg.model.vocab_size);
-  d.fixed_token_position = cfg.fixed_token_position;
-  d.fixed_token_id = int32_t(cfg.fixed_token_id);
-  d.document_rows = cfg.document_rows;
-  return d;
-}
-
 // What the run trains on: pre-training shards, or sinklab-sft's rows.
 std::unique_ptr<TrainingData> make_training_data(const TrainConfig& cfg) {
   if (cfg.sft)
     return std::make_unique<SftSampler>(cfg.sft_data, cfg.model.context, cfg.seed, uint32_t(cfg.model.vocab_size));
-  return std::make_unique<ChunkSampler>(training_data_config(cfg));
+  return std::make_unique<ChunkSampler>(data_config(cfg, /*validation=*/false));
 }
 
 // What one optimizer step did, for the log, results.h5 and the stability monitor (monitor.hpp).
@@ -95,6 +80,8 @@ class Trainer {
   StepRecord train_step(int64_t step);
   static double norm_over(const std::vector<FlatRange>& ranges, Tensor flat);
   void restart_monitor();
+  void open_results(double flops_per_token, double peak_flops);
+  void log_start(double flops_per_token, double peak_flops) const;
   void record_step(int64_t step, StepRecord& rec, int64_t tokens_per_step, double tokens_per_s, double mfu);
   void record_event(int64_t step, EventKind kind, double value, double mean, double std);
   void evaluate(int64_t n_done);
@@ -107,7 +94,6 @@ class Trainer {
   model::Transformer model_;
   ops::AttnKernelChoice attn_kernel_;  // --attn-kernel resolved for this model and device (logged, stored)
   BatchLayout layout_;
-  DataConfig train_data_config_;              // pre-training's data and interventions (also the probe's)
   std::unique_ptr<TrainingData> train_data_;  // pre-training shards or fine-tuning rows
   Evaluator evaluator_;                       // validation loss and the sink probe (evaluation.hpp)
   std::unique_ptr<AdamW> optimizer_;
@@ -139,9 +125,8 @@ Trainer::Trainer(const TrainConfig& cfg, dist::World& world)
       device_(cfg.device == DeviceKind::cuda ? Device::cuda(world.local_gpu(cuda_device_count())) : Device::cpu()),
       model_(cfg.model, device_),
       layout_(make_batch_layout(cfg.global_batch_tokens, cfg.model.context, cfg.micro_batch_rows, world.size())),
-      train_data_config_(training_data_config(cfg)),
       train_data_(make_training_data(cfg)),
-      evaluator_(cfg_, world, train_data_config_),
+      evaluator_(cfg_, world),
       loss_spikes_(cfg.spike_sigma, cfg.spike_window),
       grad_norm_spikes_(cfg.spike_sigma, cfg.spike_window),
       nan_grad_step_(test_hook_step("SINKLAB_TEST_NAN_GRAD_STEP")),
@@ -426,6 +411,15 @@ void Trainer::record_event(int64_t step, EventKind kind, double value, double me
 // The step's rows: train (as always), monitor, and events (monitor.hpp). Counts a non-finite step.
 void Trainer::record_step(int64_t step, StepRecord& rec, int64_t tokens_per_step, double tokens_per_s, double mfu) {
   if (!rec.finite) ++nonfinite_steps_;
+  if (results_ && cfg_.record_batches) {  // the rows of the step's global batch, in sample order
+    std::vector<int32_t> rows(size_t(layout_.global_rows()));
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const uint64_t row = train_data_->row_of(uint64_t(step) * rows.size() + r);
+      SL_CHECK(row < (uint64_t(1) << 31), "--record-batches: row %llu does not fit the int32 record", (unsigned long long)row);
+      rows[r] = int32_t(row);
+    }
+    results_->append_slab("/runs/" + cfg_.run_name + "/batches/rows", {layout_.global_rows()}, rows.data());
+  }
   if (step == loss_spike_step_) rec.loss *= 100.0;  // test hook: what the detector must flag
   if (!results_) return;
   const int64_t L = cfg_.model.n_layers;
@@ -447,56 +441,50 @@ void Trainer::record_step(int64_t step, StepRecord& rec, int64_t tokens_per_step
     record_event(step, EventKind::grad_norm_spike, rec.grad_norm, mean, std);
 }
 
-int Trainer::run() {
-  std::error_code ec;
-  std::filesystem::create_directories(cfg_.out_dir, ec);
-  SL_CHECK(!ec, "--out-dir: cannot create %s: %s", cfg_.out_dir.c_str(), ec.message().c_str());
-  install_stop_handlers();
-  resume_or_init();
-
-  const std::string train_group = "/runs/" + cfg_.run_name + "/train";
-  const double flops_per_token = model_.flops_per_token(cfg_.model.context), peak_flops = peak_flops_per_rank();
-  const std::string eval_group = "/runs/" + cfg_.run_name + "/eval";
-  if (rank_ == 0) {
-    io::RootInfo info{SINKLAB_VERSION, "", io::now_utc_iso(), cfg_.command_line, cfg_.config_text, cpu_blas_summary()};
-    results_ = cfg_.resume ? io::ResultsFile::open_or_create(results_path_, info) : io::ResultsFile::create(results_path_, info);
-    // A resumed run drops whatever was logged after its checkpoint: one train row per completed step,
-    // eval rows for step counts <= the checkpoint's.
-    if (results_->exists(train_group)) results_->truncate_rows(train_group, start_step_);
-    if (results_->exists(eval_group + "/step")) {
-      std::vector<int64_t> steps = results_->read_column_int(eval_group + "/step");
-      int64_t keep = std::count_if(steps.begin(), steps.end(), [&](int64_t s) { return s <= start_step_; });
-      results_->truncate_rows(eval_group, keep);
-    }
-    restart_monitor();
-    results_->create_group("/runs/" + cfg_.run_name);
-    results_->set_attr("/runs/" + cfg_.run_name, "config", cfg_.config_text);
-    if (cfg_.sft)  // eval row step 0 probes these weights: the sink before fine-tuning (Table 1 right)
-      results_->set_attr("/runs/" + cfg_.run_name, "init_from", cfg_.init_from);
-    results_->set_attr("/runs/" + cfg_.run_name, "cpu_blas", cpu_blas_description());  // whose last bits these are
-    results_->set_attr("/runs/" + cfg_.run_name, "attn_kernel", ops::attn_kernel_name(attn_kernel_.kernel));
-    results_->set_attr("/runs/" + cfg_.run_name, "attn_kernel_reason", attn_kernel_.reason);
-    // Parameter counts (Fig. 4 left): all, and without the word embedding and unembedding (the paper's
-    // "60M parameters except for word embeddings and unembeddings", Sec. 4).
-    results_->set_attr("/runs/" + cfg_.run_name, "n_params", model_.num_parameters());
-    results_->set_attr("/runs/" + cfg_.run_name, "n_params_non_embedding", model_.num_parameters_non_embedding());
-    // MFU = flops_per_token x tokens/s / (peak_flops_per_rank x ranks); the train table's mfu is NaN
-    // where no peak is known (CPU without --peak-tflops).
-    results_->set_attr("/runs/" + cfg_.run_name, "flops_per_token", flops_per_token);
-    results_->set_attr("/runs/" + cfg_.run_name, "peak_flops_per_rank", peak_flops);
-    // How the gradients were reduced (grad_sync.hpp).
-    results_->set_attr("/runs/" + cfg_.run_name, "grad_buckets", int64_t(grad_sync_->buckets().size()));
-    results_->set_attr("/runs/" + cfg_.run_name, "grad_reduction",
-                       std::string(grad_sync_->zero1() ? "reduce-scatter (ZeRO-1)" : "all-reduce"));
-    evaluator_.describe(*results_, eval_group);
+// Rank 0: creates results.h5 (or reopens it on --resume, dropping whatever was logged after the
+// checkpoint) and writes the run's attributes.
+void Trainer::open_results(double flops_per_token, double peak_flops) {
+  const std::string run = "/runs/" + cfg_.run_name, train_group = run + "/train", eval_group = run + "/eval";
+  io::RootInfo info{SINKLAB_VERSION, "", io::now_utc_iso(), cfg_.command_line, cfg_.config_text, cpu_blas_summary()};
+  results_ = cfg_.resume ? io::ResultsFile::open_or_create(results_path_, info) : io::ResultsFile::create(results_path_, info);
+  // One train row (and batches row) per completed step, eval rows for step counts <= the checkpoint's.
+  if (results_->exists(train_group)) results_->truncate_rows(train_group, start_step_);
+  if (results_->exists(eval_group + "/step")) {
+    std::vector<int64_t> steps = results_->read_column_int(eval_group + "/step");
+    int64_t keep = std::count_if(steps.begin(), steps.end(), [&](int64_t s) { return s <= start_step_; });
+    results_->truncate_rows(eval_group, keep);
   }
+  restart_monitor();
+  if (results_->exists(run + "/batches/rows")) results_->truncate_rows(run + "/batches", start_step_);
+  results_->create_group(run);
+  results_->set_attr(run, "config", cfg_.config_text);
+  if (cfg_.sft)  // eval row step 0 probes these weights: the sink before fine-tuning (Table 1 right)
+    results_->set_attr(run, "init_from", cfg_.init_from);
+  results_->set_attr(run, "cpu_blas", cpu_blas_description());  // whose last bits these are
+  results_->set_attr(run, "attn_kernel", ops::attn_kernel_name(attn_kernel_.kernel));
+  results_->set_attr(run, "attn_kernel_reason", attn_kernel_.reason);
+  // Parameter counts (Fig. 4 left): all, and without the word embedding and unembedding (the paper's
+  // "60M parameters except for word embeddings and unembeddings", Sec. 4).
+  results_->set_attr(run, "n_params", model_.num_parameters());
+  results_->set_attr(run, "n_params_non_embedding", model_.num_parameters_non_embedding());
+  // MFU = flops_per_token x tokens/s / (peak_flops_per_rank x ranks); the train table's mfu is NaN
+  // where no peak is known (CPU without --peak-tflops).
+  results_->set_attr(run, "flops_per_token", flops_per_token);
+  results_->set_attr(run, "peak_flops_per_rank", peak_flops);
+  // How the gradients were reduced (grad_sync.hpp).
+  results_->set_attr(run, "grad_buckets", int64_t(grad_sync_->buckets().size()));
+  results_->set_attr(run, "grad_reduction", std::string(grad_sync_->zero1() ? "reduce-scatter (ZeRO-1)" : "all-reduce"));
+  evaluator_.describe(*results_, eval_group);
+}
 
-  const int64_t tokens_per_step = layout_.global_rows() * cfg_.model.context;
+// The run's header lines: size, data, batch layout, gradient reduction, MFU's peak, kernels.
+void Trainer::log_start(double flops_per_token, double peak_flops) const {
   log::info0("%s: %lld parameters, %d rank(s), %lld tokens/step (%lld rows x %d, %lld micro-step(s) "
              "of %lld rows per rank), %llu training tokens, %lld steps",
              cfg_.sft ? "sinklab-sft" : "sinklab-pretrain", (long long)model_.num_parameters(), world_size_,
-             (long long)tokens_per_step, (long long)layout_.global_rows(), cfg_.model.context, (long long)layout_.accum,
-             (long long)layout_.rows, (unsigned long long)train_data_->n_tokens(), (long long)cfg_.steps);
+             (long long)(layout_.global_rows() * cfg_.model.context), (long long)layout_.global_rows(),
+             cfg_.model.context, (long long)layout_.accum, (long long)layout_.rows,
+             (unsigned long long)train_data_->n_tokens(), (long long)cfg_.steps);
   if (world_size_ > 1)
     log::info0("gradients: %s in %zu bucket(s) of >= %.3g MiB, started during backward", grad_sync_->zero1() ? "reduce-scatter (ZeRO-1)" : "all-reduce",
                grad_sync_->buckets().size(), cfg_.grad_bucket_mb);
@@ -504,6 +492,20 @@ int Trainer::run() {
     log::info0("MFU: %.4g GFLOP per token against %.4g TFLOP/s per rank", flops_per_token / 1e9, peak_flops / 1e12);
   log::info0("attention kernel: %s (%s)", ops::attn_kernel_name(attn_kernel_.kernel), attn_kernel_.reason.c_str());
   log::info0("CPU BLAS: %s", cpu_blas_summary().c_str());
+}
+
+int Trainer::run() {
+  std::error_code ec;
+  std::filesystem::create_directories(cfg_.out_dir, ec);
+  SL_CHECK(!ec, "--out-dir: cannot create %s: %s", cfg_.out_dir.c_str(), ec.message().c_str());
+  install_stop_handlers();
+  resume_or_init();
+
+  const double flops_per_token = model_.flops_per_token(cfg_.model.context), peak_flops = peak_flops_per_rank();
+  if (rank_ == 0) open_results(flops_per_token, peak_flops);
+  log_start(flops_per_token, peak_flops);
+  const int64_t tokens_per_step = layout_.global_rows() * cfg_.model.context;
+  if (start_step_ == 0 && cfg_.checkpoint_at_start) save_checkpoint_at(0);
   // Fine-tuning always probes the base model first: the "before" of the before/after sink.
   if (start_step_ == 0 && (cfg_.eval_every > 0 || cfg_.eval_coarse_every > 0 || cfg_.sft)) evaluate(0);
 

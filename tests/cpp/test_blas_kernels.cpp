@@ -63,6 +63,7 @@ TEST(BlasKernels, NoPreAvx2KernelsOnAnAvx2Cpu) {
   const CpuVectorFeatures cpu = cpu::cpu_vector_features();
   std::printf("  CPU: %s; kernels: %s; %s\n", cpu::vector_isa_name(cpu.isa), core.c_str(), cpu_blas_summary().c_str());
   if (cpu.isa < VectorIsa::avx2) GTEST_SKIP() << "this CPU has no AVX2";
+  if (std::getenv("SINKLAB_KEEP_BLAS_KERNELS")) GTEST_SKIP() << "SINKLAB_KEEP_BLAS_KERNELS: OpenBLAS's choice kept";
   const auto isa = cpu::openblas_core_isa(core);
   ASSERT_TRUE(isa.has_value()) << "kernel set '" << core << "' is not in the known list";
   EXPECT_GE(*isa, VectorIsa::avx2) << "pre-AVX2 kernels (" << core << ") on a " << cpu::vector_isa_name(cpu.isa)
@@ -71,6 +72,15 @@ TEST(BlasKernels, NoPreAvx2KernelsOnAnAvx2Cpu) {
     EXPECT_NE(cpu::blas_kernel_choice_note().find("sinklab chose them"), std::string::npos) << cpu_blas_summary();
     EXPECT_EQ(cpu::blas_kernel_choice_note().find("did not take effect"), std::string::npos) << cpu_blas_summary();
   }
+}
+
+// SINKLAB_KEEP_BLAS_KERNELS keeps OpenBLAS's choice (the .prescott_kept copy: to measure it) and says so.
+TEST(BlasKernels, KeptOnRequest) {
+  if (!std::getenv("SINKLAB_KEEP_BLAS_KERNELS") || !std::getenv("SINKLAB_TEST_STARTED_PRE_AVX2"))
+    GTEST_SKIP() << "the .prescott_kept copy checks it";
+  EXPECT_EQ(lower(core_in_use()), "prescott") << cpu_blas_summary();
+  EXPECT_NE(cpu::blas_kernel_choice_note().find("kept (SINKLAB_KEEP_BLAS_KERNELS)"), std::string::npos)
+      << cpu_blas_summary();
 }
 
 TEST(BlasKernels, CoreNamesByInstructionSet) {

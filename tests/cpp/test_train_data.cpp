@@ -14,6 +14,7 @@
 #include "io/shard.hpp"
 #include "test_util.hpp"
 #include "train/data.hpp"
+#include "train/train_config.hpp"
 
 namespace sinklab {
 namespace {
@@ -52,6 +53,49 @@ std::vector<uint32_t> iota_tokens(uint32_t n) {
   std::vector<uint32_t> t(n);
   for (uint32_t i = 0; i < n; ++i) t[i] = i;
   return t;
+}
+
+// --document-rows: row c is the first C+1 tokens of document c (BOS first, as data_prep bbm writes them),
+// across shards and within a token budget; a document shorter than C+1 is refused naming the flag.
+TEST_F(TrainData, DocumentRowsStartAtDocuments) {
+  const uint32_t bos = 999;
+  const std::vector<uint32_t> a = packed({5, 7}, bos), b = packed({6}, bos);  // documents of 7, 9 and 8 tokens
+  io::write_shard(path("a.bin"), a, 1000, 2, 0, bos);
+  io::write_shard(path("b.bin"), b, 1000, 1, 0, bos);
+  DataConfig cfg;
+  cfg.shards = {path("a.bin"), path("b.bin")};
+  cfg.context = 6;
+  cfg.document_rows = true;
+  ChunkSampler s(cfg);
+  ASSERT_EQ(s.n_chunks(), 3u);
+  const std::vector<std::vector<uint32_t>> docs = {{a.begin(), a.begin() + 7}, {a.begin() + 7, a.end()}, b};
+  std::vector<int32_t> row(7);
+  for (uint64_t c = 0; c < 3; ++c) {
+    s.read_chunk(c, row.data());
+    for (size_t i = 0; i < row.size(); ++i) EXPECT_EQ(uint32_t(row[i]), docs[c][i]) << "row " << c << " token " << i;
+    EXPECT_EQ(uint32_t(row[0]), bos);
+  }
+  // Inputs and targets of a batch are the document's first C+1 tokens shifted by one; every target counts.
+  BatchLayout layout{3, 1, 1};
+  test::Owned in(DType::i32, std::vector<int64_t>{3, 6}), tg(DType::i32, std::vector<int64_t>{3, 6});
+  EXPECT_EQ(s.fill_batch(layout, 0, 0, 0, in.t, tg.t), 18);
+  const std::vector<uint64_t> chunks = s.batch_chunks(layout, 0, 0, 0);
+  for (int j = 0; j < 3; ++j) {
+    EXPECT_EQ(uint32_t(in.data<int32_t>()[j * 6]), bos);
+    EXPECT_EQ(uint32_t(tg.data<int32_t>()[j * 6 + 5]), docs[chunks[size_t(j)]][6]);
+  }
+  // The fingerprint says so (a resume with the other cut is refused); a budget keeps whole documents only.
+  EXPECT_NE(s.fingerprint().find("document_rows"), std::string::npos);
+  cfg.max_tokens = 16 + 3;  // the first two documents and part of the third
+  EXPECT_EQ(ChunkSampler(cfg).n_chunks(), 2u);
+  cfg.max_tokens = 0;
+  cfg.context = 7;  // C+1 = 8 > the first document's 7 tokens
+  try {
+    ChunkSampler refused(cfg);
+    FAIL() << "a document shorter than context+1 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--document-rows"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(TrainData, ChunkArithmeticSharesBoundaryToken) {
@@ -525,6 +569,28 @@ TEST_F(TrainData, MissingOrCorruptShardIsNamed) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("nope.bin"), std::string::npos);
   }
+}
+
+}  // namespace
+}  // namespace sinklab
+
+namespace sinklab {
+namespace {
+
+// --eval-every 10 --eval-every-after 50:25: steps 10, 20, .., 50, then 75, 100, ...
+TEST(EvaluationSchedule, FineEarlyCoarseLater) {
+  train::TrainConfig cfg;
+  cfg.eval_every = 10;
+  cfg.eval_coarse_from = 50;
+  cfg.eval_coarse_every = 25;
+  std::vector<int64_t> due;
+  for (int64_t n = 1; n <= 120; ++n)
+    if (train::evaluation_due(cfg, n)) due.push_back(n);
+  EXPECT_EQ(due, (std::vector<int64_t>{10, 20, 30, 40, 50, 75, 100}));
+  cfg.eval_coarse_every = 0;  // no coarse grid: every 10
+  EXPECT_TRUE(train::evaluation_due(cfg, 70));
+  cfg.eval_every = 0;  // neither: only the trainer's end-of-run evaluation
+  EXPECT_FALSE(train::evaluation_due(cfg, 70));
 }
 
 }  // namespace

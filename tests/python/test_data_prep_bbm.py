@@ -7,8 +7,9 @@ source text, determinism, the exact loss floor, the files, and the C++ tools rea
   chi-square over the rows, and no transition the text never has); x_1 follows the non-trigger unigrams;
 - the same seed gives the same bytes; another seed other data; more sequences only append;
 - loss_floor equals a brute-force enumeration on a tiny text, and the empirical Bayes loss on the data;
-- sinklab-shard info|dump read the shards back; sinklab-pretrain trains on them with --context T+2 (every
-  row one whole sequence), sinklab-probe reads valid.bin, sinklab-survey reads survey_inputs.h5.
+- sinklab-shard info|dump read the shards back; sinklab-pretrain trains on them with --document-rows
+  --context T (every row the start of one sequence, Guo's inputs and targets), sinklab-probe reads
+  valid.bin at the documents' stride, sinklab-survey reads survey_inputs.h5.
 """
 
 import json
@@ -252,11 +253,11 @@ def test_tokenizer_survey_inputs_and_metadata(built):
         assert f.attrs["prefix_id"] == task.bos_id and f.attrs["T"] == T and list(f.attrs["domains"]) == ["bbm"]
         assert f.attrs["tokenizer_sha256"] == tokenizer_fingerprint(tokenizer_files(out / "tokenizer"))
         assert f.attrs["triggers"].tolist() == task.triggers
-    assert meta["layout"]["trainer_context"] == T + 2 and meta["vocab"]["eos_id"] == task.delimiter_id
+    assert meta["layout"]["trainer_context"] == T and meta["vocab"]["eos_id"] == task.delimiter_id
     for name in ("train.bin", "valid.bin"):
         h, _ = read_shard(out / name)
         assert meta["shards"][name] == {"n_sequences": h.n_documents, "n_tokens": h.n_tokens,
-                                        "crc32": f"{h.crc32:08x}", "trainer_rows": h.n_documents - 1}
+                                        "crc32": f"{h.crc32:08x}"}
 
 
 @pytest.mark.parametrize("args,flag", [
@@ -307,27 +308,28 @@ def test_round_trip_through_sinklab_shard(built):
 def test_pretrain_probe_and_survey_consume_the_files(built, tmp_path):
     pretrain, probe, survey = _tool("sinklab-pretrain"), _tool("sinklab-probe"), _tool("sinklab-survey")
     out, task = built["out"], built["task"]
-    C = T + 2
-    # The loader's row c is stream[c*C : c*C + C + 1]: with C = T+2 that is document c and the next BOS.
-    _, toks = read_shard(out / "train.bin")
-    _, docs = _sequences(out / "train.bin")
-    for c in (0, 1, N_TRAIN - 2):
-        row = np.asarray(toks[c * C: c * C + C + 1])
-        np.testing.assert_array_equal(row[:C], docs[c])
-        assert row[C] == task.bos_id
+    # --document-rows --context T: row c is document c's first T+1 tokens (BOS x_1 .. x_T), and every
+    # training row is a sampled document.
     run = tmp_path / "run"
     proc = _run([pretrain, f"--vocab-size={task.vocab_size}", "--d-model=32", "--n-layers=1", "--n-heads=1",
-                 "--ffn-hidden=64", f"--context={C}", "--pos-emb=learned", "--ffn=relu",
+                 "--ffn-hidden=64", f"--context={T}", "--document-rows", "--pos-emb=learned", "--ffn=relu",
                  f"--train-data={out / 'train.bin'}", f"--valid-data={out / 'valid.bin'}", "--steps=3",
-                 f"--global-batch-tokens={2 * C}", "--micro-batch-rows=2", "--lr=3e-3", "--eval-every=3",
-                 "--eval-rows=4", "--probe-sequences=4", f"--probe-length={T}", f"--out-dir={run}", "--run-name=bbm"])
-    assert f"{N_TRAIN * C} training tokens" in proc.stdout, proc.stdout
+                 f"--global-batch-tokens={2 * T}", "--micro-batch-rows=2", "--lr=3e-3", "--eval-every=3",
+                 "--eval-rows=4", "--probe-sequences=4", f"--probe-length={T}", f"--out-dir={run}", "--run-name=bbm",
+                 f"--bbm-meta={out / 'bbm.json'}", "--record-batches"])
+    assert f"{N_TRAIN * (T + 2)} training tokens" in proc.stdout, proc.stdout
+    assert "bbm: copy loss" in proc.stdout, proc.stdout
     with h5py.File(run / "results.h5") as f:
         losses = f["runs/bbm/train/loss"][:]
         assert len(losses) == 3 and np.all(np.isfinite(losses)) and np.all(losses < np.log(task.vocab_size) + 1)
-    # sinklab-probe: valid.bin as natural inputs, sequences at the model's context = one per document
+        rows = f["runs/bbm/batches/rows"][:]
+        assert rows.shape == (3, 2) and np.all((rows >= 0) & (rows < N_TRAIN))
+        ev = f["runs/bbm/eval"]
+        assert ev.attrs["query_groups"] == "non-trigger,trigger"
+        assert ev["first_attention"].shape == (2, 1, 1, 2) and np.all(np.isfinite(ev["copy_loss"][:]))
+    # sinklab-probe: valid.bin as natural inputs, one sequence per document (stride T+2)
     _run([probe, "--checkpoint", run, "--data", out / "valid.bin", "--sequences=8", f"--length={T}", "--max-k=2",
-          "--batch=4", "--name=bbm", "--domain=bbm", "--out", tmp_path / "probe.h5"])
+          f"--stride={T + 2}", "--batch=4", "--name=bbm", "--domain=bbm", "--out", tmp_path / "probe.h5"])
     with h5py.File(tmp_path / "probe.h5") as f:
         a = f["models/bbm/natural/bbm/alpha"][:]
         assert a.shape == (1, 1, 2) and np.all((a > 0) & (a <= 1))

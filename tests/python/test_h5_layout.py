@@ -1,4 +1,4 @@
-"""The HDF5 results layout of DESIGN.md, as h5py (the analysis side) sees it.
+"""The HDF5 results layout (docs/DESIGN.md, "HDF5 results"), as h5py (the analysis side) sees it.
 
 The file is written by the C++ writer itself: `test_h5 --gtest_filter=H5Layout.WriteExample` with
 SINKLAB_H5_LAYOUT_OUT=<path>. The binary is looked up in $SINKLAB_BUILD_DIR/bin (default: build/ of

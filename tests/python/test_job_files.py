@@ -3,7 +3,8 @@ valid configuration (--dry-run), and every one trains: a smoke run of each file 
 
 The smoke run keeps everything a file sets (its variant axes, interventions, optimiser settings, number
 of heads, run name) and overrides only the size and the data: a 2-layer model on the synthetic corpus of
-conftest.py, context 32, 3 steps of 2 rows, one evaluation at the end, CPU, one rank. The head
+conftest.py (the Bigram-Backcopy files: on a small data_prep bbm build with sequences of 32 characters,
+their bbm.json included), context 32, 3 steps of 2 rows, one evaluation at the end, CPU, one rank. The head
 dimension is 16 (or k-bias-dims when larger), so d-model = n-heads * 16. One test per folder runs its
 files, one process each, and reports every file that failed, not just the first.
 
@@ -94,15 +95,28 @@ def test_every_job_file_is_a_valid_configuration():
     assert not failures, "\n".join(failures)
 
 
-def _tiny_args(job, corpus, out):
+@pytest.fixture(scope="module")
+def bbm_corpus(tmp_path_factory):
+    """A small data_prep bbm build whose sequences are CONTEXT characters long (vocabulary 85)."""
+    from data_prep.__main__ import main
+    out = tmp_path_factory.mktemp("bbm")
+    assert main(["bbm", "--out", str(out), "--seq-len", str(CONTEXT), "--train-sequences", "200",
+                 "--valid-sequences", "40", "--survey-n", "0"]) == 0
+    return out
+
+
+def _tiny_args(job, corpus, out, bbm=None):
     s = _read_ini(job)
     head_dim = max(16, int(s.get("k-bias-dims", "0")))
-    return [str(PRETRAIN), "--config", str(job),
-            f"--vocab-size={VOCAB}", f"--d-model={int(s['n-heads']) * head_dim}", f"--n-layers={LAYERS}",
+    data = [f"--vocab-size={VOCAB}", f"--train-data={corpus / 'train.bin'}", f"--valid-data={corpus / 'valid.bin'}"]
+    if "bbm-meta" in s:
+        data = ["--vocab-size=85", f"--train-data={bbm / 'train.bin'}", f"--valid-data={bbm / 'valid.bin'}",
+                f"--bbm-meta={bbm / 'bbm.json'}"]
+    return [str(PRETRAIN), "--config", str(job), *data,
+            f"--d-model={int(s['n-heads']) * head_dim}", f"--n-layers={LAYERS}",
             "--ffn-hidden=64", f"--context={CONTEXT}",
-            f"--train-data={corpus / 'train.bin'}", f"--valid-data={corpus / 'valid.bin'}",
             f"--steps={STEPS}", f"--global-batch-tokens={2 * CONTEXT}", "--micro-batch-rows=2", "--warmup-steps=1",
-            "--eval-every=0", "--eval-rows=4", "--probe-sequences=4", "--probe-length=16",
+            "--eval-every=0", "--eval-every-after=off", "--eval-rows=4", "--probe-sequences=4", "--probe-length=16",
             "--checkpoint-every=0", "--log-every=1", f"--out-dir={out}", "--device=cpu"], s
 
 
@@ -137,9 +151,10 @@ def _check_results(out, run, n_heads):
 
 @needs_binary
 @pytest.mark.parametrize("folder", sorted(BY_FOLDER))
-def test_job_files_train_at_tiny_size(folder, corpus, tmp_path):
+def test_job_files_train_at_tiny_size(folder, corpus, tmp_path, request):
     jobs = BY_FOLDER[folder]
-    runs = [_tiny_args(job, corpus, tmp_path / job.stem) for job in jobs]
+    bbm = request.getfixturevalue("bbm_corpus") if any("bbm-meta" in _read_ini(job) for job in jobs) else None
+    runs = [_tiny_args(job, corpus, tmp_path / job.stem, bbm) for job in jobs]
     procs = _run_all([cmd for cmd, _ in runs], timeout=300)
     failures = []
     for job, (_, settings), proc in zip(jobs, runs, procs):

@@ -1,6 +1,6 @@
 """End-to-end tests of sinklab-pretrain and sinklab-probe on a small synthetic corpus: data parallelism
 (mpirun -np 2 == -np 1), ZeRO-1, kill -9 + --resume (bit-exact), SIGTERM, refusal of damaged inputs,
-and the HDF5 layout of DESIGN.md read back with h5py.
+and the HDF5 layout (docs/DESIGN.md, "HDF5 results") read back with h5py.
 
 The binaries come from $SINKLAB_BIN_DIR (tests/run_all.sh builds them first); the tests skip only when
 they are absent.

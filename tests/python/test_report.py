@@ -152,6 +152,11 @@ def _num(text):
     return float(text) if text != "" else None
 
 
+def _skipped(page):
+    """The page's list of skipped parts (one line per reason: "Why: what, what.")."""
+    return page.split('id="skipped"')[1] if 'id="skipped"' in page else ""
+
+
 def _check_page(out):
     page = (out / "index.html").read_text()
     pngs = sorted((out / "figures").glob("*.png"))
@@ -263,7 +268,7 @@ def test_table1_and_per_domain(full):
     a = inputs[("model_a", "natural")]
     assert _num(a["loss"]) == pytest.approx(np.mean([models[("model_a", "natural", d)]["loss"]
                                                      for d in ("pile_cc", "github")]), rel=1e-12)
-    assert (a["domains"], a["sequences"], a["T"], a["BOS"]) == ("2", "200", str(T), "0")
+    assert (a["domains"], a["sequences"], a["T"], a["first token"]) == ("2", "200", str(T), "0")
     assert (a["source"], a["quantization"]) == ("m.gguf", "bf16")
     b = inputs[("model_b", "random")]
     assert (b["loss"], b["source"], b["quantization"], b["sequences"]) == ("", "?", "?", "100")
@@ -285,9 +290,9 @@ def test_figures_and_page(full):
                  "model_b_repeat_alpha1", "model_b_random_massive_ratio"):
         assert name in figs, name
     assert "model_b_natural_norms" not in figs  # probe-only model: no norms, said so on the page
-    assert "Skipped: model_b / natural: l2 norms" in page
+    assert "No hnorm_/knorm_/vnorm_first and _rest datasets (l2 norms of h/k/v): model_b / natural" in _skipped(page)
     # Captions carry model, input, domain, T, n_seq and the quantisation attribute.
-    assert "model_a | input natural | domain mean of 2 (github, pile_cc) | T=8 | n_seq=100 | bos=0 | " \
+    assert "model_a | input natural | domain mean of 2 (github, pile_cc) | T=8 | n_seq=100 | first token=0 | " \
            "quantization: bf16" in page
     assert not any("swap" in name for name in figs)  # intervention inputs: tables only
     # The maps of one domain: captioned with that domain.
@@ -295,10 +300,10 @@ def test_figures_and_page(full):
     # The page opens with the results; what was read (files, runs, models), the proxy statement, the
     # failed survey item and the skipped sections close it.
     top, end = page.split('id="summary"')
-    assert top.index('id="runs"') < top.index('id="models"') and "Skipped:" not in top
+    assert top.index('id="runs"') < top.index('id="models"') and 'id="skipped"' not in top
     assert "runs.h5" in end and "models.h5" in end and "sigmoid_nonorm" in end and "model_b" in end
     assert "as the files say for: sigmoid_nonorm" in end
-    assert "1 survey item(s) not ok: 0001" in end and "Skipped: model_b / natural: l2 norms" in end
+    assert "1 survey item(s) not ok: 0001" in end and "model_b / natural" in _skipped(end)
     items = {r["id"]: r for r in _csv(out / "tables" / "items.csv")}
     assert items["0001"]["status"] == "failed" and items["0001"]["error"] == "out of memory"
 
@@ -309,7 +314,7 @@ def test_training_only_and_sparse_files(files, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     page, figs = _check_page(tmp_path / "a")
     assert "run_solo_curves" in figs
-    assert "Skipped: probed models" in page
+    assert "probed models" in _skipped(page)
     rows = _csv(tmp_path / "a" / "tables" / "runs.csv")
     assert rows[0]["run"] == "solo" and rows[0]["evals"] == "0"
 
@@ -317,11 +322,11 @@ def test_training_only_and_sparse_files(files, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     page, figs = _check_page(tmp_path / "b")
     assert "run_bare_curves" in figs and "run_bare_alpha1" not in figs
-    assert "Skipped: run bare: massive-activation ratio per layer" in page
+    assert "No massive_ratio dataset (massive-activation ratio per layer): run bare" in _skipped(page)
     assert "run_early_curves" in figs and "/runs/early/eval: needs step, valid_loss and sink" in page
     runs = {r["run"]: r for r in _csv(tmp_path / "b" / "tables" / "runs.csv")}
     assert runs["early"]["evals"] == "0" and runs["bare"]["evals"] == "2"
-    assert "Skipped: tiny / natural: alpha_1 heatmap" in page
+    assert "(alpha_1 heatmap): tiny / natural" in _skipped(page)
     rows = _csv(tmp_path / "b" / "tables" / "table1.csv")
     assert rows == [{"model": "tiny", "natural": "5.0", "random": ""}]
     assert "/models/tiny/random/-: no sink (or sink_k) dataset" in page

@@ -12,8 +12,6 @@
 namespace sinklab {
 
 using cpu::dispatch_float;
-using cpu::Rows;
-using cpu::rows_of;
 
 namespace {
 
@@ -37,11 +35,11 @@ void CpuBackend::activation_forward(Tensor out, Tensor in, Activation act) {
   check_operands(op, in, "in", {{&out, "out"}});
   dispatch_float(in.dtype, op, [&](auto zero) {
     using T = decltype(zero);
-    Rows ri = rows_of(in, op, "in"), ro = rows_of(out, op, "out");
+    TensorRows ri = rows_of(in, op, "in"), ro = rows_of(out, op, "out");
 #pragma omp parallel for schedule(static) if (ri.rows * ri.cols > 16384)
     for (int64_t r = 0; r < ri.rows; ++r) {
-      const T* x = in.ptr<T>() + ri.offset(r);
-      T* y = out.ptr<T>() + ro.offset(r);
+      const T* x = in.ptr<T>() + ri.row_offset(r);
+      T* y = out.ptr<T>() + ro.row_offset(r);
       math::with_activation(act, [&](auto a) {
 #pragma omp simd
         for (int64_t c = 0; c < ri.cols; ++c) y[c] = math::activate_as<decltype(a)::value>(x[c]);
@@ -57,12 +55,12 @@ void CpuBackend::activation_backward(Tensor d_in, Tensor d_out, Tensor in, Activ
   check_operands(op, in, "in", {{&d_in, "d_in"}, {&d_out, "d_out"}});
   dispatch_float(in.dtype, op, [&](auto zero) {
     using T = decltype(zero);
-    Rows ri = rows_of(in, op, "in"), rd = rows_of(d_in, op, "d_in"), rg = rows_of(d_out, op, "d_out");
+    TensorRows ri = rows_of(in, op, "in"), rd = rows_of(d_in, op, "d_in"), rg = rows_of(d_out, op, "d_out");
 #pragma omp parallel for schedule(static) if (ri.rows * ri.cols > 16384)
     for (int64_t r = 0; r < ri.rows; ++r) {
-      const T* x = in.ptr<T>() + ri.offset(r);
-      const T* g = d_out.ptr<T>() + rg.offset(r);
-      T* dx = d_in.ptr<T>() + rd.offset(r);
+      const T* x = in.ptr<T>() + ri.row_offset(r);
+      const T* g = d_out.ptr<T>() + rg.row_offset(r);
+      T* dx = d_in.ptr<T>() + rd.row_offset(r);
       math::with_activation(act, [&](auto a) {
 #pragma omp simd
         for (int64_t c = 0; c < ri.cols; ++c) dx[c] = g[c] * math::activate_grad_as<decltype(a)::value>(x[c]);
@@ -78,12 +76,12 @@ void CpuBackend::gated_forward(Tensor out, Tensor gate, Tensor up, Activation ac
   check_operands(op, gate, "gate", {{&up, "up"}, {&out, "out"}});
   dispatch_float(gate.dtype, op, [&](auto zero) {
     using T = decltype(zero);
-    Rows rg = rows_of(gate, op, "gate"), ru = rows_of(up, op, "up"), ro = rows_of(out, op, "out");
+    TensorRows rg = rows_of(gate, op, "gate"), ru = rows_of(up, op, "up"), ro = rows_of(out, op, "out");
 #pragma omp parallel for schedule(static) if (rg.rows * rg.cols > 16384)
     for (int64_t r = 0; r < rg.rows; ++r) {
-      const T* g = gate.ptr<T>() + rg.offset(r);
-      const T* u = up.ptr<T>() + ru.offset(r);
-      T* y = out.ptr<T>() + ro.offset(r);
+      const T* g = gate.ptr<T>() + rg.row_offset(r);
+      const T* u = up.ptr<T>() + ru.row_offset(r);
+      T* y = out.ptr<T>() + ro.row_offset(r);
       math::with_activation(act, [&](auto a) {
 #pragma omp simd
         for (int64_t c = 0; c < rg.cols; ++c) y[c] = math::activate_as<decltype(a)::value>(g[c]) * u[c];
@@ -101,17 +99,17 @@ void CpuBackend::gated_backward(Tensor d_gate, Tensor d_up, Tensor d_out, Tensor
   check_operands(op, gate, "gate", {{&up, "up"}, {&d_out, "d_out"}, {&d_gate, "d_gate"}, {&d_up, "d_up"}});
   dispatch_float(gate.dtype, op, [&](auto zero) {
     using T = decltype(zero);
-    Rows rg = rows_of(gate, op, "gate"), ru = rows_of(up, op, "up"), ro = rows_of(d_out, op, "d_out");
-    Rows rdg = d_gate.defined() ? rows_of(d_gate, op, "d_gate") : Rows{};
-    Rows rdu = d_up.defined() ? rows_of(d_up, op, "d_up") : Rows{};
+    TensorRows rg = rows_of(gate, op, "gate"), ru = rows_of(up, op, "up"), ro = rows_of(d_out, op, "d_out");
+    TensorRows rdg = d_gate.defined() ? rows_of(d_gate, op, "d_gate") : TensorRows{};
+    TensorRows rdu = d_up.defined() ? rows_of(d_up, op, "d_up") : TensorRows{};
     const bool want_g = d_gate.defined(), want_u = d_up.defined();
 #pragma omp parallel for schedule(static) if (rg.rows * rg.cols > 16384)
     for (int64_t r = 0; r < rg.rows; ++r) {
-      const T* g = gate.ptr<T>() + rg.offset(r);
-      const T* u = up.ptr<T>() + ru.offset(r);
-      const T* dy = d_out.ptr<T>() + ro.offset(r);
-      T* dg = want_g ? d_gate.ptr<T>() + rdg.offset(r) : nullptr;
-      T* du = want_u ? d_up.ptr<T>() + rdu.offset(r) : nullptr;
+      const T* g = gate.ptr<T>() + rg.row_offset(r);
+      const T* u = up.ptr<T>() + ru.row_offset(r);
+      const T* dy = d_out.ptr<T>() + ro.row_offset(r);
+      T* dg = want_g ? d_gate.ptr<T>() + rdg.row_offset(r) : nullptr;
+      T* du = want_u ? d_up.ptr<T>() + rdu.row_offset(r) : nullptr;
       math::with_activation(act, [&](auto a) {
         constexpr ops::Activation A = decltype(a)::value;
         if (dg && du) {

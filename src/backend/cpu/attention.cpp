@@ -320,6 +320,49 @@ void forward_impl(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const 
   }
 }
 
+// The gradients of the per-head parameters, the sink logit S_h and the relative bias table: the
+// backward's tasks (one per (b, kv head)) add their (b, h) pieces here in double, and write() sums them
+// over b (and the distances into their buckets) in a fixed order once the parallel loop is done.
+struct HeadParamGrads {
+  int64_t heads = 0, queries = 0;
+  std::vector<double> d_sink;  // [B, H]: dL/dS_h of batch element b
+  std::vector<double> d_dist;  // [B, H, T]: dL/dg_h(n) of batch element b, distance n = i - j'
+
+  HeadParamGrads(const ops::AttentionSpec& spec, const AttentionDims& d)
+      : heads(d.H), queries(d.T), d_sink(spec.sink_logit.defined() ? size_t(d.B * d.H) : 0, 0.0),
+        d_dist(spec.d_relative_bias.defined() ? size_t(d.B * d.H * d.T) : 0, 0.0) {}
+
+  // The distance row of (b, h), or nullptr when no relative-bias gradient is asked for.
+  double* distance_row(int64_t b, int64_t h) { return d_dist.empty() ? nullptr : d_dist.data() + (b * heads + h) * queries; }
+
+  template <class T>
+  void write(const ops::AttentionSpec& spec, const PosBias<T>& bias, const AttentionDims& d) const {
+    if (spec.d_sink_logit.defined()) {
+      T* ds = spec.d_sink_logit.ptr<T>();
+      for (int64_t h = 0; h < d.H; ++h) {
+        double acc = 0.0;
+        for (int64_t b = 0; b < d.B; ++b) acc += d_sink[size_t(b * d.H + h)];
+        ds[h * spec.d_sink_logit.stride[0]] = T(acc);
+      }
+    }
+    if (d_dist.empty()) return;
+    const Tensor& dr = spec.d_relative_bias;
+    const int64_t nb = dr.shape[1];
+    std::vector<double> acc(size_t(nb), 0.0);
+    for (int64_t h = 0; h < d.H; ++h) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t b = 0; b < d.B; ++b)
+        for (int64_t n = 0; n < d.T; ++n) acc[size_t(bias.bucket[size_t(n)])] += d_dist[size_t((b * d.H + h) * d.T + n)];
+      for (int64_t c = 0; c < nb; ++c) dr.ptr<T>()[h * dr.stride[0] + c * dr.stride[1]] = T(acc[size_t(c)]);
+    }
+  }
+};
+
+// The backward pass is one function on purpose (docs/DESIGN.md, "The generic attention operation"):
+// per query block it recomputes the scores, turns them into P and dS row by row and feeds both to the
+// gemms that give dV, dQ and dK; the row loop shares the block's scratch with the gemms, and the
+// vectorisation of its inner loops was measured (see the note on cfg below). Cutting it into pieces
+// would pass that state around without making a piece readable on its own.
 template <class T, bool kPlain>
 void backward_impl(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, Tensor k, Tensor v, Tensor out,
                    Tensor stats, const ops::AttentionSpec& spec, const AttentionDims& d) {
@@ -331,11 +374,7 @@ void backward_impl(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, T
   const T scale = T(attention_scale(spec, d.dh));
   const int64_t group = d.H / d.Hkv;
   const PosBias<T> bias(spec, d.H, d.T);
-  // dL/dS_h per (b, h), summed over b after the parallel loop (tasks of different b share h).
-  std::vector<double> d_sink(spec.sink_logit.defined() ? size_t(d.B * d.H) : 0, 0.0);
-  // Relative bias: dL/dg per (b, h) and distance n = 0..T-1, into buckets after the loop.
-  const bool want_d_rel = spec.d_relative_bias.defined();
-  std::vector<double> d_dist(want_d_rel ? size_t(d.B * d.H * d.T) : 0, 0.0);
+  HeadParamGrads head_grads(spec, d);
 #pragma omp parallel if (d.B * d.H * d.T * d.S * d.dh > 32768)
   {
     Scratch<T> scratch(d.S, true);
@@ -355,7 +394,7 @@ void backward_impl(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, T
         for (int64_t h = g * group; h < (g + 1) * group; ++h) {
           const T sink = sink_of<T>(spec, h);
           double d_sink_bh = 0.0;
-          double* d_dist_bh = want_d_rel ? d_dist.data() + (b * d.H + h) * d.T : nullptr;
+          double* d_dist_bh = head_grads.distance_row(b, h);
           for (int64_t i0 = 0; i0 < d.T; i0 += kBlock) {
             const int64_t rows = std::min(kBlock, d.T - i0);
             int64_t kb, ke;
@@ -419,29 +458,11 @@ void backward_impl(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, T
             if (dQ.base) gemm_from_keys<T>(rows, n, lead, d.dh, scale, dp, K, b, g, kb, T(0), dQ.at(b, i0, h), dQ.ld);
             if (dK.base) gemm_to_keys<T>(rows, n, lead, d.dh, scale, dp, Q.at(b, i0, h), Q.ld, dK, b, g, kb);
           }
-          if (cfg.sink) d_sink[size_t(b * d.H + h)] = d_sink_bh;
+          if (cfg.sink) head_grads.d_sink[size_t(b * d.H + h)] = d_sink_bh;
         }
       }
   }
-  if (spec.d_sink_logit.defined()) {
-    T* ds = spec.d_sink_logit.ptr<T>();
-    for (int64_t h = 0; h < d.H; ++h) {
-      double acc = 0.0;
-      for (int64_t b = 0; b < d.B; ++b) acc += d_sink[size_t(b * d.H + h)];
-      ds[h * spec.d_sink_logit.stride[0]] = T(acc);
-    }
-  }
-  if (want_d_rel) {
-    const Tensor& dr = spec.d_relative_bias;
-    const int64_t nb = dr.shape[1];
-    std::vector<double> acc(size_t(nb), 0.0);
-    for (int64_t h = 0; h < d.H; ++h) {
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (int64_t b = 0; b < d.B; ++b)
-        for (int64_t n = 0; n < d.T; ++n) acc[size_t(bias.bucket[size_t(n)])] += d_dist[size_t((b * d.H + h) * d.T + n)];
-      for (int64_t c = 0; c < nb; ++c) dr.ptr<T>()[h * dr.stride[0] + c * dr.stride[1]] = T(acc[size_t(c)]);
-    }
-  }
+  head_grads.write<T>(spec, bias, d);
 }
 
 }  // namespace

@@ -123,6 +123,11 @@ extern "C" __attribute__((constructor)) void sinklab_check_blas_kernels(int, cha
   const CpuVectorFeatures cpu = cpu_vector_features();
   const std::string force = openblas_core_to_force(in_use, cpu);
   if (force.empty() || argv == nullptr) return;
+  if (std::getenv("SINKLAB_KEEP_BLAS_KERNELS")) {  // to measure OpenBLAS's own choice (bench/README.md)
+    choice_note() = strfmt("OpenBLAS picked %s on this %s CPU, kept (SINKLAB_KEEP_BLAS_KERNELS)", in_use.c_str(),
+                           vector_isa_name(cpu.isa));
+    return;
+  }
   const std::string marker = in_use + " " + vector_isa_name(cpu.isa);
   const char* previous = std::getenv("OPENBLAS_CORETYPE");
   const std::string previous_value = previous ? previous : "";

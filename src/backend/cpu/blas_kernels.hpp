@@ -7,7 +7,8 @@
 // AVX-512, re-executes itself (same PID, so mpirun and srun keep their bookkeeping) with
 // OPENBLAS_CORETYPE naming the kernel set OpenBLAS itself would pick for that instruction set.
 // Kernel sets of AVX2 level or above are never changed, forced or not: the identity tests force the AVX2
-// kernels (OPENBLAS_CORETYPE=Haswell) on AVX-512 machines. The measurements: bench/README.md, "Which
+// kernels (OPENBLAS_CORETYPE=Haswell) on AVX-512 machines. SINKLAB_KEEP_BLAS_KERNELS (set to anything)
+// keeps OpenBLAS's choice, only to measure what the correction is worth. The measurements: bench/README.md, "Which
 // kernels".
 #pragma once
 

@@ -11,8 +11,6 @@
 namespace sinklab {
 
 using cpu::dispatch_float;
-using cpu::Rows;
-using cpu::rows_of;
 
 // losses[N]       = -log softmax(logits[n])[targets[n]]         (0 where targets[n] == ignore_index)
 // d_logits[N,V]   = (softmax(logits[n]) - onehot) * grad_scale  (0 rows where ignored; may alias logits)
@@ -29,8 +27,8 @@ void CpuBackend::cross_entropy(Tensor losses, Tensor d_logits, Tensor logits, Te
     check_shape(d_logits, {N, V}, op, "d_logits");
     check_dtype(d_logits, logits.dtype, op, "d_logits");
   }
-  Rows rx = rows_of(logits, op, "logits");
-  Rows rd = d_logits.defined() ? rows_of(d_logits, op, "d_logits") : Rows{};
+  TensorRows rx = rows_of(logits, op, "logits");
+  TensorRows rd = d_logits.defined() ? rows_of(d_logits, op, "d_logits") : TensorRows{};
   const int32_t* tgt = targets.ptr<int32_t>();
   const int64_t ts = targets.stride[0], ls = losses.stride[0];
   // Targets are checked up front (no throwing inside the parallel region).
@@ -46,8 +44,8 @@ void CpuBackend::cross_entropy(Tensor losses, Tensor d_logits, Tensor logits, Te
 #pragma omp parallel for schedule(static) if (N * V > 16384)
     for (int64_t n = 0; n < N; ++n) {
       const int32_t t = tgt[n * ts];
-      const T* x = logits.ptr<T>() + rx.offset(n);
-      T* d = d_logits.defined() ? d_logits.ptr<T>() + rd.offset(n) : nullptr;
+      const T* x = logits.ptr<T>() + rx.row_offset(n);
+      T* d = d_logits.defined() ? d_logits.ptr<T>() + rd.row_offset(n) : nullptr;
       if (t == ignore_index) {
         losses.ptr<T>()[n * ls] = T(0);
         if (d)

@@ -11,8 +11,6 @@
 namespace sinklab {
 
 using cpu::dispatch_float;
-using cpu::Rows;
-using cpu::rows_of;
 
 namespace {
 
@@ -36,7 +34,7 @@ void CpuBackend::embedding_forward(Tensor out, Tensor ids, Tensor table) {
   const char* op = "embedding_forward";
   SL_CHECK(table.ndim == 2, "%s: table must be [V,d], got %s", op, table.shape_str().c_str());
   SL_CHECK(out.dtype == table.dtype, "%s: out and table differ in dtype", op);
-  Rows ro = rows_of(out, op, "out"), rt = rows_of(table, op, "table");
+  TensorRows ro = rows_of(out, op, "out"), rt = rows_of(table, op, "table");
   SL_CHECK(ro.cols == rt.cols, "%s: out %s and table %s differ in width", op, out.shape_str().c_str(),
            table.shape_str().c_str());
   check_ids(ids, ro.rows, rt.rows, op);
@@ -47,7 +45,7 @@ void CpuBackend::embedding_forward(Tensor out, Tensor ids, Tensor table) {
     // A pure gather: each output row is one memcpy of a table row.
 #pragma omp parallel for schedule(static) if (ro.rows * ro.cols > 16384)
     for (int64_t n = 0; n < ro.rows; ++n)
-      std::memcpy(out.ptr<T>() + ro.offset(n), table.ptr<T>() + rt.offset(id[n]), row_bytes);
+      std::memcpy(out.ptr<T>() + ro.row_offset(n), table.ptr<T>() + rt.row_offset(id[n]), row_bytes);
   });
 }
 
@@ -60,7 +58,7 @@ void CpuBackend::embedding_backward(Tensor d_table, Tensor d_out, Tensor ids) {
   const char* op = "embedding_backward";
   SL_CHECK(d_table.ndim == 2, "%s: d_table must be [V,d], got %s", op, d_table.shape_str().c_str());
   SL_CHECK(d_out.dtype == d_table.dtype, "%s: d_out and d_table differ in dtype", op);
-  Rows rg = rows_of(d_out, op, "d_out"), rt = rows_of(d_table, op, "d_table");
+  TensorRows rg = rows_of(d_out, op, "d_out"), rt = rows_of(d_table, op, "d_table");
   SL_CHECK(rg.cols == rt.cols, "%s: d_out %s and d_table %s differ in width", op, d_out.shape_str().c_str(),
            d_table.shape_str().c_str());
   check_ids(ids, rg.rows, rt.rows, op);
@@ -72,8 +70,8 @@ void CpuBackend::embedding_backward(Tensor d_table, Tensor d_out, Tensor ids) {
       const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
       const int64_t c0 = rg.cols * t / nt, c1 = rg.cols * (t + 1) / nt;
       for (int64_t n = 0; n < rg.rows; ++n) {
-        const T* g = d_out.ptr<T>() + rg.offset(n);
-        T* dt = d_table.ptr<T>() + rt.offset(id[n]);
+        const T* g = d_out.ptr<T>() + rg.row_offset(n);
+        T* dt = d_table.ptr<T>() + rt.row_offset(id[n]);
         for (int64_t c = c0; c < c1; ++c) dt[c] += g[c];
       }
     }

@@ -22,19 +22,6 @@ using cpu::gemm;
 
 namespace {
 
-// A tensor [*, cols] seen as a row-major matrix: element (r, c) at ptr[r * ld + c].
-struct Mat {
-  void* ptr = nullptr;
-  int64_t rows = 0, cols = 0, ld = 1;
-};
-
-// Collapses the leading dimensions of t into rows; they must have one common row stride.
-Mat as_matrix(const Tensor& t, const char* op, const char* arg) {
-  SL_CHECK(t.ndim >= 1, "%s: %s must have at least one dimension", op, arg);
-  const cpu::Rows r = cpu::rows_of(t, op, arg);
-  return Mat{t.data, r.rows, r.cols, collapsed_row_stride(r, t, op, arg)};
-}
-
 void check_same_dtype(std::initializer_list<Tensor> ts, DType dt, const char* op) {
   for (const Tensor& t : ts)
     SL_CHECK(!t.defined() || t.dtype == dt, "%s: operands differ in dtype (%s vs %s)", op, dtype_name(t.dtype),
@@ -48,7 +35,7 @@ void check_same_dtype(std::initializer_list<Tensor> ts, DType dt, const char* op
 // out[M,N] = in[M,K] . weight[N,K]^T (+ bias[N])
 void CpuBackend::linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bias) {
   const char* op = "linear_forward";
-  Mat x = as_matrix(in, op, "in"), w = as_matrix(weight, op, "weight"), y = as_matrix(out, op, "out");
+  MatrixView x = as_matrix(in, op, "in"), w = as_matrix(weight, op, "weight"), y = as_matrix(out, op, "out");
   SL_CHECK(weight.ndim == 2, "linear_forward: weight must be [N,K], got %s", weight.shape_str().c_str());
   const int64_t M = x.rows, K = x.cols, N = w.rows;
   SL_CHECK(w.cols == K, "linear_forward: in %s and weight %s disagree on K", in.shape_str().c_str(),
@@ -85,7 +72,7 @@ void CpuBackend::linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bia
 void CpuBackend::linear_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, Tensor d_out, Tensor in,
                                  Tensor weight) {
   const char* op = "linear_backward";
-  Mat dy = as_matrix(d_out, op, "d_out");
+  MatrixView dy = as_matrix(d_out, op, "d_out");
   const int64_t M = dy.rows, N = dy.cols;
   DType dt = d_out.dtype;
   check_same_dtype({d_in, d_weight, d_bias, in, weight}, dt, op);
@@ -93,7 +80,7 @@ void CpuBackend::linear_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, Te
     using T = decltype(zero);
     const T* g = static_cast<const T*>(dy.ptr);
     if (d_in.defined()) {
-      Mat w = as_matrix(weight, op, "weight"), dx = as_matrix(d_in, op, "d_in");
+      MatrixView w = as_matrix(weight, op, "weight"), dx = as_matrix(d_in, op, "d_in");
       SL_CHECK(weight.ndim == 2 && w.rows == N, "linear_backward: weight %s does not match d_out %s",
                weight.shape_str().c_str(), d_out.shape_str().c_str());
       SL_CHECK(dx.rows == M && dx.cols == w.cols, "linear_backward: d_in %s, expected [%lld rows, %lld]",
@@ -102,7 +89,7 @@ void CpuBackend::linear_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, Te
               static_cast<T*>(dx.ptr), dx.ld);
     }
     if (d_weight.defined()) {
-      Mat x = as_matrix(in, op, "in"), dw = as_matrix(d_weight, op, "d_weight");
+      MatrixView x = as_matrix(in, op, "in"), dw = as_matrix(d_weight, op, "d_weight");
       SL_CHECK(x.rows == M, "linear_backward: in %s and d_out %s differ in rows", in.shape_str().c_str(),
                d_out.shape_str().c_str());
       SL_CHECK(d_weight.ndim == 2 && dw.rows == N && dw.cols == x.cols,

@@ -15,8 +15,6 @@
 namespace sinklab {
 
 using cpu::dispatch_float;
-using cpu::Rows;
-using cpu::rows_of;
 
 namespace {
 
@@ -183,7 +181,7 @@ void CpuBackend::index_add_rows(Tensor out, Tensor src, Tensor index, Tensor sca
   SL_CHECK(out.defined() && out.ndim == 2, "%s: out must be [N,d], got %s", op, out.shape_str().c_str());
   SL_CHECK(src.defined() && src.ndim == 2, "%s: src must be [M,d], got %s", op, src.shape_str().c_str());
   SL_CHECK(src.dtype == out.dtype, "%s: src and out differ in dtype", op);
-  Rows ro = rows_of(out, op, "out"), rs = rows_of(src, op, "src");
+  TensorRows ro = rows_of(out, op, "out"), rs = rows_of(src, op, "src");
   SL_CHECK(ro.cols == rs.cols, "%s: out %s and src %s differ in width", op, out.shape_str().c_str(),
            src.shape_str().c_str());
   const int64_t M = rs.rows;
@@ -204,8 +202,8 @@ void CpuBackend::index_add_rows(Tensor out, Tensor src, Tensor index, Tensor sca
       const int64_t nt = omp_get_num_threads(), th = omp_get_thread_num();
       const int64_t c0 = ro.cols * th / nt, c1 = ro.cols * (th + 1) / nt;
       for (int64_t m = 0; m < M; ++m) {
-        const F* x = src.ptr<F>() + rs.offset(m);
-        F* o = out.ptr<F>() + ro.offset(idx[m]);
+        const F* x = src.ptr<F>() + rs.row_offset(m);
+        F* o = out.ptr<F>() + ro.row_offset(idx[m]);
         const F f = s ? s[m] : F(1);
         for (int64_t c = c0; c < c1; ++c) o[c] += f * x[c];
       }

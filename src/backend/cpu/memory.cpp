@@ -13,8 +13,6 @@
 namespace sinklab {
 
 using cpu::dispatch_float;
-using cpu::Rows;
-using cpu::rows_of;
 
 void* CpuBackend::allocate(size_t bytes) {
   // 64-byte alignment: one cache line, one AVX-512 vector.
@@ -30,7 +28,7 @@ namespace {
 
 // Runs fn(r) for every row r of a layout, in parallel when the tensor is large enough to pay for it.
 template <class Fn>
-void for_rows(const Rows& layout, Fn&& fn) {
+void for_rows(const TensorRows& layout, Fn&& fn) {
 #pragma omp parallel for schedule(static) if (layout.rows * layout.cols > 16384)
   for (int64_t r = 0; r < layout.rows; ++r) fn(r);
 }
@@ -38,26 +36,26 @@ void for_rows(const Rows& layout, Fn&& fn) {
 }  // namespace
 
 void CpuBackend::fill(Tensor out, double value) {
-  Rows ro = rows_of(out, "fill", "out");
+  TensorRows ro = rows_of(out, "fill", "out");
   for_rows(ro, [&](int64_t r) {
-    int64_t o = ro.offset(r);
+    int64_t o = ro.row_offset(r);
     for (int64_t c = 0; c < ro.cols; ++c) store_from_double(out.data, out.dtype, o + c, value);
   });
 }
 
 void CpuBackend::copy(Tensor dst, Tensor src) {
   cpu::check_same_shape(dst, src, "copy", "dst", "src");
-  Rows rd = rows_of(dst, "copy", "dst"), rs = rows_of(src, "copy", "src");
+  TensorRows rd = rows_of(dst, "copy", "dst"), rs = rows_of(src, "copy", "src");
   if (dst.dtype == src.dtype) {
     size_t row_bytes = size_t(rd.cols) * dtype_size(dst.dtype);
     for_rows(rd, [&](int64_t r) {
-      std::memcpy(static_cast<char*>(dst.data) + rd.offset(r) * dtype_size(dst.dtype),
-                  static_cast<const char*>(src.data) + rs.offset(r) * dtype_size(src.dtype), row_bytes);
+      std::memcpy(static_cast<char*>(dst.data) + rd.row_offset(r) * dtype_size(dst.dtype),
+                  static_cast<const char*>(src.data) + rs.row_offset(r) * dtype_size(src.dtype), row_bytes);
     });
     return;
   }
   for_rows(rd, [&](int64_t r) {
-    int64_t od = rd.offset(r), os = rs.offset(r);
+    int64_t od = rd.row_offset(r), os = rs.row_offset(r);
     for (int64_t c = 0; c < rd.cols; ++c)
       store_from_double(dst.data, dst.dtype, od + c, load_as_double(src.data, src.dtype, os + c));
   });
@@ -69,11 +67,11 @@ void CpuBackend::add(Tensor out, Tensor a, Tensor b) {
   SL_CHECK(a.dtype == out.dtype && b.dtype == out.dtype, "add: operands differ in dtype");
   dispatch_float(out.dtype, "add", [&](auto zero) {
     using T = decltype(zero);
-    Rows ro = rows_of(out, "add", "out"), ra = rows_of(a, "add", "a"), rb = rows_of(b, "add", "b");
+    TensorRows ro = rows_of(out, "add", "out"), ra = rows_of(a, "add", "a"), rb = rows_of(b, "add", "b");
     for_rows(ro, [&](int64_t r) {
-      T* o = out.ptr<T>() + ro.offset(r);
-      const T* x = a.ptr<T>() + ra.offset(r);
-      const T* y = b.ptr<T>() + rb.offset(r);
+      T* o = out.ptr<T>() + ro.row_offset(r);
+      const T* x = a.ptr<T>() + ra.row_offset(r);
+      const T* y = b.ptr<T>() + rb.row_offset(r);
       for (int64_t c = 0; c < ro.cols; ++c) o[c] = x[c] + y[c];
     });
   });
@@ -84,11 +82,11 @@ void CpuBackend::accumulate(Tensor dst, Tensor src, double alpha) {
   SL_CHECK(dst.dtype == src.dtype, "accumulate: operands differ in dtype");
   dispatch_float(dst.dtype, "accumulate", [&](auto zero) {
     using T = decltype(zero);
-    Rows rd = rows_of(dst, "accumulate", "dst"), rs = rows_of(src, "accumulate", "src");
+    TensorRows rd = rows_of(dst, "accumulate", "dst"), rs = rows_of(src, "accumulate", "src");
     const T a = T(alpha);
     for_rows(rd, [&](int64_t r) {
-      T* d = dst.ptr<T>() + rd.offset(r);
-      const T* s = src.ptr<T>() + rs.offset(r);
+      T* d = dst.ptr<T>() + rd.row_offset(r);
+      const T* s = src.ptr<T>() + rs.row_offset(r);
       for (int64_t c = 0; c < rd.cols; ++c) d[c] += a * s[c];
     });
   });
@@ -97,10 +95,10 @@ void CpuBackend::accumulate(Tensor dst, Tensor src, double alpha) {
 void CpuBackend::scale(Tensor x, double factor) {
   dispatch_float(x.dtype, "scale", [&](auto zero) {
     using T = decltype(zero);
-    Rows rx = rows_of(x, "scale", "x");
+    TensorRows rx = rows_of(x, "scale", "x");
     const T f = T(factor);
     for_rows(rx, [&](int64_t r) {
-      T* p = x.ptr<T>() + rx.offset(r);
+      T* p = x.ptr<T>() + rx.row_offset(r);
       for (int64_t c = 0; c < rx.cols; ++c) p[c] *= f;
     });
   });
@@ -109,11 +107,11 @@ void CpuBackend::scale(Tensor x, double factor) {
 double CpuBackend::sum_squares(Tensor x) {
   return dispatch_float(x.dtype, "sum_squares", [&](auto zero) {
     using T = decltype(zero);
-    Rows rx = rows_of(x, "sum_squares", "x");
+    TensorRows rx = rows_of(x, "sum_squares", "x");
     double total = 0.0;
 #pragma omp parallel for reduction(+ : total) schedule(static) if (rx.rows * rx.cols > 16384)
     for (int64_t r = 0; r < rx.rows; ++r) {
-      const T* p = x.ptr<T>() + rx.offset(r);
+      const T* p = x.ptr<T>() + rx.row_offset(r);
       double s = 0.0;
       for (int64_t c = 0; c < rx.cols; ++c) s += double(p[c]) * double(p[c]);
       total += s;
@@ -125,11 +123,11 @@ double CpuBackend::sum_squares(Tensor x) {
 double CpuBackend::max_abs(Tensor x) {
   return dispatch_float(x.dtype, "max_abs", [&](auto zero) {
     using T = decltype(zero);
-    Rows rx = rows_of(x, "max_abs", "x");
+    TensorRows rx = rows_of(x, "max_abs", "x");
     double result = 0.0;
     bool nan = false;
     for (int64_t r = 0; r < rx.rows; ++r) {
-      const T* p = x.ptr<T>() + rx.offset(r);
+      const T* p = x.ptr<T>() + rx.row_offset(r);
       for (int64_t c = 0; c < rx.cols; ++c) {
         const double v = std::fabs(double(p[c]));
         if (std::isnan(v)) nan = true;  // std::max would drop a NaN depending on where it sits
@@ -149,7 +147,7 @@ void CpuBackend::column_sum(Tensor out, Tensor in, bool accumulate) {
   const int64_t L = check_column_sum(out, in);
   dispatch_float(out.dtype, op, [&](auto zero) {
     using T = decltype(zero);
-    Rows ro = rows_of(out, op, "out"), ri = rows_of(in, op, "in");
+    TensorRows ro = rows_of(out, op, "out"), ri = rows_of(in, op, "in");
     const int64_t O = ro.rows, C = ro.cols;
     constexpr int64_t kTile = 64;
     const int64_t tiles_per_row = (C + kTile - 1) / kTile, tiles = O * tiles_per_row;
@@ -158,20 +156,20 @@ void CpuBackend::column_sum(Tensor out, Tensor in, bool accumulate) {
       const int64_t o = tile / tiles_per_row, c0 = (tile % tiles_per_row) * kTile, n = std::min(kTile, C - c0);
       double sum[kTile] = {};
       for (int64_t l = 0; l < L; ++l) {
-        const T* x = in.ptr<T>() + ri.offset(l * O + o) + c0;
+        const T* x = in.ptr<T>() + ri.row_offset(l * O + o) + c0;
 #pragma omp simd
         for (int64_t c = 0; c < n; ++c) sum[c] += double(x[c]);
       }
-      T* y = out.ptr<T>() + ro.offset(o) + c0;
+      T* y = out.ptr<T>() + ro.row_offset(o) + c0;
       for (int64_t c = 0; c < n; ++c) y[c] = T(accumulate ? double(y[c]) + sum[c] : sum[c]);
     }
   });
 }
 
 void CpuBackend::fill_normal(Tensor out, uint64_t seed, uint64_t stream, double mean, double std) {
-  Rows ro = rows_of(out, "fill_normal", "out");
+  TensorRows ro = rows_of(out, "fill_normal", "out");
   for_rows(ro, [&](int64_t r) {
-    int64_t o = ro.offset(r);
+    int64_t o = ro.row_offset(r);
     for (int64_t c = 0; c < ro.cols; ++c) {
       uint64_t index = uint64_t(r * ro.cols + c);
       store_from_double(out.data, out.dtype, o + c, mean + std * double(philox_normal(seed, stream, index)));
@@ -180,9 +178,9 @@ void CpuBackend::fill_normal(Tensor out, uint64_t seed, uint64_t stream, double 
 }
 
 void CpuBackend::fill_uniform(Tensor out, uint64_t seed, uint64_t stream, double low, double high) {
-  Rows ro = rows_of(out, "fill_uniform", "out");
+  TensorRows ro = rows_of(out, "fill_uniform", "out");
   for_rows(ro, [&](int64_t r) {
-    int64_t o = ro.offset(r);
+    int64_t o = ro.row_offset(r);
     for (int64_t c = 0; c < ro.cols; ++c) {
       uint64_t index = uint64_t(r * ro.cols + c);
       double u = double(philox_uniform(seed, stream, index));

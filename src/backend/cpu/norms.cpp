@@ -14,27 +14,15 @@
 namespace sinklab {
 
 using cpu::dispatch_float;
-using cpu::Rows;
-using cpu::rows_of;
 
 namespace {
 
 using Acc = double;
 
-// A per-row statistic (rstd, mean): [*] with one element per row, contiguous.
-void check_stat(const Tensor& s, const Rows& rows, DType dt, const char* op, const char* arg) {
-  SL_CHECK(s.defined(), "%s: %s is required", op, arg);
-  check_dtype(s, dt, op, arg);
-  SL_CHECK(s.is_contiguous() && s.numel() == rows.rows, "%s: %s %s must be contiguous with one element per row (%lld)",
-           op, arg, s.shape_str().c_str(), (long long)rows.rows);
-}
-
-// A parameter vector [d] (weight, bias, or their gradients); undefined is allowed (absent).
-void check_param(const Tensor& p, int64_t d, DType dt, const char* op, const char* arg) {
-  if (!p.defined()) return;
-  check_dtype(p, dt, op, arg);
-  SL_CHECK(p.ndim == 1 && p.shape[0] == d && p.stride[0] == 1, "%s: %s %s must be contiguous [%lld]", op, arg,
-           p.shape_str().c_str(), (long long)d);
+// A tensor that must have in's shape and dtype (out, d_out, d_in).
+void check_like_in(const Tensor& t, const Tensor& in, const char* op, const char* name) {
+  cpu::check_same_shape(t, in, op, name, "in");
+  SL_CHECK(t.dtype == in.dtype, "%s: %s and in differ in dtype", op, name);
 }
 
 // Parameter gradients: dparam[c] += sum over rows of term(row, c), for one or two parameters at once.
@@ -113,17 +101,17 @@ void layernorm_row_forward(T* out, Acc* mean_out, Acc* rstd_out, const T* x, con
 // RMSNorm. in/out [*, d] (rows may be strided); weight [d] or undefined; rstd [*] written.
 void CpuBackend::rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor weight, double eps) {
   const char* op = "rmsnorm_forward";
-  cpu::check_same_shape(out, in, op, "out", "in");
-  SL_CHECK(out.dtype == in.dtype, "%s: out and in differ in dtype", op);
-  Rows ri = rows_of(in, op, "in"), ro = rows_of(out, op, "out");
-  check_stat(rstd, ri, in.dtype, op, "rstd");
-  check_param(weight, ri.cols, in.dtype, op, "weight");
+  check_like_in(out, in, op, "out");
+  TensorRows ri = rows_of(in, op, "in"), ro = rows_of(out, op, "out");
+  check_norm_operands(op, ri, {{rstd, "rstd"}}, {{weight, "weight"}},
+                      [&](const Tensor& t, const char* arg) { check_dtype(t, in.dtype, op, arg); });
   dispatch_float(in.dtype, op, [&](auto zero) {
     using T = decltype(zero);
     const T* w = weight.defined() ? weight.ptr<T>() : nullptr;
 #pragma omp parallel for schedule(static) if (ri.rows * ri.cols > 16384)
     for (int64_t r = 0; r < ri.rows; ++r) {
-      Acc rs = rmsnorm_row_forward(out.ptr<T>() + ro.offset(r), in.ptr<T>() + ri.offset(r), w, ri.cols, Acc(eps));
+      Acc rs = rmsnorm_row_forward(out.ptr<T>() + ro.row_offset(r), in.ptr<T>() + ri.row_offset(r), w, ri.cols,
+                                   Acc(eps));
       rstd.ptr<T>()[r] = T(rs);
     }
   });
@@ -133,12 +121,10 @@ void CpuBackend::rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor weig
 // undefined; must be undefined when weight is).
 void CpuBackend::rmsnorm_backward(Tensor d_in, Tensor d_weight, Tensor d_out, Tensor in, Tensor weight, Tensor rstd) {
   const char* op = "rmsnorm_backward";
-  cpu::check_same_shape(d_out, in, op, "d_out", "in");
-  SL_CHECK(d_out.dtype == in.dtype, "%s: d_out and in differ in dtype", op);
-  Rows ri = rows_of(in, op, "in"), rg = rows_of(d_out, op, "d_out");
-  check_stat(rstd, ri, in.dtype, op, "rstd");
-  check_param(weight, ri.cols, in.dtype, op, "weight");
-  check_param(d_weight, ri.cols, in.dtype, op, "d_weight");
+  check_like_in(d_out, in, op, "d_out");
+  TensorRows ri = rows_of(in, op, "in"), rg = rows_of(d_out, op, "d_out");
+  check_norm_operands(op, ri, {{rstd, "rstd"}}, {{weight, "weight"}, {d_weight, "d_weight"}},
+                      [&](const Tensor& t, const char* arg) { check_dtype(t, in.dtype, op, arg); });
   SL_CHECK(!d_weight.defined() || weight.defined(), "%s: d_weight given but there is no weight", op);
   dispatch_float(in.dtype, op, [&](auto zero) {
     using T = decltype(zero);
@@ -148,20 +134,19 @@ void CpuBackend::rmsnorm_backward(Tensor d_in, Tensor d_weight, Tensor d_out, Te
     if (d_weight.defined()) {
       accumulate_over_rows<T>(d_weight.ptr<T>(), nullptr, ri.rows, ri.cols,
                               [&](int64_t r, int64_t c0, int64_t c1, Acc* acc, Acc*) {
-                                const T* x = in.ptr<T>() + ri.offset(r);
-                                const T* g = d_out.ptr<T>() + rg.offset(r);
+                                const T* x = in.ptr<T>() + ri.row_offset(r);
+                                const T* g = d_out.ptr<T>() + rg.row_offset(r);
                                 const Acc rr = Acc(rs[r]);
                                 for (int64_t c = c0; c < c1; ++c) acc[c - c0] += math::rms_dw_term(Acc(g[c]), Acc(x[c]), rr);
                               });
     }
     if (d_in.defined()) {
-      cpu::check_same_shape(d_in, in, op, "d_in", "in");
-      SL_CHECK(d_in.dtype == in.dtype, "%s: d_in and in differ in dtype", op);
-      Rows rd = rows_of(d_in, op, "d_in");
+      check_like_in(d_in, in, op, "d_in");
+      TensorRows rd = rows_of(d_in, op, "d_in");
 #pragma omp parallel for schedule(static) if (ri.rows * ri.cols > 16384)
       for (int64_t r = 0; r < ri.rows; ++r)
-        math::rmsnorm_row_backward<Acc>(d_in.ptr<T>() + rd.offset(r), d_out.ptr<T>() + rg.offset(r),
-                                        in.ptr<T>() + ri.offset(r), w, ri.cols, Acc(rs[r]));
+        math::rmsnorm_row_backward<Acc>(d_in.ptr<T>() + rd.row_offset(r), d_out.ptr<T>() + rg.row_offset(r),
+                                        in.ptr<T>() + ri.row_offset(r), w, ri.cols, Acc(rs[r]));
     }
   });
 }
@@ -171,13 +156,10 @@ void CpuBackend::rmsnorm_backward(Tensor d_in, Tensor d_weight, Tensor d_out, Te
 void CpuBackend::layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight, Tensor bias,
                                    double eps) {
   const char* op = "layernorm_forward";
-  cpu::check_same_shape(out, in, op, "out", "in");
-  SL_CHECK(out.dtype == in.dtype, "%s: out and in differ in dtype", op);
-  Rows ri = rows_of(in, op, "in"), ro = rows_of(out, op, "out");
-  check_stat(mean, ri, in.dtype, op, "mean");
-  check_stat(rstd, ri, in.dtype, op, "rstd");
-  check_param(weight, ri.cols, in.dtype, op, "weight");
-  check_param(bias, ri.cols, in.dtype, op, "bias");
+  check_like_in(out, in, op, "out");
+  TensorRows ri = rows_of(in, op, "in"), ro = rows_of(out, op, "out");
+  check_norm_operands(op, ri, {{mean, "mean"}, {rstd, "rstd"}}, {{weight, "weight"}, {bias, "bias"}},
+                      [&](const Tensor& t, const char* arg) { check_dtype(t, in.dtype, op, arg); });
   dispatch_float(in.dtype, op, [&](auto zero) {
     using T = decltype(zero);
     const T* w = weight.defined() ? weight.ptr<T>() : nullptr;
@@ -185,7 +167,7 @@ void CpuBackend::layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor 
 #pragma omp parallel for schedule(static) if (ri.rows * ri.cols > 16384)
     for (int64_t r = 0; r < ri.rows; ++r) {
       Acc mu, rs;
-      layernorm_row_forward(out.ptr<T>() + ro.offset(r), &mu, &rs, in.ptr<T>() + ri.offset(r), w, b, ri.cols,
+      layernorm_row_forward(out.ptr<T>() + ro.row_offset(r), &mu, &rs, in.ptr<T>() + ri.row_offset(r), w, b, ri.cols,
                             Acc(eps));
       mean.ptr<T>()[r] = T(mu);
       rstd.ptr<T>()[r] = T(rs);
@@ -198,14 +180,11 @@ void CpuBackend::layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor 
 void CpuBackend::layernorm_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, Tensor d_out, Tensor in,
                                     Tensor weight, Tensor mean, Tensor rstd) {
   const char* op = "layernorm_backward";
-  cpu::check_same_shape(d_out, in, op, "d_out", "in");
-  SL_CHECK(d_out.dtype == in.dtype, "%s: d_out and in differ in dtype", op);
-  Rows ri = rows_of(in, op, "in"), rg = rows_of(d_out, op, "d_out");
-  check_stat(mean, ri, in.dtype, op, "mean");
-  check_stat(rstd, ri, in.dtype, op, "rstd");
-  check_param(weight, ri.cols, in.dtype, op, "weight");
-  check_param(d_weight, ri.cols, in.dtype, op, "d_weight");
-  check_param(d_bias, ri.cols, in.dtype, op, "d_bias");
+  check_like_in(d_out, in, op, "d_out");
+  TensorRows ri = rows_of(in, op, "in"), rg = rows_of(d_out, op, "d_out");
+  check_norm_operands(op, ri, {{mean, "mean"}, {rstd, "rstd"}},
+                      {{weight, "weight"}, {d_weight, "d_weight"}, {d_bias, "d_bias"}},
+                      [&](const Tensor& t, const char* arg) { check_dtype(t, in.dtype, op, arg); });
   SL_CHECK(!d_weight.defined() || weight.defined(), "%s: d_weight given but there is no weight", op);
   dispatch_float(in.dtype, op, [&](auto zero) {
     using T = decltype(zero);
@@ -217,8 +196,8 @@ void CpuBackend::layernorm_backward(Tensor d_in, Tensor d_weight, Tensor d_bias,
       accumulate_over_rows<T>(d_weight.defined() ? d_weight.ptr<T>() : nullptr,
                               d_bias.defined() ? d_bias.ptr<T>() : nullptr, ri.rows, ri.cols,
                               [&](int64_t r, int64_t c0, int64_t c1, Acc* acc_w, Acc* acc_b) {
-                                const T* x = in.ptr<T>() + ri.offset(r);
-                                const T* g = d_out.ptr<T>() + rg.offset(r);
+                                const T* x = in.ptr<T>() + ri.row_offset(r);
+                                const T* g = d_out.ptr<T>() + rg.row_offset(r);
                                 const Acc m = Acc(mu[r]), rr = Acc(rs[r]);
                                 for (int64_t c = c0; c < c1; ++c) {
                                   acc_w[c - c0] += math::ln_dw_term(Acc(g[c]), Acc(x[c]), m, rr);
@@ -227,13 +206,12 @@ void CpuBackend::layernorm_backward(Tensor d_in, Tensor d_weight, Tensor d_bias,
                               });
     }
     if (d_in.defined()) {
-      cpu::check_same_shape(d_in, in, op, "d_in", "in");
-      SL_CHECK(d_in.dtype == in.dtype, "%s: d_in and in differ in dtype", op);
-      Rows rd = rows_of(d_in, op, "d_in");
+      check_like_in(d_in, in, op, "d_in");
+      TensorRows rd = rows_of(d_in, op, "d_in");
 #pragma omp parallel for schedule(static) if (ri.rows * ri.cols > 16384)
       for (int64_t r = 0; r < ri.rows; ++r)
-        math::layernorm_row_backward<Acc>(d_in.ptr<T>() + rd.offset(r), d_out.ptr<T>() + rg.offset(r),
-                                          in.ptr<T>() + ri.offset(r), w, ri.cols, Acc(mu[r]), Acc(rs[r]));
+        math::layernorm_row_backward<Acc>(d_in.ptr<T>() + rd.row_offset(r), d_out.ptr<T>() + rg.row_offset(r),
+                                          in.ptr<T>() + ri.row_offset(r), w, ri.cols, Acc(mu[r]), Acc(rs[r]));
     }
   });
 }

@@ -13,7 +13,6 @@
 namespace sinklab {
 
 using cpu::dispatch_float;
-using cpu::rows_of;
 
 namespace {
 

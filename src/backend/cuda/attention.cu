@@ -47,27 +47,13 @@ using ops::AttnPosBias;
 
 constexpr int kAttnThreads = 128;  // threads per block = keys (or queries) per chunk
 
-// A [B, L, heads, dh] view with a contiguous last dim: row (b, l, h).
-struct HeadRows {
-  float* p = nullptr;
-  int64_t s0 = 0, s1 = 0, s2 = 0;
-  __device__ float* at(int64_t b, int64_t l, int64_t h) const { return p + b * s0 + l * s1 + h * s2; }
-};
-
-// A [B, H, T] (stats) or [B, H, T, S] (probs; row (b, h, i)) view.
-struct RowView {
-  float* p = nullptr;
-  int64_t s0 = 0, s1 = 0, s2 = 0;
-  __device__ float* at(int64_t b, int64_t h, int64_t i) const { return p + b * s0 + h * s1 + i * s2; }
-};
-
 // Everything a kernel needs about one call, passed by value.
 struct AttnGeom {
   int64_t B = 0, T = 0, S = 0, H = 0, Hkv = 0, dh = 0, group = 1;
   float scale = 1.0f;
   math::AttnConfig cfg;
-  HeadRows q, k, v, o, dout, dq, dk, dv;
-  RowView stats, probs;
+  View3 q, k, v, o, dout, dq, dk, dv;  // [B, L, heads, dh]: row (b, l, h)
+  View3 stats, probs;                  // [B, H, T] and [B, H, T, S]: (b, h, i)
   const float* sink = nullptr;  // [H] (stride sink_stride) when cfg.sink
   int64_t sink_stride = 0;
   const float* slopes = nullptr;    // alibi: [H], from the host
@@ -75,27 +61,6 @@ struct AttnGeom {
   const float* rel = nullptr;       // relative: relative_bias [H, num_buckets]
   int64_t rel0 = 0, rel1 = 0;
 };
-
-HeadRows head_rows(const Tensor& t, const char* op, const char* arg) {
-  HeadRows r;
-  if (!t.defined()) return r;
-  rows_of(t, op, arg);  // the last dimension must be contiguous
-  r.p = static_cast<float*>(t.data);
-  r.s0 = t.stride[0];
-  r.s1 = t.stride[1];
-  r.s2 = t.stride[2];
-  return r;
-}
-
-RowView row_view(const Tensor& t) {
-  RowView r;
-  if (!t.defined()) return r;
-  r.p = static_cast<float*>(t.data);
-  r.s0 = t.stride[0];
-  r.s1 = t.stride[1];
-  r.s2 = t.stride[2];
-  return r;
-}
 
 // Block-wide sum or max over kAttnThreads threads in a fixed tree (the same bits for the same inputs).
 // red: shared scratch [kAttnThreads]. Every thread of the block must call it.
@@ -526,8 +491,8 @@ void forward(CudaBackend& be, Tensor out, Tensor stats, Tensor q, Tensor k, Tens
   void* extra = nullptr;
   AttnGeom g = make_geom(be, d, q, k, v, spec, 0, &extra, op);
   g.o = head_rows(out, op, "out");
-  g.stats = row_view(stats);
-  g.probs = row_view(probs);
+  g.stats = view3(stats);
+  g.probs = view3(probs);
   attention_forward_kernel<<<unsigned(d.B * d.H * d.T), kAttnThreads, smem, be.stream()>>>(g);
   CUDA_CHECK_LAUNCH(op);
 }
@@ -594,7 +559,7 @@ void CudaBackend::attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor 
   g.dq = head_rows(d_q, op, "d_q");
   g.dk = head_rows(d_k, op, "d_k");
   g.dv = head_rows(d_v, op, "d_v");
-  g.stats = row_view(stats);
+  g.stats = view3(stats);
   cudaStream_t s = stream_;
   if (rows > 0) {
     attention_backward_query_kernel<<<unsigned(rows), kAttnThreads, smem_query, s>>>(g, D_rows, dsink_rows);

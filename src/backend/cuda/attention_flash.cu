@@ -43,34 +43,15 @@ constexpr int kBKb = 32;     // keys per block, dK / dV
 constexpr int kPad16 = 8;    // bf16 row padding (16 bytes: rows stay 32-byte aligned every 16 rows)
 constexpr int kPad32 = 4;    // f32 row padding
 
-// A [B, L, heads, dh] f32 view with a contiguous last dim.
-struct Rows {
-  float* p = nullptr;
-  int64_t s0 = 0, s1 = 0, s2 = 0;
-  __device__ float* at(int64_t b, int64_t l, int64_t h) const { return p + b * s0 + l * s1 + h * s2; }
-};
-
 struct FlashGeom {
   int64_t B = 0, T = 0, S = 0, H = 0, Hkv = 0, dh = 0, group = 1;
   int DP = 0;  // dh rounded up to 16
   float scale = 1.0f;
   math::AttnConfig cfg;
-  Rows q, k, v, o, dout, dq, dk, dv;
-  float* stats = nullptr;  // [B, H, T] with strides st0, st1, st2
-  int64_t st0 = 0, st1 = 0, st2 = 0;
+  View3 q, k, v, o, dout, dq, dk, dv;  // [B, L, heads, dh] f32, contiguous last dim: row (b, l, h)
+  View3 stats;                         // [B, H, T]: element (b, h, i)
   float* D = nullptr;  // backward: [B, H, T] contiguous, dO_i . o_i
 };
-
-Rows rows_view(const Tensor& t, const char* op, const char* arg) {
-  Rows r;
-  if (!t.defined()) return r;
-  rows_of(t, op, arg);
-  r.p = static_cast<float*>(t.data);
-  r.s0 = t.stride[0];
-  r.s1 = t.stride[1];
-  r.s2 = t.stride[2];
-  return r;
-}
 
 size_t align128(size_t bytes) { return (bytes + 127) / 128 * 128; }
 
@@ -87,7 +68,7 @@ struct SmemCarve {
 };
 
 // rows x DP tile of a [B, L, heads, dh] tensor to bf16 (zero beyond `valid` rows and dh columns).
-__device__ void load_tile(bf16* dst, int ld, const Rows& src, int64_t b, int64_t row0, int64_t valid, int64_t head,
+__device__ void load_tile(bf16* dst, int ld, const View3& src, int64_t b, int64_t row0, int64_t valid, int64_t head,
                           int64_t dh, int DP, int rows) {
   for (int e = threadIdx.x; e < rows * DP; e += blockDim.x) {
     const int r = e / DP, c = e % DP;
@@ -218,9 +199,9 @@ __global__ void __launch_bounds__(kThreadsFlash) flash_forward_kernel(FlashGeom 
     const float inv = math::attn_inv_norm(math::attn_norm_finish(cfg, rowsum[r]));
     g.o.at(b, i, h)[c] = Of[r * ldf + c] * inv;
   }
-  if (g.stats)
+  if (g.stats.p)
     for (int r = threadIdx.x; r < nq; r += blockDim.x)
-      g.stats[b * g.st0 + h * g.st1 + (i0 + r) * g.st2] = math::attn_stat(cfg, 0.0f, rowsum[r]);
+      *g.stats.at(b, h, i0 + r) = math::attn_stat(cfg, 0.0f, rowsum[r]);
 }
 
 size_t forward_smem(int DP) {
@@ -242,7 +223,7 @@ __device__ void pair_p_ds(const math::AttnConfig& cfg, float s, float dp, const 
 
 __device__ RowStat row_stat(const FlashGeom& g, int64_t b, int64_t h, int64_t i) {
   RowStat rs;
-  rs.stat = g.stats[b * g.st0 + h * g.st1 + i * g.st2];
+  rs.stat = *g.stats.at(b, h, i);
   rs.inv_z = math::attn_row_inv_norm(g.cfg, rs.stat);
   rs.row_sum = math::attn_row_sum(g.cfg, rs.stat);
   rs.D = g.D[(b * g.H + h) * g.T + i];
@@ -423,15 +404,10 @@ FlashGeom make_flash_geom(const AttentionDims& d, const ops::AttentionSpec& spec
   g.DP = int((d.dh + 15) / 16 * 16);
   g.scale = float(attention_scale(spec, d.dh));
   g.cfg = math::attn_config(spec);
-  g.q = rows_view(q, op, "q");
-  g.k = rows_view(k, op, "k");
-  g.v = rows_view(v, op, "v");
-  if (stats.defined()) {
-    g.stats = static_cast<float*>(stats.data);
-    g.st0 = stats.stride[0];
-    g.st1 = stats.stride[1];
-    g.st2 = stats.stride[2];
-  }
+  g.q = head_rows(q, op, "q");
+  g.k = head_rows(k, op, "k");
+  g.v = head_rows(v, op, "v");
+  g.stats = view3(stats);
   return g;
 }
 
@@ -453,7 +429,7 @@ void flash_attention_forward(CudaBackend& be, Tensor out, Tensor stats, Tensor q
   if (d.B * d.H * d.T == 0) return;
   DeviceGuard guard(be.index());
   FlashGeom g = make_flash_geom(d, spec, q, k, v, stats, op);
-  g.o = rows_view(out, op, "out");
+  g.o = head_rows(out, op, "out");
   launch(flash_forward_kernel, dim3(tiles(d.T, kBQ), unsigned(d.H), unsigned(d.B)), forward_smem(g.DP), be.stream(),
          g, op);
 }
@@ -465,11 +441,11 @@ void flash_attention_backward(CudaBackend& be, Tensor d_q, Tensor d_k, Tensor d_
   const char* op = "attention_backward (flash)";
   DeviceGuard guard(be.index());
   FlashGeom g = make_flash_geom(d, spec, q, k, v, stats, op);
-  g.o = rows_view(out, op, "out");
-  g.dout = rows_view(d_out, op, "d_out");
-  g.dq = rows_view(d_q, op, "d_q");
-  g.dk = rows_view(d_k, op, "d_k");
-  g.dv = rows_view(d_v, op, "d_v");
+  g.o = head_rows(out, op, "out");
+  g.dout = head_rows(d_out, op, "d_out");
+  g.dq = head_rows(d_q, op, "d_q");
+  g.dk = head_rows(d_k, op, "d_k");
+  g.dv = head_rows(d_v, op, "d_v");
   g.D = static_cast<float*>(
       be.scratch(CudaBackend::ScratchSlot::attention_fast, sizeof(float) * size_t(std::max<int64_t>(d.B * d.H * d.T, 1))));
   if (d.B * d.H * d.T > 0)

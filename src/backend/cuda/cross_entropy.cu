@@ -18,8 +18,8 @@ namespace {
 
 constexpr int kCeThreads = 512;  // a power of two (tree reduction)
 
-__global__ void cross_entropy_kernel(float* losses, int64_t loss_stride, float* d_logits, DevRows rd,
-                                     const float* logits, DevRows rx, const int32_t* targets, int64_t target_stride,
+__global__ void cross_entropy_kernel(float* losses, int64_t loss_stride, float* d_logits, TensorRows rd,
+                                     const float* logits, TensorRows rx, const int32_t* targets, int64_t target_stride,
                                      int64_t V, int ignore_index, float grad_scale,
                                      unsigned long long* error_word) {
   __shared__ float s_max[kCeThreads];
@@ -78,7 +78,7 @@ void CudaBackend::cross_entropy(Tensor losses, Tensor d_logits, Tensor logits, T
   check_dtype(targets, DType::i32, op, "targets");
   check_device_f32(*this, losses, op, "losses");
   check_shape(losses, {N}, op, "losses");
-  DevRows rx = rows_of(logits, op, "logits"), rd;
+  TensorRows rx = rows_of(logits, op, "logits"), rd;
   if (d_logits.defined()) {
     check_device_f32(*this, d_logits, op, "d_logits");
     check_shape(d_logits, {N, V}, op, "d_logits");

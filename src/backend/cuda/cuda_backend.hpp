@@ -59,46 +59,10 @@ class CudaBackend final : public Backend {
   void deallocate(void* ptr) override;
   void synchronize() override;
 
-  void fill(Tensor out, double value) override;
-  void copy(Tensor dst, Tensor src) override;
-  void add(Tensor out, Tensor a, Tensor b) override;
-  void accumulate(Tensor dst, Tensor src, double alpha) override;
-  void scale(Tensor x, double factor) override;
-  double sum_squares(Tensor x) override;
-  double max_abs(Tensor x) override;
-  void column_sum(Tensor out, Tensor in, bool accumulate) override;
-  void fill_normal(Tensor out, uint64_t seed, uint64_t stream, double mean, double std) override;
-  void fill_uniform(Tensor out, uint64_t seed, uint64_t stream, double low, double high) override;
-  void activation_forward(Tensor out, Tensor in, Activation act) override;
-  void activation_backward(Tensor d_in, Tensor d_out, Tensor in, Activation act) override;
-  void gated_forward(Tensor out, Tensor gate, Tensor up, Activation act) override;
-  void gated_backward(Tensor d_gate, Tensor d_up, Tensor d_out, Tensor gate, Tensor up, Activation act) override;
-  void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& s) override;
-  // linear.cu
-  void linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bias) override;
-  void linear_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, Tensor d_out, Tensor in, Tensor weight) override;
-  void matmul(Tensor out, Tensor a, Tensor b, bool transpose_a, bool transpose_b, double alpha, double beta) override;
-  // embedding.cu
-  void embedding_forward(Tensor out, Tensor ids, Tensor table) override;
-  void embedding_backward(Tensor d_table, Tensor d_out, Tensor ids) override;
-  // norms.cu
-  void rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor weight, double eps) override;
-  void rmsnorm_backward(Tensor d_in, Tensor d_weight, Tensor d_out, Tensor in, Tensor weight, Tensor rstd) override;
-  void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight, Tensor bias, double eps) override;
-  void layernorm_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, Tensor d_out, Tensor in, Tensor weight,
-                          Tensor mean, Tensor rstd) override;
-  // rope.cu
-  void rope_forward(Tensor out, Tensor x, Tensor positions, const RopeConfig& cfg) override;
-  void rope_backward(Tensor d_x, Tensor d_out, Tensor positions, const RopeConfig& cfg) override;
-  // cross_entropy.cu
-  void cross_entropy(Tensor losses, Tensor d_logits, Tensor logits, Tensor targets, int ignore_index,
-                     double grad_scale) override;
-  // attention.cu
-  void attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec,
-                         Tensor probs) override;
-  void attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, Tensor k, Tensor v, Tensor out,
-                          Tensor stats, const AttentionSpec& spec) override;
-  void attention_probs(Tensor probs, Tensor q, Tensor k, const AttentionSpec& spec) override;
+  // The ops of op_list.hpp's OP lines (the files named there); the CPU_ONLY_OP ones keep the Backend
+  // default, which throws "no <op> kernel".
+  SINKLAB_OPS(SINKLAB_OP_OVERRIDE, SINKLAB_OP_INHERITED)
+
   // ---- state shared by the op files (cuda_backend.cu) ----
   // Grow-only device scratch buffers, one per use, so that no allocation happens once the shapes of a
   // training step have been seen. Growing waits for the stream (queued work may still read the old

@@ -10,23 +10,23 @@ namespace sinklab::cuda {
 
 namespace {
 
-__global__ void activation_forward_kernel(float* out, DevRows ro, const float* in, DevRows ri, Activation act) {
+__global__ void activation_forward_kernel(float* out, TensorRows ro, const float* in, TensorRows ri, Activation act) {
   SL_GRID_LOOP(i, ro.numel) out[ro.offset(i)] = math::activate(act, in[ri.offset(i)]);
 }
 
-__global__ void activation_backward_kernel(float* d_in, DevRows rdi, const float* d_out, DevRows rdo,
-                                           const float* in, DevRows ri, Activation act) {
+__global__ void activation_backward_kernel(float* d_in, TensorRows rdi, const float* d_out, TensorRows rdo,
+                                           const float* in, TensorRows ri, Activation act) {
   SL_GRID_LOOP(i, rdi.numel) d_in[rdi.offset(i)] = d_out[rdo.offset(i)] * math::activate_grad(act, in[ri.offset(i)]);
 }
 
-__global__ void gated_forward_kernel(float* out, DevRows ro, const float* gate, DevRows rg, const float* up,
-                                     DevRows ru, Activation act) {
+__global__ void gated_forward_kernel(float* out, TensorRows ro, const float* gate, TensorRows rg, const float* up,
+                                     TensorRows ru, Activation act) {
   SL_GRID_LOOP(i, ro.numel) out[ro.offset(i)] = math::activate(act, gate[rg.offset(i)]) * up[ru.offset(i)];
 }
 
 // d_gate = d_out * up * act'(gate);  d_up = d_out * act(gate). Either output may be absent (nullptr).
-__global__ void gated_backward_kernel(float* d_gate, DevRows rdg, float* d_up, DevRows rdu, const float* d_out,
-                                      DevRows rdo, const float* gate, DevRows rg, const float* up, DevRows ru,
+__global__ void gated_backward_kernel(float* d_gate, TensorRows rdg, float* d_up, TensorRows rdu, const float* d_out,
+                                      TensorRows rdo, const float* gate, TensorRows rg, const float* up, TensorRows ru,
                                       Activation act, int64_t n) {
   SL_GRID_LOOP(i, n) {
     float g = gate[rg.offset(i)];
@@ -37,8 +37,8 @@ __global__ void gated_backward_kernel(float* d_gate, DevRows rdg, float* d_up, D
   }
 }
 
-__global__ void adamw_kernel(float* param, DevRows rp, const float* grad, DevRows rg, float* m, DevRows rm,
-                             float* v, DevRows rv, math::AdamWConstants c) {
+__global__ void adamw_kernel(float* param, TensorRows rp, const float* grad, TensorRows rg, float* m, TensorRows rm,
+                             float* v, TensorRows rv, math::AdamWConstants c) {
   SL_GRID_LOOP(i, rp.numel) {
     float p = param[rp.offset(i)];
     float mi = m[rm.offset(i)];
@@ -57,7 +57,7 @@ void CudaBackend::activation_forward(Tensor out, Tensor in, Activation act) {
   check_same_shape(out, in, op, "out", "in");
   check_device_f32(*this, out, op, "out");
   check_device_f32(*this, in, op, "in");
-  DevRows ro = rows_of(out, op, "out"), ri = rows_of(in, op, "in");
+  TensorRows ro = rows_of(out, op, "out"), ri = rows_of(in, op, "in");
   if (ro.numel == 0) return;
   DeviceGuard guard(index_);
   activation_forward_kernel<<<grid_for(ro.numel), kThreads, 0, stream_>>>(out.ptr<float>(), ro, in.ptr<float>(), ri, act);
@@ -71,7 +71,7 @@ void CudaBackend::activation_backward(Tensor d_in, Tensor d_out, Tensor in, Acti
   check_device_f32(*this, d_in, op, "d_in");
   check_device_f32(*this, d_out, op, "d_out");
   check_device_f32(*this, in, op, "in");
-  DevRows rdi = rows_of(d_in, op, "d_in"), rdo = rows_of(d_out, op, "d_out"), ri = rows_of(in, op, "in");
+  TensorRows rdi = rows_of(d_in, op, "d_in"), rdo = rows_of(d_out, op, "d_out"), ri = rows_of(in, op, "in");
   if (rdi.numel == 0) return;
   DeviceGuard guard(index_);
   activation_backward_kernel<<<grid_for(rdi.numel), kThreads, 0, stream_>>>(d_in.ptr<float>(), rdi, d_out.ptr<float>(),
@@ -86,7 +86,7 @@ void CudaBackend::gated_forward(Tensor out, Tensor gate, Tensor up, Activation a
   check_device_f32(*this, out, op, "out");
   check_device_f32(*this, gate, op, "gate");
   check_device_f32(*this, up, op, "up");
-  DevRows ro = rows_of(out, op, "out"), rg = rows_of(gate, op, "gate"), ru = rows_of(up, op, "up");
+  TensorRows ro = rows_of(out, op, "out"), rg = rows_of(gate, op, "gate"), ru = rows_of(up, op, "up");
   if (ro.numel == 0) return;
   DeviceGuard guard(index_);
   gated_forward_kernel<<<grid_for(ro.numel), kThreads, 0, stream_>>>(out.ptr<float>(), ro, gate.ptr<float>(), rg,
@@ -101,7 +101,7 @@ void CudaBackend::gated_backward(Tensor d_gate, Tensor d_up, Tensor d_out, Tenso
   check_device_f32(*this, d_out, op, "d_out");
   check_device_f32(*this, gate, op, "gate");
   check_device_f32(*this, up, op, "up");
-  DevRows rdg, rdu;
+  TensorRows rdg, rdu;
   if (d_gate.defined()) {
     check_same_shape(d_gate, gate, op, "d_gate", "gate");
     check_device_f32(*this, d_gate, op, "d_gate");
@@ -112,7 +112,7 @@ void CudaBackend::gated_backward(Tensor d_gate, Tensor d_up, Tensor d_out, Tenso
     check_device_f32(*this, d_up, op, "d_up");
     rdu = rows_of(d_up, op, "d_up");
   }
-  DevRows rdo = rows_of(d_out, op, "d_out"), rg = rows_of(gate, op, "gate"), ru = rows_of(up, op, "up");
+  TensorRows rdo = rows_of(d_out, op, "d_out"), rg = rows_of(gate, op, "gate"), ru = rows_of(up, op, "up");
   const int64_t n = rg.numel;
   if (n == 0 || (!d_gate.defined() && !d_up.defined())) return;
   DeviceGuard guard(index_);
@@ -132,7 +132,7 @@ void CudaBackend::adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, co
   check_device_f32(*this, m, op, "m");
   check_device_f32(*this, v, op, "v");
   SL_CHECK(s.step >= 1, "%s: step must be >= 1 (got %lld)", op, (long long)s.step);
-  DevRows rp = rows_of(param, op, "param"), rg = rows_of(grad, op, "grad"), rm = rows_of(m, op, "m"),
+  TensorRows rp = rows_of(param, op, "param"), rg = rows_of(grad, op, "grad"), rm = rows_of(m, op, "m"),
           rv = rows_of(v, op, "v");
   if (rp.numel == 0) return;
   // Step-level constants, once per call on the host (in double, then rounded to the f32 the math uses).

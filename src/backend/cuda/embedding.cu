@@ -25,7 +25,7 @@ __device__ void record_bad_id(unsigned long long* error_word, int64_t position, 
 // out[n, :] = table[ids[n], :]. One block per row (grid-stride), threads across the row: a pure gather,
 // moving words of the storage type (f32 or bf16: no arithmetic).
 template <class W>
-__global__ void embedding_forward_kernel(W* out, DevRows ro, const int32_t* ids, const W* table, DevRows rt,
+__global__ void embedding_forward_kernel(W* out, TensorRows ro, const int32_t* ids, const W* table, TensorRows rt,
                                          int64_t vocab, unsigned long long* error_word) {
   for (int64_t n = blockIdx.x; n < ro.rows; n += gridDim.x) {
     const int32_t id = ids[n];
@@ -51,7 +51,7 @@ __global__ void embedding_keys_kernel(uint32_t* keys, uint32_t* rows, const int3
 
 // One block per bucket head p (the first sorted position of an id): d_table[id, c] += d_out[row, c] for
 // the bucket's rows in row order. Blocks at other positions return at once.
-__global__ void embedding_backward_kernel(float* d_table, DevRows rt, const float* d_out, DevRows rg,
+__global__ void embedding_backward_kernel(float* d_table, TensorRows rt, const float* d_out, TensorRows rg,
                                           const uint32_t* sorted_ids, const uint32_t* sorted_rows, int64_t n_rows,
                                           int64_t vocab) {
   for (int64_t p = blockIdx.x; p < n_rows; p += gridDim.x) {
@@ -94,7 +94,7 @@ void CudaBackend::embedding_forward(Tensor out, Tensor ids, Tensor table) {
            op, dtype_name(out.dtype));
   check_device(*this, out, op, "out");
   check_device(*this, table, op, "table");
-  DevRows ro = rows_of(out, op, "out"), rt = rows_of(table, op, "table");
+  TensorRows ro = rows_of(out, op, "out"), rt = rows_of(table, op, "table");
   SL_CHECK(ro.cols == rt.cols, "%s: out %s and table %s differ in width", op, out.shape_str().c_str(),
            table.shape_str().c_str());
   check_ids(*this, ids, ro.rows, op);
@@ -119,7 +119,7 @@ void CudaBackend::embedding_backward(Tensor d_table, Tensor d_out, Tensor ids) {
   SL_CHECK(d_table.ndim == 2, "%s: d_table must be [V,d], got %s", op, d_table.shape_str().c_str());
   check_device_f32(*this, d_table, op, "d_table");
   check_device_f32(*this, d_out, op, "d_out");
-  DevRows rg = rows_of(d_out, op, "d_out"), rt = rows_of(d_table, op, "d_table");
+  TensorRows rg = rows_of(d_out, op, "d_out"), rt = rows_of(d_table, op, "d_table");
   SL_CHECK(rg.cols == rt.cols, "%s: d_out %s and d_table %s differ in width", op, d_out.shape_str().c_str(),
            d_table.shape_str().c_str());
   check_ids(*this, ids, rg.rows, op);

@@ -224,19 +224,6 @@ void gemm(CudaBackend& be, const RowMajorGemm& g) {
 
 // ---- operand checks ------------------------------------------------------------------------------------
 
-// A tensor [*, cols] as a row-major matrix: its leading dimensions must collapse into one row stride
-// (the CPU's as_matrix).
-struct Mat {
-  void* ptr = nullptr;
-  int64_t rows = 0, cols = 0, ld = 1;
-};
-
-Mat as_matrix(const Tensor& t, const char* op, const char* arg) {
-  SL_CHECK(t.ndim >= 1, "%s: %s must have at least one dimension", op, arg);
-  const DevRows r = rows_of(t, op, arg);
-  return Mat{t.data, r.rows, r.cols, collapsed_row_stride(r, t, op, arg)};
-}
-
 void check_here(const CudaBackend& be, const Tensor& t, const char* op, const char* arg) {
   SL_CHECK(t.device.is_cuda() && t.device.index == be.index(), "%s: %s is on %s, expected %s", op, arg,
            t.device.name().c_str(), be.name());
@@ -257,7 +244,7 @@ void check_output(const Tensor& out, const char* arg, DType input_dt, const char
            dtype_name(input_dt), input_dt == DType::bf16 ? " or bf16" : "");
 }
 
-GemmOperand operand(const Mat& m, DType dt) { return GemmOperand{m.ptr, dt, m.ld, 0}; }
+GemmOperand operand(const MatrixView& m, DType dt) { return GemmOperand{m.ptr, dt, m.ld, 0}; }
 
 // d_bias[c] += sum over rows of d_out[r, c] (f32 or bf16 d_out).
 struct BiasGradTerm {
@@ -275,7 +262,7 @@ struct BiasGradTerm {
 void CudaBackend::linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bias) {
   const char* op = "linear_forward";
   for (const Tensor* t : {&out, &in, &weight}) check_here(*this, *t, op, t == &out ? "out" : t == &in ? "in" : "weight");
-  Mat x = as_matrix(in, op, "in"), w = as_matrix(weight, op, "weight"), y = as_matrix(out, op, "out");
+  MatrixView x = as_matrix(in, op, "in"), w = as_matrix(weight, op, "weight"), y = as_matrix(out, op, "out");
   SL_CHECK(weight.ndim == 2, "linear_forward: weight must be [N,K], got %s", weight.shape_str().c_str());
   const int64_t M = x.rows, K = x.cols, N = w.rows;
   SL_CHECK(w.cols == K, "linear_forward: in %s and weight %s disagree on K", in.shape_str().c_str(),
@@ -313,7 +300,7 @@ void CudaBackend::linear_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, T
                                   Tensor weight) {
   const char* op = "linear_backward";
   check_here(*this, d_out, op, "d_out");
-  Mat dy = as_matrix(d_out, op, "d_out");
+  MatrixView dy = as_matrix(d_out, op, "d_out");
   const int64_t M = dy.rows, N = dy.cols;
   SL_CHECK(d_out.dtype == DType::f32 || d_out.dtype == DType::bf16,
            "%s: d_out has dtype %s; the CUDA matmuls take f32 or bf16 inputs", op, dtype_name(d_out.dtype));
@@ -321,7 +308,7 @@ void CudaBackend::linear_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, T
   if (d_in.defined()) {
     check_here(*this, d_in, op, "d_in");
     check_here(*this, weight, op, "weight");
-    Mat w = as_matrix(weight, op, "weight"), dx = as_matrix(d_in, op, "d_in");
+    MatrixView w = as_matrix(weight, op, "weight"), dx = as_matrix(d_in, op, "d_in");
     SL_CHECK(weight.ndim == 2 && w.rows == N, "linear_backward: weight %s does not match d_out %s",
              weight.shape_str().c_str(), d_out.shape_str().c_str());
     SL_CHECK(dx.rows == M && dx.cols == w.cols, "linear_backward: d_in %s, expected [%lld rows, %lld]",
@@ -340,7 +327,7 @@ void CudaBackend::linear_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, T
   if (d_weight.defined()) {
     check_here(*this, d_weight, op, "d_weight");
     check_here(*this, in, op, "in");
-    Mat x = as_matrix(in, op, "in"), dw = as_matrix(d_weight, op, "d_weight");
+    MatrixView x = as_matrix(in, op, "in"), dw = as_matrix(d_weight, op, "d_weight");
     SL_CHECK(x.rows == M, "linear_backward: in %s and d_out %s differ in rows", in.shape_str().c_str(),
              d_out.shape_str().c_str());
     SL_CHECK(d_weight.ndim == 2 && dw.rows == N && dw.cols == x.cols,

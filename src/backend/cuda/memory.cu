@@ -14,30 +14,30 @@ namespace {
 
 // ---- kernels -----------------------------------------------------------------------------------------
 
-__global__ void fill_kernel(void* out, DType dt, DevRows ro, double value) {
+__global__ void fill_kernel(void* out, DType dt, TensorRows ro, double value) {
   SL_GRID_LOOP(i, ro.numel) store_from_double(out, dt, ro.offset(i), value);
 }
 
 // Same dtype: moves the bits (no NaN canonicalisation, as the CPU's memcpy).
 template <class W>
-__global__ void copy_raw_kernel(W* dst, DevRows rd, const W* src, DevRows rs) {
+__global__ void copy_raw_kernel(W* dst, TensorRows rd, const W* src, TensorRows rs) {
   SL_GRID_LOOP(i, rd.numel) dst[rd.offset(i)] = src[rs.offset(i)];
 }
 
 // Different dtypes: through double, exactly as the CPU's load_as_double / store_from_double.
-__global__ void convert_kernel(void* dst, DType ddt, DevRows rd, const void* src, DType sdt, DevRows rs) {
+__global__ void convert_kernel(void* dst, DType ddt, TensorRows rd, const void* src, DType sdt, TensorRows rs) {
   SL_GRID_LOOP(i, rd.numel) store_from_double(dst, ddt, rd.offset(i), load_as_double(src, sdt, rs.offset(i)));
 }
 
-__global__ void add_kernel(float* out, DevRows ro, const float* a, DevRows ra, const float* b, DevRows rb) {
+__global__ void add_kernel(float* out, TensorRows ro, const float* a, TensorRows ra, const float* b, TensorRows rb) {
   SL_GRID_LOOP(i, ro.numel) out[ro.offset(i)] = a[ra.offset(i)] + b[rb.offset(i)];
 }
 
-__global__ void accumulate_kernel(float* dst, DevRows rd, const float* src, DevRows rs, float alpha) {
+__global__ void accumulate_kernel(float* dst, TensorRows rd, const float* src, TensorRows rs, float alpha) {
   SL_GRID_LOOP(i, rd.numel) dst[rd.offset(i)] += alpha * src[rs.offset(i)];
 }
 
-__global__ void scale_kernel(float* x, DevRows rx, float factor) {
+__global__ void scale_kernel(float* x, TensorRows rx, float factor) {
   SL_GRID_LOOP(i, rx.numel) x[rx.offset(i)] *= factor;
 }
 
@@ -65,7 +65,7 @@ __device__ double block_reduce(double v, bool max_abs) {
   return shared[0];
 }
 
-__global__ void reduce_partial_kernel(const float* x, DevRows rx, bool max_abs, double* partials) {
+__global__ void reduce_partial_kernel(const float* x, TensorRows rx, bool max_abs, double* partials) {
   double s = 0.0;
   SL_GRID_LOOP(i, rx.numel) {
     double v = x[rx.offset(i)];
@@ -86,7 +86,8 @@ __global__ void reduce_partials_kernel(const double* partials, int n, bool max_a
 // out[o, c] (= or +=) sum over l < L of in[l*O + o, c]. One thread per output element, summing its L
 // rows in order in double, as the CPU backend does: the two agree bit for bit. Neighbouring threads
 // read neighbouring columns of a row (coalesced). The sums it serves (bias gradients) are small.
-__global__ void column_sum_kernel(float* out, DevRows ro, const float* in, DevRows ri, int64_t L, bool accumulate) {
+__global__ void column_sum_kernel(float* out, TensorRows ro, const float* in, TensorRows ri, int64_t L,
+                                  bool accumulate) {
   SL_GRID_LOOP(i, ro.numel) {
     const int64_t o = i / ro.cols, c = i - o * ro.cols;
     double sum = 0.0;
@@ -96,14 +97,14 @@ __global__ void column_sum_kernel(float* out, DevRows ro, const float* in, DevRo
   }
 }
 
-__global__ void fill_normal_kernel(void* out, DType dt, DevRows ro, uint64_t seed, uint64_t stream,
+__global__ void fill_normal_kernel(void* out, DType dt, TensorRows ro, uint64_t seed, uint64_t stream,
                                    double mean, double std) {
   SL_GRID_LOOP(i, ro.numel) {
     store_from_double(out, dt, ro.offset(i), mean + std * double(philox_normal(seed, stream, uint64_t(i))));
   }
 }
 
-__global__ void fill_uniform_kernel(void* out, DType dt, DevRows ro, uint64_t seed, uint64_t stream,
+__global__ void fill_uniform_kernel(void* out, DType dt, TensorRows ro, uint64_t seed, uint64_t stream,
                                     double low, double high) {
   SL_GRID_LOOP(i, ro.numel) {
     double u = double(philox_uniform(seed, stream, uint64_t(i)));
@@ -131,13 +132,13 @@ class Scratch {
 };
 
 // Copies between a row layout and a dense buffer of the same dtype on the host.
-void pack_host_rows(void* dense, const Tensor& t, const DevRows& r) {
+void pack_host_rows(void* dense, const Tensor& t, const TensorRows& r) {
   const size_t es = size_t(dtype_size(t.dtype)), row_bytes = size_t(r.cols) * es;
   for (int64_t row = 0; row < r.rows; ++row)
     std::memcpy(static_cast<char*>(dense) + size_t(row) * row_bytes,
                 static_cast<const char*>(t.data) + size_t(r.offset(row * r.cols)) * es, row_bytes);
 }
-void unpack_host_rows(const Tensor& t, const DevRows& r, const void* dense) {
+void unpack_host_rows(const Tensor& t, const TensorRows& r, const void* dense) {
   const size_t es = size_t(dtype_size(t.dtype)), row_bytes = size_t(r.cols) * es;
   for (int64_t row = 0; row < r.rows; ++row)
     std::memcpy(static_cast<char*>(t.data) + size_t(r.offset(row * r.cols)) * es,
@@ -145,7 +146,7 @@ void unpack_host_rows(const Tensor& t, const DevRows& r, const void* dense) {
 }
 
 // Device-to-device copy of same-shaped layouts on the current device (dtype conversion if needed).
-void launch_copy(void* dst, DType ddt, const DevRows& rd, const void* src, DType sdt, const DevRows& rs,
+void launch_copy(void* dst, DType ddt, const TensorRows& rd, const void* src, DType sdt, const TensorRows& rs,
                  cudaStream_t stream) {
   const int64_t n = rd.numel;
   if (n == 0) return;
@@ -175,8 +176,8 @@ void launch_copy(void* dst, DType ddt, const DevRows& rd, const void* src, DType
   CUDA_CHECK_LAUNCH("convert");
 }
 
-DevRows dense_rows(int64_t n) {
-  DevRows r;
+TensorRows dense_rows(int64_t n) {
+  TensorRows r;
   r.numel = n;
   r.rows = 1;
   r.cols = n;
@@ -190,7 +191,7 @@ DevRows dense_rows(int64_t n) {
 
 void CudaBackend::fill(Tensor out, double value) {
   check_device(*this, out, "fill", "out");
-  DevRows ro = rows_of(out, "fill", "out");
+  TensorRows ro = rows_of(out, "fill", "out");
   if (ro.numel == 0) return;
   DeviceGuard guard(index_);
   fill_kernel<<<grid_for(ro.numel), kThreads, 0, stream_>>>(out.data, out.dtype, ro, value);
@@ -199,7 +200,7 @@ void CudaBackend::fill(Tensor out, double value) {
 
 void CudaBackend::copy(Tensor dst, Tensor src) {
   check_same_shape(dst, src, "copy", "dst", "src");
-  DevRows rd = rows_of(dst, "copy", "dst"), rs = rows_of(src, "copy", "src");
+  TensorRows rd = rows_of(dst, "copy", "dst"), rs = rows_of(src, "copy", "src");
   const int64_t n = rd.numel;
   const bool dst_here = dst.device.is_cuda() && dst.device.index == index_;
   const bool src_here = src.device.is_cuda() && src.device.index == index_;
@@ -277,7 +278,7 @@ void CudaBackend::add(Tensor out, Tensor a, Tensor b) {
   check_device_f32(*this, out, "add", "out");
   check_device_f32(*this, a, "add", "a");
   check_device_f32(*this, b, "add", "b");
-  DevRows ro = rows_of(out, "add", "out"), ra = rows_of(a, "add", "a"), rb = rows_of(b, "add", "b");
+  TensorRows ro = rows_of(out, "add", "out"), ra = rows_of(a, "add", "a"), rb = rows_of(b, "add", "b");
   if (ro.numel == 0) return;
   DeviceGuard guard(index_);
   add_kernel<<<grid_for(ro.numel), kThreads, 0, stream_>>>(out.ptr<float>(), ro, a.ptr<float>(), ra,
@@ -289,7 +290,7 @@ void CudaBackend::accumulate(Tensor dst, Tensor src, double alpha) {
   check_same_shape(dst, src, "accumulate", "dst", "src");
   check_device_f32(*this, dst, "accumulate", "dst");
   check_device_f32(*this, src, "accumulate", "src");
-  DevRows rd = rows_of(dst, "accumulate", "dst"), rs = rows_of(src, "accumulate", "src");
+  TensorRows rd = rows_of(dst, "accumulate", "dst"), rs = rows_of(src, "accumulate", "src");
   if (rd.numel == 0) return;
   DeviceGuard guard(index_);
   accumulate_kernel<<<grid_for(rd.numel), kThreads, 0, stream_>>>(dst.ptr<float>(), rd, src.ptr<float>(), rs,
@@ -299,7 +300,7 @@ void CudaBackend::accumulate(Tensor dst, Tensor src, double alpha) {
 
 void CudaBackend::scale(Tensor x, double factor) {
   check_device_f32(*this, x, "scale", "x");
-  DevRows rx = rows_of(x, "scale", "x");
+  TensorRows rx = rows_of(x, "scale", "x");
   if (rx.numel == 0) return;
   DeviceGuard guard(index_);
   scale_kernel<<<grid_for(rx.numel), kThreads, 0, stream_>>>(x.ptr<float>(), rx, float(factor));
@@ -311,7 +312,7 @@ double CudaBackend::max_abs(Tensor x) { return reduce_to_host(x, "max_abs", true
 
 double CudaBackend::reduce_to_host(Tensor x, const char* op, bool max_abs) {
   check_device_f32(*this, x, op, "x");
-  DevRows rx = rows_of(x, op, "x");
+  TensorRows rx = rows_of(x, op, "x");
   if (rx.numel == 0) return 0.0;
   DeviceGuard guard(index_);
   int64_t want = (rx.numel + kReduceThreads - 1) / kReduceThreads;
@@ -338,7 +339,7 @@ void CudaBackend::column_sum(Tensor out, Tensor in, bool accumulate) {
   const int64_t L = check_column_sum(out, in);
   check_device_f32(*this, out, op, "out");
   check_device_f32(*this, in, op, "in");
-  DevRows ro = rows_of(out, op, "out"), ri = rows_of(in, op, "in");
+  TensorRows ro = rows_of(out, op, "out"), ri = rows_of(in, op, "in");
   if (ro.numel == 0) return;
   DeviceGuard guard(index_);
   column_sum_kernel<<<grid_for(ro.numel), kThreads, 0, stream_>>>(out.ptr<float>(), ro, in.ptr<float>(), ri, L,
@@ -348,7 +349,7 @@ void CudaBackend::column_sum(Tensor out, Tensor in, bool accumulate) {
 
 void CudaBackend::fill_normal(Tensor out, uint64_t seed, uint64_t stream, double mean, double std) {
   check_device(*this, out, "fill_normal", "out");
-  DevRows ro = rows_of(out, "fill_normal", "out");
+  TensorRows ro = rows_of(out, "fill_normal", "out");
   if (ro.numel == 0) return;
   DeviceGuard guard(index_);
   fill_normal_kernel<<<grid_for(ro.numel), kThreads, 0, stream_>>>(out.data, out.dtype, ro, seed, stream, mean, std);
@@ -357,7 +358,7 @@ void CudaBackend::fill_normal(Tensor out, uint64_t seed, uint64_t stream, double
 
 void CudaBackend::fill_uniform(Tensor out, uint64_t seed, uint64_t stream, double low, double high) {
   check_device(*this, out, "fill_uniform", "out");
-  DevRows ro = rows_of(out, "fill_uniform", "out");
+  TensorRows ro = rows_of(out, "fill_uniform", "out");
   if (ro.numel == 0) return;
   DeviceGuard guard(index_);
   fill_uniform_kernel<<<grid_for(ro.numel), kThreads, 0, stream_>>>(out.data, out.dtype, ro, seed, stream, low, high);

@@ -39,7 +39,7 @@ __device__ double block_sum(double v, double* shared) {
   return shared[0];
 }
 
-__global__ void rmsnorm_forward_kernel(float* out, DevRows ro, float* rstd, const float* in, DevRows ri,
+__global__ void rmsnorm_forward_kernel(float* out, TensorRows ro, float* rstd, const float* in, TensorRows ri,
                                        const float* w, double eps) {
   __shared__ double shared[32];
   const int64_t d = ri.cols;
@@ -57,8 +57,8 @@ __global__ void rmsnorm_forward_kernel(float* out, DevRows ro, float* rstd, cons
 }
 
 // dx = r g w - r^3 x (sum_j g_j w_j x_j) / d   (norm_math.hpp rms_dx), in double.
-__global__ void rmsnorm_backward_kernel(float* d_in, DevRows rd, const float* d_out, DevRows rg, const float* in,
-                                        DevRows ri, const float* w, const float* rstd) {
+__global__ void rmsnorm_backward_kernel(float* d_in, TensorRows rd, const float* d_out, TensorRows rg, const float* in,
+                                        TensorRows ri, const float* w, const float* rstd) {
   __shared__ double shared[32];
   const int64_t d = ri.cols;
   for (int64_t row = blockIdx.x; row < ri.rows; row += gridDim.x) {
@@ -74,8 +74,8 @@ __global__ void rmsnorm_backward_kernel(float* d_in, DevRows rd, const float* d_
   }
 }
 
-__global__ void layernorm_forward_kernel(float* out, DevRows ro, float* mean, float* rstd, const float* in,
-                                         DevRows ri, const float* w, const float* b, double eps) {
+__global__ void layernorm_forward_kernel(float* out, TensorRows ro, float* mean, float* rstd, const float* in,
+                                         TensorRows ri, const float* w, const float* b, double eps) {
   __shared__ double shared[32];
   const int64_t d = ri.cols;
   for (int64_t row = blockIdx.x; row < ri.rows; row += gridDim.x) {
@@ -100,8 +100,9 @@ __global__ void layernorm_forward_kernel(float* out, DevRows ro, float* mean, fl
 }
 
 // dx = r (gh - mean(gh) - xh mean(gh xh)), gh = g w, xh = (x - mu) r   (norm_math.hpp ln_dx), in double.
-__global__ void layernorm_backward_kernel(float* d_in, DevRows rd, const float* d_out, DevRows rg, const float* in,
-                                          DevRows ri, const float* w, const float* mean, const float* rstd) {
+__global__ void layernorm_backward_kernel(float* d_in, TensorRows rd, const float* d_out, TensorRows rg,
+                                          const float* in, TensorRows ri, const float* w, const float* mean,
+                                          const float* rstd) {
   __shared__ double shared[32];
   const int64_t d = ri.cols;
   for (int64_t row = blockIdx.x; row < ri.rows; row += gridDim.x) {
@@ -128,9 +129,9 @@ __global__ void layernorm_backward_kernel(float* d_in, DevRows rd, const float* 
 struct RmsWeightGradTerm {
   static constexpr int kTerms = 1;
   const float* g;
-  DevRows rg;
+  TensorRows rg;
   const float* x;
-  DevRows rx;
+  TensorRows rx;
   const float* rstd;
   __device__ void operator()(int64_t r, int64_t c, double* v) const {
     v[0] = math::rms_dw_term(double(g[rg.offset(r * rg.cols) + c]), double(x[rx.offset(r * rx.cols) + c]),
@@ -142,9 +143,9 @@ struct RmsWeightGradTerm {
 struct LnParamGradTerm {
   static constexpr int kTerms = 2;
   const float* g;
-  DevRows rg;
+  TensorRows rg;
   const float* x;
-  DevRows rx;
+  TensorRows rx;
   const float* mean;
   const float* rstd;
   __device__ void operator()(int64_t r, int64_t c, double* v) const {
@@ -159,27 +160,11 @@ unsigned row_grid(int64_t rows) {
   return unsigned(rows < 1 ? 1 : (rows < cap ? rows : cap));
 }
 
-// A per-row statistic (rstd, mean): f32 on this device, contiguous, one element per row.
-void check_stat(const CudaBackend& be, const Tensor& s, int64_t rows, const char* op, const char* arg) {
-  SL_CHECK(s.defined(), "%s: %s is required", op, arg);
-  check_device_f32(be, s, op, arg);
-  SL_CHECK(s.is_contiguous() && s.numel() == rows, "%s: %s %s must be contiguous with one element per row (%lld)", op,
-           arg, s.shape_str().c_str(), (long long)rows);
-}
-
-// A parameter vector [d] (weight, bias, or their gradients); undefined is allowed (absent).
-void check_param(const CudaBackend& be, const Tensor& p, int64_t d, const char* op, const char* arg) {
-  if (!p.defined()) return;
-  check_device_f32(be, p, op, arg);
-  SL_CHECK(p.ndim == 1 && p.shape[0] == d && p.stride[0] == 1, "%s: %s %s must be contiguous [%lld]", op, arg,
-           p.shape_str().c_str(), (long long)d);
-}
-
 const float* ptr_or_null(const Tensor& t) { return t.defined() ? t.ptr<float>() : nullptr; }
 
 // The rows of a backward's optional d_in (checked like in; empty when d_in is undefined).
-DevRows grad_rows(const CudaBackend& be, const Tensor& d_in, const Tensor& in, const char* op) {
-  if (!d_in.defined()) return DevRows{};
+TensorRows grad_rows(const CudaBackend& be, const Tensor& d_in, const Tensor& in, const char* op) {
+  if (!d_in.defined()) return TensorRows{};
   check_same_shape(d_in, in, op, "d_in", "in");
   check_device_f32(be, d_in, op, "d_in");
   return rows_of(d_in, op, "d_in");
@@ -194,9 +179,9 @@ void CudaBackend::rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor wei
   check_same_shape(out, in, op, "out", "in");
   check_device_f32(*this, out, op, "out");
   check_device_f32(*this, in, op, "in");
-  DevRows ri = rows_of(in, op, "in"), ro = rows_of(out, op, "out");
-  check_stat(*this, rstd, ri.rows, op, "rstd");
-  check_param(*this, weight, ri.cols, op, "weight");
+  TensorRows ri = rows_of(in, op, "in"), ro = rows_of(out, op, "out");
+  check_norm_operands(op, ri, {{rstd, "rstd"}}, {{weight, "weight"}},
+                      [&](const Tensor& t, const char* arg) { check_device_f32(*this, t, op, arg); });
   if (ri.rows == 0 || ri.cols == 0) return;
   DeviceGuard guard(index_);
   rmsnorm_forward_kernel<<<row_grid(ri.rows), norm_threads(ri.cols), 0, stream_>>>(
@@ -212,12 +197,11 @@ void CudaBackend::rmsnorm_backward(Tensor d_in, Tensor d_weight, Tensor d_out, T
   check_same_shape(d_out, in, op, "d_out", "in");
   check_device_f32(*this, d_out, op, "d_out");
   check_device_f32(*this, in, op, "in");
-  DevRows ri = rows_of(in, op, "in"), rg = rows_of(d_out, op, "d_out");
-  check_stat(*this, rstd, ri.rows, op, "rstd");
-  check_param(*this, weight, ri.cols, op, "weight");
-  check_param(*this, d_weight, ri.cols, op, "d_weight");
+  TensorRows ri = rows_of(in, op, "in"), rg = rows_of(d_out, op, "d_out");
+  check_norm_operands(op, ri, {{rstd, "rstd"}}, {{weight, "weight"}, {d_weight, "d_weight"}},
+                      [&](const Tensor& t, const char* arg) { check_device_f32(*this, t, op, arg); });
   SL_CHECK(!d_weight.defined() || weight.defined(), "%s: d_weight given but there is no weight", op);
-  const DevRows rd = grad_rows(*this, d_in, in, op);
+  const TensorRows rd = grad_rows(*this, d_in, in, op);
   if (ri.cols == 0) return;
   DeviceGuard guard(index_);
   // Parameter gradient first: d_in may alias d_out.
@@ -240,11 +224,9 @@ void CudaBackend::layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor
   check_same_shape(out, in, op, "out", "in");
   check_device_f32(*this, out, op, "out");
   check_device_f32(*this, in, op, "in");
-  DevRows ri = rows_of(in, op, "in"), ro = rows_of(out, op, "out");
-  check_stat(*this, mean, ri.rows, op, "mean");
-  check_stat(*this, rstd, ri.rows, op, "rstd");
-  check_param(*this, weight, ri.cols, op, "weight");
-  check_param(*this, bias, ri.cols, op, "bias");
+  TensorRows ri = rows_of(in, op, "in"), ro = rows_of(out, op, "out");
+  check_norm_operands(op, ri, {{mean, "mean"}, {rstd, "rstd"}}, {{weight, "weight"}, {bias, "bias"}},
+                      [&](const Tensor& t, const char* arg) { check_device_f32(*this, t, op, arg); });
   if (ri.rows == 0 || ri.cols == 0) return;
   DeviceGuard guard(index_);
   layernorm_forward_kernel<<<row_grid(ri.rows), norm_threads(ri.cols), 0, stream_>>>(
@@ -261,14 +243,12 @@ void CudaBackend::layernorm_backward(Tensor d_in, Tensor d_weight, Tensor d_bias
   check_same_shape(d_out, in, op, "d_out", "in");
   check_device_f32(*this, d_out, op, "d_out");
   check_device_f32(*this, in, op, "in");
-  DevRows ri = rows_of(in, op, "in"), rg = rows_of(d_out, op, "d_out");
-  check_stat(*this, mean, ri.rows, op, "mean");
-  check_stat(*this, rstd, ri.rows, op, "rstd");
-  check_param(*this, weight, ri.cols, op, "weight");
-  check_param(*this, d_weight, ri.cols, op, "d_weight");
-  check_param(*this, d_bias, ri.cols, op, "d_bias");
+  TensorRows ri = rows_of(in, op, "in"), rg = rows_of(d_out, op, "d_out");
+  check_norm_operands(op, ri, {{mean, "mean"}, {rstd, "rstd"}},
+                      {{weight, "weight"}, {d_weight, "d_weight"}, {d_bias, "d_bias"}},
+                      [&](const Tensor& t, const char* arg) { check_device_f32(*this, t, op, arg); });
   SL_CHECK(!d_weight.defined() || weight.defined(), "%s: d_weight given but there is no weight", op);
-  const DevRows rd = grad_rows(*this, d_in, in, op);
+  const TensorRows rd = grad_rows(*this, d_in, in, op);
   if (ri.cols == 0) return;
   DeviceGuard guard(index_);
   // Parameter gradients first: d_in may alias d_out.

@@ -80,9 +80,4 @@ inline void check_device_f32(const CudaBackend&, const Tensor& t, const char* op
   SL_CHECK(t.device.is_cuda(), "%s: %s is on %s, expected cuda:0", op, arg, t.device.name().c_str());
   SL_CHECK(t.dtype == DType::f32, "%s: %s has dtype %s; the CUDA backend computes in f32 only", op, arg, dtype_name(t.dtype));
 }
-struct DevRows {};
-inline DevRows rows_of(const Tensor& t, const char* op, const char* arg) {
-  SL_CHECK(t.stride[t.ndim - 1] == 1 || t.shape[t.ndim - 1] == 1, "%s: the last dimension of %s must be contiguous", op, arg);
-  return {};
-}
 }  // namespace sinklab::cuda

@@ -169,12 +169,6 @@ class CudaBackend {
  private:
   std::vector<char> scratch_;
 };
-struct DevRows {};
-inline DevRows rows_of(const Tensor& t, const char* op, const char* arg) {
-  SL_CHECK(t.stride[t.ndim - 1] == 1 || t.shape[t.ndim - 1] == 1, "%s: the last dimension of %s must be contiguous",
-           op, arg);
-  return {};
-}
 void flash_attention_forward(CudaBackend& be, Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v,
                              const ops::AttentionSpec& spec, const AttentionDims& d);
 void flash_attention_backward(CudaBackend& be, Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, Tensor k,

@@ -1,6 +1,7 @@
 // What a probe sees of one transformer layer while a model runs forward: the trainable transformer
 // (model/) and every Hugging Face family (hf/) call a LayerObserver once per layer, and the
 // measurements (probe/) are written once against this struct. Views are valid only during the call.
+// The contract between the models and the probes, so it lives with the models (hf/ includes it from here).
 #pragma once
 
 #include <array>
