@@ -21,8 +21,8 @@ import numpy as np
 # older name no writer uses. Without one nothing is marked.
 PROXY_ATTRS = ("proxy_scores", "proxy")
 # Attributes worth printing next to a probed model's figures (provenance, quantisation).
-NOTE_ATTRS = ("quantization", "quantisation", "dtype", "model_type", "source", "model_dir", "checkpoint",
-              "intervention", "t", "note")
+NOTE_ATTRS = ("variant", "file_type", "quantization", "quantisation", "dtype", "model_type", "source", "model_dir",
+              "checkpoint", "intervention", "t", "note")
 DEFAULT_EPS = 0.3
 
 TRAIN_COLUMNS = ("step", "tokens", "loss", "lr", "grad_norm", "tokens_per_s")

@@ -109,7 +109,7 @@ def _bbm(a) -> int:
 def _gguf_import(a) -> int:
     from .gguf_import import import_gguf
 
-    cfg = import_gguf(a.gguf, a.out)
+    cfg = import_gguf(a.gguf, a.out, a.variant)
     types = ", ".join(f"{k} x{v}" for k, v in cfg["gguf_import"]["tensor_types"].items())
     print(f"gguf-import: wrote {a.out}: {cfg['num_hidden_layers']} layers, d_model {cfg['hidden_size']}, "
           f"{cfg['num_attention_heads']}/{cfg['num_key_value_heads']} heads, vocab {cfg['vocab_size']}, "
@@ -227,9 +227,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "corpus's literary domain) or a UTF-8 text file")
     s.set_defaults(func=_bbm)
 
-    s = sub.add_parser("gguf-import", help="GGUF (llama.cpp) Llama model -> HF model directory (float32)")
-    s.add_argument("gguf", help="the .gguf file (architecture llama, byte-level BPE tokenizer)")
+    s = sub.add_parser("gguf-import", help="GGUF (llama.cpp) llama / qwen2 / gemma3 model -> HF model directory "
+                                          "(float32)")
+    s.add_argument("gguf", help="the .gguf file (architecture llama, qwen2 or gemma3; byte-level BPE or "
+                                "SentencePiece tokenizer)")
     s.add_argument("-o", "--out", required=True, help="output model directory")
+    s.add_argument("--variant", choices=("base", "instruct"),
+                   help="what the model is, for the provenance notes (default: read from the file's name and "
+                        "metadata; 'unknown' where they do not say)")
     s.set_defaults(func=_gguf_import)
     return p
 

@@ -59,16 +59,25 @@ def measured_by(e):
     return e.tool or "?"
 
 
+def model_kind(e):
+    """'instruct, Q4_1' for a model imported from a GGUF file (the variant and llama.cpp's quantisation mix
+    that data_prep gguf-import noted in sinklab_source.json and the survey copied), '' otherwise."""
+    parts = [attr_value(e.attrs, k) for k in ("variant", "file_type")]
+    return ", ".join(p for p in parts if p)
+
+
 def model_labels(entries):
-    """Model names, with the measuring program added where one name comes from two programs (sinklab-probe's
-    and sinklab-survey's numbers are not pooled), and the file's name where two files hold the same
-    (model, input, domain)."""
+    """Model names, with base/instruct and the quantisation where the survey recorded them ("gemma3-270m
+    (base, Q4_K_M)": every table row and figure names what was measured), the measuring program added where
+    one name comes from two programs (sinklab-probe's and sinklab-survey's numbers are not pooled), the
+    sequence length where one model was measured at several ("gemma3-270m (base, Q4_K_M, T=64)"), and the
+    file's name where two files hold the same (model, input, domain)."""
     tools, lengths = {}, {}  # lengths: (model, file) -> the T of its plain inputs (natural, not natural@T256)
     for e in entries:
         tools.setdefault(e.model, set()).add(measured_by(e))
         if "@T" not in e.input:
             lengths.setdefault((e.model, e.file), set()).add(attr_value(e.attrs, "T"))
-    names = [f"{e.model} [{measured_by(e)}]" if len(tools[e.model]) > 1 else e.model for e in entries]
+
     # A model measured at several sequence lengths (a survey at T = 64, StreamingLLM's at T = 1024, in two
     # files): T in the label, so that its rows are not taken for one another. A file's other lengths of one
     # survey (natural@T256, the Sink-vs-T items) keep the label of that file's plain inputs.
@@ -77,7 +86,13 @@ def model_labels(entries):
         return next(iter(ts)) if len(ts) == 1 else attr_value(e.attrs, "T")
 
     several = {m for m in tools if len({file_T(e) for e in entries if e.model == m}) > 1}
-    names = [f"{n} (T={file_T(e)})" if e.model in several else n for n, e in zip(names, entries)]
+
+    def label_of(e):
+        notes = [p for p in (model_kind(e), f"T={file_T(e)}" if e.model in several else "") if p]
+        label = f"{e.model} ({', '.join(notes)})" if notes else e.model
+        return f"{label} [{measured_by(e)}]" if len(tools[e.model]) > 1 else label
+
+    names = [label_of(e) for e in entries]
     seen, clash = {}, set()
     for name, e in zip(names, entries):
         key = (name, e.input, e.domain)

@@ -41,7 +41,7 @@ namespace {
 
 struct SurveyOptions {
   std::string config_text, command_line;
-  std::string model_root, models, inputs, survey_inputs_dir, domains, long_domains, interventions,
+  std::string model_root, models, inputs, survey_inputs_dir, domains, long_domains, seq_lens_domains, interventions,
       intervention_inputs, sink_eps, max_memory, qk_maps, attention_maps, seq_lens, ablations, ablation_inputs,
       max_logits_memory, output;
   std::vector<std::string> model_lines;
@@ -91,6 +91,8 @@ bool parse(int argc, char** argv, SurveyOptions& o) {
       ("seq-lens", po::value(&o.seq_lens)->default_value(""),
        "more T at which the natural/random/repeat inputs are measured, comma-separated (Sink vs T, Fig. 3; "
        "items labelled <input>@T<T>, without QK/attention maps)")
+      ("seq-lens-domains", po::value(&o.seq_lens_domains)->default_value(""),
+       "the natural input's domains at the --seq-lens lengths (default: --domains; long texts exist in fewer)")
       ("max-k", po::value(&p.max_k)->default_value(8), "positions k = 1..K whose alpha_k and Sink_k are stored")
       ("sink-eps", po::value(&o.sink_eps)->default_value("0.2,0.3,0.4"), "thresholds of Sink_k^eps, comma-separated")
       ("batch", po::value(&p.batch)->default_value(16), "sequences of --seq-len tokens per forward pass")
@@ -311,6 +313,7 @@ int run(const SurveyOptions& o, const dist::World& world) {
   plan.inputs = split_commas(o.inputs);
   plan.domains = split_commas(o.domains);
   plan.long_domains = split_commas(o.long_domains);
+  plan.seq_lens_domains = split_commas(o.seq_lens_domains);
   plan.interventions = probe::parse_interventions(o.interventions, "--interventions");
   plan.intervention_inputs = split_commas(o.intervention_inputs);
   plan.seq_lens = o.params.seq_lens;

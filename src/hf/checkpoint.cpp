@@ -257,6 +257,12 @@ WeightSpec WeightSpec::conv1d(std::string name, int64_t in, int64_t out) {
   return s;
 }
 
+WeightSpec WeightSpec::plus_one(std::string name, std::vector<int64_t> shape) {
+  WeightSpec s = one(std::move(name), std::move(shape));
+  s.offset = 1.0f;
+  return s;
+}
+
 WeightSpec WeightSpec::absent() {
   WeightSpec s;
   s.optional = true;
@@ -436,12 +442,15 @@ WeightStore::WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan
 }
 
 void WeightStore::convert(const WeightSpec& spec, float* dst, bool release_after) const {
+  float* begin = dst;
   for (const WeightPart& p : spec.parts) {
     const int64_t n = numel_of(p.shape);
     const int64_t rows = p.shape.empty() ? 1 : p.shape[0];
     convert_part(p.name, 0, rows, dst, spec.transposed, release_after);
     dst += n;
   }
+  if (spec.offset != 0.0f)
+    for (float* v = begin; v < dst; ++v) *v += spec.offset;
 }
 
 void WeightStore::convert_part(const std::string& name, int64_t row0, int64_t rows, float* dst, bool transposed,

@@ -102,10 +102,14 @@ struct WeightSpec {
   // Absent from the checkpoint (all parts) -> an undefined Tensor (an optional bias). Present in part
   // -> the missing part's error.
   bool optional = false;
+  // Added to every converted element, in f32: Gemma's RMSNorm scales by (1 + w), which is the weight
+  // w + 1 of an ordinary RMSNorm (HF computes 1.0 + w in float32 too).
+  float offset = 0.0f;
 
   static WeightSpec one(std::string name, std::vector<int64_t> shape, bool optional = false);
   static WeightSpec stacked(std::vector<WeightPart> parts, bool optional = false);
   static WeightSpec conv1d(std::string name, int64_t in, int64_t out);  // stored [in,out], used [out,in]
+  static WeightSpec plus_one(std::string name, std::vector<int64_t> shape);  // 1 + w (Gemma's norms)
   // A tensor the configuration says the model does not have (attention_bias false): always undefined,
   // whatever the checkpoint holds (transformers ignores such extra tensors too).
   static WeightSpec absent();

@@ -1,6 +1,7 @@
 // Pretrained Hugging Face models (the survey's model side, paper Sec. 3-5): one family per file
-// (gpt2.cpp, gpt_neox.cpp, opt.cpp, llama.cpp, jamba.cpp), each a tensor-name table plus a forward
-// written over the op API, reporting every layer to a LayerObserver exactly as the trainable model does.
+// (gpt2.cpp, gpt_neox.cpp, opt.cpp, llama.cpp, qwen2.cpp, gemma3.cpp, jamba.cpp), each a tensor-name table
+// plus a forward written over the op API, reporting every layer to a LayerObserver exactly as the trainable
+// model does.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +15,8 @@
 namespace sinklab::hf {
 
 struct HfModelInfo {
-  std::string model_type;      // config.json "model_type": gpt2 | gpt_neox | opt | llama | mistral | jamba
+  std::string model_type;      // config.json "model_type": gpt2 | gpt_neox | opt | llama | mistral | qwen2 |
+                               // gemma3_text | jamba
   std::string dir;             // the model directory
   std::string weights;         // the file the weights were read from: model.safetensors,
                                // model.safetensors.index.json, pytorch_model.bin or pytorch_model.bin.index.json

@@ -16,6 +16,8 @@ const std::vector<Family>& families() {
       {"llama", load_llama},
       {"mistral", load_llama},
       {"jamba", load_jamba},
+      {"qwen2", load_qwen2},
+      {"gemma3_text", load_gemma3},
   };
   return kFamilies;
 }

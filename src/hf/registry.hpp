@@ -41,5 +41,8 @@ std::unique_ptr<HfModel> load_opt(const ModelSource& source, const LoadOptions& 
 // llama.cpp: model_type llama (LLaMA-2/3/3.1 and sinklab's own checkpoints) and mistral.
 std::unique_ptr<HfModel> load_llama(const ModelSource& source, const LoadOptions& options);
 std::unique_ptr<HfModel> load_jamba(const ModelSource& source, const LoadOptions& options);      // jamba.cpp
+std::unique_ptr<HfModel> load_qwen2(const ModelSource& source, const LoadOptions& options);      // qwen2.cpp
+// gemma3.cpp: model_type gemma3_text (Gemma 3's text model, Gemma3ForCausalLM).
+std::unique_ptr<HfModel> load_gemma3(const ModelSource& source, const LoadOptions& options);
 
 }  // namespace sinklab::hf

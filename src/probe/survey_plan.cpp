@@ -203,6 +203,12 @@ std::vector<SurveyItem> plan_items(const std::vector<SurveyModel>& models, const
   for (const std::string& d : o.domains) SL_CHECK(d != "-" && d.find('/') == std::string::npos, "--domains: bad domain '%s'", d.c_str());
   for (const std::string& d : o.long_domains)
     SL_CHECK(d != "-" && d.find('/') == std::string::npos, "--long-domains: bad domain '%s'", d.c_str());
+  for (const std::string& d : o.seq_lens_domains)
+    SL_CHECK(d != "-" && d.find('/') == std::string::npos, "--seq-lens-domains: bad domain '%s'", d.c_str());
+  // The domains of an input at a --seq-lens length.
+  auto length_domains_of = [&](const std::string& input) {
+    return input == "natural" && !o.seq_lens_domains.empty() ? o.seq_lens_domains : domains_of(input);
+  };
 
   if (!o.ablations.empty()) {
     SL_CHECK(!o.ablation_inputs.empty(), "--ablation-inputs names no input");
@@ -221,7 +227,8 @@ std::vector<SurveyItem> plan_items(const std::vector<SurveyModel>& models, const
     for (size_t i = 1; i < lengths.size(); ++i)
       for (const std::string& input : o.inputs)
         if (input == "natural" || input == "random" || input == "repeat")
-          for (const std::string& domain : domains_of(input)) items.push_back({m, input, domain, std::nullopt, lengths[i]});
+          for (const std::string& domain : length_domains_of(input))
+            items.push_back({m, input, domain, std::nullopt, lengths[i]});
     const SurveyModel& model = models[size_t(m)];
     const std::vector<Intervention> interventions =
         model.interventions ? *model.interventions
@@ -235,7 +242,8 @@ std::vector<SurveyItem> plan_items(const std::vector<SurveyModel>& models, const
     for (const Ablation& a : o.ablations)
       for (const std::string& input : o.ablation_inputs)
         for (int64_t T : input == "long" ? std::vector<int64_t>{0} : lengths)
-          for (const std::string& domain : domains_of(input)) items.push_back({m, input, domain, std::nullopt, T, a});
+          for (const std::string& domain : T == 0 ? domains_of(input) : length_domains_of(input))
+            items.push_back({m, input, domain, std::nullopt, T, a});
   }
   std::set<std::string> ids;
   for (const SurveyItem& it : items)

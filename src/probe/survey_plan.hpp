@@ -106,6 +106,9 @@ struct PlanOptions {
   std::vector<Intervention> interventions;       // the global list
   std::vector<std::string> intervention_inputs;  // the inputs interventions are crossed with
   std::vector<int64_t> seq_lens;                 // more lengths of the natural/random/repeat inputs
+  // The natural input's domains at those lengths (empty: `domains`): natural text of T = 1024 tokens exists
+  // in fewer domains than of T = 64 (the mini corpus: a few).
+  std::vector<std::string> seq_lens_domains;
   int64_t seq_len = 0;                           // --seq-len (a --seq-lens entry equal to it is skipped)
   std::vector<Ablation> ablations;
   std::vector<std::string> ablation_inputs;      // the inputs ablations are measured on (natural, long)

@@ -25,7 +25,8 @@ namespace fs = std::filesystem;
 // The provenance notes a model directory may carry (data_prep gguf-import writes them): these members
 // of <dir>/sinklab_source.json become attributes of every item of the model.
 constexpr const char* kSourceNotes = "sinklab_source.json";
-constexpr const char* kSourceNoteKeys[] = {"source", "source_sha256", "quantization"};
+constexpr const char* kSourceNoteKeys[] = {"source", "source_sha256", "quantization", "file_type", "variant",
+                                           "model_name"};
 
 void add_source_notes(const std::string& dir, io::ResultSet& set) {
   const std::string path = (fs::path(dir) / kSourceNotes).string();

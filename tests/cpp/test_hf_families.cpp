@@ -205,7 +205,8 @@ TEST(HfFamilies, EveryFamilyAndSwitchHasAFixture) {
   const std::vector<std::string> names = fixture_names();
   for (const char* n : {"gpt2", "gpt2_layer_scaled", "neox_rot025_parallel", "neox_rot1_sequential", "opt_pre",
                         "opt_post_project", "opt_pre_project", "llama_gqa", "llama3_rope_scaling",
-                        "llama_bf16_tied_bias", "mistral_sliding", "llama_sharded_f16"})
+                        "llama_bf16_tied_bias", "mistral_sliding", "llama_sharded_f16", "qwen2_gqa_tied", "qwen2_untied",
+                        "gemma3_text", "gemma3_hub_config"})
     EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << "fixture " << n << " missing";
 }
 
@@ -439,6 +440,64 @@ TEST(HfFamilies, UnsupportedSwitches) {
   ASSERT_NE(at, std::string::npos);
   std::ofstream(dir + "/config.json") << text.substr(0, at) + "\"yarn\"" + text.substr(at + 8);
   expect_load_error(dir, {dir + "/config.json: unsupported rope type 'yarn'"});
+}
+
+// Gemma 3's and Qwen2's configuration switches that sinklab does not implement: one line naming the key.
+TEST(HfFamilies, Gemma3AndQwen2UnsupportedSwitches) {
+  TempDir tmp("gemma_qwen_switch");
+  int copies = 0;
+  auto edit_config = [&](const std::string& fixture, const nlohmann::json& changes) {
+    const std::string dir = tmp.path + "/" + fixture + "_" + std::to_string(copies++);
+    fs::copy(kFixtures + "/" + fixture, dir, fs::copy_options::recursive);
+    nlohmann::json cfg = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
+    for (const auto& [key, value] : changes.items()) cfg[key] = value;
+    std::ofstream(dir + "/config.json") << cfg.dump();
+    return dir;
+  };
+  std::string dir = edit_config("gemma3_hub_config", {{"final_logit_softcapping", 30.0}});
+  expect_load_error(dir, {dir + "/config.json: unsupported final_logit_softcapping 30 (soft-capping"});
+  dir = edit_config("gemma3_hub_config", {{"attn_logit_softcapping", 50.0}});
+  expect_load_error(dir, {dir + "/config.json: unsupported attn_logit_softcapping 50"});
+  dir = edit_config("gemma3_hub_config", {{"use_bidirectional_attention", true}});
+  expect_load_error(dir, {dir + "/config.json: unsupported use_bidirectional_attention true"});
+  // Gemma 3 4B+'s global layers scale rope linearly (rope_scaling {"rope_type": "linear", "factor": 8}).
+  dir = edit_config("gemma3_hub_config", {{"rope_scaling", {{"rope_type", "linear"}, {"factor", 8.0}}}});
+  expect_load_error(dir, {dir + "/config.json: unsupported rope type 'linear'"});
+  dir = edit_config("gemma3_text", {{"layer_types", {"sliding_attention", "chunked_attention", "full_attention",
+                                                     "sliding_attention"}}});
+  expect_load_error(dir, {dir + "/config.json: unsupported layer_types[1] \"chunked_attention\""});
+  dir = edit_config("gemma3_text", {{"rope_parameters", {{"full_attention", {{"rope_type", "yarn"}, {"factor", 4.0}}},
+                                                         {"sliding_attention", {{"rope_type", "default"}}}}}});
+  expect_load_error(dir, {dir + "/config.json: unsupported rope type 'yarn'"});
+  dir = edit_config("qwen2_gqa_tied", {{"use_sliding_window", true}, {"sliding_window", 4}});
+  expect_load_error(dir, {dir + "/config.json: unsupported use_sliding_window true"});
+  dir = edit_config("qwen2_gqa_tied", {{"layer_types", {"full_attention", "sliding_attention"}}});
+  expect_load_error(dir, {dir + "/config.json: unsupported layer_types[1] \"sliding_attention\""});
+}
+
+// Gemma 3's local layers: HF masks key j for query i unless i - window < j <= i (masking_utils'
+// sliding_window_overlay: kv_idx > q_idx - sliding_window, on top of causal), which is AttnMask::sliding_window
+// with window = config sliding_window (ops.hpp: i - window < j' <= i), not window - 1 or window + 1. The
+// gemma3 fixtures (window 4 and 5 < T = 13) match transformers' probabilities above; here the spec itself.
+TEST(HfFamilies, Gemma3SlidingWindowSpec) {
+  std::unique_ptr<hf::HfModel> model = hf::load_model(kFixtures + "/gemma3_text");  // layer_types s, s, f, s
+  io::SafetensorsFile golden(kFixtures + "/gemma3_text/golden.safetensors");
+  Capture cap;
+  model->forward(golden.view("t13/ids"), &cap, Tensor{}, {});
+  ASSERT_EQ(cap.layers.size(), 4u);
+  for (int l : {0, 1, 3}) {
+    EXPECT_EQ(cap.layers[size_t(l)].spec.mask, ops::AttnMask::sliding_window) << "layer " << l;
+    EXPECT_EQ(cap.layers[size_t(l)].spec.window, 4) << "layer " << l;
+  }
+  EXPECT_EQ(cap.layers[2].spec.mask, ops::AttnMask::causal);
+  for (const auto& layer : cap.layers) EXPECT_DOUBLE_EQ(layer.spec.scale, 1.0 / std::sqrt(32.0));  // query_pre_attn_scalar
+  // Query 12 sees keys 9..12 in a local layer and nothing before (transformers' probabilities agree).
+  Tensor ref = golden.view("t13/probs/0");
+  for (int64_t j = 0; j < 13; ++j) {
+    const float p = ref.ptr<float>()[12 * 13 + j];  // batch 0, head 0, query 12
+    if (j <= 12 - 4) EXPECT_EQ(p, 0.0f) << "key " << j;
+    else EXPECT_GT(p, 0.0f) << "key " << j;
+  }
 }
 
 // The head geometry every family checks (hf::head_shape): width a multiple of the heads (under the family's

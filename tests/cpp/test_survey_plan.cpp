@@ -162,6 +162,24 @@ TEST_F(SurveyPlanDirs, ItemsAtMoreLengthsAndHellaswag) {
   EXPECT_EQ(items[4].seq_len, 16);
   EXPECT_EQ(items[0].seq_len, 0);
   EXPECT_EQ(items[6].group(models), "/models/g/natural@T1024/pile_cc");
+
+  // --seq-lens-domains: natural text at the other lengths over its own (fewer) domains, ablations too.
+  o.inputs = {"natural", "random"};
+  o.domains = {"pile_cc", "arxiv", "github"};
+  o.seq_lens = {1024};
+  o.seq_lens_domains = {"arxiv"};
+  o.interventions.clear();
+  o.ablations = parse_ablations("window:256", "--ablations");
+  o.ablation_inputs = {"natural"};
+  ids.clear();
+  for (const SurveyItem& it : plan_items(models, o)) ids.push_back(it.id(models));
+  const std::vector<std::string> fewer = {
+      "g:natural:pile_cc", "g:natural:arxiv", "g:natural:github", "g:random:-", "g:natural@T1024:arxiv",
+      "g:random@T1024:-", "g:natural+window_256:pile_cc", "g:natural+window_256:arxiv", "g:natural+window_256:github",
+      "g:natural@T1024+window_256:arxiv"};
+  EXPECT_EQ(ids, fewer);
+  o.seq_lens_domains = {"a/b"};
+  EXPECT_NE(error_of([&] { plan_items(models, o); }).find("--seq-lens-domains: bad domain 'a/b'"), std::string::npos);
 }
 
 // --ablations: parsed with their parameters, tagged, crossed with the ablation inputs at every length;

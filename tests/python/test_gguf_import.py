@@ -1,6 +1,9 @@
-"""GGUF importer: tiny Llama GGUF files written here with gguf's own writer and quantiser, imported with
-data_prep.gguf_import, compared with the original weights and with gguf's own dequantiser (an
-independent reference), plus the real SmolLM2 file when env/setup.sh has fetched it."""
+"""GGUF importer: tiny Llama, Qwen2 and Gemma 3 GGUF files written here with gguf's own writer and quantiser
+(laid out as llama.cpp's convert_hf_to_gguf.py lays them out, written independently below), imported with
+data_prep.gguf_import, compared with the original weights; tokenizers against the tokenizers they were
+made from; plus the real files when env/fetch_models.sh has fetched them (SmolLM2: the import pinned by
+the sha256 of every file it writes, which the hand-written decoders of the importer before gguf's
+dequantiser produced)."""
 
 import json
 import struct
@@ -15,8 +18,9 @@ from gguf import GGMLQuantizationType as Q
 
 from data_prep import DataPrepError
 from data_prep.__main__ import main
-from data_prep.gguf_import import BLOCK_FORMATS, dequantize, import_gguf, quantization_summary, unpermute_qk
+from data_prep.gguf_import import dequantize, import_gguf, quantization_summary, unpermute_qk
 from data_prep.safetensors_io import read_safetensors
+from data_prep.tokenization import sha256_file
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMOLLM2 = REPO_ROOT / "data" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -230,42 +234,21 @@ def load_dir(d):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Dequantisers against gguf's own
+# Dequantisation (gguf.quants.dequantize behind size checks)
 # ---------------------------------------------------------------------------------------------------
+
+BLOCK_TYPES = {Q.Q4_0: [0], Q.Q5_0: [0], Q.Q8_0: [0], Q.Q4_1: [0, 2], Q.Q5_1: [0, 2], Q.Q4_K: [0, 2],
+               Q.Q5_K: [0, 2], Q.Q6_K: [208]}  # type -> byte offsets of its float16 scales
+
 
 def random_blocks(rng, qtype, n_blocks):
     """Random raw blocks of a format with every float16 scale field set to a finite value, so that
     all bit patterns of the integer parts are exercised."""
-    fmt = BLOCK_FORMATS[int(qtype)]
-    raw = rng.integers(0, 256, size=(n_blocks, fmt.type_size), dtype=np.uint8)
-    halves = {"Q4_0": [0], "Q5_0": [0], "Q8_0": [0], "Q4_1": [0, 2], "Q5_1": [0, 2], "Q4_K": [0, 2],
-              "Q5_K": [0, 2], "Q6_K": [208]}.get(fmt.name, [])
-    for at in halves:
+    type_size = gguf.GGML_QUANT_SIZES[qtype][1]
+    raw = rng.integers(0, 256, size=(n_blocks, type_size), dtype=np.uint8)
+    for at in BLOCK_TYPES[qtype]:
         raw[:, at:at + 2] = rng.uniform(-0.1, 0.1, n_blocks).astype("<f2").view(np.uint8).reshape(-1, 2)
-    if fmt.name in ("F32", "F16", "BF16"):
-        x = rng.standard_normal(n_blocks).astype(np.float32)
-        raw = {"F32": x.view(np.uint8), "F16": x.astype("<f2").view(np.uint8),
-               "BF16": gguf.quants.quantize(x, Q.BF16)}[fmt.name].reshape(n_blocks, -1)
     return raw
-
-
-@pytest.mark.parametrize("qtype", [Q(t) for t in BLOCK_FORMATS], ids=lambda q: q.name)
-def test_dequantize_matches_gguf(qtype):
-    rng = np.random.default_rng(int(qtype))
-    fmt = BLOCK_FORMATS[int(qtype)]
-    assert gguf.GGML_QUANT_SIZES[qtype] == (fmt.block_size, fmt.type_size)
-    raw = random_blocks(rng, qtype, 96)
-    n = 96 * fmt.block_size
-    mine = dequantize(raw, int(qtype), n)
-    if fmt.name == "F32":
-        ref = raw.view(np.float32).reshape(-1)
-    elif fmt.name == "F16":
-        ref = raw.view(np.float16).astype(np.float32).reshape(-1)
-    else:
-        ref = gguf.quants.dequantize(raw.reshape(1, -1), qtype).reshape(-1)
-    assert mine.dtype == np.float32 and mine.shape == (n,)
-    assert np.isfinite(ref).all() and np.abs(ref).max() > 0
-    np.testing.assert_array_equal(mine, ref)
 
 
 def test_dequantize_rejects_bad_sizes():
@@ -273,8 +256,8 @@ def test_dequantize_rejects_bad_sizes():
         dequantize(np.zeros(18, np.uint8), int(Q.Q4_0), 33)
     with pytest.raises(ValueError, match="bytes"):
         dequantize(np.zeros(17, np.uint8), int(Q.Q4_0), 32)
-    with pytest.raises(ValueError, match="unsupported tensor type Q2_K"):
-        dequantize(np.zeros(84, np.uint8), int(Q.Q2_K), 256)
+    with pytest.raises(ValueError, match="unsupported tensor type Q8_K"):
+        dequantize(np.zeros(292, np.uint8), int(Q.Q8_K), 256)
 
 
 def test_unpermute_inverts_llama_cpp_permute():
@@ -336,14 +319,14 @@ def test_k_quant_file(tmp_path, smollm_tok, qtype):
     n_heads, n_kv = 4, 1
     weights = random_llama(rng, vocab=smollm_tok.get_vocab_size(), d=256, n_heads=n_heads, n_kv=n_kv,
                            ffn=512, n_layers=1)
-    fmt = BLOCK_FORMATS[int(qtype)]
+    type_size = gguf.GGML_QUANT_SIZES[qtype][1]
     raw_tensors, expected = {}, {}
     for name, x in weights.items():
         if x.ndim == 1:
             expected[name] = x
             continue
         rows, cols = x.shape
-        blocks = random_blocks(rng, qtype, rows * cols // 256).reshape(rows, cols // 256 * fmt.type_size)
+        blocks = random_blocks(rng, qtype, rows * cols // 256).reshape(rows, cols // 256 * type_size)
         raw_tensors[gguf_name(name)] = (blocks, qtype)
         y = gguf.quants.dequantize(blocks, qtype).astype(np.float32)
         if name.endswith("q_proj.weight"):
@@ -388,6 +371,10 @@ def test_config(tmp_path, smollm_tok):
     notes = json.loads((tmp_path / "hf" / "sinklab_source.json").read_text())
     assert (notes["source"], notes["source_sha256"]) == ("m.gguf", cfg["gguf_import"]["sha256"])
     assert notes["quantization"] == "Q8_0 (blocks, embedding), F32 (norms)", notes["quantization"]
+    # no general.file_type, name or chat template in this file: quantisation mix unknown, a base model
+    assert (notes["file_type"], notes["variant"]) == ("?", "base")
+    assert main(["gguf-import", str(path), "-o", str(tmp_path / "hf2"), "--variant", "instruct"]) == 0
+    assert json.loads((tmp_path / "hf2" / "sinklab_source.json").read_text())["variant"] == "instruct"
     tcfg = json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())
     assert tcfg["bos_token"] == "<|im_start|>" and tcfg["eos_token"] == "<|im_end|>"
     assert tcfg["unk_token"] == "<|endoftext|>" and tcfg["add_bos_token"] is False
@@ -428,6 +415,250 @@ def test_tokenizer_round_trip(tmp_path, pre):
 
 
 # ---------------------------------------------------------------------------------------------------
+# Qwen2 and Gemma 3: the other architectures
+# ---------------------------------------------------------------------------------------------------
+
+GEMMA3_BLOCK = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+                "attn_v": "self_attn.v_proj", "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
+                "attn_output": "self_attn.o_proj", "post_attention_norm": "post_attention_layernorm",
+                "ffn_norm": "pre_feedforward_layernorm", "post_ffw_norm": "post_feedforward_layernorm",
+                "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+
+
+def random_family(rng, family, *, vocab, d=64, n_heads=4, n_kv=2, head_dim=16, ffn=128, n_layers=2):
+    """HF-named float32 weights of a random Qwen2 (q/k/v biases) or Gemma 3 (QK-norm, four block norms)."""
+    q, kv = n_heads * head_dim, n_kv * head_dim
+    shapes = {"model.embed_tokens.weight": (vocab, d), "model.norm.weight": (d,)}
+    for i in range(n_layers):
+        p = f"model.layers.{i}."
+        shapes.update({p + "input_layernorm.weight": (d,), p + "self_attn.q_proj.weight": (q, d),
+                       p + "self_attn.k_proj.weight": (kv, d), p + "self_attn.v_proj.weight": (kv, d),
+                       p + "self_attn.o_proj.weight": (d, q), p + "mlp.gate_proj.weight": (ffn, d),
+                       p + "mlp.up_proj.weight": (ffn, d), p + "mlp.down_proj.weight": (d, ffn)})
+        if family == "qwen2":
+            shapes.update({p + "post_attention_layernorm.weight": (d,), p + "self_attn.q_proj.bias": (q,),
+                           p + "self_attn.k_proj.bias": (kv,), p + "self_attn.v_proj.bias": (kv,)})
+        else:
+            shapes.update({p + "self_attn.q_norm.weight": (head_dim,), p + "self_attn.k_norm.weight": (head_dim,),
+                           p + "post_attention_layernorm.weight": (d,), p + "pre_feedforward_layernorm.weight": (d,),
+                           p + "post_feedforward_layernorm.weight": (d,)})
+    return {name: (0.1 * rng.standard_normal(shape) if len(shape) == 1 or name.endswith("bias")
+                   else 0.02 * rng.standard_normal(shape)).astype(np.float32) for name, shape in shapes.items()}
+
+
+def family_gguf_name(hf, block):
+    """The GGUF name of an HF tensor under a block table {GGUF stem: HF stem} (stems without .weight/.bias)."""
+    if not hf.startswith("model.layers."):
+        return gguf_name(hf)
+    _, _, i, rest = hf.split(".", 3)
+    stem, kind = rest.rsplit(".", 1)
+    return f"blk.{i}.{ {v: k for k, v in block.items()}[stem]}.{kind}"
+
+
+def write_family_gguf(path, family, weights, *, n_heads=4, n_kv=2, head_dim=16, qtype=Q.F32, tokenizer):
+    """A Qwen2 or Gemma 3 GGUF laid out as convert_hf_to_gguf.py writes one: no q/k permutation (llama.cpp
+    runs both with NeoX rotary), Gemma's norm weights stored as 1 + w, 2-D weights in `qtype`, norms and
+    biases F32. tokenizer: a callable adding the tokenizer keys to the writer."""
+    d = weights["model.embed_tokens.weight"].shape[1]
+    ffn = weights["model.layers.0.mlp.up_proj.weight"].shape[0]
+    n_layers = 1 + max(int(k.split(".")[2]) for k in weights if k.startswith("model.layers."))
+    w = gguf.GGUFWriter(str(path), family)
+    w.add_block_count(n_layers)
+    w.add_context_length(512)
+    w.add_embedding_length(d)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(n_heads)
+    w.add_head_count_kv(n_kv)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(1000000.0)
+    if family == "gemma3":
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+        w.add_sliding_window(7)
+    tokenizer(w)
+    block = GEMMA3_BLOCK if family == "gemma3" else BLOCK
+    for hf, x in weights.items():
+        name = family_gguf_name(hf, block)
+        if family == "gemma3" and hf.endswith("norm.weight"):
+            x = x + np.float32(1)  # convert_hf_to_gguf.py's Gemma3Model: norm weights + 1
+        data, raw_dtype = (x, None) if x.ndim == 1 else quantize(x, qtype)
+        w.add_tensor(name, data, raw_dtype=raw_dtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def bpe_tokenizer_keys(tok, pre):
+    vocab = json.loads(tok.to_str())["model"]
+    tokens = sorted(vocab["vocab"], key=vocab["vocab"].get)
+
+    def add(w):
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre(pre)
+        w.add_token_list(tokens)
+        w.add_token_merges([" ".join(m) for m in vocab["merges"]])
+        w.add_token_types([3 if t in SPECIALS else 1 for t in tokens])
+        w.add_eos_token_id(tokens.index("<|im_end|>"))
+        w.add_bos_token_id(tokens.index("<|endoftext|>"))
+        w.add_add_bos_token(False)
+    return add
+
+
+def qwen2_tokenizer():
+    """A byte-level BPE with Qwen2's tokenizer.json normalizer (NFC) and split (every digit alone), spelt
+    out here as Qwen2.5's tokenizer.json spells it."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                                   r"|\s*[\r\n]+|\s+(?!\S)|\s+"), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=SPECIALS, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(TRAINING_TEXT, trainer=trainer)
+    return tok
+
+
+def sentencepiece_model(tmp_path):
+    """A SentencePiece BPE with byte fallback and Gemma's settings (no dummy prefix, no normalisation,
+    whitespace runs kept), trained here: the reference the imported tokenizer.model must reproduce."""
+    import io
+
+    import sentencepiece as spm
+
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(TRAINING_TEXT * 4), model_writer=model, vocab_size=420,
+                                   model_type="bpe", character_coverage=1.0, byte_fallback=True, pad_id=0, eos_id=1,
+                                   bos_id=2, unk_id=3, user_defined_symbols=["<start_of_turn>", "\n\n"],
+                                   normalization_rule_name="identity", remove_extra_whitespaces=False,
+                                   add_dummy_prefix=False, allow_whitespace_only_pieces=True, split_digits=True,
+                                   num_threads=1, minloglevel=2)
+    return model.getvalue()
+
+
+def spm_tokenizer_keys(proto):
+    """The tokenizer keys convert_hf_to_gguf.py writes for a SentencePiece model: pieces, scores, types
+    (the proto's); Gemma 3's file marks <unk> CONTROL and names it by unknown_token_id, as here."""
+    from sentencepiece import sentencepiece_model_pb2 as sp_pb2
+
+    m = sp_pb2.ModelProto()
+    m.ParseFromString(proto)
+    tokens = [p.piece for p in m.pieces]
+    types = [int(p.type) for p in m.pieces]
+    types[3] = 3  # <unk> as Gemma 3's GGUF has it
+
+    def add(w):
+        w.add_tokenizer_model("llama")
+        w.add_tokenizer_pre("default")
+        w.add_token_list(tokens)
+        w.add_token_scores([p.score for p in m.pieces])
+        w.add_token_types(types)
+        w.add_bos_token_id(2)
+        w.add_eos_token_id(1)
+        w.add_unk_token_id(3)
+        w.add_pad_token_id(0)
+        w.add_add_bos_token(True)
+        w.add_add_space_prefix(False)
+    return add
+
+
+@pytest.mark.parametrize("qtype", [Q.F32, Q.Q8_0, Q.Q5_0], ids=lambda q: q.name)
+def test_qwen2(tmp_path, qtype):
+    from tokenizers import Tokenizer
+
+    ref = qwen2_tokenizer()
+    weights = random_family(np.random.default_rng(7 + int(qtype)), "qwen2", vocab=ref.get_vocab_size(), d=64,
+                            n_heads=4, n_kv=2, head_dim=16)
+    weights["lm_head.weight"] = (0.02 * np.random.default_rng(8).standard_normal((ref.get_vocab_size(), 64))
+                                 ).astype(np.float32)
+    path = write_family_gguf(tmp_path / "q.gguf", "qwen2", weights, qtype=qtype,
+                             tokenizer=bpe_tokenizer_keys(ref, "qwen2"))
+    cfg = import_gguf(path, tmp_path / "hf")
+    expected = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 64,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "intermediate_size": 128,
+                "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "use_sliding_window": False,
+                "tie_word_embeddings": False, "vocab_size": ref.get_vocab_size()}
+    assert {k: cfg[k] for k in expected} == expected and "head_dim" not in cfg
+    got, _, _ = load_dir(tmp_path / "hf")
+    assert set(got) == set(weights)
+    reader = {t.name: t for t in gguf.GGUFReader(path).tensors}
+    for name, x in weights.items():
+        if x.ndim == 1 or qtype == Q.F32:  # biases and norms F32, q/k rows unpermuted: bit for bit
+            np.testing.assert_array_equal(got[name], x, err_msg=name)
+        else:
+            assert (np.abs(got[name] - x) <= error_bound(x, qtype)).all(), name
+            t = reader[gguf_name(name)] if not name.startswith("model.layers.") else None
+            if t is not None:
+                np.testing.assert_array_equal(got[name], gguf.quants.dequantize(t.data, t.tensor_type), err_msg=name)
+    tok = Tokenizer.from_file(str(tmp_path / "hf" / "tokenizer.json"))
+    for text in SAMPLES + TRAINING_TEXT + ["digits 2024 and 1234567", "Cafe\u0301 (NFC: Caf\u00e9)"]:
+        assert tok.encode(text, add_special_tokens=False).ids == ref.encode(text, add_special_tokens=False).ids, text
+    assert tok.encode("2024").tokens == ["2", "0", "2", "4"]
+    assert json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())["add_bos_token"] is False
+
+
+@pytest.mark.parametrize("qtype", [Q.F32, Q.Q8_0], ids=lambda q: q.name)
+def test_gemma3(tmp_path, qtype):
+    import sentencepiece as spm
+
+    proto = sentencepiece_model(tmp_path)
+    ref = spm.SentencePieceProcessor(model_proto=proto)
+    weights = random_family(np.random.default_rng(11 + int(qtype)), "gemma3", vocab=ref.get_piece_size(), d=64,
+                            n_heads=2, n_kv=1, head_dim=48)
+    path = write_family_gguf(tmp_path / "g.gguf", "gemma3", weights, n_heads=2, n_kv=1, head_dim=48, qtype=qtype,
+                             tokenizer=spm_tokenizer_keys(proto))
+    cfg = import_gguf(path, tmp_path / "hf")
+    expected = {"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "hidden_size": 64,
+                "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 48, "num_hidden_layers": 2,
+                "query_pre_attn_scalar": 48, "sliding_window": 7, "rope_theta": 1000000.0,
+                "rope_local_base_freq": 10000.0, "hidden_activation": "gelu_pytorch_tanh",
+                "layer_types": ["sliding_attention", "sliding_attention"], "tie_word_embeddings": True,
+                "attn_logit_softcapping": None, "final_logit_softcapping": None}
+    assert {k: cfg[k] for k in expected} == expected
+    got, _, _ = load_dir(tmp_path / "hf")
+    assert set(got) == set(weights)
+    for name, x in weights.items():
+        if name.endswith("norm.weight"):  # stored 1 + w; back to w in float32, as transformers' loader does
+            np.testing.assert_array_equal(got[name], (x + np.float32(1)) - np.float32(1), err_msg=name)
+            assert np.abs(got[name] - x).max() <= 2.0 ** -23, name
+        elif x.ndim == 1 or qtype == Q.F32:
+            np.testing.assert_array_equal(got[name], x, err_msg=name)
+        else:
+            assert (np.abs(got[name] - x) <= error_bound(x, qtype)).all(), name
+    assert not (tmp_path / "hf" / "tokenizer.json").exists()
+    mine = spm.SentencePieceProcessor(model_file=str(tmp_path / "hf" / "tokenizer.model"))
+    assert [mine.id_to_piece(i) for i in range(mine.get_piece_size())] == \
+        [ref.id_to_piece(i) for i in range(ref.get_piece_size())]
+    for text in SAMPLES + TRAINING_TEXT + ["  two  spaces\n\nand <start_of_turn> \u2603 bytes \U0001f600"]:
+        assert mine.encode(text) == ref.encode(text), text
+        assert mine.decode(mine.encode(text)) == text
+    assert (mine.bos_id(), mine.eos_id(), mine.unk_id(), mine.pad_id()) == (2, 1, 3, 0)
+    from data_prep.tokenization import load_tokenizer, special_token_policy
+    policy = special_token_policy(load_tokenizer(tmp_path / "hf"))
+    assert policy.prefix_id == 2  # add_bos_token: Gemma's inputs start with <bos>
+    # a Gemma 3 GGUF with soft-capping would need what Gemma 2 has: refused
+    w = gguf.GGUFWriter(str(tmp_path / "cap.gguf"), "gemma3")
+    reader = gguf.GGUFReader(path)
+    for f in reader.fields.values():
+        if not f.name.startswith("GGUF.") and f.name != "general.architecture":
+            w.add_key_value(f.name, f.contents(), f.types[0], sub_type=f.types[-1] if len(f.types) > 1 else None)
+    w.add_float32("gemma3.final_logit_softcapping", 30.0)
+    for t in reader.tensors:
+        w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(DataPrepError, match="gemma3.final_logit_softcapping is set"):
+        import_gguf(tmp_path / "cap.gguf", tmp_path / "cap")
+
+
+# ---------------------------------------------------------------------------------------------------
 # Errors
 # ---------------------------------------------------------------------------------------------------
 
@@ -442,12 +673,12 @@ def test_errors(tmp_path, smollm_tok, capsys):
         assert str(path) in str(e.value) and "\n" not in str(e.value)
 
     fails(write_gguf(tmp_path / "gpt2.gguf", weights, smollm_tok, arch="gpt2"), "architecture 'gpt2' is not supported")
-    fails(write_gguf(tmp_path / "spm.gguf", weights, smollm_tok, tokenizer_model="llama"),
-          "tokenizer.ggml.model 'llama' is not supported")
-    fails(write_gguf(tmp_path / "pre.gguf", weights, smollm_tok, pre="qwen2"), "tokenizer.ggml.pre 'qwen2'")
-    q2k = rng.integers(0, 256, size=(64, 84), dtype=np.uint8)  # 64 x 256 elements of Q2_K
-    fails(write_gguf(tmp_path / "q2k.gguf", weights, smollm_tok, raw_tensors={"token_embd.weight": (q2k, Q.Q2_K)}),
-          "token_embd.weight has type Q2_K")
+    fails(write_gguf(tmp_path / "bert.gguf", weights, smollm_tok, tokenizer_model="bert"),
+          "tokenizer.ggml.model 'bert' is not supported")
+    fails(write_gguf(tmp_path / "pre.gguf", weights, smollm_tok, pre="falcon"), "tokenizer.ggml.pre 'falcon'")
+    q8k = rng.integers(0, 256, size=(64, 292), dtype=np.uint8)  # 64 x 256 elements of Q8_K
+    fails(write_gguf(tmp_path / "q8k.gguf", weights, smollm_tok, raw_tensors={"token_embd.weight": (q8k, Q.Q8_K)}),
+          "token_embd.weight has type Q8_K, which gguf.quants.dequantize cannot dequantise")
 
     good = write_gguf(tmp_path / "good.gguf", weights, smollm_tok, qtype=Q.Q8_0)
     data = good.read_bytes()
@@ -475,6 +706,16 @@ def test_errors(tmp_path, smollm_tok, capsys):
 # The real file (fetched by env/setup.sh)
 # ---------------------------------------------------------------------------------------------------
 
+# sha256 of the files `data_prep gguf-import` wrote from SmolLM2-135M-Instruct.Q4_1.gguf with the
+# hand-written dequantisers it had until gguf.quants.dequantize replaced them.
+SMOLLM2_IMPORT_SHA256 = {
+    "model.safetensors": "b45a4ec8ee1fb1ee8876a29bb87c37fda6c92d70c83c5c6d3dd1533347e1f778",
+    "tokenizer.json": "7d27c493c729a66ecefc837280b05d948b1ed50d130eebdbf911b1b36cf38ed7",
+    "tokenizer_config.json": "37f1b97bc20a9d7bb164f57bd361cd030cfa027fac1ed3a3cec7e93a7d65a84b",
+    "special_tokens_map.json": "5134708447a25ca51f4bed529d728d0f84d79c3296201435d34b8583140c234e",
+}
+
+
 @pytest.mark.skipif(not SMOLLM2.exists(), reason=f"{SMOLLM2} absent (bash env/setup.sh fetches it)")
 def test_smollm2(tmp_path):
     from tokenizers import Tokenizer
@@ -486,9 +727,9 @@ def test_smollm2(tmp_path):
     assert {k: cfg[k] for k in expected} == expected
     assert cfg["gguf_import"]["tensor_types"] == {"F32": 61, "Q4_1": 210, "Q8_0": 1}
     notes = json.loads((tmp_path / "smol" / "sinklab_source.json").read_text())
-    assert {k: notes[k] for k in ("source", "source_sha256", "quantization")} == {
+    assert {k: notes[k] for k in ("source", "source_sha256", "quantization", "file_type", "variant")} == {
         "source": SMOLLM2.name, "source_sha256": cfg["gguf_import"]["sha256"],
-        "quantization": "Q4_1 (blocks), Q8_0 (embedding), F32 (norms)"}
+        "quantization": "Q4_1 (blocks), Q8_0 (embedding), F32 (norms)", "file_type": "Q4_1", "variant": "instruct"}
 
     reader = gguf.GGUFReader(SMOLLM2)
     tokens = reader.fields["tokenizer.ggml.tokens"].contents()
@@ -500,6 +741,11 @@ def test_smollm2(tmp_path):
                                                                  tokens.index("<|im_end|>")]
     tcfg = json.loads((tmp_path / "smol" / "tokenizer_config.json").read_text())
     assert (tcfg["bos_token"], tcfg["eos_token"], tcfg["add_bos_token"]) == ("<|im_start|>", "<|im_end|>", False)
+
+    # The import through gguf.GGUFReader + gguf.quants.dequantize writes exactly the files that the
+    # importer's own block decoders wrote before (commit 2b5d3a4), byte for byte.
+    for name, sha in SMOLLM2_IMPORT_SHA256.items():
+        assert sha256_file(tmp_path / "smol" / name) == sha, name
 
     got, _ = read_safetensors(tmp_path / "smol" / "model.safetensors")
     assert len(got) == 2 + 30 * 9 and "lm_head.weight" not in got

@@ -420,3 +420,20 @@ def test_mean_alpha1_of_a_fixed_first_token_run_reads_its_intervened_probe():
         what, _, a1, _ = mean_alpha1(Run(name="r", file="x", eval=ev, config=config))
         assert what == ""
         np.testing.assert_allclose(a1, [0.1, 0.1])
+
+
+def test_real_models_are_named_with_variant_and_quantisation():
+    """A model imported from a GGUF file (the survey copied sinklab_source.json's variant and file_type into its
+    items) is named "name (variant, file_type)" in every table and figure; models without them keep their name."""
+    from types import SimpleNamespace
+
+    from analysis.sections.labels import model_labels
+
+    def entry(model, attrs, file="r.h5"):
+        return SimpleNamespace(model=model, attrs=attrs, tool="sinklab-survey", file=file, input="natural", domain="-")
+
+    entries = [entry("gemma3-270m", {"variant": "base", "file_type": "Q4_K_M"}),
+               entry("qwen2.5-coder-0.5b", {"variant": "instruct", "file_type": "Q4_K_M of an AWQ checkpoint"}),
+               entry("tiny", {})]
+    assert model_labels(entries) == ["gemma3-270m (base, Q4_K_M)",
+                                     "qwen2.5-coder-0.5b (instruct, Q4_K_M of an AWQ checkpoint)", "tiny"]

@@ -487,10 +487,10 @@ def test_fixtures_job_covers_every_family(tmp_path):
     interventions) on two ranks."""
     out = tmp_path / "fixtures.h5"
     proc = _run([SURVEY, "--config", ROOT / "jobs" / "survey" / "fixtures.ini", "--output", out], np_=2)
-    assert "survey done: 36 items, 0 failed" in proc.stdout, proc.stdout
+    assert "survey done: 44 items, 0 failed" in proc.stdout, proc.stdout
     with h5py.File(out, "r") as f:
         types = {f[f"models/{m}/random/-"].attrs["model_type"] for m in f["models"]}
-        assert types == {"gpt2", "opt", "gpt_neox", "llama", "mistral", "jamba"}
+        assert types == {"gpt2", "opt", "gpt_neox", "llama", "mistral", "qwen2", "gemma3_text", "jamba"}
         assert all(item.attrs["status"] == "ok" for item in f["items"].values())
         jamba = f["models/jamba_tiny/repeat/-"]
         assert jamba["attention_layers"][:].tolist() == [1, 3] and jamba["alpha"].shape == (2, 4, 6)

@@ -6,7 +6,8 @@ How transformers is made to run each case (nothing of sinklab is used):
 - window, mask_first, and window_sinks on models without rotary positions: each family's module-level
   eager_attention_forward is wrapped so that its additive mask also masks what the case hides (the
   model's own mask, e.g. Mistral's sliding window, still applies);
-- window_sinks on rotary models (LLaMA, Mistral, GPT-NeoX): StreamingLLM's cache written out directly.
+- window_sinks on rotary models (LLaMA, Mistral, Qwen2, Gemma 3, GPT-NeoX): StreamingLLM's cache written out
+  directly, with the layer's own window and rotary frequencies (Gemma 3's local and global layers differ).
   Query i sees its W most recent keys with the model's rotated q and k, and the first s keys outside that
   window with q rotated to its cache slot p_i = min(i, s + W - 1) instead of i (q' = q cos + rotate_half(q)
   sin at angle (p_i - i) * inv_freq, the model's own inv_freq, within the rotary dimensions); one softmax
@@ -32,18 +33,23 @@ FIXTURES = ROOT / "tests" / "fixtures" / "hf"
 # before the window fills, with sinks at their own positions, and after, with re-assigned ones).
 CASES = ["window:4", "window:1", "window_sinks:4:2", "window_sinks:3:1", "mask_first:0", "mask_first:1",
          "massive_zero:0:2", "massive_mean:1:3"]
-FAMILY_MODULES = ["llama", "mistral", "gpt_neox", "gpt2", "opt", "jamba"]
+FAMILY_MODULES = ["llama", "mistral", "qwen2", "gemma3", "gpt_neox", "gpt2", "opt", "jamba"]
 
 
-def rotary_inv_freq(model):
+def rotary_inv_freq(model, layer_type=None):
+    """The model's rotary inverse frequencies (float64), those of the layer type where they differ per
+    type (Gemma 3: sliding_attention_inv_freq, full_attention_inv_freq), or None without rotary."""
     for attr in ("model.rotary_emb", "gpt_neox.rotary_emb"):
         obj = model
         try:
             for part in attr.split("."):
                 obj = getattr(obj, part)
-            return obj.inv_freq.double()
         except AttributeError:
             continue
+        if layer_type is not None and hasattr(obj, f"{layer_type}_inv_freq"):
+            return getattr(obj, f"{layer_type}_inv_freq").double()
+        if hasattr(obj, "inv_freq"):
+            return obj.inv_freq.double()
     return None
 
 
@@ -56,11 +62,17 @@ class Case:
     def __init__(self, text, model):
         parts = text.split(":")
         self.kind, self.args = parts[0], [int(p) for p in parts[1:]]
-        self.inv_freq = rotary_inv_freq(model)
-        self.own_window = getattr(model.config, "sliding_window", None) or 10**9
+        self.model = model
+        # Rotary at all (Gemma 3 has its frequencies per layer type only)?
+        self.rotary = any(rotary_inv_freq(model, t) is not None for t in (None, "full_attention"))
 
-    def allowed(self, layer, T):
-        """[T, T] bool: what query i may see, or None (the case leaves this layer alone)."""
+    def layer_inv_freq(self, module):
+        return rotary_inv_freq(self.model, getattr(module, "layer_type", None))
+
+    def allowed(self, layer, T, own_window):
+        """[T, T] bool: what query i may see, or None (the case leaves this layer alone). own_window: the
+        layer's own sliding window (the sliding_window its attention call is given: Mistral's every layer,
+        Gemma 3's local layers), intersected with the case's."""
         i = torch.arange(T)[:, None]
         j = torch.arange(T)[None, :]
         causal = j <= i
@@ -69,7 +81,7 @@ class Case:
                 return None
             return causal & ((j > 0) | (i == 0))
         if self.kind in ("window", "window_sinks"):
-            W = min(self.args[0], self.own_window)
+            W = min(self.args[0], own_window or 10**9)
             recent = causal & (j > i - W)
             if self.kind == "window":
                 return recent
@@ -80,11 +92,12 @@ class Case:
 def wrap(original, case):
     def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
         T = query.shape[-2]
-        allowed = case.allowed(module.layer_idx, T)
+        own_window = kwargs.get("sliding_window")
+        allowed = case.allowed(module.layer_idx, T, own_window)
         if allowed is None:
             return original(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
-        if case.kind == "window_sinks" and case.inv_freq is not None:
-            return streaming_rotary(module, query, key, value, attention_mask, scaling, case)
+        if case.kind == "window_sinks" and case.rotary:
+            return streaming_rotary(module, query, key, value, attention_mask, scaling, case, own_window)
         lowest = torch.finfo(query.dtype).min
         base = attention_mask if attention_mask is not None else torch.zeros(1, 1, T, T, dtype=query.dtype)
         mask = torch.where(allowed[None, None], base[..., :T, :T], torch.tensor(lowest, dtype=query.dtype))
@@ -92,18 +105,20 @@ def wrap(original, case):
     return attention
 
 
-def streaming_rotary(module, q, k, v, attention_mask, scaling, case):
-    """StreamingLLM's sink + recent cache on a rotary model, per query (see the module docstring)."""
+def streaming_rotary(module, q, k, v, attention_mask, scaling, case, own_window):
+    """StreamingLLM's sink + recent cache on a rotary model, per query (see the module docstring), with the
+    layer's own rotary frequencies."""
     B, H, T, dh = q.shape
     group = H // k.shape[1]
     k = k.repeat_interleave(group, dim=1)
     v = v.repeat_interleave(group, dim=1)
-    W = min(case.args[0], case.own_window)
+    W = min(case.args[0], own_window or 10**9)
     s = case.args[1]
     i = torch.arange(T)
     slot = torch.clamp(i, max=s + W - 1)
-    rot = case.inv_freq.numel() * 2
-    angle = (slot - i).double()[:, None] * case.inv_freq[None, :]  # [T, rot/2]
+    inv_freq = case.layer_inv_freq(module)
+    rot = inv_freq.numel() * 2
+    angle = (slot - i).double()[:, None] * inv_freq[None, :]  # [T, rot/2]
     emb = torch.cat((angle, angle), dim=-1)
     q_rot, q_pass = q[..., :rot], q[..., rot:]
     q_slot = torch.cat((q_rot * emb.cos() + rotate_half(q_rot) * emb.sin(), q_pass), dim=-1)

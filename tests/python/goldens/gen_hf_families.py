@@ -39,9 +39,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import (AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM,
-                          LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, OPTConfig,
-                          OPTForCausalLM)
+from transformers import (AutoModelForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, GPT2Config, GPT2LMHeadModel,
+                          GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig,
+                          MistralForCausalLM, OPTConfig, OPTForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
 from golden_io import save_golden
 
@@ -104,6 +104,38 @@ def fixtures():
                               LlamaConfig(vocab_size=64, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
                                           num_hidden_layers=3, intermediate_size=48, max_position_embeddings=64),
                               {"dtype": torch.float16, "shard": "20KB"}),
+        # Qwen2.5's switches: q/k/v biases (o none), GQA, rope_theta 1e6, tied head (the 0.5B's), in the hub's
+        # spelling (top-level rope_theta).
+        "qwen2_gqa_tied": (Qwen2ForCausalLM,
+                           Qwen2Config(vocab_size=88, hidden_size=48, num_attention_heads=6, num_key_value_heads=2,
+                                       num_hidden_layers=2, intermediate_size=64, max_position_embeddings=64,
+                                       rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True),
+                           {"old_config": "llama"}),
+        "qwen2_untied": (Qwen2ForCausalLM,
+                         Qwen2Config(vocab_size=72, hidden_size=32, num_attention_heads=4, num_key_value_heads=4,
+                                     num_hidden_layers=3, intermediate_size=48, max_position_embeddings=64,
+                                     rope_theta=10000.0, tie_word_embeddings=False), {}),
+        # Gemma 3: local layers with a window of 4 (< T = 13) and rope base 1e4, a global one with 1e6, head_dim
+        # 24 != hidden/heads = 20, query_pre_attn_scalar 32 != head_dim, QK-norm, four norms per block, GeGLU,
+        # sqrt(d)-scaled embedding, tied head; transformers 5's spelling (layer_types, rope_parameters).
+        "gemma3_text": (Gemma3ForCausalLM,
+                        Gemma3TextConfig(vocab_size=96, hidden_size=40, num_attention_heads=2, num_key_value_heads=1,
+                                         head_dim=24, num_hidden_layers=4, intermediate_size=64,
+                                         max_position_embeddings=64, sliding_window=4, query_pre_attn_scalar=32,
+                                         layer_types=["sliding_attention", "sliding_attention", "full_attention",
+                                                      "sliding_attention"],
+                                         rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                                          "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}}),
+                        {}),
+        # The hub's Gemma 3 config.json spelling (google/gemma-3-270m): rope_theta, rope_local_base_freq,
+        # sliding_window_pattern (here 2: layers 1 and 3 global), rope_scaling null, no layer_types.
+        "gemma3_hub_config": (Gemma3ForCausalLM,
+                              Gemma3TextConfig(vocab_size=80, hidden_size=32, num_attention_heads=4,
+                                               num_key_value_heads=2, head_dim=16, num_hidden_layers=4,
+                                               intermediate_size=48, max_position_embeddings=64, sliding_window=5,
+                                               query_pre_attn_scalar=16, sliding_window_pattern=2,
+                                               rope_theta=1000000.0, rope_local_base_freq=10000.0),
+                              {"old_config": "gemma3"}),
     }
 
 
@@ -133,7 +165,15 @@ def rewrite_old_config(path, style):
         cfg["rotary_emb_base"] = rope["rope_theta"]
     elif style == "llama":  # Llama-3.1: rope_theta + rope_scaling
         cfg["rope_theta"] = rope.pop("rope_theta")
-        cfg["rope_scaling"] = rope
+        cfg["rope_scaling"] = rope if set(rope) != {"rope_type"} or rope["rope_type"] != "default" else None
+    elif style == "gemma3":  # google/gemma-3-270m: per-type thetas at the top level, the layer pattern
+        cfg["rope_theta"] = rope["full_attention"]["rope_theta"]
+        cfg["rope_local_base_freq"] = rope["sliding_attention"]["rope_theta"]
+        cfg["rope_scaling"] = None
+        types = cfg.pop("layer_types")
+        pattern = types.index("full_attention") + 1
+        assert types == ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(len(types))]
+        cfg["sliding_window_pattern"] = pattern
     path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
@@ -237,8 +277,10 @@ def main():
             else Path(__file__).resolve().parents[2]) / "fixtures" / "hf"
     root.mkdir(parents=True, exist_ok=True)
     torch.use_deterministic_algorithms(True)
+    only = sys.argv[2:]  # gen_hf_families.py GOLDEN_DIR [NAME ...]: these fixtures only
     for name, (cls, config, options) in fixtures().items():
-        make_fixture(name, cls, config, options, root)
+        if not only or name in only:
+            make_fixture(name, cls, config, options, root)
 
 
 if __name__ == "__main__":
