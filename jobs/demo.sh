@@ -50,6 +50,6 @@ fi
 echo "== report (tables, figures, one HTML page)"
 .venv/bin/python -m analysis.report "${runs[@]}" results/demo/survey.h5 \
   $([ -f results/demo/streaming.h5 ] && echo results/demo/streaming.h5) -o report/demo
-echo "report: report/demo/index.html (the sink's emergence first: report/demo/figures/bbm_bos_attention.png)"
+echo "report: report/demo/index.html (the sink's emergence first: report/demo/figures/bbm_emergence.png)"
 elapsed=$((SECONDS - demo_start))
 echo "demo: done in $((elapsed / 60)) min $((elapsed % 60)) s (installs included; budget 20 min on a 2-core machine)"
