@@ -25,7 +25,7 @@ NOTE_ATTRS = ("variant", "file_type", "quantization", "quantisation", "dtype", "
               "checkpoint", "intervention", "t", "note")
 DEFAULT_EPS = 0.3
 
-TRAIN_COLUMNS = ("step", "tokens", "loss", "lr", "grad_norm", "tokens_per_s")
+TRAIN_COLUMNS = ("step", "tokens", "loss", "lr", "grad_norm", "tokens_per_s", "mfu")
 MONITOR_DATASETS = {"step": 1, "skipped": 1, "nonfinite_steps": 1, "layer_grad_norm": 2, "update_ratio": 2,
                     "max_abs_activation": 2}
 EVENT_COLUMNS = ("step", "kind", "value", "window_mean", "window_std")
