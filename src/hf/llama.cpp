@@ -14,6 +14,7 @@
 
 #include "core/error.hpp"
 #include "hf/family.hpp"
+#include "hf/registry.hpp"
 
 namespace sinklab::hf {
 namespace {
@@ -23,7 +24,8 @@ enum LlamaResident : size_t { kFinalNorm };
 
 class LlamaModel final : public FamilyModel {
  public:
-  LlamaModel(const ModelSource& src, const LoadOptions& options) {
+  // biases: the bias layout; nullptr reads Llama's own switches (attention_bias: q, k, v and o; mlp_bias).
+  LlamaModel(const ModelSource& src, const LoadOptions& options, const LlamaBiases* biases) {
     const HfConfig& cfg = src.config;
     const std::string model_type = cfg.get_string("model_type");
     const HeadShape shape = head_shape(cfg, true);
@@ -38,7 +40,7 @@ class LlamaModel final : public FamilyModel {
     act_ = activation_from_config(cfg, "hidden_act", "silu");
     rope_ = rope_from_config(cfg, dh_, RopeKeys{});
     const bool attn_bias = cfg.get_bool("attention_bias", false);
-    const bool mlp_bias = cfg.get_bool("mlp_bias", false);
+    const LlamaBiases bias = biases ? *biases : LlamaBiases{attn_bias, attn_bias, cfg.get_bool("mlp_bias", false)};
     // sinklab's own checkpoints list the variant axes that differ from the default model under
     // "sinklab"; only the default model is a plain Llama (the survey loads the others through the
     // trainable model, probe::load_any_model). "attention": "softmax" is what older checkpoints wrote.
@@ -79,15 +81,15 @@ class LlamaModel final : public FamilyModel {
       plan.layers.push_back({
           WeightSpec::one(p + "input_layernorm.weight", {d_}),
           qkv("weight", true),
-          attn_bias ? qkv("bias", false) : WeightSpec::absent(),
+          bias.qkv ? qkv("bias", false) : WeightSpec::absent(),
           WeightSpec::one(a + "o_proj.weight", {d_, q_rows}),
-          attn_bias ? WeightSpec::one(a + "o_proj.bias", {d_}) : WeightSpec::absent(),
+          bias.o ? WeightSpec::one(a + "o_proj.bias", {d_}) : WeightSpec::absent(),
           WeightSpec::one(p + "post_attention_layernorm.weight", {d_}),
           WeightSpec::stacked({{m + "gate_proj.weight", {F_, d_}}, {m + "up_proj.weight", {F_, d_}}}),
-          mlp_bias ? WeightSpec::stacked({{m + "gate_proj.bias", {F_}}, {m + "up_proj.bias", {F_}}})
+          bias.mlp ? WeightSpec::stacked({{m + "gate_proj.bias", {F_}}, {m + "up_proj.bias", {F_}}})
                    : WeightSpec::absent(),
           WeightSpec::one(m + "down_proj.weight", {d_, F_}),
-          mlp_bias ? WeightSpec::one(m + "down_proj.bias", {d_}) : WeightSpec::absent(),
+          bias.mlp ? WeightSpec::one(m + "down_proj.bias", {d_}) : WeightSpec::absent(),
       });
     }
     store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options.max_memory_bytes,
@@ -145,7 +147,12 @@ class LlamaModel final : public FamilyModel {
 }  // namespace
 
 std::unique_ptr<HfModel> load_llama(const ModelSource& source, const LoadOptions& options) {
-  return std::make_unique<LlamaModel>(source, options);
+  return std::make_unique<LlamaModel>(source, options, nullptr);
+}
+
+std::unique_ptr<HfModel> load_llama_with_biases(const ModelSource& source, const LoadOptions& options,
+                                                const LlamaBiases& biases) {
+  return std::make_unique<LlamaModel>(source, options, &biases);
 }
 
 }  // namespace sinklab::hf

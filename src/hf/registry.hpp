@@ -40,6 +40,12 @@ std::unique_ptr<HfModel> load_gpt_neox(const ModelSource& source, const LoadOpti
 std::unique_ptr<HfModel> load_opt(const ModelSource& source, const LoadOptions& options);       // opt.cpp
 // llama.cpp: model_type llama (LLaMA-2/3/3.1 and sinklab's own checkpoints) and mistral.
 std::unique_ptr<HfModel> load_llama(const ModelSource& source, const LoadOptions& options);
+// The Llama forward with another family's bias layout (Qwen2: q/k/v biases, none on o or the MLP).
+struct LlamaBiases {
+  bool qkv = false, o = false, mlp = false;
+};
+std::unique_ptr<HfModel> load_llama_with_biases(const ModelSource& source, const LoadOptions& options,
+                                                const LlamaBiases& biases);
 std::unique_ptr<HfModel> load_jamba(const ModelSource& source, const LoadOptions& options);      // jamba.cpp
 std::unique_ptr<HfModel> load_qwen2(const ModelSource& source, const LoadOptions& options);      // qwen2.cpp
 // gemma3.cpp: model_type gemma3_text (Gemma 3's text model, Gemma3ForCausalLM).
