@@ -12,6 +12,7 @@
 //
 //   mpirun -np 4 sinklab-survey --config jobs/survey/open_models.ini --model-root /models
 //       --survey-inputs-dir data/survey_inputs --output results/survey.h5 --resume
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -284,8 +285,12 @@ class SurveyWriter {
       log::info("survey done: %s", summary.c_str());
       return 0;
     }
+    // In the plan's order, not the order in which ranks happened to report them: the line is the same every run.
     std::string list;
-    for (const std::string& id : failed_) list += (list.empty() ? "" : ", ") + id;
+    for (const probe::SurveyItem& item : items_) {
+      const std::string id = item.id(models_);
+      if (std::find(failed_.begin(), failed_.end(), id) != failed_.end()) list += (list.empty() ? "" : ", ") + id;
+    }
     std::fprintf(stderr, "sinklab-survey: error: %zu of %lld items failed: %s (errors under /items in %s)\n",
                  failed_.size(), (long long)total, list.c_str(), o_.output.c_str());
     return 1;
