@@ -251,7 +251,7 @@ class SurveyWriter {
     file_->set_attr(obj, "input", item.label());
     file_->set_attr(obj, "domain", item.domain);
     if (!ok) {
-      failed_.push_back(id);
+      failed_.push_back(index);
       std::fprintf(stderr, "sinklab-survey: item %s failed: %s\n", id.c_str(), error.c_str());
       std::fflush(stderr);
     }
@@ -286,11 +286,9 @@ class SurveyWriter {
       return 0;
     }
     // In the plan's order, not the order in which ranks happened to report them: the line is the same every run.
+    std::sort(failed_.begin(), failed_.end());
     std::string list;
-    for (const probe::SurveyItem& item : items_) {
-      const std::string id = item.id(models_);
-      if (std::find(failed_.begin(), failed_.end(), id) != failed_.end()) list += (list.empty() ? "" : ", ") + id;
-    }
+    for (int64_t index : failed_) list += (list.empty() ? "" : ", ") + items_[size_t(index)].id(models_);
     std::fprintf(stderr, "sinklab-survey: error: %zu of %lld items failed: %s (errors under /items in %s)\n",
                  failed_.size(), (long long)total, list.c_str(), o_.output.c_str());
     return 1;
@@ -303,7 +301,7 @@ class SurveyWriter {
   std::vector<double> costs_;
   std::vector<char> done_;
   std::optional<io::ResultsFile> file_;
-  std::vector<std::string> failed_;
+  std::vector<int64_t> failed_;  // indices into items_
   int64_t already_ = 0, finished_ = 0;
   double pending_cost_ = 0, done_cost_ = 0;
   Timer clock_, since_commit_;
