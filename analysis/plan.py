@@ -14,8 +14,10 @@ The model behind each column (f32 throughout, as the trainer runs today; GiB = 2
   the buffer Transformer::ensure_activations allocates for one micro-batch of micro-batch-rows rows: per
   layer x_in, xn1, rstd1, qkv, att, stats, x_mid, xn2, rstd2, ffn_in, ffn_h (and each variant's extras),
   then the final norm's, a logits chunk of floor(16 Mi / vocab) rows and backward's workspace, every
-  tensor rounded up to 64 bytes; no recomputation (the trainer has none yet). "need" = the state as the
-  job runs it (Z1 where it sets zero1, marked z) + acts. Not counted: the CUDA context, cuBLAS/cuDNN
+  tensor rounded up to 64 bytes, without recomputation; "acts attn" / "acts block" the same under
+  --recompute attention (the attention block's mixing held once for all layers, not per layer) / block
+  (only each layer's input kept per layer). "need" = the state as the job runs it (Z1 where it sets
+  zero1, marked z) + the acts of its --recompute (marked r when not none). Not counted: the CUDA context, cuBLAS/cuDNN
   workspaces, NCCL buffers, allocator slack, the evaluation's batch.
 - GPU-h = FLOPs per token x tokens / (MFU x peak per GPU), over all GPUs; "step s" is one optimizer step's
   compute time at that MFU. MFU: --mfu, or the median of /runs/<run-name>/train/mfu of a --from-results
@@ -46,7 +48,7 @@ MODEL_DEFAULTS = {"n-kv-heads": "0", "ffn": "swiglu", "pos-emb": "rope", "relati
                   "relative-buckets": "32", "norm-placement": "pre", "norm-type": "rms", "head-combine": "concat",
                   "attn-bias": "none", "bias-per-head": "true", "k-bias-dims": "0", "qk-kernel": "identity",
                   "sink-logit": "false", "attn-gate": "none"}
-TRAIN_DEFAULTS = {"zero1": "false", "device": "cpu"}
+TRAIN_DEFAULTS = {"zero1": "false", "device": "cpu", "recompute": "none"}
 REQUIRED = ("vocab-size", "d-model", "n-layers", "n-heads", "ffn-hidden", "context", "steps",
             "global-batch-tokens", "micro-batch-rows")
 
@@ -143,8 +145,16 @@ def flops_per_token(job):
     return 6.0 * parameters(job)[1] + 12.0 * s["L"] * s["H"] * s["dh"] * (s["C"] + s["lead_pos"])
 
 
-def activation_bytes(job):
-    """Bytes of Transformer::ensure_activations' buffer for micro-batch-rows rows (f32, 64-byte rounded)."""
+RECOMPUTE_MODES = ("none", "attention", "block")
+
+
+def activation_bytes(job, recompute=None):
+    """Bytes of Transformer::ensure_activations' buffer for micro-batch-rows rows (f32, 64-byte rounded)
+    under --recompute (default: the job's): each layer's kept tensors, once the tensors every layer
+    recomputes (attention: the attention block's mixing; block: all but the layer's input), and the rest."""
+    mode = recompute or job.get("recompute")
+    if mode not in RECOMPUTE_MODES:
+        raise PlanError(f"{job.name}: recompute = {mode!r} is not one of {' | '.join(RECOMPUTE_MODES)}")
     s = shape(job)
     B, T = job.int("micro-batch-rows"), s["C"] + s["lead_pos"]
     N, d, F, V, H, dh = B * T, s["d"], s["F"], s["V"], s["H"], s["dh"]
@@ -154,10 +164,15 @@ def activation_bytes(job):
     add = job.get("head-combine") == "add"
     pre, ln, lead = not s["post"], s["layer_norm"], s["lead_keys"] > 0
     ext = B * (s["lead_keys"] + T) * s["Hkv"] * dh
-    layer = [N * d, pre * N * d, N, ln * N, N * qkv, kernel * N * feat, mlp * N * feat, mlp * N * feat,
-             kernel * N * feat, lead * ext, lead * ext, N * H * dh, (job.get("attn-bias") == "v") * N * H * dh,
-             B * H * T, gate * N * H * dh, gate * N * H * dh, add * N * dh, s["post"] * N * d,
-             N * d, pre * N * d, N, ln * N, N * ffn_in, N * F, s["post"] * N * d]
+    # (floats, part of the attention block's mixing), in the allocation order; x_in first, always kept.
+    layer = [(pre * N * d, pre), (N, pre), (ln * N, pre), (N * qkv, True), (kernel * N * feat, True),
+             (mlp * N * feat, True), (mlp * N * feat, True), (kernel * N * feat, True), (lead * ext, True),
+             (lead * ext, True), (N * H * dh, True), ((job.get("attn-bias") == "v") * N * H * dh, True),
+             (B * H * T, True), (gate * N * H * dh, True), (gate * N * H * dh, True), (add * N * dh, True),
+             (s["post"] * N * d, False), (N * d, False), (pre * N * d, False), (N, False), (ln * N, False),
+             (N * ffn_in, False), (N * F, False), (s["post"] * N * d, False)]
+    recomputed = [n for n, mix in layer if mode == "block" or (mode == "attention" and mix)]
+    kept = [N * d] + [n for n, mix in layer if not (mode == "block" or (mode == "attention" and mix))]
     logits_rows = min(max(LOGITS_CHUNK_FLOATS // V, 1), N)
     rest = [N * d, pre * N * d, N, ln * N, logits_rows * V, N] + [N * d] * 5 + [
         N * qkv, kernel * N * feat, mlp * N * feat, lead * ext, lead * ext, N * H * dh, gate * N * H * dh,
@@ -165,18 +180,19 @@ def activation_bytes(job):
         H * job.int("relative-buckets")]
 
     def rounded(floats):
-        return sum((4 * n + 63) // 64 * 64 for n in floats)
-    return s["L"] * rounded(layer) + rounded(rest)
+        return sum((4 * n + 63) // 64 * 64 for n in floats if n)
+    return s["L"] * rounded(kept) + rounded(recomputed) + rounded(rest)
 
 
 def memory_per_rank(job):
-    """GiB per rank: (state without ZeRO-1, state with it, activations, what the job as configured needs)."""
+    """GiB per rank: (state without ZeRO-1, state with it, {recompute mode: activations}, what the job as
+    configured needs: its ZeRO-1 setting and its recompute mode)."""
     n = parameters(job)[0]
     state = 4 * n + 4 * n + 8 * n
     zero1 = 4 * n + 4 * n + 8 * n / job.ranks
-    acts = activation_bytes(job)
-    need = (zero1 if job.flag("zero1") else state) + acts
-    return state / GIB, zero1 / GIB, acts / GIB, need / GIB
+    acts = {mode: activation_bytes(job, mode) / GIB for mode in RECOMPUTE_MODES}
+    need = (zero1 if job.flag("zero1") else state) / GIB + acts[job.get("recompute")]
+    return state / GIB, zero1 / GIB, acts, need
 
 
 def allreduce(job, link_gbps):
@@ -217,7 +233,8 @@ def job_files(paths):
     return out
 
 
-HEADER = ("job", "dev", "ranks", "GFLOP/tok", "tokens", "state GiB", "Z1 GiB", "acts GiB", "need GiB", "MFU",
+HEADER = ("job", "dev", "ranks", "GFLOP/tok", "tokens", "state GiB", "Z1 GiB", "acts GiB", "acts attn", "acts block",
+          "need GiB", "MFU",
           "GPU-h", "step s", "NCCL GiB/step", "comm s")
 
 
@@ -232,7 +249,8 @@ def row(job, mfu, measured, args):
     hours = fpt * tokens / rate / 3600 if gpu else None
     step = fpt * job.int("global-batch-tokens") / (rate * job.ranks)
     cells = (job.name, job.get("device"), str(job.ranks), f"{fpt / 1e9:.3f}", tokens_text(tokens).replace(" ", ""),
-             f"{state:.2f}", f"{zero1:.2f}", f"{acts:.2f}", f"{need:.2f}" + ("z" if job.flag("zero1") else ""),
+             f"{state:.2f}", f"{zero1:.2f}", f"{acts['none']:.2f}", f"{acts['attention']:.2f}", f"{acts['block']:.2f}",
+             f"{need:.2f}" + ("z" if job.flag("zero1") else "") + ("" if job.get("recompute") == "none" else "r"),
              (f"{mfu:.2f}" + ("*" if measured else "")) if gpu else "-", f"{hours:.1f}" if gpu else "-",
              f"{step:.3f}" if gpu else "-", f"{sent / GIB:.2f}", f"{comm:.3f}" if comm is not None else "-")
     return cells, hours

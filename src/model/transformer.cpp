@@ -154,85 +154,97 @@ Tensor Transformer::attention_forward(int l, const ops::AttentionSpec& spec, Lay
   return probs;
 }
 
+Tensor Transformer::attention_mix_forward(int l, const ops::AttentionSpec& spec, LayerObserver* observer,
+                                          Tensor* attn_in, Tensor* probs) {
+  LayerActs& a = layers_[size_t(l)];
+  const LayerIndex& li = layer_index_[size_t(l)];
+  const int64_t d = cfg_.d_model, H = cfg_.n_heads, dh = cfg_.head_dim(), Hkv = cfg_.kv_heads();
+  const int64_t qkv_dim = (H + 2 * Hkv) * dh;
+  // Pre-norm: the block reads Norm(x_in); post-norm: x_in itself (the norm comes after the residual add).
+  *attn_in = a.x_in;
+  if (cfg_.norm_placement == NormPlacement::pre) {
+    norm_forward(a.xn1, a.mean1, a.rstd1, a.x_in, li.norm1, li.norm1_bias);
+    *attn_in = a.xn1;
+  }
+  ops::linear_forward(a.qkv, *attn_in, weight(li.qkv, qkv_dim, d, false), Tensor{});
+  *probs = attention_forward(l, spec, observer);
+  Tensor heads_out = cfg_.attn_bias == AttnBias::v ? a.att_biased : a.att;  // [N, H*dh]
+  Tensor o_in = heads_out;
+  if (li.gate >= 0) {  // gated attention: o *= sigmoid(attn_in W_g^T), per head or per element
+    if (cfg_.attn_gate == AttnGate::headwise) {
+      ops::linear_forward(tmp_.slice(1, 0, H), *attn_in, at(li.gate, false), Tensor{});
+      ops::matmul(a.gate_logits, tmp_.slice(1, 0, H), head_expand_, false, false);  // [N,H] -> [N,H*dh]
+    } else {
+      ops::linear_forward(a.gate_logits, *attn_in, at(li.gate, false), Tensor{});
+    }
+    ops::gated_forward(a.att_gated, a.gate_logits, heads_out, ops::Activation::sigmoid);
+    o_in = a.att_gated;
+  }
+  if (cfg_.head_combine == HeadCombine::add) {  // (sum_h o_h) W_O
+    ops::copy(a.att_sum, o_in.slice(1, 0, dh));
+    for (int64_t h = 1; h < H; ++h) ops::accumulate(a.att_sum, o_in.slice(1, h * dh, dh));
+    o_in = a.att_sum;
+  }
+  return o_in;
+}
+
+void Transformer::layer_forward(int l, Tensor x_out, LayerObserver* observer) {
+  LayerActs& a = layers_[size_t(l)];
+  const LayerIndex& li = layer_index_[size_t(l)];
+  const int64_t B = batch_, T = seq_, d = cfg_.d_model, F = cfg_.ffn_hidden;
+  const int64_t H = cfg_.n_heads, dh = cfg_.head_dim(), Hkv = cfg_.kv_heads();
+  const bool post = cfg_.norm_placement == NormPlacement::post;
+  const ops::Activation act = cfg_.ffn_activation();
+  const ops::AttentionSpec spec = layer_spec(l, false);
+  // Attention block. Pre-norm: x_mid = x_in + Attn(Norm(x_in)); post-norm: x_mid = Norm(x_in + Attn(x_in)).
+  Tensor attn_in, probs;
+  const Tensor o_in = attention_mix_forward(l, spec, observer, &attn_in, &probs);
+  ops::linear_forward(tmp_, o_in, at(li.o, false), Tensor{});
+  if (post) {
+    ops::add(a.pre_norm1, a.x_in, tmp_);
+    norm_forward(a.x_mid, a.mean1, a.rstd1, a.pre_norm1, li.norm1, li.norm1_bias);
+  } else {
+    ops::add(a.x_mid, a.x_in, tmp_);
+  }
+  // FFN block: gated (act(x W_gate) * x W_up) W_down or act(x W_up) W_down.
+  Tensor ffn_x = a.x_mid;
+  if (!post) {
+    norm_forward(a.xn2, a.mean2, a.rstd2, a.x_mid, li.norm2, li.norm2_bias);
+    ffn_x = a.xn2;
+  }
+  const int64_t ffn_width = a.ffn_in.shape[1];
+  ops::linear_forward(a.ffn_in, ffn_x, weight(li.ffn_in, ffn_width, d, false), Tensor{});
+  if (cfg_.gated_ffn()) ops::gated_forward(a.ffn_h, a.ffn_in.slice(1, 0, F), a.ffn_in.slice(1, F, F), act);
+  else ops::activation_forward(a.ffn_h, a.ffn_in, act);
+  ops::linear_forward(tmp_, a.ffn_h, at(li.down, false), Tensor{});
+  if (post) {
+    ops::add(a.pre_norm2, a.x_mid, tmp_);
+    norm_forward(x_out, a.mean2, a.rstd2, a.pre_norm2, li.norm2, li.norm2_bias);
+  } else {
+    ops::add(x_out, a.x_mid, tmp_);
+  }
+  if (observer) {
+    // q, k, v as attention_forward passed them to the op.
+    const bool kernel = cfg_.qk_kernel != QkKernel::identity;
+    LayerTaps taps = attention_taps(
+        l, B, a.x_in, x_out, head_view(kernel ? a.feat : a.qkv, B, T, 0, H, dh),
+        cfg_.lead_keys() > 0 ? a.k_ext : head_view(kernel ? a.feat : a.qkv, B, T, H * dh, Hkv, dh),
+        cfg_.lead_keys() > 0 ? a.v_ext : head_view(a.qkv, B, T, (H + Hkv) * dh, Hkv, dh), &spec, probs);
+    if (post) taps.hidden_pre_norm = a.pre_norm2.split_dim(0, B, T);
+    taps.lead_positions = cfg_.lead_positions();
+    observer->on_layer(taps);
+  }
+}
+
 void Transformer::forward_layers(Tensor inputs, LayerObserver* observer) {
   SL_CHECK(inputs.ndim == 2 && inputs.dtype == DType::i32, "model inputs must be i32 [B,T], got %s",
            inputs.shape_str().c_str());
   ensure_activations(inputs.shape[0], inputs.shape[1]);
-  const int64_t B = batch_, T = seq_, N = B * T, d = cfg_.d_model, F = cfg_.ffn_hidden;
-  const int64_t H = cfg_.n_heads, dh = cfg_.head_dim(), Hkv = cfg_.kv_heads();
-  const int64_t qkv_dim = (H + 2 * Hkv) * dh;
-  const bool post = cfg_.norm_placement == NormPlacement::post;
-  const ops::Activation act = cfg_.ffn_activation();
-
   embed(inputs);
-  for (int l = 0; l < cfg_.n_layers; ++l) {
-    LayerActs& a = layers_[size_t(l)];
-    const LayerIndex& li = layer_index_[size_t(l)];
-    const ops::AttentionSpec spec = layer_spec(l, false);
-    // Attention block. Pre-norm: x_mid = x_in + Attn(Norm(x_in)); post-norm: x_mid = Norm(x_in + Attn(x_in)).
-    Tensor attn_in = a.x_in;
-    if (!post) {
-      norm_forward(a.xn1, a.mean1, a.rstd1, a.x_in, li.norm1, li.norm1_bias);
-      attn_in = a.xn1;
-    }
-    ops::linear_forward(a.qkv, attn_in, weight(li.qkv, qkv_dim, d, false), Tensor{});
-    const Tensor probs = attention_forward(l, spec, observer);
-    Tensor heads_out = cfg_.attn_bias == AttnBias::v ? a.att_biased : a.att;  // [N, H*dh]
-    Tensor o_in = heads_out;
-    if (li.gate >= 0) {  // gated attention: o *= sigmoid(attn_in W_g^T), per head or per element
-      if (cfg_.attn_gate == AttnGate::headwise) {
-        ops::linear_forward(tmp_.slice(1, 0, H), attn_in, at(li.gate, false), Tensor{});
-        ops::matmul(a.gate_logits, tmp_.slice(1, 0, H), head_expand_, false, false);  // [N,H] -> [N,H*dh]
-      } else {
-        ops::linear_forward(a.gate_logits, attn_in, at(li.gate, false), Tensor{});
-      }
-      ops::gated_forward(a.att_gated, a.gate_logits, heads_out, ops::Activation::sigmoid);
-      o_in = a.att_gated;
-    }
-    if (cfg_.head_combine == HeadCombine::add) {  // (sum_h o_h) W_O
-      ops::copy(a.att_sum, o_in.slice(1, 0, dh));
-      for (int64_t h = 1; h < H; ++h) ops::accumulate(a.att_sum, o_in.slice(1, h * dh, dh));
-      o_in = a.att_sum;
-    }
-    ops::linear_forward(tmp_, o_in, at(li.o, false), Tensor{});
-    if (post) {
-      ops::add(a.pre_norm1, a.x_in, tmp_);
-      norm_forward(a.x_mid, a.mean1, a.rstd1, a.pre_norm1, li.norm1, li.norm1_bias);
-    } else {
-      ops::add(a.x_mid, a.x_in, tmp_);
-    }
-    // FFN block: gated (act(x W_gate) * x W_up) W_down or act(x W_up) W_down.
-    Tensor ffn_x = a.x_mid;
-    if (!post) {
-      norm_forward(a.xn2, a.mean2, a.rstd2, a.x_mid, li.norm2, li.norm2_bias);
-      ffn_x = a.xn2;
-    }
-    const int64_t ffn_width = a.ffn_in.shape[1];
-    ops::linear_forward(a.ffn_in, ffn_x, weight(li.ffn_in, ffn_width, d, false), Tensor{});
-    if (cfg_.gated_ffn()) ops::gated_forward(a.ffn_h, a.ffn_in.slice(1, 0, F), a.ffn_in.slice(1, F, F), act);
-    else ops::activation_forward(a.ffn_h, a.ffn_in, act);
-    ops::linear_forward(tmp_, a.ffn_h, at(li.down, false), Tensor{});
-    Tensor x_out = l + 1 < cfg_.n_layers ? layers_[size_t(l) + 1].x_in : x_final_in_;
-    if (post) {
-      ops::add(a.pre_norm2, a.x_mid, tmp_);
-      norm_forward(x_out, a.mean2, a.rstd2, a.pre_norm2, li.norm2, li.norm2_bias);
-    } else {
-      ops::add(x_out, a.x_mid, tmp_);
-    }
-    if (observer) {
-      // q, k, v as attention_forward passed them to the op.
-      const bool kernel = cfg_.qk_kernel != QkKernel::identity;
-      LayerTaps taps = attention_taps(
-          l, B, a.x_in, x_out, head_view(kernel ? a.feat : a.qkv, B, T, 0, H, dh),
-          cfg_.lead_keys() > 0 ? a.k_ext : head_view(kernel ? a.feat : a.qkv, B, T, H * dh, Hkv, dh),
-          cfg_.lead_keys() > 0 ? a.v_ext : head_view(a.qkv, B, T, (H + Hkv) * dh, Hkv, dh), &spec, probs);
-      if (post) taps.hidden_pre_norm = a.pre_norm2.split_dim(0, B, T);
-      taps.lead_positions = cfg_.lead_positions();
-      observer->on_layer(taps);
-    }
-  }
-  if (!post) norm_forward(xf_, meanf_, rstdf_, x_final_in_, final_norm_index_, final_norm_bias_index_);
-  (void)N;
+  for (int l = 0; l < cfg_.n_layers; ++l)
+    layer_forward(l, l + 1 < cfg_.n_layers ? layers_[size_t(l) + 1].x_in : x_final_in_, observer);
+  if (cfg_.norm_placement == NormPlacement::pre)
+    norm_forward(xf_, meanf_, rstdf_, x_final_in_, final_norm_index_, final_norm_bias_index_);
 }
 
 void Transformer::norm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor in, int64_t weight_index,
@@ -385,6 +397,9 @@ void Transformer::backward_layers(Tensor inputs, GradReadyObserver* grads_ready)
   for (int l = cfg_.n_layers - 1; l >= 0; --l) {
     LayerActs& a = layers_[size_t(l)];
     const LayerIndex& li = layer_index_[size_t(l)];
+    // --recompute block: the layer's activations are rebuilt from its kept input (x_out goes to d_tmp_, free
+    // here: the next layer's input is no longer read).
+    if (recompute_ == Recompute::block) layer_forward(l, d_tmp_, nullptr);
     // d_res holds dL/dx_out. FFN block; afterwards d_res holds dL/dx_mid.
     Tensor ffn_x = post ? a.x_mid : a.xn2;
     if (post) {  // x_out = Norm(pre_norm2), pre_norm2 = x_mid + FFN(x_mid)
@@ -406,6 +421,10 @@ void Transformer::backward_layers(Tensor inputs, GradReadyObserver* grads_ready)
       ops::accumulate(d_res_, d_tmp_);
     }
     // Attention block; afterwards d_res holds dL/dx_in.
+    if (recompute_ == Recompute::attention) {  // rebuild the mixing's activations from the kept x_in
+      Tensor recomputed_in, no_probs;
+      attention_mix_forward(l, layer_spec(l, false), nullptr, &recomputed_in, &no_probs);
+    }
     Tensor attn_in = post ? a.x_in : a.xn1;
     if (post) {  // x_mid = Norm(pre_norm1), pre_norm1 = x_in + Attn(x_in)
       norm_backward(d_pre_, d_res_, a.pre_norm1, a.mean1, a.rstd1, li.norm1, li.norm1_bias);

@@ -29,6 +29,26 @@ class GradReadyObserver {
   virtual void on_grads_ready(int64_t begin, int64_t end) = 0;  // flat elements [begin, end)
 };
 
+// --recompute: which activations backward recomputes from each layer's input instead of keeping them
+// from the forward pass (DESIGN.md, "Activation recomputation"). The recomputed forward runs the same ops
+// on the same inputs, so gradients are the same bits as without.
+//   none       every layer keeps everything its backward reads
+//   attention  a layer keeps its input and its FFN block; the attention block's mixing (norm, qkv,
+//              attention, gates) is recomputed before its backward
+//   block      a layer keeps only its input; the whole layer is recomputed before its backward
+enum class Recompute : uint8_t { none, attention, block };
+Recompute parse_recompute(const std::string& text);  // throws naming --recompute
+const char* recompute_name(Recompute mode);
+std::string recompute_names();  // "none | attention | block"
+
+// The activation buffer of one micro-batch shape, in bytes (each tensor rounded up to 64 bytes):
+// kept_per_layer x layers + recomputed (one set every layer shares) + rest (the head's logits chunk, the
+// final norm, backward's gradients workspace).
+struct ActivationBytes {
+  int64_t kept_per_layer = 0, recomputed = 0, rest = 0;
+  int64_t total(int layers) const { return kept_per_layer * layers + recomputed + rest; }
+};
+
 class Transformer {
  public:
   Transformer(const ModelConfig& cfg, Device device = Device::cpu());
@@ -60,6 +80,12 @@ class Transformer {
   // The kernel those calls run on this model's device, and why; throws "--attn-kernel ...: why not" when
   // the requested one cannot run this model's attention.
   ops::AttnKernelChoice attention_kernel() const;
+  // --recompute (the next forward reallocates the activations).
+  void set_recompute(Recompute mode);
+  Recompute recompute() const { return recompute_; }
+  // Allocates the activations for micro-batches of [batch, seq] inputs (forward does it on a new shape) and
+  // says how large they are.
+  ActivationBytes prepare_activations(int64_t batch, int64_t seq);
   // Rows of the sequence the model runs on per input row: T + cfg.lead_positions().
   int64_t model_seq(int64_t seq) const { return seq + cfg_.lead_positions(); }
 
@@ -103,6 +129,13 @@ class Transformer {
   void embed(Tensor inputs);
   void embed_backward(Tensor inputs);
   void forward_layers(Tensor inputs, LayerObserver* observer);
+  // Layer l's forward from layers_[l].x_in to x_out (the next layer's input, or a scratch buffer when
+  // backward recomputes the layer).
+  void layer_forward(int l, Tensor x_out, LayerObserver* observer);
+  // The attention block's mixing, from x_in to the input of o_proj (returned): norm, qkv, attention, the V
+  // bias, gates, head sum. attn_in receives the qkv projection's input; probs the observer's attention matrix.
+  Tensor attention_mix_forward(int l, const ops::AttentionSpec& spec, LayerObserver* observer, Tensor* attn_in,
+                               Tensor* probs);
   // Returns the attention matrix when the observer supplied a buffer for it (LayerObserver::probs_output).
   Tensor attention_forward(int l, const ops::AttentionSpec& spec, LayerObserver* observer);
   Tensor model_targets(Tensor targets);
@@ -145,6 +178,8 @@ class Transformer {
       d_att_sum_, d_gate_logits_, d_gate_small_, d_pre_, d_ffn_in_, d_ffn_h_, d_xf_, tmp_, d_sinks_,
       d_relative_;
   int64_t head_chunk_rows_ = 0;
+  Recompute recompute_ = Recompute::none;
+  ActivationBytes activation_bytes_;
 };
 
 }  // namespace sinklab::model

@@ -10,6 +10,7 @@
 
 #include "backend/backend.hpp"
 #include "core/arena.hpp"
+#include "core/enum_names.hpp"
 #include "core/error.hpp"
 
 namespace sinklab::model {
@@ -195,6 +196,26 @@ void Transformer::init_weights(uint64_t seed) {
 
 void Transformer::zero_grads() { ops::fill(flat_grads_, 0.0); }
 
+namespace {
+constexpr EnumName<Recompute> kRecomputeNames[] = {
+    {Recompute::none, "none"}, {Recompute::attention, "attention"}, {Recompute::block, "block"}};
+}  // namespace
+
+Recompute parse_recompute(const std::string& text) { return parse_enum(kRecomputeNames, text, "recompute"); }
+const char* recompute_name(Recompute mode) { return enum_name(kRecomputeNames, mode); }
+std::string recompute_names() { return enum_name_list(kRecomputeNames); }
+
+void Transformer::set_recompute(Recompute mode) {
+  if (mode == recompute_) return;
+  recompute_ = mode;
+  batch_ = input_seq_ = 0;  // the next forward lays the activations out again
+}
+
+ActivationBytes Transformer::prepare_activations(int64_t batch, int64_t seq) {
+  ensure_activations(batch, seq);
+  return activation_bytes_;
+}
+
 void Transformer::ensure_activations(int64_t batch, int64_t input_seq) {
   SL_CHECK(input_seq >= 1 && input_seq <= cfg_.context, "sequence length %lld outside [1, context=%d]",
            (long long)input_seq, cfg_.context);
@@ -215,46 +236,70 @@ void Transformer::ensure_activations(int64_t batch, int64_t input_seq) {
 
   // Two passes over the same allocation plan: count the bytes, then carve them out of one buffer.
   size_t total = 0;
+  int64_t* bytes_to = nullptr;  // while counting: which ActivationBytes field the next tensor adds to
+  ActivationBytes bytes;
+  int64_t uncounted = 0;  // the layers after the first: layer 0's figures count them
   Arena arena;
   bool counting = true;
   std::function<Tensor(std::initializer_list<int64_t>)> alloc = [&](std::initializer_list<int64_t> dims) {
     if (counting) {
       Tensor t(nullptr, DType::f32, dims, device_);
-      total += (t.nbytes() + 63) / 64 * 64;
+      const size_t rounded = (t.nbytes() + 63) / 64 * 64;
+      total += rounded;
+      if (bytes_to) *bytes_to += int64_t(rounded);
       return t;
     }
     return arena.alloc(DType::f32, dims);
   };
   auto alloc_if = [&](bool needed, std::initializer_list<int64_t> dims) { return needed ? alloc(dims) : Tensor{}; };
+  // --recompute: what backward rebuilds instead of reading it from the forward pass. Those tensors are
+  // allocated once (layer 0's) and every layer uses them in turn; the rest once per layer.
+  const bool pre_norm = !post;
+  auto recomputed = [&](bool in_attention_mix) {
+    return recompute_ == Recompute::block || (recompute_ == Recompute::attention && in_attention_mix);
+  };
   auto plan = [&]() {
     layers_.assign(size_t(cfg_.n_layers), LayerActs{});
-    for (auto& a : layers_) {
-      a.x_in = alloc({N, d});
-      a.xn1 = alloc_if(!post, {N, d});
-      a.rstd1 = alloc({N});
-      a.mean1 = alloc_if(layer_norm, {N});
-      a.qkv = alloc({N, qkv_dim});
-      a.feat_in = alloc_if(kernel, {N, feat_dim});
-      a.feat_hidden = alloc_if(mlp, {N, feat_dim});
-      a.feat_act = alloc_if(mlp, {N, feat_dim});
-      a.feat = alloc_if(kernel, {N, feat_dim});
-      a.k_ext = alloc_if(lead, {batch, S, Hkv, dh});
-      a.v_ext = alloc_if(lead, {batch, S, Hkv, dh});
-      a.att = alloc({N, H * dh});
-      a.att_biased = alloc_if(cfg_.attn_bias == AttnBias::v, {N, H * dh});
-      a.stats = alloc({batch, H, seq});
-      a.gate_logits = alloc_if(gate, {N, H * dh});
-      a.att_gated = alloc_if(gate, {N, H * dh});
-      a.att_sum = alloc_if(add, {N, dh});
-      a.pre_norm1 = alloc_if(post, {N, d});
-      a.x_mid = alloc({N, d});
-      a.xn2 = alloc_if(!post, {N, d});
-      a.rstd2 = alloc({N});
-      a.mean2 = alloc_if(layer_norm, {N});
-      a.ffn_in = alloc({N, ffn_in});
-      a.ffn_h = alloc({N, F});
-      a.pre_norm2 = alloc_if(post, {N, d});
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      LayerActs& a = layers_[l];
+      auto slot = [&](Tensor LayerActs::*field, bool in_attention_mix, bool needed,
+                      std::initializer_list<int64_t> dims) {
+        const bool shared = recomputed(in_attention_mix);
+        if (shared && l > 0) {
+          a.*field = layers_[0].*field;
+          return;
+        }
+        bytes_to = shared ? &bytes.recomputed : (l == 0 ? &bytes.kept_per_layer : &uncounted);
+        a.*field = alloc_if(needed, dims);
+      };
+      bytes_to = l == 0 ? &bytes.kept_per_layer : &uncounted;
+      a.x_in = alloc({N, d});  // every mode keeps each layer's input: recomputation starts there
+      slot(&LayerActs::xn1, pre_norm, !post, {N, d});
+      slot(&LayerActs::rstd1, pre_norm, true, {N});
+      slot(&LayerActs::mean1, pre_norm, layer_norm, {N});
+      slot(&LayerActs::qkv, true, true, {N, qkv_dim});
+      slot(&LayerActs::feat_in, true, kernel, {N, feat_dim});
+      slot(&LayerActs::feat_hidden, true, mlp, {N, feat_dim});
+      slot(&LayerActs::feat_act, true, mlp, {N, feat_dim});
+      slot(&LayerActs::feat, true, kernel, {N, feat_dim});
+      slot(&LayerActs::k_ext, true, lead, {batch, S, Hkv, dh});
+      slot(&LayerActs::v_ext, true, lead, {batch, S, Hkv, dh});
+      slot(&LayerActs::att, true, true, {N, H * dh});
+      slot(&LayerActs::att_biased, true, cfg_.attn_bias == AttnBias::v, {N, H * dh});
+      slot(&LayerActs::stats, true, true, {batch, H, seq});
+      slot(&LayerActs::gate_logits, true, gate, {N, H * dh});
+      slot(&LayerActs::att_gated, true, gate, {N, H * dh});
+      slot(&LayerActs::att_sum, true, add, {N, dh});
+      slot(&LayerActs::pre_norm1, false, post, {N, d});
+      slot(&LayerActs::x_mid, false, true, {N, d});
+      slot(&LayerActs::xn2, false, !post, {N, d});
+      slot(&LayerActs::rstd2, false, true, {N});
+      slot(&LayerActs::mean2, false, layer_norm, {N});
+      slot(&LayerActs::ffn_in, false, true, {N, ffn_in});
+      slot(&LayerActs::ffn_h, false, true, {N, F});
+      slot(&LayerActs::pre_norm2, false, post, {N, d});
     }
+    bytes_to = &bytes.rest;
     x_final_in_ = alloc({N, d});
     xf_ = post ? x_final_in_ : alloc({N, d});  // post-norm models have no final norm
     rstdf_ = alloc({N});
@@ -284,9 +329,11 @@ void Transformer::ensure_activations(int64_t batch, int64_t input_seq) {
     d_relative_ = alloc({H, cfg_.relative_buckets});
   };
   plan();
+  activation_bytes_ = bytes;
   acts_buffer_ = Buffer(total, device_);
   arena = Arena(acts_buffer_.data(), acts_buffer_.bytes(), device_);
   counting = false;
+  bytes_to = nullptr;
   plan();
   targets_buffer_ = Buffer(size_t(N) * sizeof(int32_t), device_);
   targets_ = targets_buffer_.view(DType::i32, {batch, seq});

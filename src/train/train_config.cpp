@@ -3,6 +3,7 @@
 #include <boost/program_options.hpp>
 
 #include "backend/attention_dispatch.hpp"
+#include "model/transformer.hpp"
 #include "core/error.hpp"
 #include "core/options.hpp"
 #include "core/text.hpp"
@@ -168,6 +169,10 @@ void add_output_options(po::options_description& desc, TrainConfig& c, FlagText&
        "to f32 rounding asks for reference); on the CPU only auto and reference (the CPU reference kernel)")
       ("attn-deterministic", po::value(&c.attn_deterministic)->default_value(true),
        "attention backward with cuDNN's deterministic algorithm (same bits every run; false: its faster one)")
+      ("recompute", po::value(&c.recompute)->default_value("none"),
+       ("activations backward recomputes instead of keeping them: " + model::recompute_names() +
+        " (attention: the attention block's mixing; block: every layer but its input); same gradients, less memory")
+           .c_str())
       ("dry-run", po::value(&c.dry_run)->default_value(false)->implicit_value(true),
        "check the configuration and print it (every option with its value), then exit");
 }
@@ -216,6 +221,7 @@ void check_train_config(TrainConfig& c, const FlagText& text, int world_size, bo
              "--eval-every-after must be STEP:N with STEP >= 0 and N >= 1, not '%s'", every_after.c_str());
   }
   ops::parse_attn_kernel(c.attn_kernel);  // throws naming --attn-kernel
+  model::parse_recompute(c.recompute);    // throws naming --recompute
 }
 
 // The effective configuration, every option with its value, as ini text (sorted by name); sinklab-sft's

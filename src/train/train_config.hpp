@@ -74,6 +74,7 @@ struct TrainConfig {
   DeviceKind device = DeviceKind::cpu;  // --device cpu | cuda
   std::string attn_kernel = "auto";  // auto | cudnn | flash | reference (backend/attention_dispatch.hpp)
   bool attn_deterministic = true;     // cuDNN's deterministic backward (the other kernels always are)
+  std::string recompute = "none";     // none | attention | block (model/transformer.hpp, model::Recompute)
   bool dry_run = false;  // validate the configuration, print it, do nothing else
 
   std::string config_text;   // the effective configuration as ini text (stored in results)

@@ -93,6 +93,7 @@ class Trainer {
   Device device_;
   model::Transformer model_;
   ops::AttnKernelChoice attn_kernel_;  // --attn-kernel resolved for this model and device (logged, stored)
+  model::ActivationBytes activation_bytes_;  // of one micro-batch, under --recompute (logged, stored)
   BatchLayout layout_;
   std::unique_ptr<TrainingData> train_data_;  // pre-training shards or fine-tuning rows
   Evaluator evaluator_;                       // validation loss and the sink probe (evaluation.hpp)
@@ -133,6 +134,8 @@ Trainer::Trainer(const TrainConfig& cfg, dist::World& world)
       loss_spike_step_(test_hook_step("SINKLAB_TEST_LOSS_SPIKE_STEP")) {
   model_.set_attention_kernel(ops::parse_attn_kernel(cfg.attn_kernel), cfg.attn_deterministic);
   attn_kernel_ = model_.attention_kernel();  // refuses a requested kernel that cannot run this attention
+  model_.set_recompute(model::parse_recompute(cfg.recompute));
+  activation_bytes_ = model_.prepare_activations(layout_.rows, cfg.model.context);
   if (const uint32_t data_vocab = train_data_->data_vocab_size()) {  // shards say theirs; SFT rows are checked as read
     SL_CHECK(data_vocab <= uint32_t(cfg.model.vocab_size),
              "--vocab-size %d is smaller than the vocabulary of the training shards (%u)", cfg.model.vocab_size, data_vocab);
@@ -463,6 +466,11 @@ void Trainer::open_results(double flops_per_token, double peak_flops) {
   results_->set_attr(run, "cpu_blas", cpu_blas_description());  // whose last bits these are
   results_->set_attr(run, "attn_kernel", ops::attn_kernel_name(attn_kernel_.kernel));
   results_->set_attr(run, "attn_kernel_reason", attn_kernel_.reason);
+  // Activation memory of one micro-batch under --recompute (Transformer::prepare_activations).
+  results_->set_attr(run, "recompute", std::string(model::recompute_name(model_.recompute())));
+  results_->set_attr(run, "activation_bytes_per_layer", activation_bytes_.kept_per_layer);
+  results_->set_attr(run, "activation_bytes_recomputed", activation_bytes_.recomputed);
+  results_->set_attr(run, "activation_bytes_total", activation_bytes_.total(cfg_.model.n_layers));
   // Parameter counts (Fig. 4 left): all, and without the word embedding and unembedding (the paper's
   // "60M parameters except for word embeddings and unembeddings", Sec. 4).
   results_->set_attr(run, "n_params", model_.num_parameters());
@@ -491,6 +499,12 @@ void Trainer::log_start(double flops_per_token, double peak_flops) const {
   if (peak_flops > 0)
     log::info0("MFU: %.4g GFLOP per token against %.4g TFLOP/s per rank", flops_per_token / 1e9, peak_flops / 1e12);
   log::info0("attention kernel: %s (%s)", ops::attn_kernel_name(attn_kernel_.kernel), attn_kernel_.reason.c_str());
+  const double mib = 1024.0 * 1024.0;
+  log::info0("activations of a micro-batch (recompute %s): %.4g MiB kept per layer x %d + %.4g MiB recomputed + %.4g "
+             "MiB head and backward workspace = %.4g MiB",
+             model::recompute_name(model_.recompute()), activation_bytes_.kept_per_layer / mib, cfg_.model.n_layers,
+             activation_bytes_.recomputed / mib, activation_bytes_.rest / mib,
+             activation_bytes_.total(cfg_.model.n_layers) / mib);
   log::info0("CPU BLAS: %s", cpu_blas_summary().c_str());
 }
 

@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -50,6 +51,14 @@ class Layer0Probs : public LayerObserver {
     ops::attention_probs(probs, taps.q, taps.k, *taps.attention);
   }
 };
+
+// A case name as a test name (gtest takes letters, digits and '_').
+std::string case_test_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string s = info.param;
+  for (char& ch : s)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return s;
+}
 
 class ModelVariants : public ::testing::TestWithParam<std::string> {};
 
@@ -131,12 +140,75 @@ TEST_P(ModelVariants, LossGradientsAndAttentionMatchTheReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, ModelVariants, ::testing::ValuesIn(case_names()),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string s = info.param;
-                           for (char& ch : s)
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return s;
-                         });
+                         case_test_name);
+
+// --recompute (issue #27): recomputing the attention block's mixing or the whole layer in backward gives
+// the same loss and the same gradient bits as keeping every activation, for every variant case (each has
+// its own tensors to rebuild: kernels' features, lead keys, gates, post-norm's pre-norm sums), two
+// micro-batches accumulated, and with the same weights; and it needs less memory.
+class Recomputation : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Recomputation, SameGradientBitsAsKeepingEveryActivation) {
+  const std::string name = GetParam();
+  const json& c = golden_index().at("cases").at(name);
+  test::Golden g(c.at("file").get<std::string>());
+  const ModelConfig cfg = config_of(c);
+  Tensor inputs = g.raw(name + "/inputs"), targets = g.raw(name + "/targets");
+  const int64_t B = inputs.shape[0], T = inputs.shape[1];
+
+  struct Outcome {
+    double loss = 0;
+    std::vector<float> grads;
+    model::ActivationBytes bytes;
+  };
+  auto run = [&](model::Recompute mode) {
+    Transformer m(cfg);
+    m.init_weights(77);
+    m.set_recompute(mode);
+    Outcome out;
+    out.bytes = m.prepare_activations(B, T);
+    m.zero_grads();
+    for (int micro = 0; micro < 2; ++micro) out.loss += m.forward_backward(inputs, targets, 0.5);
+    Tensor flat = m.flat_grads();
+    out.grads.assign(flat.ptr<float>(), flat.ptr<float>() + flat.numel());
+    return out;
+  };
+  const Outcome none = run(model::Recompute::none);
+  for (model::Recompute mode : {model::Recompute::attention, model::Recompute::block}) {
+    const Outcome other = run(mode);
+    const char* mode_name = model::recompute_name(mode);
+    EXPECT_EQ(other.loss, none.loss) << "--recompute " << mode_name;
+    ASSERT_EQ(other.grads.size(), none.grads.size());
+    size_t differing = 0;
+    for (size_t i = 0; i < none.grads.size(); ++i) differing += std::memcmp(&other.grads[i], &none.grads[i], 4) != 0;
+    EXPECT_EQ(differing, 0u) << "--recompute " << mode_name << ": gradient elements whose bits differ";
+    // Memory: everything recomputed is held once, not per layer; block keeps only each layer's input.
+    EXPECT_LT(other.bytes.kept_per_layer, none.bytes.kept_per_layer) << mode_name;
+    EXPECT_EQ(other.bytes.rest, none.bytes.rest) << mode_name;
+    EXPECT_EQ(other.bytes.kept_per_layer + other.bytes.recomputed, none.bytes.kept_per_layer) << mode_name;
+    if (mode == model::Recompute::block) {
+      EXPECT_EQ(other.bytes.kept_per_layer, (B * (T + cfg.lead_positions()) * cfg.d_model * 4 + 63) / 64 * 64)
+          << "block keeps x_in only";
+    }
+  }
+  EXPECT_EQ(none.bytes.recomputed, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, Recomputation, ::testing::ValuesIn(case_names()),
+                         case_test_name);
+
+TEST(Recomputation, TheFlagValuesAndABadOne) {
+  EXPECT_EQ(model::parse_recompute("block"), model::Recompute::block);
+  EXPECT_EQ(model::recompute_names(), "none | attention | block");
+  try {
+    model::parse_recompute("layers");
+    FAIL() << "accepted --recompute layers";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--recompute: 'layers' is not one of none | attention | block"),
+              std::string::npos)
+        << e.what();
+  }
+}
 
 // The golden cases exercise every axis flag with a value other than its default, and every case differs
 // from the default case (in an axis, the dimensions or the sequence length): a typo in a case's flags

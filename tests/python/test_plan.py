@@ -27,7 +27,7 @@ def run_plan(capsys, *args):
 
 def cells(lines, name):
     """The row of the job named `name` as {column: text}."""
-    header = ["job", "dev", "ranks", "GFLOP/tok", "tokens", "state", "Z1", "acts", "need", "MFU",
+    header = ["job", "dev", "ranks", "GFLOP/tok", "tokens", "state", "Z1", "acts", "acts_attn", "acts_block", "need", "MFU",
               "GPU-h", "step", "NCCL", "comm"]
     (line,) = [ln for ln in lines[1:] if ln.split()[0].endswith(name)]
     return dict(zip(header, line.split()))
@@ -66,6 +66,11 @@ TOK60 = 20_000 * 1_048_576
 #   logits chunk: floor(16,777,216 / 50,432) = 332 rows x 50,432; d_sinks 8 and d_relative 8*32 floats,
 #   each rounded up to 64 bytes: 64 + 1,024
 ACTS60 = 10 * 16_384 * 10_762 * 4 + 16_384 * 13_826 * 4 + 332 * 50_432 * 4 + 64 + 1_024
+# --recompute attention: xn1, rstd1, qkv, att, stats (5d + 1 + 8 floats a row) held once, not per layer;
+# --recompute block: only x_in (d) per layer, the other 7d + 3F + 2 + 8 once.
+REST60 = 16_384 * 13_826 * 4 + 332 * 50_432 * 4 + 64 + 1_024
+ACTS60_ATTN = 10 * 16_384 * (3 * 768 + 3 * 1536 + 1) * 4 + 16_384 * (5 * 768 + 9) * 4 + REST60
+ACTS60_BLOCK = 10 * 16_384 * 768 * 4 + 16_384 * (7 * 768 + 3 * 1536 + 10) * 4 + REST60
 
 # 1B: V 50432, d 2048, L 22, H 16 (d_head 128), F 5632, T 2048, SwiGLU, ZeRO-1; 4 nodes x 8 GPUs = 32 ranks.
 #   per layer: 2*2048 + 4*2048^2 + 3*5632*2048 = 4,096 + 16,777,216 + 34,603,008 = 51,384,320; x 22
@@ -79,6 +84,9 @@ TOK1B = 40_000 * 1_048_576
 # Activations, 4 rows x 2048 = 8,192 rows: per layer 8,192 * (8 * 2048 + 3 * 5632 + 2 + 16) floats;
 # rest 8,192 * (12 * 2048 + 3 * 5632 + 2); logits 332 x 50,432; d_sinks 16 floats (64 B), d_relative 16*32 (2 KiB)
 ACTS1B = 22 * 8_192 * 33_298 * 4 + 8_192 * 41_474 * 4 + 332 * 50_432 * 4 + 64 + 2_048
+REST1B = 8_192 * 41_474 * 4 + 332 * 50_432 * 4 + 64 + 2_048
+ACTS1B_ATTN = 22 * 8_192 * (3 * 2048 + 3 * 5632 + 1) * 4 + 8_192 * (5 * 2048 + 17) * 4 + REST1B
+ACTS1B_BLOCK = 22 * 8_192 * 2048 * 4 + 8_192 * (7 * 2048 + 3 * 5632 + 18) * 4 + REST1B
 
 
 def test_60m_and_1b_by_hand(capsys):
@@ -95,6 +103,8 @@ def test_60m_and_1b_by_hand(capsys):
     assert float(r60["state"]) == pytest.approx(16 * N60 / GIB, abs=0.005)  # 2.03: f32 w + g + AdamW m, v
     assert float(r60["Z1"]) == float(r60["state"])  # one rank: nothing to shard
     assert float(r60["acts"]) == pytest.approx(ACTS60 / GIB, abs=0.005)  # 7.47
+    assert float(r60["acts_attn"]) == pytest.approx(ACTS60_ATTN / GIB, abs=0.005)  # 5.36
+    assert float(r60["acts_block"]) == pytest.approx(ACTS60_BLOCK / GIB, abs=0.005)  # 1.98
     assert float(r60["need"]) == pytest.approx((16 * N60 + ACTS60) / GIB, abs=0.005)  # 9.51
     assert float(r60["step"]) == pytest.approx(FPT60 * 1_048_576 / (0.4 * PEAK), abs=0.0005)  # 2.054 s
     assert (r60["NCCL"], r60["comm"]) == ("0.00", "-")  # one rank: no all-reduce
@@ -105,6 +115,8 @@ def test_60m_and_1b_by_hand(capsys):
     assert float(r1b["state"]) == pytest.approx(16 * N1B / GIB, abs=0.005)  # 19.92
     assert float(r1b["Z1"]) == pytest.approx((8 * N1B + 8 * N1B / 32) / GIB, abs=0.005)  # 10.27
     assert float(r1b["acts"]) == pytest.approx(ACTS1B / GIB, abs=0.005)  # 23.68
+    assert float(r1b["acts_attn"]) == pytest.approx(ACTS1B_ATTN / GIB, abs=0.005)  # 17.11
+    assert float(r1b["acts_block"]) == pytest.approx(ACTS1B_BLOCK / GIB, abs=0.005)  # 3.66
     assert r1b["need"] == f"{(8 * N1B + 8 * N1B / 32 + ACTS1B) / GIB:.2f}z"  # 33.96, ZeRO-1 as the job runs
     assert float(r1b["step"]) == pytest.approx(FPT1B * 1_048_576 / (32 * 0.4 * PEAK), abs=0.0005)  # 0.705 s
     ring = 2 * 31 / 32 * 4 * N1B  # bytes each rank sends in a ring all-reduce of the f32 gradients
@@ -137,7 +149,7 @@ def test_a_folder_prints_one_row_per_job_file_and_the_total(capsys):
     rc, lines, err = run_plan(capsys, JOBS)
     assert rc == 0 and err == ""
     assert [ln.split()[0] for ln in lines[1:-1]] == files
-    gpu_hours = [float(ln.split()[10]) for ln in lines[1:-1] if ln.split()[1] == "cuda"]
+    gpu_hours = [float(ln.split()[12]) for ln in lines[1:-1] if ln.split()[1] == "cuda"]
     total = lines[-1].split()
     assert lines[-1].startswith(f"total: {len(files)} job files, ")
     assert lines[-1].endswith(f" GPU-hours ({len(gpu_hours)} GPU jobs) at 989.4 TFLOP/s peak per GPU")

@@ -194,6 +194,38 @@ def test_zero1_and_buckets_equal_plain_data_parallel_bit_for_bit(corpus, tmp_pat
     np.testing.assert_allclose(_trajectory(tmp_path / "np1")["train/loss"], plain["train/loss"], rtol=1e-5, atol=0)
 
 
+@pytest.mark.parametrize("variant", [(), ("--norm-placement=post", "--norm-type=layer"),
+                                     ("--attn-bias=kv", "--attn-gate=headwise", "--qk-kernel=mlp"),
+                                     ("--attn-bias=sink-token", "--head-combine=add", "--pos-emb=learned")])
+def test_recompute_gives_the_same_run_in_less_memory_and_the_plan_agrees(corpus, tmp_path, variant):
+    # --recompute rebuilds activations in backward from each layer's input: the same ops on the same inputs,
+    # so the run is the same bits (losses, gradient norms, weights) while the trainer holds less. The
+    # activation bytes it reports are what analysis.plan computes on paper from the job file.
+    from analysis import plan
+    runs = {}
+    for mode in plan.RECOMPUTE_MODES:
+        out = tmp_path / mode
+        args = _args(corpus, out, "--steps=6", "--eval-every=6", "--checkpoint-every=6", *variant,
+                     f"--recompute={mode}")
+        proc = _run([str(PRETRAIN), *args])
+        assert f"activations of a micro-batch (recompute {mode}):" in proc.stdout, proc.stdout
+        with h5py.File(out / "results.h5", "r") as f:
+            attrs = f["runs/t"].attrs
+            assert attrs["recompute"] == mode
+            reported = int(attrs["activation_bytes_total"])
+        job_file = tmp_path / f"{mode}.ini"
+        job_file.write_text("".join(f"{a[2:].split('=', 1)[0]} = {a.split('=', 1)[1]}\n" for a in args if "=" in a))
+        assert plan.activation_bytes(plan.read_job(job_file, job_file.name)) == reported, mode
+        runs[mode] = (_trajectory(out), reported)
+    none, none_bytes = runs["none"]
+    for mode in ("attention", "block"):
+        trajectory, reported = runs[mode]
+        for key, values in trajectory.items():
+            np.testing.assert_array_equal(values, none[key], err_msg=f"--recompute {mode}: {key}")
+        assert reported < none_bytes, mode
+    assert runs["block"][1] < runs["attention"][1]
+
+
 def test_mfu_is_reported_against_the_given_peak(corpus, tmp_path):
     out = tmp_path / "mfu"
     proc = _pretrain(corpus, out, 1, "--steps=4", "--log-every=1", "--peak-tflops=0.002")

@@ -114,6 +114,15 @@ TEST_P(CudaModel, MatchesTheCpuModel) {
   EXPECT_EQ(gpu.forward_backward(d_inputs, d_targets, 1.0), gpu_loss);
   EXPECT_TRUE(same_bits(to_host(gpu.flat_grads()).t, first.t));
 
+  // --recompute on the GPU: the same bits as keeping every activation (the CPU's Recomputation test).
+  for (model::Recompute mode : {model::Recompute::attention, model::Recompute::block}) {
+    gpu.set_recompute(mode);
+    gpu.zero_grads();
+    EXPECT_EQ(gpu.forward_backward(d_inputs, d_targets, 1.0), gpu_loss) << model::recompute_name(mode);
+    EXPECT_TRUE(same_bits(to_host(gpu.flat_grads()).t, first.t)) << "--recompute " << model::recompute_name(mode);
+  }
+  gpu.set_recompute(model::Recompute::none);
+
   int64_t counted = 0;
   EXPECT_LE(std::fabs(gpu.forward_loss(d_inputs, d_targets, &counted) - cpu_loss), kLossTol * std::fabs(cpu_loss));
   Layer0Probs cpu_probs, gpu_probs;
