@@ -1,6 +1,7 @@
 #include "backend/backend.hpp"
 
 #include "backend/cpu/cpu_backend.hpp"
+#include "backend/device_probe.hpp"
 #include "core/error.hpp"
 
 #if SINKLAB_HAVE_CUDA
@@ -58,6 +59,15 @@ int64_t cudnn_version() {
   return cuda::cudnn_library_version();
 #else
   return 0;
+#endif
+}
+
+DeviceFacts cuda_device_facts(int index) {  // declared in device_probe.hpp
+#if SINKLAB_HAVE_CUDA
+  return cuda::device_facts(index);
+#else
+  (void)index;
+  SL_FAIL("this sinklab was built without CUDA (SINKLAB_CUDA=OFF): no GPU to describe");
 #endif
 }
 

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "backend/backend.hpp"
+#include "backend/device_probe.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/text.hpp"
@@ -94,6 +95,7 @@ class Trainer {
   model::Transformer model_;
   ops::AttnKernelChoice attn_kernel_;  // --attn-kernel resolved for this model and device (logged, stored)
   model::ActivationBytes activation_bytes_;  // of one micro-batch, under --recompute (logged, stored)
+  double measured_gemm_tflops_ = 0;          // CUDA: the device probe's bf16 GEMM figure (logged, stored)
   BatchLayout layout_;
   std::unique_ptr<TrainingData> train_data_;  // pre-training shards or fine-tuning rows
   Evaluator evaluator_;                       // validation loss and the sink probe (evaluation.hpp)
@@ -479,6 +481,10 @@ void Trainer::open_results(double flops_per_token, double peak_flops) {
   // where no peak is known (CPU without --peak-tflops).
   results_->set_attr(run, "flops_per_token", flops_per_token);
   results_->set_attr(run, "peak_flops_per_rank", peak_flops);
+  if (device_.is_cuda()) {  // the device probe beside the MFU: what the GPU is and what its GEMMs reach here
+    results_->set_attr(run, "device_facts", device_facts_text(cuda_device_facts(device_.index)));
+    results_->set_attr(run, "measured_bf16_gemm_tflops", measured_gemm_tflops_);
+  }
   // How the gradients were reduced (grad_sync.hpp).
   results_->set_attr(run, "grad_buckets", int64_t(grad_sync_->buckets().size()));
   results_->set_attr(run, "grad_reduction", std::string(grad_sync_->zero1() ? "reduce-scatter (ZeRO-1)" : "all-reduce"));
@@ -498,6 +504,9 @@ void Trainer::log_start(double flops_per_token, double peak_flops) const {
                grad_sync_->buckets().size(), cfg_.grad_bucket_mb);
   if (peak_flops > 0)
     log::info0("MFU: %.4g GFLOP per token against %.4g TFLOP/s per rank", flops_per_token / 1e9, peak_flops / 1e12);
+  if (measured_gemm_tflops_ > 0)
+    log::info0("device: %s, bf16 GEMM 4096^3 measured at %.1f TFLOP/s", backend_for(device_).device_name().c_str(),
+               measured_gemm_tflops_);
   log::info0("attention kernel: %s (%s)", ops::attn_kernel_name(attn_kernel_.kernel), attn_kernel_.reason.c_str());
   const double mib = 1024.0 * 1024.0;
   log::info0("activations of a micro-batch (recompute %s): %.4g MiB kept per layer x %d + %.4g MiB recomputed + %.4g "
@@ -516,6 +525,9 @@ int Trainer::run() {
   resume_or_init();
 
   const double flops_per_token = model_.flops_per_token(cfg_.model.context), peak_flops = peak_flops_per_rank();
+  // On a GPU: the bf16 GEMM TFLOP/s this device reaches through the op API (sinklab-gpuinfo's figure,
+  // at 4096^3 here to keep start-up short), what MFU can be read against.
+  if (device_.is_cuda()) measured_gemm_tflops_ = measure_gemm_tflops(device_, DType::bf16, 4096, 3);
   if (rank_ == 0) open_results(flops_per_token, peak_flops);
   log_start(flops_per_token, peak_flops);
   const int64_t tokens_per_step = layout_.global_rows() * cfg_.model.context;

@@ -107,6 +107,10 @@ if command -v nvidia-smi > /dev/null; then
   [ -n "$d" ] && device="$d"
 fi
 say "device: $device"
+# The device probe (sinklab-gpuinfo): versions, memory, bf16 GEMM TFLOP/s and copy bandwidth, into the log.
+if [ -x "$build/bin/sinklab-gpuinfo" ]; then
+  "$build/bin/sinklab-gpuinfo" 2>&1 | tee -a "$log" | sed 's/^/  /'
+fi
 ctest_out="$build/gpu_ctest.log"
 (cd "$build" && ctest -L gpu --output-on-failure --timeout 600) > "$ctest_out" 2>&1
 ctest_rc=$?

@@ -226,6 +226,18 @@ def test_recompute_gives_the_same_run_in_less_memory_and_the_plan_agrees(corpus,
     assert runs["block"][1] < runs["attention"][1]
 
 
+def test_gpuinfo_without_a_gpu_says_why_in_one_line():
+    # The device probe on a machine without a usable GPU (CI): exit 1 and one line naming the reason,
+    # whichever build this is (without CUDA, or with CUDA and no device).
+    proc = _run([str(BIN / "sinklab-gpuinfo")], check=False)
+    if proc.returncode == 0:
+        pytest.skip("a CUDA device is usable here: tests/cpp/gpu/test_cuda_device_probe checks the probe")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("sinklab-gpuinfo: error: ") and (
+        "built without CUDA" in lines[0] or "no CUDA device is usable" in lines[0]), lines[0]
+
+
 def test_mfu_is_reported_against_the_given_peak(corpus, tmp_path):
     out = tmp_path / "mfu"
     proc = _pretrain(corpus, out, 1, "--steps=4", "--log-every=1", "--peak-tflops=0.002")

@@ -31,6 +31,7 @@
 #include <string>
 
 #include "backend/backend.hpp"
+#include "backend/device_probe.hpp"
 
 struct CUstream_st;  // cudaStream_t is CUstream_st*
 
@@ -117,6 +118,9 @@ class CudaBackend final : public Backend {
 int device_count();
 // cudnnGetVersion() of the loaded cuDNN library (e.g. 91900).
 int64_t cudnn_library_version();
+// The runtime's and the libraries' facts about device `index` (device_facts.cu; backend/device_probe.hpp).
+// Throws sinklab::Error when there is no such usable device.
+DeviceFacts device_facts(int index);
 // The backend of device `index` (created on first use). Throws sinklab::Error when there is no such
 // usable device.
 Backend& backend(int index);

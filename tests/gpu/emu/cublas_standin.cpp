@@ -238,6 +238,8 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t tr
   return CUBLAS_STATUS_SUCCESS;
 }
 
+size_t cublasLtGetVersion() { return 130000; }
+
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) {
   *h = new cublasLtContext;
   return CUBLAS_STATUS_SUCCESS;

@@ -118,6 +118,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t tr
                                           cublasGemmAlgo_t algo);
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* h);
+size_t cublasLtGetVersion();  // the emulation says 130000
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t h);
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType_t type, uint64_t rows, uint64_t cols,
                                           int64_t ld);

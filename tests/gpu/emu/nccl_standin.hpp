@@ -34,6 +34,7 @@ struct ncclComm;
 using ncclComm_t = ncclComm*;
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId* id);
+ncclResult_t ncclGetVersion(int* version);  // the emulation says 22800 (2.28.0)
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank);
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error);
