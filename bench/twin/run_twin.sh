@@ -52,12 +52,9 @@ case $mode in
     shift || true
     [ -f data/bbm/bbm.json ] || .venv/bin/python -m data_prep bbm --out data/bbm
     export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
-    # The BBM softmax cheap run: Guo et al.'s 1-layer 1-head model (d 256, learned positions, FFN relu
-    # 1024) on document rows of 256 tokens (BOS x_1 .. x_255 -> x_1 .. x_256).
-    pretrain "${NP:-1}" "$out" --vocab-size 85 --d-model 256 --n-layers 1 --n-heads 1 --ffn-hidden 1024 --context 256 \
-      --pos-emb learned --ffn relu --train-data data/bbm/train.bin --valid-data data/bbm/valid.bin --document-rows \
-      --bbm-meta data/bbm/bbm.json --steps 400 --global-batch-tokens 8192 --micro-batch-rows 32 --lr 2e-3 \
-      --warmup-steps 20 --eval-every 20 --eval-rows 64 --probe-sequences 64 --probe-length 256 --log-every 50 \
+    # The BBM softmax run at the cheap setting (jobs/pretrain/bbm_cpu.ini: Guo et al.'s 1-layer 1-head model,
+    # N(0,1) embeddings, 128 rows x 256 per step, lr 2e-3 constant) for 400 steps instead of 150.
+    pretrain "${NP:-1}" "$out" --config jobs/pretrain/bbm_cpu.ini --steps 400 --log-every 50 \
       --run-name bbm_softmax "$@"
     replay "$out"
     ;;

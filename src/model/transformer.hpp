@@ -54,6 +54,7 @@ class Transformer {
   Transformer(const ModelConfig& cfg, Device device = Device::cpu());
 
   const ModelConfig& config() const { return cfg_; }
+  Device device() const { return device_; }
   const std::vector<ParamSpec>& specs() const { return specs_; }
   int64_t num_parameters() const;      // without alignment padding
   // Without the word embedding and the unembedding (the paper's count: "60M parameters except for word

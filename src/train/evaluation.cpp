@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/text.hpp"
+#include "probe/host_taps.hpp"
 
 namespace sinklab::train {
 
@@ -139,7 +140,10 @@ Evaluation Evaluator::run(model::Transformer& model, const std::function<Tensor(
       }
       probe.set_query_groups(query_groups(probe_inputs.slice(0, 0, n)));
       probe.set_marked_keys(marked_keys(probe_inputs.slice(0, 0, n)));
-      model.forward_observe(on_model_device(probe_inputs.slice(0, 0, n), 0), probe);
+      // A model on a GPU reports device taps: HostTaps copies them to the host the probe reads.
+      probe::HostTaps host_taps(probe);
+      LayerObserver& observer = model.device().is_cpu() ? static_cast<LayerObserver&>(probe) : host_taps;
+      model.forward_observe(on_model_device(probe_inputs.slice(0, 0, n), 0), observer);
     }
     if (world_size > 1) probe.reduce([&](double* data, size_t count) { world_.allreduce_sum(data, count); });
     return probe.result();

@@ -19,6 +19,8 @@
 #include "gpu/gpu_test_util.hpp"
 #include "model/transformer.hpp"
 #include "model_variant_cases.hpp"
+#include "probe/host_taps.hpp"
+#include "probe/model_probe.hpp"
 
 namespace sinklab {
 namespace {
@@ -130,6 +132,28 @@ TEST_P(CudaModel, MatchesTheCpuModel) {
   gpu.forward_observe(d_inputs, gpu_probs);
   ASSERT_EQ(gpu_probs.host.t.shape_str(), cpu_probs.host.t.shape_str());
   EXPECT_LE(max_diff(gpu_probs.host.t, cpu_probs.host.t), kTol) << "layer 0 attention probabilities";
+  // The sink probe of a training run's evaluation on the GPU model: its taps copied to the host
+  // (probe::HostTaps), the same measurements as on the CPU model. (The probe needs T >= 2.)
+  if (inputs.shape[1] >= 2) {
+    const int64_t text_len = inputs.shape[1];
+    const probe::ProbeMask mask{cfg.attn_window, cfg.prefix_length};
+    const int max_k = 2;
+    probe::ModelProbe cpu_probe(cfg.n_layers, cfg.n_heads, text_len, max_k, {0.3}, mask),
+        gpu_probe(cfg.n_layers, cfg.n_heads, text_len, max_k, {0.3}, mask);
+    cpu.forward_observe(inputs, cpu_probe);
+    probe::HostTaps host_taps(gpu_probe);
+    gpu.forward_observe(d_inputs, host_taps);
+    const probe::ProbeResult cpu_result = cpu_probe.result(), gpu_result = gpu_probe.result();
+    ASSERT_EQ(gpu_result.alpha.size(), cpu_result.alpha.size());
+    for (size_t i = 0; i < cpu_result.alpha.size(); ++i)
+      EXPECT_NEAR(gpu_result.alpha[i], cpu_result.alpha[i], kTol) << "alpha_1 of head " << i;
+    ASSERT_EQ(gpu_result.hnorm_first.size(), cpu_result.hnorm_first.size());
+    for (size_t l = 0; l < cpu_result.hnorm_first.size(); ++l)
+      EXPECT_NEAR(gpu_result.hnorm_first[l], cpu_result.hnorm_first[l], kTol * (1 + cpu_result.hnorm_first[l]))
+          << "first token's hidden norm, layer " << l;
+    EXPECT_EQ(gpu_result.proxy_scores, cpu_result.proxy_scores);
+  }
+
   std::printf("[%s] CUDA vs CPU: loss %.1e, gradients %.1e (worst: %s)\n", name.c_str(),
               std::fabs(gpu_loss - cpu_loss) / std::fabs(cpu_loss), worst, worst_name.c_str());
 }

@@ -1,0 +1,38 @@
+#include "probe/host_taps.hpp"
+
+#include "backend/ops.hpp"
+
+namespace sinklab::probe {
+
+// A contiguous host copy of t (undefined stays undefined, a host tensor is used as it is).
+Tensor HostTaps::to_host(int slot, Tensor t) {
+  if (!t.defined() || t.device.is_cpu()) return t;
+  Buffer& buffer = buffers_[size_t(slot)];
+  if (buffer.bytes() < t.nbytes()) buffer = Buffer(t.nbytes(), Device::cpu());
+  Tensor host = Tensor::contiguous_view(buffer.data(), t.dtype, t.shape.data(), t.ndim, Device::cpu());
+  ops::copy(host, t);
+  return host;
+}
+
+void HostTaps::on_layer(const LayerTaps& taps) {
+  LayerTaps host = taps;
+  host.hidden_in = to_host(0, taps.hidden_in);
+  host.hidden_out = to_host(1, taps.hidden_out);
+  host.hidden_pre_norm = to_host(2, taps.hidden_pre_norm);
+  host.q = to_host(3, taps.q);
+  host.k = to_host(4, taps.k);
+  host.v = to_host(5, taps.v);
+  host.probs = Tensor{};  // not offered to the device model (probs_output): the inner observer forms it
+  ops::AttentionSpec spec;
+  if (taps.attention) {
+    spec = *taps.attention;
+    spec.relative_bias = to_host(6, spec.relative_bias);
+    spec.sink_logit = to_host(7, spec.sink_logit);
+    spec.d_relative_bias = Tensor{};
+    spec.d_sink_logit = Tensor{};
+    host.attention = &spec;
+  }
+  inner_.on_layer(host);
+}
+
+}  // namespace sinklab::probe
