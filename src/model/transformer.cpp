@@ -155,27 +155,27 @@ Tensor Transformer::attention_forward(int l, const ops::AttentionSpec& spec, Lay
 }
 
 Tensor Transformer::attention_mix_forward(int l, const ops::AttentionSpec& spec, LayerObserver* observer,
-                                          Tensor* attn_in, Tensor* probs) {
+                                          Tensor* probs) {
   LayerActs& a = layers_[size_t(l)];
   const LayerIndex& li = layer_index_[size_t(l)];
   const int64_t d = cfg_.d_model, H = cfg_.n_heads, dh = cfg_.head_dim(), Hkv = cfg_.kv_heads();
   const int64_t qkv_dim = (H + 2 * Hkv) * dh;
   // Pre-norm: the block reads Norm(x_in); post-norm: x_in itself (the norm comes after the residual add).
-  *attn_in = a.x_in;
+  Tensor attn_in = a.x_in;
   if (cfg_.norm_placement == NormPlacement::pre) {
     norm_forward(a.xn1, a.mean1, a.rstd1, a.x_in, li.norm1, li.norm1_bias);
-    *attn_in = a.xn1;
+    attn_in = a.xn1;
   }
-  ops::linear_forward(a.qkv, *attn_in, weight(li.qkv, qkv_dim, d, false), Tensor{});
+  ops::linear_forward(a.qkv, attn_in, weight(li.qkv, qkv_dim, d, false), Tensor{});
   *probs = attention_forward(l, spec, observer);
   Tensor heads_out = cfg_.attn_bias == AttnBias::v ? a.att_biased : a.att;  // [N, H*dh]
   Tensor o_in = heads_out;
   if (li.gate >= 0) {  // gated attention: o *= sigmoid(attn_in W_g^T), per head or per element
     if (cfg_.attn_gate == AttnGate::headwise) {
-      ops::linear_forward(tmp_.slice(1, 0, H), *attn_in, at(li.gate, false), Tensor{});
+      ops::linear_forward(tmp_.slice(1, 0, H), attn_in, at(li.gate, false), Tensor{});
       ops::matmul(a.gate_logits, tmp_.slice(1, 0, H), head_expand_, false, false);  // [N,H] -> [N,H*dh]
     } else {
-      ops::linear_forward(a.gate_logits, *attn_in, at(li.gate, false), Tensor{});
+      ops::linear_forward(a.gate_logits, attn_in, at(li.gate, false), Tensor{});
     }
     ops::gated_forward(a.att_gated, a.gate_logits, heads_out, ops::Activation::sigmoid);
     o_in = a.att_gated;
@@ -197,8 +197,8 @@ void Transformer::layer_forward(int l, Tensor x_out, LayerObserver* observer) {
   const ops::Activation act = cfg_.ffn_activation();
   const ops::AttentionSpec spec = layer_spec(l, false);
   // Attention block. Pre-norm: x_mid = x_in + Attn(Norm(x_in)); post-norm: x_mid = Norm(x_in + Attn(x_in)).
-  Tensor attn_in, probs;
-  const Tensor o_in = attention_mix_forward(l, spec, observer, &attn_in, &probs);
+  Tensor probs;
+  const Tensor o_in = attention_mix_forward(l, spec, observer, &probs);
   ops::linear_forward(tmp_, o_in, at(li.o, false), Tensor{});
   if (post) {
     ops::add(a.pre_norm1, a.x_in, tmp_);
@@ -422,8 +422,8 @@ void Transformer::backward_layers(Tensor inputs, GradReadyObserver* grads_ready)
     }
     // Attention block; afterwards d_res holds dL/dx_in.
     if (recompute_ == Recompute::attention) {  // rebuild the mixing's activations from the kept x_in
-      Tensor recomputed_in, no_probs;
-      attention_mix_forward(l, layer_spec(l, false), nullptr, &recomputed_in, &no_probs);
+      Tensor no_probs;
+      attention_mix_forward(l, layer_spec(l, false), nullptr, &no_probs);
     }
     Tensor attn_in = post ? a.x_in : a.xn1;
     if (post) {  // x_mid = Norm(pre_norm1), pre_norm1 = x_in + Attn(x_in)

@@ -134,9 +134,8 @@ class Transformer {
   // backward recomputes the layer).
   void layer_forward(int l, Tensor x_out, LayerObserver* observer);
   // The attention block's mixing, from x_in to the input of o_proj (returned): norm, qkv, attention, the V
-  // bias, gates, head sum. attn_in receives the qkv projection's input; probs the observer's attention matrix.
-  Tensor attention_mix_forward(int l, const ops::AttentionSpec& spec, LayerObserver* observer, Tensor* attn_in,
-                               Tensor* probs);
+  // bias, gates, head sum. probs receives the observer's attention matrix.
+  Tensor attention_mix_forward(int l, const ops::AttentionSpec& spec, LayerObserver* observer, Tensor* probs);
   // Returns the attention matrix when the observer supplied a buffer for it (LayerObserver::probs_output).
   Tensor attention_forward(int l, const ops::AttentionSpec& spec, LayerObserver* observer);
   Tensor model_targets(Tensor targets);
