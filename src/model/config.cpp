@@ -23,6 +23,8 @@ constexpr EnumName<RelativeBias> kRelativeBiasNames[] = {
     {RelativeBias::learned, "learned", "(T5, per head)"},
     {RelativeBias::bucket_index, "bucket-index", "(the paper's Eq. 6)"}};
 constexpr EnumName<NormType> kNormTypeNames[] = {{NormType::rms, "rms"}, {NormType::layer, "layer"}};
+constexpr EnumName<MatrixInit> kMatrixInitNames[] = {{MatrixInit::lit_gpt, "lit-gpt"},
+                                                     {MatrixInit::torch_linear, "torch-linear"}};
 constexpr EnumName<NormPlacement> kNormPlacementNames[] = {{NormPlacement::pre, "pre"},
                                                            {NormPlacement::post, "post"}};
 constexpr EnumName<FfnKind> kFfnNames[] = {
@@ -125,6 +127,9 @@ const std::vector<Axis>& axis_table() {
                "prefix LM: bidirectional prefix of p tokens, loss after it (1 = off; Sec. 6)"),
       real_axis("embed-init-std", &C::embed_init_std,
                 "std of the embeddings' initial values (0 = fan-in default; 1 = nn.Embedding, Guo et al.)"),
+      enum_axis("matrix-init", &C::matrix_init, kMatrixInitNames,
+                "%s: weight matrices start normal(0, sqrt(2/(5 fan_in))) (lit_gpt, the paper's code) or "
+                "uniform(+-1/sqrt(fan_in)) (nn.Linear, Guo et al.)"),
   };
   return table;
 }
@@ -349,6 +354,10 @@ std::vector<ParamSpec> param_layout(const ModelConfig& cfg, int64_t* total_eleme
     p.init_std = kind == gain ? 0.0 : init_std;
     p.init_one = kind == gain;
     p.decay = kind == matrix;
+    // nn.Linear's default: kaiming_uniform(a = sqrt(5)) = uniform(+-1/sqrt(fan_in)); embeddings keep theirs.
+    const bool embedding = p.name == "model.embed_tokens.weight" || p.name == "model.embed_positions.weight";
+    if (kind == matrix && !embedding && cfg.matrix_init == MatrixInit::torch_linear)
+      p.init_uniform_bound = 1.0 / std::sqrt(double(p.shape.back()));
     offset += p.numel;
     specs.push_back(p);
   };

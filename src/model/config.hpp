@@ -21,6 +21,10 @@ enum class RelativeBias : uint8_t { learned, bucket_index };
 // Where the norms sit (Sec. 7.2): pre-norm x + f(LN(x)), post-norm LN(x + f(x)) (Eq. 3).
 enum class NormPlacement : uint8_t { pre, post };
 enum class NormType : uint8_t { rms, layer };
+// The starting values of the weight matrices (not the embeddings): lit_gpt's normal(0, sqrt(2/(5 fan_in)))
+// with down_proj normal(0, 1/(sqrt(F) L)) (the paper's released code), or PyTorch's nn.Linear default,
+// uniform(+-1/sqrt(fan_in)) for every matrix (Guo et al.'s Bigram-Backcopy models).
+enum class MatrixInit : uint8_t { lit_gpt, torch_linear };
 // FFN (Table 11): gated (act(x W_gate) * x W_up) W_down, or act(x W_up) W_down.
 enum class FfnKind : uint8_t { swiglu, geglu, reglu, relu, gelu, swish };
 // Multi-head output (Table 12 left): Concat_h(o_h) W_O, or (sum_h o_h) W_O with W_O [d, dh].
@@ -79,6 +83,7 @@ struct ModelConfig {
   // > 0: the token (and learned position) embeddings start from normal(0, this) instead of the fan-in std,
   // e.g. 1 = PyTorch's nn.Embedding, as in Guo et al.'s Bigram-Backcopy models. Only the starting point.
   double embed_init_std = 0.0;
+  MatrixInit matrix_init = MatrixInit::lit_gpt;  // only the starting point, like embed_init_std
 
   int kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
   int head_dim() const { return d_model / n_heads; }
@@ -118,6 +123,7 @@ struct ParamSpec {
   int64_t offset = 0;   // element offset in the flat buffer (64-byte aligned)
   int64_t numel = 0;
   double init_std = 0;  // normal(0, init_std); 0 without init_one = zeros
+  double init_uniform_bound = 0;  // > 0: uniform(-bound, bound) instead (matrix-init torch-linear)
   bool init_one = false;
   bool decay = true;    // AdamW weight decay applies (matrices); gains, biases, sink logits/token do not
 };
@@ -129,7 +135,8 @@ struct ParamSpec {
 // Initialisation as the paper's released code (lit_gpt model._init_weights of sail-sg/Attention-Sink):
 // every matrix and the embedding normal(0, sqrt(2/(5*fan_in))), except the MLP output projection
 // down_proj, normal(0, 1/(sqrt(ffn_hidden)*L)); RMSNorm gains 1; k*/v* biases normal(0, 0.02) (its
-// model_kv_bias.py); sink logits and learned relative biases 0.
+// model_kv_bias.py); sink logits and learned relative biases 0. matrix-init torch-linear draws every
+// matrix but the embeddings uniform(+-1/sqrt(fan_in)) instead (ParamSpec::init_uniform_bound).
 //
 // Variant tensors: model.embed_positions.weight [C+lead, d] (learned PE), model.sink_token [d],
 // model.relative_attention_bias.weight [H, buckets] (shared by all layers, as T5), and per layer

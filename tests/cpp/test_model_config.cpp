@@ -47,7 +47,8 @@ TEST(ModelConfig, EveryAxisSurvivesTheHfConfigRoundTrip) {
       {"pos-emb", "alibi"},      {"norm-placement", "post"}, {"ffn", "geglu"},      {"head-combine", "add"},
       {"attn-bias", "k"},        {"bias-per-head", "false"}, {"k-bias-dims", "3"},  {"fixed-value", "ones"},
       {"fixed-value-scale", "5"}, {"attn-sim", "sigmoid"},    {"attn-norm", "sum"},  {"attn-alpha", "0.25"},
-      {"attn-gate", "headwise"}, {"prefix-length", "3"},     {"relative-buckets", "16"}, {"embed-init-std", "1"}};
+      {"attn-gate", "headwise"}, {"prefix-length", "3"},     {"relative-buckets", "16"}, {"embed-init-std", "1"},
+      {"matrix-init", "torch-linear"}};
   for (const auto& [flag, value] : changed) c.set_axis(flag, value);
   c.validate();
   const ModelConfig back = ModelConfig::from_hf_config_json(c.hf_config_json(), "config.json");

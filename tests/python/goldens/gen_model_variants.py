@@ -77,6 +77,7 @@ DEFAULT_AXES = {
     "attn-sim": "exp", "attn-norm": "sum", "qk-kernel": "identity", "attn-alpha": "1", "attn-p": "1",
     "sigmoid-bias": "0", "sigmoid-bias-log-n": "false", "sink-logit": "false", "softmax-plus-one": "false",
     "attn-gate": "none", "attn-window": "0", "prefix-length": "1", "norm-type": "rms", "embed-init-std": "0",
+    "matrix-init": "lit-gpt",
 }
 
 
@@ -119,6 +120,8 @@ FILES = {
         "norm_layer_bbm": case({"norm-type": "layer", "pos-emb": "learned", "ffn": "relu"}, heads=1),
         # only the starting point moves: the forward and gradients of given weights are pos_learned's
         "embed_init_std": case({"embed-init-std": "1", "pos-emb": "learned"}),
+        # the same: nn.Linear's uniform starting matrices (Guo et al.) leave the forward of given weights alone
+        "matrix_init_torch_linear": case({"matrix-init": "torch-linear", "norm-type": "layer"}),
     },
     "bias": {
         "sink_token": case({"attn-bias": "sink-token"}),
