@@ -302,12 +302,14 @@ GROUPS = [
         Cell("window", "sliding window of 64 keys (< T = 256)", {"attn-window": "64"}, base="bbm",
              expect="on the absolute first token, not on each window's first key (Sec. 6, Fig. 6 middle: the "
                     "window start has no sink; small windows prevent one)", expect_kind="absolute_not_window_start"),
-        Cell("guo_1layer", "Guo's setting: LayerNorm, batch 512 x 256, lr 3e-4",
-             {"norm-type": "layer", "global-batch-tokens": "131072", "lr": "3e-4", "steps": "400"},
+        Cell("guo_1layer", "Guo's setting: LayerNorm, nn.Linear's init, batch 512 x 256, lr 3e-4, seed 42",
+             {"norm-type": "layer", "matrix-init": "torch-linear", "global-batch-tokens": "131072", "lr": "3e-4",
+              "steps": "400", "seed": "42"},
              base="bbm",
              expect="a sink on BOS (Guo: 0.22 at step 200, 0.56 at 300, 0.78 at 1k)", expect_kind="sink"),
         Cell("guo_3layer", "Guo's setting, 3 layers",
-             {"n-layers": "3", "norm-type": "layer", "global-batch-tokens": "131072", "lr": "3e-4", "steps": "400"},
+             {"n-layers": "3", "norm-type": "layer", "matrix-init": "torch-linear", "global-batch-tokens": "131072",
+              "lr": "3e-4", "steps": "400", "seed": "42"},
              base="bbm",
              expect="a sink on BOS in some layer", expect_kind="sink"),
     ], note="sinklab's own study (issue #25): the paper's variants, run on data_prep bbm's task at a CPU-sized "
