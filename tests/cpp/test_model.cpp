@@ -119,8 +119,8 @@ TEST(Model, RejectsBadConfig) {
 namespace sinklab {
 namespace {
 
-// The initialisation scheme of the paper's released code, checked on the sample statistics.
-TEST(Model, InitialisationFollowsTheReferenceCode) {
+// A model large enough for the sample statistics of its starting values.
+model::ModelConfig init_statistics_config() {
   model::ModelConfig cfg;
   cfg.vocab_size = 512;
   cfg.d_model = 96;
@@ -128,13 +128,20 @@ TEST(Model, InitialisationFollowsTheReferenceCode) {
   cfg.n_heads = 4;
   cfg.ffn_hidden = 256;
   cfg.context = 8;
-  model::Transformer m(cfg);
+  return cfg;
+}
+
+// sqrt(mean(x^2)): the std of a zero-mean tensor's values.
+double sample_std(const Tensor& t) {
+  double s = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) s += test::element(t, i) * test::element(t, i);
+  return std::sqrt(s / double(t.numel()));
+}
+
+// The initialisation scheme of the paper's released code, checked on the sample statistics.
+TEST(Model, InitialisationFollowsTheReferenceCode) {
+  model::Transformer m(init_statistics_config());
   m.init_weights(42);
-  auto sample_std = [](const Tensor& t) {
-    double s = 0;
-    for (int64_t i = 0; i < t.numel(); ++i) s += test::element(t, i) * test::element(t, i);
-    return std::sqrt(s / double(t.numel()));
-  };
   const double fan_in_d = std::sqrt(2.0 / (5.0 * 96)), mlp_out = 1.0 / (std::sqrt(256.0) * 3);
   EXPECT_NEAR(sample_std(m.param("model.embed_tokens.weight")), fan_in_d, 0.02 * fan_in_d);
   EXPECT_NEAR(sample_std(m.param("model.layers.1.self_attn.q_proj.weight")), fan_in_d, 0.03 * fan_in_d);
@@ -149,13 +156,7 @@ TEST(Model, InitialisationFollowsTheReferenceCode) {
 // matrix-init torch-linear: every matrix but the embeddings uniform(+-1/sqrt(fan_in)) as nn.Linear (Guo et
 // al.'s BBM models), down_proj and lm_head included; embeddings and norms as before.
 TEST(Model, TorchLinearInitIsUniformOverFanIn) {
-  model::ModelConfig cfg;
-  cfg.vocab_size = 512;
-  cfg.d_model = 96;
-  cfg.n_layers = 3;
-  cfg.n_heads = 4;
-  cfg.ffn_hidden = 256;
-  cfg.context = 8;
+  model::ModelConfig cfg = init_statistics_config();
   cfg.set_axis("norm-type", "layer");
   cfg.set_axis("matrix-init", "torch-linear");
   cfg.set_axis("embed-init-std", "1");
@@ -164,25 +165,19 @@ TEST(Model, TorchLinearInitIsUniformOverFanIn) {
   auto check_uniform = [&](const char* name, int64_t fan_in) {
     const Tensor t = m.param(name);
     const double bound = 1.0 / std::sqrt(double(fan_in));
-    double s = 0, largest = 0;
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      s += test::element(t, i) * test::element(t, i);
-      largest = std::max(largest, std::fabs(test::element(t, i)));
-    }
+    double largest = 0;
+    for (int64_t i = 0; i < t.numel(); ++i) largest = std::max(largest, std::fabs(test::element(t, i)));
     EXPECT_LE(largest, bound) << name;
     EXPECT_GT(largest, 0.99 * bound) << name;  // fills the interval, not a narrower law
     // uniform(+-b) has std b / sqrt(3)
-    EXPECT_NEAR(std::sqrt(s / double(t.numel())), bound / std::sqrt(3.0), 0.03 * bound / std::sqrt(3.0)) << name;
+    EXPECT_NEAR(sample_std(t), bound / std::sqrt(3.0), 0.03 * bound / std::sqrt(3.0)) << name;
   };
   check_uniform("model.layers.1.self_attn.q_proj.weight", 96);
   check_uniform("model.layers.1.self_attn.o_proj.weight", 96);
   check_uniform("model.layers.2.mlp.up_proj.weight", 96);
   check_uniform("model.layers.2.mlp.down_proj.weight", 256);
   check_uniform("lm_head.weight", 96);
-  double s = 0;
-  const Tensor e = m.param("model.embed_tokens.weight");
-  for (int64_t i = 0; i < e.numel(); ++i) s += test::element(e, i) * test::element(e, i);
-  EXPECT_NEAR(std::sqrt(s / double(e.numel())), 1.0, 0.02);
+  EXPECT_NEAR(sample_std(m.param("model.embed_tokens.weight")), 1.0, 0.02);
   EXPECT_EQ(test::element(m.param("model.layers.0.input_layernorm.weight"), 5), 1.0);
   EXPECT_EQ(test::element(m.param("model.layers.0.input_layernorm.bias"), 5), 0.0);
 }
