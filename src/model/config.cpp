@@ -343,7 +343,8 @@ std::vector<ParamSpec> param_layout(const ModelConfig& cfg, int64_t* total_eleme
 
   std::vector<ParamSpec> specs;
   int64_t offset = 0;
-  enum Kind { matrix, gain, bias };
+  // embedding: decayed like a matrix, but its starting law is std_embed whatever matrix-init says
+  enum Kind { matrix, embedding, gain, bias };
   auto add = [&](std::string name, std::vector<int64_t> shape, double init_std, Kind kind) {
     ParamSpec p;
     p.name = std::move(name);
@@ -353,10 +354,9 @@ std::vector<ParamSpec> param_layout(const ModelConfig& cfg, int64_t* total_eleme
     p.offset = offset;
     p.init_std = kind == gain ? 0.0 : init_std;
     p.init_one = kind == gain;
-    p.decay = kind == matrix;
-    // nn.Linear's default: kaiming_uniform(a = sqrt(5)) = uniform(+-1/sqrt(fan_in)); embeddings keep theirs.
-    const bool embedding = p.name == "model.embed_tokens.weight" || p.name == "model.embed_positions.weight";
-    if (kind == matrix && !embedding && cfg.matrix_init == MatrixInit::torch_linear)
+    p.decay = kind == matrix || kind == embedding;
+    // nn.Linear's default: kaiming_uniform(a = sqrt(5)) = uniform(+-1/sqrt(fan_in)).
+    if (kind == matrix && cfg.matrix_init == MatrixInit::torch_linear)
       p.init_uniform_bound = 1.0 / std::sqrt(double(p.shape.back()));
     offset += p.numel;
     specs.push_back(p);
@@ -366,10 +366,10 @@ std::vector<ParamSpec> param_layout(const ModelConfig& cfg, int64_t* total_eleme
   auto align = [&]() { offset = (offset + 15) / 16 * 16; };
 
   align();
-  add("model.embed_tokens.weight", {V, d}, std_embed, matrix);
+  add("model.embed_tokens.weight", {V, d}, std_embed, embedding);
   if (cfg.pos_emb == PosEmb::learned) {
     align();
-    add("model.embed_positions.weight", {int64_t(cfg.context) + cfg.lead_positions(), d}, std_embed, matrix);
+    add("model.embed_positions.weight", {int64_t(cfg.context) + cfg.lead_positions(), d}, std_embed, embedding);
   }
   if (cfg.attn_bias == AttnBias::sink_token) {
     align();
