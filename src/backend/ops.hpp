@@ -46,6 +46,9 @@ void fill_uniform(Tensor out, uint64_t seed, uint64_t stream, double low, double
 
 // ---------------------------------------------------------------------------------------------------
 // Matmul. out[M,N] = in[M,K] . weight[N,K]^T (+ bias[N])  (nn.Linear layout: weight rows are outputs)
+// Operands f32 or f64 alike; or (--precision bf16) bf16 inputs (in and weight; d_out, in and weight in
+// backward) with f32 or bf16 outputs: the bf16 products are exact and accumulate in f32 on both backends
+// (cuBLASLt's CUBLAS_COMPUTE_32F; the CPU widens the operands to f32), a bf16 output is rounded once.
 void linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bias);
 // d_in[M,K] = d_out[M,N] . weight[N,K]          (written; skipped if d_in undefined)
 // d_weight[N,K] += d_out^T . in                  (skipped if undefined)

@@ -30,6 +30,45 @@ Tensor strided(Tensor base, std::initializer_list<int64_t> shape, std::initializ
 
 }  // namespace
 
+// ---------------------------------------------------------------------------------------------------
+// --precision (transformer.hpp, Precision). bf16 rounds where a bf16 GEMM would: the operands and the
+// output of each matrix product. d_weight is added in f32, as the f32 master gradients accumulate over
+// micro-batches (Megatron's "gradient accumulation in fp32"; autocast would round each micro-batch's).
+void Transformer::project(Tensor out, Tensor in, Tensor weight) {
+  if (precision_ == Precision::fp32) return ops::linear_forward(out, in, weight, Tensor{});
+  Tensor out_lp = low_precision_scratch(kLpOut, out);
+  ops::linear_forward(out_lp, low_precision_copy(kLpIn, in), low_precision_copy(kLpWeight, weight), Tensor{});
+  ops::copy(out, out_lp);
+}
+
+void Transformer::project_backward(Tensor d_in, Tensor d_weight, Tensor d_out, Tensor in, Tensor weight) {
+  if (precision_ == Precision::fp32) return ops::linear_backward(d_in, d_weight, Tensor{}, d_out, in, weight);
+  // Rounding again what the forward rounded gives the same bf16 values it multiplied.
+  Tensor d_in_lp = d_in.defined() ? low_precision_scratch(kLpDin, d_in) : Tensor{};
+  ops::linear_backward(d_in_lp, d_weight, Tensor{}, low_precision_copy(kLpOut, d_out),
+                       d_weight.defined() ? low_precision_copy(kLpIn, in) : Tensor{},
+                       d_in.defined() ? low_precision_copy(kLpWeight, weight) : Tensor{});
+  if (d_in.defined()) ops::copy(d_in, d_in_lp);
+}
+
+void Transformer::round_to_precision(Tensor x) {
+  if (precision_ == Precision::fp32 || !x.defined()) return;
+  ops::copy(x, low_precision_copy(kLpOut, x));
+}
+
+Tensor Transformer::low_precision_scratch(int slot, const Tensor& like) {
+  Buffer& buffer = low_precision_buffers_[slot];
+  const size_t bytes = size_t(like.numel()) * dtype_size(DType::bf16);
+  if (buffer.bytes() < bytes) buffer = Buffer(bytes, device_);
+  return Tensor::contiguous_view(buffer.data(), DType::bf16, like.shape.data(), like.ndim, device_);
+}
+
+Tensor Transformer::low_precision_copy(int slot, const Tensor& x) {
+  Tensor lp = low_precision_scratch(slot, x);
+  ops::copy(lp, x);  // rounds to nearest even
+  return lp;
+}
+
 // h0 [B*T', d]: token embeddings (after the sink token x* when there is one) plus absolute positions.
 void Transformer::embed(Tensor inputs) {
   const int64_t B = batch_, T = input_seq_, Tp = seq_, d = cfg_.d_model;
@@ -105,6 +144,7 @@ Tensor Transformer::attention_forward(int l, const ops::AttentionSpec& spec, Lay
   if (cfg_.pos_emb == PosEmb::rope) {
     ops::rope_forward(q, q, Tensor{}, rope_);
     ops::rope_forward(k, k, Tensor{}, rope_);
+    round_to_precision(a.qkv);  // the attention op reads bf16 q, k (v is the projection's rounded output)
   }
   // Kernel feature map on every q and k head row (Table 15): elu+1, or a 2-layer ReLU MLP [dh -> dh -> dh].
   if (cfg_.qk_kernel != QkKernel::identity) {
@@ -114,10 +154,11 @@ Tensor Transformer::attention_forward(int l, const ops::AttentionSpec& spec, Lay
       ops::activation_forward(rows_out, rows_in, ops::Activation::elu_plus_one);
     } else {
       Tensor hidden = a.feat_hidden.reshape({N * (H + Hkv), dh}), act = a.feat_act.reshape({N * (H + Hkv), dh});
-      ops::linear_forward(hidden, rows_in, at(li.kernel_mlp1, false), Tensor{});
+      project(hidden, rows_in, at(li.kernel_mlp1, false));
       ops::activation_forward(act, hidden, ops::Activation::relu);
-      ops::linear_forward(rows_out, act, at(li.kernel_mlp2, false), Tensor{});
+      project(rows_out, act, at(li.kernel_mlp2, false));
     }
+    round_to_precision(a.feat);
     q = head_view(a.feat, B, T, 0, H, dh);
     k = head_view(a.feat, B, T, H * dh, Hkv, dh);
   }
@@ -140,6 +181,8 @@ Tensor Transformer::attention_forward(int l, const ops::AttentionSpec& spec, Lay
       if (cfg_.fixed_value == FixedValue::e1) ops::fill(v_star.slice(3, 0, 1), m);
       if (cfg_.fixed_value == FixedValue::ones) ops::fill(v_star, m / std::sqrt(double(dh)));
     }
+    round_to_precision(a.k_ext);  // k*, v* (parameters) enter the attention op in bf16 too
+    round_to_precision(a.v_ext);
     k = a.k_ext;
     v = a.v_ext;
     (void)S;
@@ -166,16 +209,16 @@ Tensor Transformer::attention_mix_forward(int l, const ops::AttentionSpec& spec,
     norm_forward(a.xn1, a.mean1, a.rstd1, a.x_in, li.norm1, li.norm1_bias);
     attn_in = a.xn1;
   }
-  ops::linear_forward(a.qkv, attn_in, weight(li.qkv, qkv_dim, d, false), Tensor{});
+  project(a.qkv, attn_in, weight(li.qkv, qkv_dim, d, false));
   *probs = attention_forward(l, spec, observer);
   Tensor heads_out = cfg_.attn_bias == AttnBias::v ? a.att_biased : a.att;  // [N, H*dh]
   Tensor o_in = heads_out;
   if (li.gate >= 0) {  // gated attention: o *= sigmoid(attn_in W_g^T), per head or per element
     if (cfg_.attn_gate == AttnGate::headwise) {
-      ops::linear_forward(tmp_.slice(1, 0, H), attn_in, at(li.gate, false), Tensor{});
+      project(tmp_.slice(1, 0, H), attn_in, at(li.gate, false));
       ops::matmul(a.gate_logits, tmp_.slice(1, 0, H), head_expand_, false, false);  // [N,H] -> [N,H*dh]
     } else {
-      ops::linear_forward(a.gate_logits, attn_in, at(li.gate, false), Tensor{});
+      project(a.gate_logits, attn_in, at(li.gate, false));
     }
     ops::gated_forward(a.att_gated, a.gate_logits, heads_out, ops::Activation::sigmoid);
     o_in = a.att_gated;
@@ -199,7 +242,7 @@ void Transformer::layer_forward(int l, Tensor x_out, LayerObserver* observer) {
   // Attention block. Pre-norm: x_mid = x_in + Attn(Norm(x_in)); post-norm: x_mid = Norm(x_in + Attn(x_in)).
   Tensor probs;
   const Tensor o_in = attention_mix_forward(l, spec, observer, &probs);
-  ops::linear_forward(tmp_, o_in, at(li.o, false), Tensor{});
+  project(tmp_, o_in, at(li.o, false));
   if (post) {
     ops::add(a.pre_norm1, a.x_in, tmp_);
     norm_forward(a.x_mid, a.mean1, a.rstd1, a.pre_norm1, li.norm1, li.norm1_bias);
@@ -213,10 +256,10 @@ void Transformer::layer_forward(int l, Tensor x_out, LayerObserver* observer) {
     ffn_x = a.xn2;
   }
   const int64_t ffn_width = a.ffn_in.shape[1];
-  ops::linear_forward(a.ffn_in, ffn_x, weight(li.ffn_in, ffn_width, d, false), Tensor{});
+  project(a.ffn_in, ffn_x, weight(li.ffn_in, ffn_width, d, false));
   if (cfg_.gated_ffn()) ops::gated_forward(a.ffn_h, a.ffn_in.slice(1, 0, F), a.ffn_in.slice(1, F, F), act);
   else ops::activation_forward(a.ffn_h, a.ffn_in, act);
-  ops::linear_forward(tmp_, a.ffn_h, at(li.down, false), Tensor{});
+  project(tmp_, a.ffn_h, at(li.down, false));
   if (post) {
     ops::add(a.pre_norm2, a.x_mid, tmp_);
     norm_forward(x_out, a.mean2, a.rstd2, a.pre_norm2, li.norm2, li.norm2_bias);
@@ -293,10 +336,10 @@ double Transformer::head_loss(Tensor targets, double grad_scale, bool backward, 
     const int64_t n = std::min(head_chunk_rows_, N - r0);
     Tensor logits = logits_.slice(0, 0, n);
     Tensor xf = xf_.slice(0, r0, n);
-    ops::linear_forward(logits, xf, w_head, Tensor{});
+    project(logits, xf, w_head);
     ops::cross_entropy(losses_.slice(0, r0, n), backward ? logits : Tensor{}, logits, tgt.slice(0, r0, n), -1,
                        grad_scale);
-    if (backward) ops::linear_backward(d_xf_.slice(0, r0, n), dw_head, Tensor{}, logits, xf, w_head);
+    if (backward) project_backward(d_xf_.slice(0, r0, n), dw_head, logits, xf, w_head);
   }
   // Sum the per-token losses on the host (losses of ignored targets are 0).
   Buffer host_losses = Buffer::for_tensor(DType::f32, {N});
@@ -338,6 +381,7 @@ void Transformer::attention_backward(int l, Tensor d_att_rows) {
   Tensor dq = head_view(kernel ? d_feat_ : d_qkv_, B, T, 0, H, dh);
   Tensor dk_seq = head_view(kernel ? d_feat_ : d_qkv_, B, T, H * dh, Hkv, dh);
   Tensor dv_seq = head_view(d_qkv_, B, T, (H + Hkv) * dh, Hkv, dh);
+  round_to_precision(d_att_rows);  // a bf16 attention kernel's d_out (after the v bias took its f32 sums)
   ops::attention_backward(dq, lead ? d_k_ext_ : dk_seq, lead ? d_v_ext_ : dv_seq, head_view(d_att_rows, B, T, 0, H, dh),
                           q, k, v, head_view(a.att, B, T, 0, H, dh), a.stats, spec);
   if (spec.d_sink_logit.defined()) ops::accumulate(at(li.sinks, true), d_sinks_);
@@ -364,9 +408,9 @@ void Transformer::attention_backward(int l, Tensor d_att_rows) {
     } else {
       Tensor hidden = a.feat_hidden.reshape({N * (H + Hkv), dh}), act = a.feat_act.reshape({N * (H + Hkv), dh});
       Tensor d_hidden = d_feat_hidden_.reshape({N * (H + Hkv), dh});
-      ops::linear_backward(d_hidden, at(li.kernel_mlp2, true), Tensor{}, d_rows_out, act, at(li.kernel_mlp2, false));
+      project_backward(d_hidden, at(li.kernel_mlp2, true), d_rows_out, act, at(li.kernel_mlp2, false));
       ops::activation_backward(d_hidden, d_hidden, hidden, ops::Activation::relu);
-      ops::linear_backward(d_rows_in, at(li.kernel_mlp1, true), Tensor{}, d_hidden, rows_in, at(li.kernel_mlp1, false));
+      project_backward(d_rows_in, at(li.kernel_mlp1, true), d_hidden, rows_in, at(li.kernel_mlp1, false));
     }
     ops::copy(d_qkv_.slice(1, 0, feat_dim), d_feat_);
   }
@@ -406,14 +450,14 @@ void Transformer::backward_layers(Tensor inputs, GradReadyObserver* grads_ready)
       norm_backward(d_pre_, d_res_, a.pre_norm2, a.mean2, a.rstd2, li.norm2, li.norm2_bias);
       ops::copy(d_res_, d_pre_);
     }
-    ops::linear_backward(d_ffn_h_, at(li.down, true), Tensor{}, d_res_, a.ffn_h, at(li.down, false));
+    project_backward(d_ffn_h_, at(li.down, true), d_res_, a.ffn_h, at(li.down, false));
     if (cfg_.gated_ffn())
       ops::gated_backward(d_ffn_in_.slice(1, 0, F), d_ffn_in_.slice(1, F, F), d_ffn_h_, a.ffn_in.slice(1, 0, F),
                           a.ffn_in.slice(1, F, F), act);
     else ops::activation_backward(d_ffn_in_, d_ffn_h_, a.ffn_in, act);
     const int64_t ffn_width = a.ffn_in.shape[1];
-    ops::linear_backward(d_xn_, weight(li.ffn_in, ffn_width, d, true), Tensor{}, d_ffn_in_, ffn_x,
-                         weight(li.ffn_in, ffn_width, d, false));
+    project_backward(d_xn_, weight(li.ffn_in, ffn_width, d, true), d_ffn_in_, ffn_x,
+                     weight(li.ffn_in, ffn_width, d, false));
     if (post) {
       ops::accumulate(d_res_, d_xn_);
     } else {
@@ -433,7 +477,7 @@ void Transformer::backward_layers(Tensor inputs, GradReadyObserver* grads_ready)
     Tensor heads_out = cfg_.attn_bias == AttnBias::v ? a.att_biased : a.att;
     Tensor o_in = cfg_.head_combine == HeadCombine::add ? a.att_sum : (li.gate >= 0 ? a.att_gated : heads_out);
     Tensor d_o_in = cfg_.head_combine == HeadCombine::add ? d_att_sum_ : (li.gate >= 0 ? d_att_gated_ : d_att_);
-    ops::linear_backward(d_o_in, at(li.o, true), Tensor{}, d_res_, o_in, at(li.o, false));
+    project_backward(d_o_in, at(li.o, true), d_res_, o_in, at(li.o, false));
     Tensor d_gated = li.gate >= 0 ? d_att_gated_ : d_att_;
     if (cfg_.head_combine == HeadCombine::add)
       for (int64_t h = 0; h < H; ++h) ops::copy(d_gated.slice(1, h * dh, dh), d_att_sum_);
@@ -445,11 +489,10 @@ void Transformer::backward_layers(Tensor inputs, GradReadyObserver* grads_ready)
         ops::matmul(d_gate_small_, d_gate_logits_, head_expand_, false, true);
         d_logits = d_gate_small_;
       }
-      ops::linear_backward(d_attn_in_, at(li.gate, true), Tensor{}, d_logits, attn_in, at(li.gate, false));
+      project_backward(d_attn_in_, at(li.gate, true), d_logits, attn_in, at(li.gate, false));
     }
     attention_backward(l, d_att_);
-    ops::linear_backward(d_xn_, weight(li.qkv, qkv_dim, d, true), Tensor{}, d_qkv_, attn_in,
-                         weight(li.qkv, qkv_dim, d, false));
+    project_backward(d_xn_, weight(li.qkv, qkv_dim, d, true), d_qkv_, attn_in, weight(li.qkv, qkv_dim, d, false));
     ops::accumulate(d_attn_in_, d_xn_);
     if (post) {
       ops::accumulate(d_res_, d_attn_in_);

@@ -41,6 +41,19 @@ Recompute parse_recompute(const std::string& text);  // throws naming --recomput
 const char* recompute_name(Recompute mode);
 std::string recompute_names();  // "none | attention | block"
 
+// --precision: the numerics of the matrix products (DESIGN.md, "Mixed precision").
+//   fp32  every operand and result f32
+//   bf16  each matmul reads its input and weight rounded to bf16 (round to nearest even), accumulates in
+//         f32 and rounds its output to bf16; backward rounds the incoming gradient alike, rounds d_input and
+//         adds d_weight in f32; the attention op reads bf16 q, k, v and the gradient of its output is
+//         rounded (its output is rounded where it enters the o projection). Master
+//         weights, their gradients, AdamW's state, norms, softmax statistics, the residual stream and the
+//         loss stay f32. On CUDA the matmuls run as bf16 GEMMs; the CPU computes the same values.
+enum class Precision : uint8_t { fp32, bf16 };
+Precision parse_precision(const std::string& text);  // throws naming --precision
+const char* precision_name(Precision mode);
+std::string precision_names();  // "fp32 | bf16"
+
 // The activation buffer of one micro-batch shape, in bytes (each tensor rounded up to 64 bytes):
 // kept_per_layer x layers + recomputed (one set every layer shares) + rest (the head's logits chunk, the
 // final norm, backward's gradients workspace).
@@ -84,6 +97,9 @@ class Transformer {
   // --recompute (the next forward reallocates the activations).
   void set_recompute(Recompute mode);
   Recompute recompute() const { return recompute_; }
+  // --precision.
+  void set_precision(Precision mode) { precision_ = mode; }
+  Precision precision() const { return precision_; }
   // Allocates the activations for micro-batches of [batch, seq] inputs (forward does it on a new shape) and
   // says how large they are.
   ActivationBytes prepare_activations(int64_t batch, int64_t seq);
@@ -147,6 +163,16 @@ class Transformer {
   void norm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor in, int64_t weight_index, int64_t bias_index);
   void norm_backward(Tensor d_in, Tensor d_out, Tensor in, Tensor mean, Tensor rstd, int64_t weight_index,
                      int64_t bias_index);
+  // out = in . weight^T and its backward (d_in written, d_weight added to) under --precision.
+  void project(Tensor out, Tensor in, Tensor weight);
+  void project_backward(Tensor d_in, Tensor d_weight, Tensor d_out, Tensor in, Tensor weight);
+  // --precision bf16: x's values rounded to bf16 in place (a no-op under fp32).
+  void round_to_precision(Tensor x);
+  // A contiguous bf16 tensor shaped like `like` in scratch slot `slot` (grown on demand; nothing in a slot
+  // outlives one project call), and one holding x's values rounded.
+  enum LowPrecisionSlot { kLpIn, kLpWeight, kLpOut, kLpDin, kLpSlots };
+  Tensor low_precision_scratch(int slot, const Tensor& like);
+  Tensor low_precision_copy(int slot, const Tensor& x);
   Tensor weight(int64_t first_param_index, int64_t rows, int64_t cols, bool grad) const;
   Tensor at(int64_t param_index, bool grad) const;  // the parameter (or its gradient) in its own shape
   int64_t find(const std::string& name) const;      // -1 when absent
@@ -180,6 +206,8 @@ class Transformer {
   int64_t head_chunk_rows_ = 0;
   Recompute recompute_ = Recompute::none;
   ActivationBytes activation_bytes_;
+  Precision precision_ = Precision::fp32;
+  Buffer low_precision_buffers_[kLpSlots];
 };
 
 }  // namespace sinklab::model

@@ -207,6 +207,14 @@ Recompute parse_recompute(const std::string& text) { return parse_enum(kRecomput
 const char* recompute_name(Recompute mode) { return enum_name(kRecomputeNames, mode); }
 std::string recompute_names() { return enum_name_list(kRecomputeNames); }
 
+namespace {
+constexpr EnumName<Precision> kPrecisionNames[] = {{Precision::fp32, "fp32"}, {Precision::bf16, "bf16"}};
+}  // namespace
+
+Precision parse_precision(const std::string& text) { return parse_enum(kPrecisionNames, text, "precision"); }
+const char* precision_name(Precision mode) { return enum_name(kPrecisionNames, mode); }
+std::string precision_names() { return enum_name_list(kPrecisionNames); }
+
 void Transformer::set_recompute(Recompute mode) {
   if (mode == recompute_) return;
   recompute_ = mode;

@@ -173,6 +173,11 @@ void add_output_options(po::options_description& desc, TrainConfig& c, FlagText&
        ("activations backward recomputes instead of keeping them: " + model::recompute_names() +
         " (attention: the attention block's mixing; block: every layer but its input); same gradients, less memory")
            .c_str())
+      ("precision", po::value(&c.precision)->default_value("auto"),
+       ("numerics of the matrix products: auto (bf16 on cuda, fp32 on cpu) | " + model::precision_names() +
+        " (bf16: bf16 matmul operands and outputs with f32 accumulation, f32 master weights, gradients, optimizer "
+        "state, norms, softmax statistics and loss; the CPU computes the same values)")
+           .c_str())
       ("dry-run", po::value(&c.dry_run)->default_value(false)->implicit_value(true),
        "check the configuration and print it (every option with its value), then exit");
 }
@@ -222,6 +227,8 @@ void check_train_config(TrainConfig& c, const FlagText& text, int world_size, bo
   }
   ops::parse_attn_kernel(c.attn_kernel);  // throws naming --attn-kernel
   model::parse_recompute(c.recompute);    // throws naming --recompute
+  if (c.precision == "auto") c.precision = c.device == DeviceKind::cuda ? "bf16" : "fp32";
+  model::parse_precision(c.precision);    // throws naming --precision
 }
 
 // The effective configuration, every option with its value, as ini text (sorted by name); sinklab-sft's

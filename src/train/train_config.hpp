@@ -75,6 +75,8 @@ struct TrainConfig {
   std::string attn_kernel = "auto";  // auto | cudnn | flash | reference (backend/attention_dispatch.hpp)
   bool attn_deterministic = true;     // cuDNN's deterministic backward (the other kernels always are)
   std::string recompute = "none";     // none | attention | block (model/transformer.hpp, model::Recompute)
+  std::string precision = "auto";     // auto | fp32 | bf16 (model::Precision); check_train_config resolves auto:
+                                      // bf16 on cuda, fp32 on cpu
   bool dry_run = false;  // validate the configuration, print it, do nothing else
 
   std::string config_text;   // the effective configuration as ini text (stored in results)

@@ -137,6 +137,7 @@ Trainer::Trainer(const TrainConfig& cfg, dist::World& world)
   model_.set_attention_kernel(ops::parse_attn_kernel(cfg.attn_kernel), cfg.attn_deterministic);
   attn_kernel_ = model_.attention_kernel();  // refuses a requested kernel that cannot run this attention
   model_.set_recompute(model::parse_recompute(cfg.recompute));
+  model_.set_precision(model::parse_precision(cfg.precision));
   activation_bytes_ = model_.prepare_activations(layout_.rows, cfg.model.context);
   if (const uint32_t data_vocab = train_data_->data_vocab_size()) {  // shards say theirs; SFT rows are checked as read
     SL_CHECK(data_vocab <= uint32_t(cfg.model.vocab_size),
@@ -470,6 +471,7 @@ void Trainer::open_results(double flops_per_token, double peak_flops) {
   results_->set_attr(run, "attn_kernel_reason", attn_kernel_.reason);
   // Activation memory of one micro-batch under --recompute (Transformer::prepare_activations).
   results_->set_attr(run, "recompute", std::string(model::recompute_name(model_.recompute())));
+  results_->set_attr(run, "precision", std::string(model::precision_name(model_.precision())));
   results_->set_attr(run, "activation_bytes_per_layer", activation_bytes_.kept_per_layer);
   results_->set_attr(run, "activation_bytes_recomputed", activation_bytes_.recomputed);
   results_->set_attr(run, "activation_bytes_total", activation_bytes_.total(cfg_.model.n_layers));
@@ -508,6 +510,10 @@ void Trainer::log_start(double flops_per_token, double peak_flops) const {
     log::info0("device: %s, bf16 GEMM 4096^3 measured at %.1f TFLOP/s", backend_for(device_).device_name().c_str(),
                measured_gemm_tflops_);
   log::info0("attention kernel: %s (%s)", ops::attn_kernel_name(attn_kernel_.kernel), attn_kernel_.reason.c_str());
+  log::info0("precision: %s%s", model::precision_name(model_.precision()),
+             model_.precision() == model::Precision::bf16
+                 ? " (bf16 matmul operands and outputs, f32 accumulation, f32 weights, gradients and optimizer state)"
+                 : "");
   const double mib = 1024.0 * 1024.0;
   log::info0("activations of a micro-batch (recompute %s): %.4g MiB kept per layer x %d + %.4g MiB recomputed + %.4g "
              "MiB head and backward workspace = %.4g MiB",

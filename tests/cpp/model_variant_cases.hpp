@@ -50,6 +50,12 @@ inline model::ModelConfig config_of(const nlohmann::json& c) {
   return cfg;
 }
 
+// The case's --precision: "precision": "bf16" in its entry, else fp32.
+inline model::Precision precision_of(const nlohmann::json& c) {
+  return c.contains("precision") ? model::parse_precision(c.at("precision").get<std::string>())
+                                 : model::Precision::fp32;
+}
+
 inline std::string shape_key(const std::vector<int64_t>& shape) {
   std::string s;
   for (size_t i = 0; i < shape.size(); ++i) {

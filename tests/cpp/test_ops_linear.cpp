@@ -157,6 +157,64 @@ TEST(Linear, RejectsBadShapesAndDtypes) {
   EXPECT_THROW(ops::linear_backward(Tensor{}, dw_bad, Tensor{}, y, x, w), Error);
 }
 
+// --precision bf16: bf16 operands (rounded to nearest even, as torch rounds them), products exact, sums in
+// f32, an f32 or a bf16 output. Golden: torch's rounding of x, w, dy and float64 products of the rounded
+// values (gen_linear.py, "bf16_*").
+TEST(Linear, Bf16OperandsRoundToNearestEvenAndAccumulateInF32) {
+  Golden g("linear.safetensors");
+  auto cases = cases_with(g, "bf16_");
+  ASSERT_EQ(cases.size(), 2u);
+  auto to_bf16 = [](const Tensor& t) { return Owned::copy_of(t, DType::bf16); };
+  auto to_f32 = [](const Tensor& t) { return Owned::copy_of(t, DType::f32); };
+  // Every element within half a bf16 step of the reference (a rounding of a slightly different f32 sum
+  // may land on the neighbour: at most one step).
+  auto within_one_bf16_step = [](const Tensor& a, const Tensor& ref) {
+    for (int64_t i = 0; i < ref.numel(); ++i) {
+      const double r = test::element(ref, i), x = test::element(a, i);
+      if (std::fabs(x - r) > std::ldexp(std::fabs(r), -8) + 1e-30) return false;
+    }
+    return true;
+  };
+  for (const std::string& c : cases) {
+    SCOPED_TRACE(c);
+    // The conversion itself: ties to even, a carry into the next binade, overflow to inf, a subnormal, -0.
+    Owned probe = g.get(c + "/round_probe", DType::f32);
+    Owned probe_back = to_f32(to_bf16(probe).t);
+    Tensor probe_ref = g.raw(c + "/round_probe_r");
+    for (int64_t i = 0; i < probe_ref.numel(); ++i) {
+      const float got = probe_back.data<float>()[i], want = float(test::element(probe_ref, i));
+      EXPECT_EQ(f32_bits(got), f32_bits(want)) << "element " << i << ": " << got << " vs " << want;
+    }
+    Owned x = g.get(c + "/x", DType::f32), w = g.get(c + "/w", DType::f32), dy = g.get(c + "/dy", DType::f32);
+    Owned xb = to_bf16(x), wb = to_bf16(w), dyb = to_bf16(dy);
+    EXPECT_EQ(rel_error(to_f32(xb.t), g.raw(c + "/x_r")), 0.0);
+    EXPECT_EQ(rel_error(to_f32(wb.t), g.raw(c + "/w_r")), 0.0);
+    const int64_t M = x.t.shape[0], K = x.t.shape[1], N = w.t.shape[0];
+
+    Owned y(DType::f32, {M, N}), y_lp(DType::bf16, {M, N});
+    ops::fill(y, std::nan(""));
+    ops::linear_forward(y, xb, wb, Tensor{});
+    EXPECT_LE(rel_error(y, g.raw(c + "/y")), 1e-6);
+    ops::linear_forward(y_lp, xb, wb, Tensor{});
+    EXPECT_TRUE(within_one_bf16_step(to_f32(y_lp.t), g.raw(c + "/y")));
+
+    // Backward twice: d_in written, d_weight accumulated in f32 (2x); a bf16 d_in rounded once.
+    Owned dx(DType::f32, {M, K}), dw(DType::f32, {N, K}), dx_lp(DType::bf16, {M, K});
+    for (int rep = 1; rep <= 2; ++rep) {
+      ops::linear_backward(dx, dw, Tensor{}, dyb, xb, wb);
+      EXPECT_LE(rel_error(dx, g.raw(c + "/dx")), 1e-6) << "rep " << rep;
+      EXPECT_LE(rel_error(dw, scaled(g.raw(c + "/dw"), rep)), 1e-6) << "rep " << rep;
+    }
+    ops::linear_backward(dx_lp, Tensor{}, Tensor{}, dyb, Tensor{}, wb);
+    EXPECT_TRUE(within_one_bf16_step(to_f32(dx_lp.t), g.raw(c + "/dx")));
+
+    // Mixed operands are refused, naming the op.
+    EXPECT_THROW(ops::linear_forward(y, xb, w, Tensor{}), Error);
+    EXPECT_THROW(ops::linear_forward(Owned(DType::f64, {M, N}).t, xb, wb, Tensor{}), Error);
+    EXPECT_THROW(ops::linear_backward(dx, dw, Tensor{}, dyb, x, wb), Error);
+  }
+}
+
 TEST(Matmul, MatchesTorch2DAnd3D) {
   Golden g("linear.safetensors");
   auto cases = cases_with(g, "mm_");

@@ -13,6 +13,7 @@
 #include "backend/cpu/blas.hpp"
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/cpu_common.hpp"
+#include "backend/memory.hpp"
 #include "backend/op_checks.hpp"
 
 namespace sinklab {
@@ -26,6 +27,25 @@ void check_same_dtype(std::initializer_list<Tensor> ts, DType dt, const char* op
   for (const Tensor& t : ts)
     SL_CHECK(!t.defined() || t.dtype == dt, "%s: operands differ in dtype (%s vs %s)", op, dtype_name(t.dtype),
              dtype_name(dt));
+}
+
+// bf16 operands (--precision bf16): the CUDA backend hands them to cuBLASLt with f32 accumulation; here
+// they are widened to f32 (exact) and the f32 GEMM runs, so a product of two bf16 values is exact and the
+// sums are f32 on both backends. An f32 copy of a defined bf16 tensor, or the tensor itself.
+struct Widened {
+  Buffer storage;
+  Tensor view;
+};
+Widened widen(const Tensor& t) {
+  Widened w;
+  if (!t.defined() || t.dtype != DType::bf16) {
+    w.view = t;
+    return w;
+  }
+  w.storage = Buffer(size_t(t.numel()) * sizeof(float), Device::cpu());
+  w.view = Tensor::contiguous_view(w.storage.data(), DType::f32, t.shape.data(), t.ndim, Device::cpu());
+  backend_for(Device::cpu()).copy(w.view, t);
+  return w;
 }
 
 
@@ -43,6 +63,16 @@ void CpuBackend::linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bia
   SL_CHECK(y.rows == M && y.cols == N, "linear_forward: out %s, expected [%lld rows, %lld]",
            out.shape_str().c_str(), (long long)M, (long long)N);
   if (bias.defined()) check_shape(bias, {N}, op, "bias");
+  if (in.dtype == DType::bf16) {  // bf16 in and weight; out (and bias) f32 or bf16
+    check_same_dtype({weight}, DType::bf16, op);
+    SL_CHECK(out.dtype == DType::f32 || out.dtype == DType::bf16,
+             "linear_forward: with bf16 inputs out is f32 or bf16, got %s", dtype_name(out.dtype));
+    check_same_dtype({bias}, out.dtype, op);
+    Widened x32 = widen(in), w32 = widen(weight), b32 = widen(bias), y32 = widen(out);
+    linear_forward(y32.view, x32.view, w32.view, b32.view);
+    if (out.dtype == DType::bf16) backend_for(Device::cpu()).copy(out, y32.view);  // rounds to nearest even
+    return;
+  }
   check_same_dtype({in, weight, bias}, out.dtype, op);
   dispatch_float(out.dtype, op, [&](auto zero) {
     using T = decltype(zero);
@@ -75,6 +105,19 @@ void CpuBackend::linear_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, Te
   MatrixView dy = as_matrix(d_out, op, "d_out");
   const int64_t M = dy.rows, N = dy.cols;
   DType dt = d_out.dtype;
+  if (dt == DType::bf16) {  // bf16 d_out, in and weight; d_in, d_weight, d_bias f32 or bf16
+    check_same_dtype({in, weight}, DType::bf16, op);
+    for (const Tensor* t : {&d_in, &d_weight, &d_bias})
+      SL_CHECK(!t->defined() || t->dtype == DType::f32 || t->dtype == DType::bf16,
+               "linear_backward: with bf16 inputs the gradients are f32 or bf16, got %s", dtype_name(t->dtype));
+    Widened g32 = widen(d_out), x32 = widen(d_weight.defined() ? in : Tensor{}),
+            w32 = widen(d_in.defined() ? weight : Tensor{});
+    Widened dx32 = widen(d_in), dw32 = widen(d_weight), db32 = widen(d_bias);  // accumulated ones start as is
+    linear_backward(dx32.view, dw32.view, db32.view, g32.view, x32.view, w32.view);
+    for (auto [dst, src] : {std::pair{d_in, dx32.view}, std::pair{d_weight, dw32.view}, std::pair{d_bias, db32.view}})
+      if (dst.defined() && dst.dtype == DType::bf16) backend_for(Device::cpu()).copy(dst, src);
+    return;
+  }
   check_same_dtype({d_in, d_weight, d_bias, in, weight}, dt, op);
   dispatch_float(dt, op, [&](auto zero) {
     using T = decltype(zero);

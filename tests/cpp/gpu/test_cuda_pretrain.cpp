@@ -1,8 +1,9 @@
 // sinklab-pretrain end to end on the GPU (label "gpu"; skips without a usable CUDA device): a tiny model
 // on a synthetic corpus, 12 steps with --device cuda --attn-kernel=reference (f32 attention; cuDNN and the
 // flash kernel are bf16) against the same job with --device cpu (losses and
-// grad norms within 1e-3 relative: f32 on both sides, other summation orders, through 12 AdamW steps; an
-// expectation, not yet measured on a GPU), the MFU column filled from the GPU's known peak, and with two
+// grad norms within 1e-3 relative: --precision fp32 on both sides, other summation orders, through 12
+// AdamW steps; an expectation, not yet measured on a GPU), the same in --precision bf16 within 1e-2, the
+// MFU column filled from the GPU's known peak, and with two
 // or more GPUs and mpiexec: 2 ranks over NCCL (bucketed during backward, with and without ZeRO-1) equal
 // 1 rank within the same tolerance (skipped with fewer GPUs).
 #include <gtest/gtest.h>
@@ -50,7 +51,7 @@ struct Curves {
 };
 
 Curves pretrain(const fs::path& dir, const std::string& out, const std::string& device, int ranks,
-                const std::string& extra = "") {
+                const std::string& extra = "", const std::string& precision = "fp32") {
   const std::string bin = std::string(SINKLAB_BIN_DIR) + "/sinklab-pretrain";
   std::string cmd = ranks > 1 ? "mpiexec -n " + std::to_string(ranks) + " " : "";
   cmd += bin + " --vocab-size=64 --d-model=64 --n-layers=2 --n-heads=4 --ffn-hidden=128 --context=32" +
@@ -58,6 +59,7 @@ Curves pretrain(const fs::path& dir, const std::string& out, const std::string& 
          " --steps=12 --global-batch-tokens=512 --micro-batch-rows=8 --lr=3e-3 --warmup-steps=2 --eval-every=0" +
          " --eval-rows=8 --probe-sequences=8 --probe-length=16 --log-every=4 --device=" + device +
          (device == "cuda" ? " --attn-kernel=reference" : "") +  // f32 attention, as the CPU's
+         " --precision=" + precision +                             // auto would be bf16 on cuda
          " --out-dir=" + (dir / out).string() + " --run-name=t " + extra + " > " + (dir / (out + ".log")).string() + " 2>&1";
   const int rc = std::system(cmd.c_str());
   EXPECT_EQ(rc, 0) << cmd << " (log: " << (dir / (out + ".log")).string() << ")";
@@ -101,6 +103,12 @@ TEST(CudaPretrain, MatchesTheCpuRunAndTwoRanksMatchOne) {
   ASSERT_FALSE(HasFailure());
   expect_close(gpu.loss, cpu.loss, 1e-3, "loss");
   expect_close(gpu.grad_norm, cpu.grad_norm, 1e-3, "grad norm");
+  // --precision bf16 (the default on cuda): bf16 GEMMs on the GPU against the CPU's widened f32 GEMMs of
+  // the same bf16 values; rounding boundaries crossed in other summation orders: 1e-2.
+  const Curves cpu_bf16 = pretrain(dir, "cpu_bf16", "cpu", 1, "", "bf16"),
+               gpu_bf16 = pretrain(dir, "gpu_bf16", "cuda", 1, "", "bf16");
+  expect_close(gpu_bf16.loss, cpu_bf16.loss, 1e-2, "bf16 loss");
+  expect_close(gpu_bf16.grad_norm, cpu_bf16.grad_norm, 1e-2, "bf16 grad norm");
   const std::string name = gpu_name();
   std::printf("GPU %s: final loss %.5f (CPU %.5f), MFU at the last step %.2f%%\n", name.c_str(), gpu.loss.back(),
               cpu.loss.back(), 100.0 * gpu.mfu.back());

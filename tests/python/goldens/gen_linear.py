@@ -80,6 +80,32 @@ def main(out_dir):
     matmul_case("mm_b3_nt", 3, 4, 6, 5, False, True, 0.125, 0.0)   # attention-style q k^T
     matmul_case("mm_b2_tn_beta", 2, 9, 3, 17, True, False, 2.0, 1.0)
 
+    # bf16 operand cases ("bf16_*", --precision bf16): x, w, dy are f32; torch rounds them to bf16
+    # (x_r, w_r, dy_r: round to nearest even) and float64 products of the rounded values give y, dx, dw
+    # (a bf16 product is exact, so only the accumulation order differs from the op's f32 sums). Ties and
+    # values that round up a binade are planted in x.
+    def bf16_case(name, M, K, N):
+        x = f32_input(rng, M, K)
+        x[0, :4] = np.array([1.00390625, 1.01171875, -1.00390625, 255.5], dtype=np.float32)  # ties to even
+        x[0, 4:6] = np.array([1.99951171875, 3.4e38], dtype=np.float32)                   # rounds up to 2, inf
+        w = f32_input(rng, N, K, scale=0.5)
+        dy = f32_input(rng, M, N)
+        x_r, w_r, dy_r = (torch.from_numpy(a).bfloat16().double() for a in (x, w, dy))
+        x[0, 5] = 0.5  # the inf case only for the rounding check below, not in the products
+        x_r[0, 5] = 0.5
+        tensors[f"{name}/x"], tensors[f"{name}/w"], tensors[f"{name}/dy"] = x, w, dy
+        tensors[f"{name}/x_r"], tensors[f"{name}/w_r"], tensors[f"{name}/dy_r"] = (  # bf16 values: exact in f32
+            x_r.float().numpy(), w_r.float().numpy(), dy_r.float().numpy())
+        tensors[f"{name}/y"] = (x_r @ w_r.T).numpy()
+        tensors[f"{name}/dx"] = (dy_r @ w_r).numpy()
+        tensors[f"{name}/dw"] = (dy_r.T @ x_r).numpy()
+        tensors[f"{name}/round_probe"] = np.array([1.00390625, 1.01171875, -1.00390625, 255.5, 1.99951171875,
+                                                   3.4e38, 1e-40, -0.0], dtype=np.float32)
+        tensors[f"{name}/round_probe_r"] = torch.tensor(tensors[f"{name}/round_probe"]).bfloat16().float().numpy()
+
+    bf16_case("bf16_m1", 1, 13, 7)
+    bf16_case("bf16_m37", 37, 70, 29)
+
     path = os.path.join(out_dir, "linear.safetensors")
     save_golden(path, tensors, params)
     print(f"wrote {path} ({os.path.getsize(path)} bytes)")

@@ -35,9 +35,21 @@ final: RMSNorm(x) g_final (pre-norm only) -> logits = x W_head^T; the sink token
 loss = SUM of cross-entropy over the counted targets: target >= 0 and, for prefix-length p > 1, input
 position >= p - 1.
 
+--precision bf16 (the "precision" cases; their index entry says "precision": "bf16"): the same model with
+bf16 rounding (round to nearest even) where sinklab's policy puts it (model/transformer.hpp, Precision):
+every matrix product x W^T reads round(x) and round(W) and its output is rounded; its backward rounds
+the incoming gradient and d_x (d_W is not rounded); q, k, v are one product with [Wq; Wk; Wv], a gated
+FFN's gate and up one with [W_gate; W_up], as in sinklab (d_x is rounded once per product); the attention reads rounded q, k (after RoPE and
+after a kernel feature map), v, k*, v*, and the gradient of its output is rounded (its output is
+rounded where it enters the o projection).
+Rounding is written as two autograd functions (round the values / round the gradient) around float64
+products of the rounded values. No gradcheck for these (rounding is not differentiable); their fp32
+loss and gradients are stored beside ("<case>/loss_fp32", "<case>/grad_fp32") so the test can show the
+bf16 result is nearer the bf16 reference than the fp32 one.
+
 Layout: one JSON index model_variants.json (per case: its golden file, the dimensions, the axis flags
 that differ from the default as flag -> text, batch and sequence length, and the parameter list
-[name, shape] the model must have) and three safetensors files (model_variants_{arch,bias,attn}).
+[name, shape] the model must have) and four safetensors files (model_variants_{arch,bias,attn,precision}).
 Weights are shared by the cases of a file: "w/<name>/<shape>" (f32, drawn from a seed of the name and
 shape). Per case: "<case>/inputs", "<case>/targets" (i32 [B,T]), "<case>/loss" (f64 [1], the sum),
 "<case>/counted" (i32 [1]), "<case>/grad" (f32, rounded from float64: every parameter's gradient,
@@ -81,8 +93,11 @@ DEFAULT_AXES = {
 }
 
 
-def case(axes=None, seq=SEQ, **dims):
-    return dict(axes=dict(axes or {}), seq=seq, dims=dict(DIMS, **dims))
+def case(axes=None, seq=SEQ, precision="fp32", **dims):
+    spec = dict(axes=dict(axes or {}), seq=seq, dims=dict(DIMS, **dims))
+    if precision != "fp32":
+        spec["precision"] = precision
+    return spec
 
 
 def attn(sim, norm, **more):
@@ -172,13 +187,24 @@ FILES = {
         "window4": case({"attn-window": "4"}),
         "prefix3": case({"prefix-length": "3"}),
     },
+    "precision": {
+        "bf16_default": case(precision="bf16"),
+        "bf16_default_t1": case(seq=1, precision="bf16"),
+        # Guo et al.'s Bigram-Backcopy model (LayerNorm, learned positions, ReLU MLP, one head)
+        "bf16_bbm": case({"norm-type": "layer", "pos-emb": "learned", "ffn": "relu"}, heads=1, precision="bf16"),
+        "bf16_kv_gate": case({"attn-bias": "kv", "attn-gate": "elementwise"}, precision="bf16"),
+        "bf16_v_headwise": case({"attn-bias": "v", "attn-gate": "headwise"}, precision="bf16"),
+        "bf16_kernel_mlp": case(attn("identity", "one", **{"qk-kernel": "mlp"}), precision="bf16"),
+        "bf16_sink_token_post": case({"attn-bias": "sink-token", "norm-placement": "post"}, precision="bf16"),
+    },
 }
 
 
 class Cfg:
     """The case's configuration in typed form (from the flag texts, as the C++ set_axis reads them)."""
 
-    def __init__(self, dims, axes):
+    def __init__(self, dims, axes, precision="fp32"):
+        self.bf16 = precision == "bf16"
         a = dict(DEFAULT_AXES, **axes)
         assert set(a) == set(DEFAULT_AXES), f"unknown axis in {axes}"
         self.V, self.d, self.L = dims["vocab"], dims["d"], dims["layers"]
@@ -268,6 +294,45 @@ def weight_values(name, shape):
 
 # ------------------------------------------------------------------------------------------------
 # Reference pieces
+
+
+class RoundValues(torch.autograd.Function):
+    """bf16 rounding of the values (round to nearest even); the gradient passes unchanged."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.to(torch.bfloat16).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+class RoundGrad(torch.autograd.Function):
+    """The values pass unchanged; the gradient flowing back is rounded to bf16."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.to(torch.bfloat16).to(g.dtype)
+
+
+def rv(cfg, x):
+    return RoundValues.apply(x) if cfg.bf16 else x
+
+
+def rg(cfg, x):
+    return RoundGrad.apply(x) if cfg.bf16 else x
+
+
+def lin(cfg, x, w):
+    """x W^T; bf16: round(round(x) round(W)^T), backward d_out and d_x rounded, d_W from the rounded ones."""
+    if not cfg.bf16:
+        return x @ w.T
+    return rv(cfg, rg(cfg, rv(cfg, rg(cfg, x)) @ rv(cfg, w).T))
 
 
 def rmsnorm(x, g, eps):
@@ -360,17 +425,22 @@ def attention(cfg, params, l, a, Tp, probs_out):
     B = a.shape[0]
     H, Hkv, dh = cfg.H, cfg.Hkv, cfg.dh
     p = f"model.layers.{l}.self_attn."
-    q = (a @ params[p + "q_proj.weight"].T).view(B, Tp, H, dh)
-    k = (a @ params[p + "k_proj.weight"].T).view(B, Tp, Hkv, dh)
-    v = (a @ params[p + "v_proj.weight"].T).view(B, Tp, Hkv, dh)
+    Wq, Wk, Wv = params[p + "q_proj.weight"], params[p + "k_proj.weight"], params[p + "v_proj.weight"]
+    if cfg.bf16:  # one fused product, as sinklab's [Wq; Wk; Wv]: d_a is rounded once, not per projection
+        q, k, v = lin(cfg, a, torch.cat([Wq, Wk, Wv])).split([H * dh, Hkv * dh, Hkv * dh], dim=-1)
+        q, k, v = q.reshape(B, Tp, H, dh), k.reshape(B, Tp, Hkv, dh), v.reshape(B, Tp, Hkv, dh)
+    else:
+        q = (a @ Wq.T).view(B, Tp, H, dh)
+        k = (a @ Wk.T).view(B, Tp, Hkv, dh)
+        v = (a @ Wv.T).view(B, Tp, Hkv, dh)
     if cfg.pos == "rope":
-        q, k = rope(q, cfg.theta), rope(k, cfg.theta)
+        q, k = rv(cfg, rope(q, cfg.theta)), rv(cfg, rope(k, cfg.theta))
     if cfg.kernel == "elu-plus-one":
-        q, k = F.elu(q) + 1.0, F.elu(k) + 1.0
+        q, k = rv(cfg, F.elu(q) + 1.0), rv(cfg, F.elu(k) + 1.0)
     elif cfg.kernel == "mlp":
         W1, W2 = params[p + "kernel_mlp1.weight"], params[p + "kernel_mlp2.weight"]
-        q = torch.clamp(q @ W1.T, min=0.0) @ W2.T
-        k = torch.clamp(k @ W1.T, min=0.0) @ W2.T
+        q = rv(cfg, lin(cfg, torch.clamp(lin(cfg, q, W1), min=0.0), W2))
+        k = rv(cfg, lin(cfg, torch.clamp(lin(cfg, k, W1), min=0.0), W2))
     # query head h reads kv head h // (H / Hkv); [B,H,Tp,dh]
     qh = q.transpose(1, 2)
     kh = k.repeat_interleave(H // Hkv, dim=2).transpose(1, 2)
@@ -393,6 +463,7 @@ def attention(cfg, params, l, a, Tp, probs_out):
             vstar[:, 0] = cfg.m
         else:  # ones
             vstar = torch.full((H, dh), cfg.m / math.sqrt(dh), dtype=f64)
+        kstar, vstar = rv(cfg, kstar), rv(cfg, vstar)
         s_lead = scale * (qh * kstar[None, :, None, :]).sum(-1, keepdim=True)  # [B,H,Tp,1]
         s = torch.cat([s_lead, s], dim=-1)
         vis = torch.cat([torch.ones(B, H, Tp, 1, dtype=torch.bool), vis], dim=-1)
@@ -438,25 +509,29 @@ def attention(cfg, params, l, a, Tp, probs_out):
     P = numer / Z[..., None]
     if probs_out is not None:
         probs_out.append(P.detach())
-    o = (P @ vh).transpose(1, 2)  # [B,Tp,H,dh]
+    o = rg(cfg, (P @ vh).transpose(1, 2))  # [B,Tp,H,dh]
     if cfg.bias == "v":
         o = o + params[p + "v_bias"].expand(H, dh)[None, None]
     if cfg.gate == "headwise":
-        o = o * torch.sigmoid(a @ params[p + "gate_proj.weight"].T)[..., None]
+        o = o * torch.sigmoid(lin(cfg, a, params[p + "gate_proj.weight"]))[..., None]
     elif cfg.gate == "elementwise":
-        o = o * torch.sigmoid(a @ params[p + "gate_proj.weight"].T).view(B, Tp, H, dh)
+        o = o * torch.sigmoid(lin(cfg, a, params[p + "gate_proj.weight"])).view(B, Tp, H, dh)
     o = o.sum(2) if cfg.add_heads else o.reshape(B, Tp, H * dh)
-    return o @ params[p + "o_proj.weight"].T
+    return lin(cfg, o, params[p + "o_proj.weight"])
 
 
 def ffn(cfg, params, l, f):
     p = f"model.layers.{l}.mlp."
-    up = f @ params[p + "up_proj.weight"].T
-    if cfg.ffn in ("swiglu", "geglu", "reglu"):
-        h = act(cfg.ffn, f @ params[p + "gate_proj.weight"].T) * up
+    up = lin(cfg, f, params[p + "up_proj.weight"])
+    if cfg.ffn in ("swiglu", "geglu", "reglu") and cfg.bf16:  # fused [W_gate; W_up], as sinklab's
+        gate, up = lin(cfg, f, torch.cat([params[p + "gate_proj.weight"], params[p + "up_proj.weight"]])).split(
+            cfg.F, dim=-1)
+        h = act(cfg.ffn, gate) * up
+    elif cfg.ffn in ("swiglu", "geglu", "reglu"):
+        h = act(cfg.ffn, lin(cfg, f, params[p + "gate_proj.weight"])) * up
     else:
         h = act(cfg.ffn, up)
-    return h @ params[p + "down_proj.weight"].T
+    return lin(cfg, h, params[p + "down_proj.weight"])
 
 
 def forward(cfg, params, ids, targets, probs_out=None, return_logits=False, all_layers=False):
@@ -484,7 +559,7 @@ def forward(cfg, params, ids, targets, probs_out=None, return_logits=False, all_
             x = x_mid + ffn(cfg, params, l, norm2(x_mid))
     if not cfg.post:
         x = norm(cfg, params, "model.norm", x)
-    logits = (x @ params["lm_head.weight"].T)[:, cfg.lead_pos:]  # [B,T,V]
+    logits = lin(cfg, x, params["lm_head.weight"])[:, cfg.lead_pos:]  # [B,T,V]
     if return_logits:
         return logits
     counted = targets >= 0
@@ -562,7 +637,8 @@ def make_batch(name, cfg, T):
 
 
 def run_case(name, spec, tensors, weights):
-    cfg = Cfg(spec["dims"], spec["axes"])
+    precision = spec.get("precision", "fp32")
+    cfg = Cfg(spec["dims"], spec["axes"], precision)
     shapes = cfg.param_shapes()
     params = {}
     for pname, shape in shapes:
@@ -576,14 +652,23 @@ def run_case(name, spec, tensors, weights):
     loss, counted = forward(cfg, params, ids, tgt, probs)
     loss.backward()
     assert counted > 0
-    # The reference's own gradient, by finite differences (float64, random directions).
     names = [n for n, _ in shapes]
+    if cfg.bf16:
+        # The same case without rounding, for the test's "nearer bf16 than fp32" check.
+        cfg32 = Cfg(spec["dims"], spec["axes"])
+        params32 = {n: t.detach().clone().requires_grad_(True) for n, t in params.items()}
+        loss32, _ = forward(cfg32, params32, ids, tgt)
+        loss32.backward()
+        tensors[f"{name}/loss_fp32"] = np.array([float(loss32.detach())], dtype=np.float64)
+        tensors[f"{name}/grad_fp32"] = np.concatenate([params32[n].grad.numpy().ravel() for n in names]).astype(
+            np.float32)
+    else:
+        # The reference's own gradient, by finite differences (float64, random directions).
+        def loss_of(*ts):
+            return forward(cfg, dict(zip(names, ts)), ids, tgt)[0]
 
-    def loss_of(*ts):
-        return forward(cfg, dict(zip(names, ts)), ids, tgt)[0]
-
-    inputs = tuple(params[n].detach().clone().requires_grad_(True) for n in names)
-    assert torch.autograd.gradcheck(loss_of, inputs, eps=1e-6, atol=1e-7, rtol=1e-5, fast_mode=True), name
+        inputs = tuple(params[n].detach().clone().requires_grad_(True) for n in names)
+        assert torch.autograd.gradcheck(loss_of, inputs, eps=1e-6, atol=1e-7, rtol=1e-5, fast_mode=True), name
     tensors[f"{name}/inputs"] = ids_np
     tensors[f"{name}/targets"] = tgt_np
     tensors[f"{name}/loss"] = np.array([float(loss.detach())], dtype=np.float64)
@@ -594,8 +679,11 @@ def run_case(name, spec, tensors, weights):
     if name == "default":
         err = check_default_against_hf(cfg, params, ids)
         print(f"  default model vs HF LlamaForCausalLM logits: rel. diff {err:.1e}")
-    return dict(dims=spec["dims"], axes=spec["axes"], batch=BATCH, seq=spec["seq"],
-                params=[[n, list(s)] for n, s in shapes])
+    entry = dict(dims=spec["dims"], axes=spec["axes"], batch=BATCH, seq=spec["seq"],
+                 params=[[n, list(s)] for n, s in shapes])
+    if precision != "fp32":
+        entry["precision"] = precision
+    return entry
 
 
 def main(out_dir):
