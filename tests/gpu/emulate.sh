@@ -57,19 +57,33 @@ build_targets() {  # build_targets <target>...: quiet unless it fails
   fi
 }
 
+# Every test and every plant runs under both thread orders of the emulation (SINKLAB_EMU_SCHEDULE, see
+# tests/gpu/emu/emu_runtime.cpp next_runnable): "block" lets every warp reach its next barrier before any
+# goes past it, "warp" lets one warp run ahead of the others; each hides races the other shows.
+schedules=(block warp)
+
 # run_test <binary> <name> [gtest args...]: one emulated test binary (test_grad_sync under two MPI ranks,
-# each rank with its own emulated device, and as one process); prints its time, returns its status.
+# each rank with its own emulated device, and as one process) under each schedule; prints its time,
+# returns its status.
 run_test() {
   local exe=$1 name=$2; shift 2
   local start=$(date +%s%N) rc=0 log="$build/emu/$name.log"
-  if [ "$name" = test_grad_sync ]; then
-    local mpiexec
-    mpiexec=$(command -v mpiexec || command -v mpirun) || { say "no mpiexec for test_grad_sync"; return 1; }
-    { SINKLAB_EMU_DEVICES=2 nice "$mpiexec" -np 2 --oversubscribe "$exe" --gtest_filter='GradientSync.OverNccl*' "$@" &&
-      nice "$exe" --gtest_filter='GradientSync.OverNccl*' "$@"; } > "$log" 2>&1 || rc=$?
-  else
-    nice "$exe" --gtest_brief=1 "$@" > "$log" 2>&1 || rc=$?
-  fi
+  : > "$log"
+  local schedule
+  for schedule in "${schedules[@]}"; do
+    echo "=== SINKLAB_EMU_SCHEDULE=$schedule" >> "$log"
+    export SINKLAB_EMU_SCHEDULE=$schedule
+    if [ "$name" = test_grad_sync ]; then
+      local mpiexec
+      mpiexec=$(command -v mpiexec || command -v mpirun) || { say "no mpiexec for test_grad_sync"; return 1; }
+      { SINKLAB_EMU_DEVICES=2 nice "$mpiexec" -np 2 --oversubscribe "$exe" \
+          --gtest_filter='GradientSync.OverNccl*' "$@" &&
+        nice "$exe" --gtest_filter='GradientSync.OverNccl*' "$@"; } >> "$log" 2>&1 || rc=$?
+    else
+      nice "$exe" --gtest_brief=1 "$@" >> "$log" 2>&1 || rc=$?
+    fi
+  done
+  unset SINKLAB_EMU_SCHEDULE
   local secs
   secs=$(seconds_since "$start")
   if [ $rc -eq 0 ]; then
@@ -111,13 +125,19 @@ if [ -n "$plant" ]; then
     fi
     start=$(date +%s%N)
     log="$build/emu/plant_$p.log"
-    if [ "$test" = test_grad_sync ]; then
-      SINKLAB_EMU_DEVICES=2 nice "$(command -v mpiexec)" -np 2 --oversubscribe "$bin/emu_plant_$p" \
-        --gtest_filter="$filter" > "$log" 2>&1
-    else
-      nice timeout 600 "$bin/emu_plant_$p" --gtest_brief=1 --gtest_filter="$filter" > "$log" 2>&1
-    fi
-    rc=$?
+    : > "$log"
+    rc=0
+    for schedule in "${schedules[@]}"; do  # red under either order counts (the other may hide it)
+      echo "=== SINKLAB_EMU_SCHEDULE=$schedule" >> "$log"
+      if [ "$test" = test_grad_sync ]; then
+        SINKLAB_EMU_SCHEDULE=$schedule SINKLAB_EMU_DEVICES=2 nice "$(command -v mpiexec)" -np 2 --oversubscribe \
+          "$bin/emu_plant_$p" --gtest_filter="$filter" >> "$log" 2>&1 || rc=1
+      else
+        SINKLAB_EMU_SCHEDULE=$schedule nice timeout 600 "$bin/emu_plant_$p" --gtest_brief=1 --gtest_filter="$filter" \
+          >> "$log" 2>&1 || rc=1
+      fi
+      [ $rc -ne 0 ] && break
+    done
     secs=$(seconds_since "$start")
     if [ $rc -ne 0 ]; then
       first=$(grep -m1 -E 'Failure|emu: |what\(\)|rror' "$log" | cut -c1-90)

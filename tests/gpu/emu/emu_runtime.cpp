@@ -2,6 +2,7 @@
 // the calling OS thread), barriers, shared memory, the device-memory registry and the CUDA runtime calls.
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -116,6 +117,7 @@ struct Scheduler {
   size_t static_smem = 0, max_static_smem = 0;
   const char* kernel_name = "";
   bool in_kernel = false;
+  bool warp_first = false;  // SINKLAB_EMU_SCHEDULE=warp (next_runnable)
 };
 
 Scheduler& sched() {
@@ -137,8 +139,21 @@ void switch_to(Scheduler& s, Fiber* from, Fiber* to) {
 bool runnable(const Fiber& f) { return !f.done && (!f.waiting || f.waiting->generation != f.wait_generation); }
 
 // The next runnable thread after `after` in cyclic threadIdx order (after itself last), or null.
+// SINKLAB_EMU_SCHEDULE picks between two orders a GPU may run threads in, each of which hides races the
+// other shows: "block" (the default) hands on in threadIdx order, so every warp runs up to its next
+// barrier before any warp goes past it; "warp" hands on to the lanes of `after`'s own warp first, so a
+// warp runs ahead of the others as far as its warp-level barriers let it (a missing __syncthreads between
+// other warps' writes and this warp's reads then reads what they have not written yet). tests/gpu/emulate.sh
+// runs every test under both.
 Fiber* next_runnable(Scheduler& s, unsigned after) {
   const unsigned n = s.nthreads;
+  if (s.warp_first) {
+    const unsigned first = after / 32 * 32, lanes = std::min(32u, n - first);
+    for (unsigned k = 1; k <= lanes; ++k) {
+      Fiber& f = s.fibers[first + (after - first + k) % lanes];
+      if (runnable(f)) return &f;
+    }
+  }
   for (unsigned k = 1; k <= n; ++k) {
     Fiber& f = s.fibers[(after + k) % n];
     if (runnable(f)) return &f;
@@ -287,6 +302,8 @@ void launch_impl(const char* name, const void* fn, dim3 grid, dim3 block, size_t
 
   ensure_fibers(s, unsigned(nthreads));
   s.nthreads = unsigned(nthreads);
+  const char* schedule = std::getenv("SINKLAB_EMU_SCHEDULE");
+  s.warp_first = schedule && std::string(schedule) == "warp";
   s.body = body;
   s.error = nullptr;
   s.kernel_name = name;
