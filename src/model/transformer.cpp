@@ -37,7 +37,7 @@ Tensor strided(Tensor base, std::initializer_list<int64_t> shape, std::initializ
 void Transformer::project(Tensor out, Tensor in, Tensor weight) {
   if (precision_ == Precision::fp32) return ops::linear_forward(out, in, weight, Tensor{});
   Tensor out_lp = low_precision_scratch(kLpOut, out);
-  ops::linear_forward(out_lp, low_precision_copy(kLpIn, in), low_precision_copy(kLpWeight, weight), Tensor{});
+  ops::linear_forward(out_lp, low_precision_copy(kLpIn, in), low_precision_weight(weight), Tensor{});
   ops::copy(out, out_lp);
 }
 
@@ -47,7 +47,7 @@ void Transformer::project_backward(Tensor d_in, Tensor d_weight, Tensor d_out, T
   Tensor d_in_lp = d_in.defined() ? low_precision_scratch(kLpDin, d_in) : Tensor{};
   ops::linear_backward(d_in_lp, d_weight, Tensor{}, low_precision_copy(kLpOut, d_out),
                        d_weight.defined() ? low_precision_copy(kLpIn, in) : Tensor{},
-                       d_in.defined() ? low_precision_copy(kLpWeight, weight) : Tensor{});
+                       d_in.defined() ? low_precision_weight(weight) : Tensor{});
   if (d_in.defined()) ops::copy(d_in, d_in_lp);
 }
 
@@ -66,6 +66,16 @@ Tensor Transformer::low_precision_scratch(int slot, const Tensor& like) {
 Tensor Transformer::low_precision_copy(int slot, const Tensor& x) {
   Tensor lp = low_precision_scratch(slot, x);
   ops::copy(lp, x);  // rounds to nearest even
+  return lp;
+}
+
+Tensor Transformer::low_precision_weight(const Tensor& weight) {
+  const auto at_byte = reinterpret_cast<uintptr_t>(weight.data), base = reinterpret_cast<uintptr_t>(flat_params_.data);
+  const uintptr_t end = base + uintptr_t(n_elements_) * sizeof(float);
+  if (weight.dtype != DType::f32 || at_byte < base || at_byte >= end) return low_precision_copy(kLpWeight, weight);
+  Tensor lp = weight;  // same shape and element strides, in the bf16 copy
+  lp.dtype = DType::bf16;
+  lp.data = flat_params_lp_.ptr<uint16_t>() + (at_byte - base) / sizeof(float);
   return lp;
 }
 
@@ -283,6 +293,7 @@ void Transformer::forward_layers(Tensor inputs, LayerObserver* observer) {
   SL_CHECK(inputs.ndim == 2 && inputs.dtype == DType::i32, "model inputs must be i32 [B,T], got %s",
            inputs.shape_str().c_str());
   ensure_activations(inputs.shape[0], inputs.shape[1]);
+  if (precision_ == Precision::bf16) ops::copy(flat_params_lp_, flat_params_);  // this pass's bf16 weights
   embed(inputs);
   for (int l = 0; l < cfg_.n_layers; ++l)
     layer_forward(l, l + 1 < cfg_.n_layers ? layers_[size_t(l) + 1].x_in : x_final_in_, observer);

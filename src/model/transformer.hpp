@@ -98,7 +98,7 @@ class Transformer {
   void set_recompute(Recompute mode);
   Recompute recompute() const { return recompute_; }
   // --precision.
-  void set_precision(Precision mode) { precision_ = mode; }
+  void set_precision(Precision mode);
   Precision precision() const { return precision_; }
   // Allocates the activations for micro-batches of [batch, seq] inputs (forward does it on a new shape) and
   // says how large they are.
@@ -173,6 +173,10 @@ class Transformer {
   enum LowPrecisionSlot { kLpIn, kLpWeight, kLpOut, kLpDin, kLpSlots };
   Tensor low_precision_scratch(int slot, const Tensor& like);
   Tensor low_precision_copy(int slot, const Tensor& x);
+  // A weight's bf16 values: its view in the bf16 copy of the parameters, which forward_layers refreshes at
+  // the start of every pass (one rounding per pass, not per product: the head's weight serves every
+  // logits chunk); a tensor that is no parameter is rounded into scratch.
+  Tensor low_precision_weight(const Tensor& weight);
   Tensor weight(int64_t first_param_index, int64_t rows, int64_t cols, bool grad) const;
   Tensor at(int64_t param_index, bool grad) const;  // the parameter (or its gradient) in its own shape
   int64_t find(const std::string& name) const;      // -1 when absent
@@ -208,6 +212,8 @@ class Transformer {
   ActivationBytes activation_bytes_;
   Precision precision_ = Precision::fp32;
   Buffer low_precision_buffers_[kLpSlots];
+  Buffer low_precision_params_buffer_;  // bf16 [n_elements] under --precision bf16
+  Tensor flat_params_lp_;
 };
 
 }  // namespace sinklab::model

@@ -215,6 +215,14 @@ Precision parse_precision(const std::string& text) { return parse_enum(kPrecisio
 const char* precision_name(Precision mode) { return enum_name(kPrecisionNames, mode); }
 std::string precision_names() { return enum_name_list(kPrecisionNames); }
 
+void Transformer::set_precision(Precision mode) {
+  precision_ = mode;
+  if (mode == Precision::bf16 && !flat_params_lp_.defined()) {
+    low_precision_params_buffer_ = Buffer(size_t(n_elements_) * dtype_size(DType::bf16), device_);
+    flat_params_lp_ = low_precision_params_buffer_.view(DType::bf16, {n_elements_});
+  }
+}
+
 void Transformer::set_recompute(Recompute mode) {
   if (mode == recompute_) return;
   recompute_ = mode;
