@@ -72,7 +72,8 @@ Tensor Transformer::low_precision_copy(int slot, const Tensor& x) {
 Tensor Transformer::low_precision_weight(const Tensor& weight) {
   const auto at_byte = reinterpret_cast<uintptr_t>(weight.data), base = reinterpret_cast<uintptr_t>(flat_params_.data);
   const uintptr_t end = base + uintptr_t(n_elements_) * sizeof(float);
-  if (weight.dtype != DType::f32 || at_byte < base || at_byte >= end) return low_precision_copy(kLpWeight, weight);
+  SL_CHECK(weight.dtype == DType::f32 && at_byte >= base && at_byte < end,
+           "project: the weight of a matrix product must be one of the model's parameters");
   Tensor lp = weight;  // same shape and element strides, in the bf16 copy
   lp.dtype = DType::bf16;
   lp.data = flat_params_lp_.ptr<uint16_t>() + (at_byte - base) / sizeof(float);

@@ -170,12 +170,12 @@ class Transformer {
   void round_to_precision(Tensor x);
   // A contiguous bf16 tensor shaped like `like` in scratch slot `slot` (grown on demand; nothing in a slot
   // outlives one project call), and one holding x's values rounded.
-  enum LowPrecisionSlot { kLpIn, kLpWeight, kLpOut, kLpDin, kLpSlots };
+  enum LowPrecisionSlot { kLpIn, kLpOut, kLpDin, kLpSlots };
   Tensor low_precision_scratch(int slot, const Tensor& like);
   Tensor low_precision_copy(int slot, const Tensor& x);
   // A weight's bf16 values: its view in the bf16 copy of the parameters, which forward_layers refreshes at
   // the start of every pass (one rounding per pass, not per product: the head's weight serves every
-  // logits chunk); a tensor that is no parameter is rounded into scratch.
+  // logits chunk). Every product's weight is a parameter.
   Tensor low_precision_weight(const Tensor& weight);
   Tensor weight(int64_t first_param_index, int64_t rows, int64_t cols, bool grad) const;
   Tensor at(int64_t param_index, bool grad) const;  // the parameter (or its gradient) in its own shape
