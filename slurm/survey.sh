@@ -2,7 +2,11 @@
 # The survey of pretrained models (paper Sec. 3, Table 8): every (model, input, domain, intervention)
 # item through the dynamic MPI work queue of sinklab-survey, results gathered by rank 0 into one HDF5
 # file. Models run on the CPUs of each rank (one model per rank; the default --max-memory auto gives each
-# rank the node's memory over its ranks and streams the layers of models that do not fit it).
+# rank the node's memory over its ranks and streams the layers of models that do not fit it), or with
+# device cuda (--device=cuda, DEVICE=cuda, or `device = cuda` in the job file) one rank per GPU, each
+# model on its rank's GPU (--max-memory auto: 9/10 of the GPU's free memory; larger models are streamed
+# to the GPU layer by layer); the #SBATCH lines below are the CPU layout, so ask for the GPUs:
+#   DEVICE=cuda sbatch --gpus-per-node=4 --ntasks-per-node=4 --cpus-per-task=8 slurm/survey.sh
 #   MODEL_ROOT=/path/to/hf SURVEY_INPUTS=data/survey_inputs sbatch slurm/survey.sh [--flag=value ...]
 #   CONFIG=jobs/survey/long_inputs.ini ... for the long-input appendix, token_lengths.ini for Fig. 3,
 #   CONFIG=jobs/survey/hellaswag.ini HELLASWAG=data/hellaswag ... for Fig. 10
@@ -29,7 +33,10 @@ args=(--config "$CONFIG" --output "$OUTPUT" --resume)
 [ -n "${MODEL_ROOT:-}" ] && args+=(--model-root "$MODEL_ROOT")
 [ -n "${SURVEY_INPUTS:-}" ] && args+=(--survey-inputs-dir "$SURVEY_INPUTS")
 [ -n "${HELLASWAG:-}" ] && args+=(--hellaswag-dir "$HELLASWAG")
-sinklab_srun "$SINKLAB_BIN/sinklab-survey" "${args[@]}" "$@"
+device=$(sinklab_job_device "$CONFIG" "$@")
+sinklab_option_value device "$@" >/dev/null || args+=(--device "$device")
+sinklab_launch "$CONFIG" "$device" "$SINKLAB_BIN/sinklab-survey" "${args[@]}" "$@"
 status=$?
+[ "${SINKLAB_DRY_RUN:-0}" = 1 ] && exit $status
 [ $status -eq 0 ] && sinklab_requeue_unless_marker "$OUTPUT" "$OUTPUT.done"
 exit $status

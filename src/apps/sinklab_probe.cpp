@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "backend/attention_dispatch.hpp"
 #include "backend/backend.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -13,6 +14,7 @@
 #include "io/h5.hpp"
 #include "io/shard.hpp"
 #include "model/transformer.hpp"
+#include "probe/host_taps.hpp"
 #include "probe/inputs.hpp"
 #include "probe/model_probe.hpp"
 #include "train/checkpoint.hpp"
@@ -24,7 +26,7 @@ using namespace sinklab;
 namespace {
 
 struct ProbeOptions {
-  std::string checkpoint, data, out, name, domain, input, sink_eps, resample_positions;
+  std::string checkpoint, data, out, name, domain, input, sink_eps, resample_positions, device, attn_kernel;
   int64_t fixed_token_position = 0, fixed_token_id = 0;
   uint64_t run_seed = 1234;
   int64_t sequences = 100, length = 64, stride = 0, batch = 16;
@@ -46,6 +48,11 @@ bool parse(int argc, char** argv, ProbeOptions& o) {
       ("max-k", po::value(&o.max_k)->default_value(8), "positions k = 1..K whose alpha_k and Sink_k^eps are stored")
       ("sink-eps", po::value(&o.sink_eps)->default_value("0.2,0.3,0.4"), "thresholds, comma-separated")
       ("batch", po::value(&o.batch)->default_value(16), "sequences per forward pass")
+      ("device", po::value(&o.device)->default_value("cpu"), "cpu | cuda (the model's forward on GPU 0 or the only one "
+       "visible; the probe's measurements on the host)")
+      ("attn-kernel", po::value(&o.attn_kernel)->default_value("reference"),
+       "attention kernel of the forward: reference (f32 on every device) | auto (on a GPU cuDNN's or the flash "
+       "kernel where they fit: bf16 inside) | cudnn | flash")
       ("seed", po::value(&o.seed)->default_value(1234), "seed of random/repeat inputs")
       ("out", po::value(&o.out)->required(), "HDF5 results file (created or extended)")
       ("name", po::value(&o.name)->default_value(""), "model name in the file (default: <run directory>_<step directory>)")
@@ -58,7 +65,10 @@ bool parse(int argc, char** argv, ProbeOptions& o) {
        "the run's --resample-positions: these positions redrawn as the trainer's probe draws them")
       ("run-seed", po::value(&o.run_seed)->default_value(1234), "the run's --seed (keys the resampled draws)");
   po::variables_map vm;
-  return parse_options(argc, argv, desc, vm);
+  if (!parse_options(argc, argv, desc, vm)) return false;
+  parse_device_kind(o.device, "--device");  // bad values fail before any file is read
+  ops::parse_attn_kernel(o.attn_kernel);
+  return true;
 }
 
 // The probe's inputs [sequences, length]: natural rows of --data, or random / repeated tokens.
@@ -149,7 +159,11 @@ int run(const ProbeOptions& o) {
   SL_CHECK(o.length >= 1 && o.length <= cfg.context, "--length must lie in [1, %d] (the model's context)", cfg.context);
   SL_CHECK(o.max_k >= 1 && o.max_k <= o.length, "--max-k must lie in [1, --length]");
   SL_CHECK(o.sequences >= 1 && o.batch >= 1, "--sequences and --batch must be positive");
-  model::Transformer model(cfg);
+  const Device device = device_from_flag(o.device, "--device", [](int) { return 0; });
+  if (device.is_cuda()) log::info("device: %s (%s)", device.name().c_str(), backend_for(device).device_name().c_str());
+  model::Transformer model(cfg, device);
+  model.set_attention_kernel(ops::parse_attn_kernel(o.attn_kernel));
+  model.attention_kernel();  // a kernel that cannot run this model's attention fails here, naming --attn-kernel
   std::vector<io::NamedTensor> weights;
   for (const auto& spec : model.specs()) weights.push_back({spec.name, model.param(spec.name)});
   train::load_weights(ckpt, weights);
@@ -166,9 +180,19 @@ int run(const ProbeOptions& o) {
   if (cfg.attn_window > 0 && !probe.measures_window())
     log::warn("the model's window (%d keys) exceeds --length %lld: no query has a full window, alpha_k_window is not measured",
               cfg.attn_window, (long long)o.length);
+  // A model on a GPU: its token ids copied up per pass, its taps copied down for the probe (HostTaps).
+  Buffer device_inputs = device.is_cpu() ? Buffer() : Buffer::for_tensor(DType::i32, {o.batch, o.length}, device);
+  probe::HostTaps host_taps(probe);
+  LayerObserver& observer = device.is_cpu() ? static_cast<LayerObserver&>(probe) : host_taps;
   for (int64_t first = 0; first < o.sequences; first += o.batch) {
     const int64_t n = std::min(o.batch, o.sequences - first);
-    model.forward_observe(inputs.slice(0, first, n), probe);
+    Tensor batch = inputs.slice(0, first, n);
+    if (device.is_cuda()) {
+      Tensor up = device_inputs.view(DType::i32, {n, o.length});
+      ops::copy(up, batch);
+      batch = up;
+    }
+    model.forward_observe(batch, observer);
     log::info("probe: %lld/%lld sequences", (long long)(first + n), (long long)o.sequences);
   }
   probe::ProbeResult r = probe.result();

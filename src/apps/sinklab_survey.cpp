@@ -20,6 +20,7 @@
 #include <map>
 #include <optional>
 
+#include "backend/attention_dispatch.hpp"
 #include "backend/backend.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -44,7 +45,7 @@ struct SurveyOptions {
   std::string config_text, command_line;
   std::string model_root, models, inputs, survey_inputs_dir, domains, long_domains, seq_lens_domains, interventions,
       intervention_inputs, sink_eps, max_memory, qk_maps, attention_maps, seq_lens, ablations, ablation_inputs,
-      max_logits_memory, output;
+      max_logits_memory, output, device, attn_kernel;
   std::vector<std::string> model_lines;
   probe::SurveyParams params;
   double commit_every = 60.0;
@@ -97,9 +98,15 @@ bool parse(int argc, char** argv, SurveyOptions& o) {
       ("max-k", po::value(&p.max_k)->default_value(8), "positions k = 1..K whose alpha_k and Sink_k are stored")
       ("sink-eps", po::value(&o.sink_eps)->default_value("0.2,0.3,0.4"), "thresholds of Sink_k^eps, comma-separated")
       ("batch", po::value(&p.batch)->default_value(16), "sequences of --seq-len tokens per forward pass")
+      ("device", po::value(&o.device)->default_value("cpu"),
+       "cpu | cuda (one GPU per rank: rank r of a node uses its GPU r; token ids and the measurements stay on the host)")
+      ("attn-kernel", po::value(&o.attn_kernel)->default_value("reference"),
+       "attention kernel of the models' forward: reference (f32 on every device: a GPU survey measures what a CPU "
+       "one does) | auto (on a GPU cuDNN's fused SDPA where it fits: bf16 inside, faster at long T) | cudnn | flash")
       ("max-memory", po::value(&o.max_memory)->default_value("auto"),
-       "memory per rank: auto (the node's cgroup limit or MemTotal over its ranks; models that fit stay resident, "
-       "larger ones are streamed), 0 (unbounded), or a size (e.g. 16G: layer streaming under it)")
+       "memory per rank: auto (the node's cgroup limit or MemTotal over its ranks; with --device cuda 9/10 of the "
+       "GPU's free memory; models that fit stay resident, larger ones are streamed), 0 (unbounded), or a size "
+       "(e.g. 16G: layer streaming under it; the GPU's memory with --device cuda)")
       ("interventions", po::value(&o.interventions)->default_value(""),
        "replace:t / swap:t of the first position embedding (Table 7), for learned-position models without their own list")
       ("intervention-inputs", po::value(&o.intervention_inputs)->default_value("repeat"), "inputs the interventions are measured on")
@@ -124,6 +131,8 @@ bool parse(int argc, char** argv, SurveyOptions& o) {
       ("dry-run", po::value(&o.dry_run)->default_value(false)->implicit_value(true), "print the configuration and the items, then exit");
   po::variables_map vm;
   if (!parse_options(argc, argv, desc, vm)) return false;
+  parse_device_kind(o.device, "--device");  // a bad value fails here, before any work
+  p.attention_kernel = ops::parse_attn_kernel(o.attn_kernel);
   p.eps = probe::parse_sink_eps(o.sink_eps);
   p.max_memory = o.max_memory == "auto" ? -1 : parse_bytes(o.max_memory);
   p.max_logits_bytes = parse_bytes(o.max_logits_memory, "--max-logits-memory");
@@ -309,6 +318,10 @@ class SurveyWriter {
 
 int run(const SurveyOptions& o, const dist::World& world) {
   log::info0("CPU BLAS: %s", cpu_blas_summary().c_str());
+  // Before anything is written: a GPU this rank cannot have is one line, not a half-made results file.
+  const Device device = device_from_flag(o.device, "--device", [&](int visible) { return world.local_gpu(visible); });
+  if (device.is_cuda())
+    log::info("device: %s (%s)", device.name().c_str(), backend_for(device).device_name().c_str());
   std::vector<probe::SurveyModel> catalogue;
   for (const std::string& line : o.model_lines) catalogue.push_back(probe::parse_model_line(line, o.model_root));
   const std::vector<probe::SurveyModel> models = probe::select_models(catalogue, o.models, o.model_root);
@@ -358,10 +371,10 @@ int run(const SurveyOptions& o, const dist::World& world) {
               (long long)writer->already(), world.size(), o.output.c_str());
 
   dist::WorkQueue queue(world, work, [&](const dist::WorkResult& r) { writer->collect(pending[size_t(r.item)], r.rank, r.blob); });
-  const probe::MemoryBudget budget = probe::MemoryBudget::resolve(o.params.max_memory, world.local_size());
+  const probe::MemoryBudget budget = probe::MemoryBudget::resolve(o.params.max_memory, world.local_size(), device);
   if (world.is_root() && budget.auto_)
     log::info("memory per rank: %.1f MiB (%s)", double(budget.bytes) / (1 << 20), budget.origin.c_str());
-  probe::ModelCache cache(budget);
+  probe::ModelCache cache(budget, o.params.attention_kernel);
   probe::InputsFinder finder(o.params.survey_inputs_dir);
   probe::InputsFinder hellaswag_finder(o.params.hellaswag_dir, "hellaswag");
   const std::function<void()> progress = [&] {

@@ -54,6 +54,16 @@ int cuda_device_count() {
 
 bool cuda_available() { return cuda_device_count() > 0; }
 
+Device device_from_flag(const std::string& value, const char* flag, const std::function<int(int)>& gpu_for) {
+  if (parse_device_kind(value, flag) == DeviceKind::cpu) return Device::cpu();
+#if !SINKLAB_HAVE_CUDA
+  SL_FAIL("%s cuda: this sinklab was built without CUDA (configure with -DSINKLAB_CUDA=ON)", flag);
+#endif
+  const int visible = cuda_device_count();
+  SL_CHECK(visible > 0, "%s cuda: no usable CUDA device (none visible, or the driver is too old for this build)", flag);
+  return Device::cuda(gpu_for(visible));
+}
+
 int64_t cudnn_version() {
 #if SINKLAB_HAVE_CUDA
   return cuda::cudnn_library_version();

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <span>
 #include <string>
 
@@ -48,6 +49,10 @@ class Backend {
 Backend& backend_for(Device device);
 Backend& backend_for(std::span<const Tensor> tensors, const char* op);
 bool cuda_available();  // a CUDA build and at least one usable device
+// The device a --device flag ("cpu" | "cuda") names for this process: the CPU, or CUDA device
+// gpu_for(visible devices) (dist::World::local_gpu: one GPU per rank of the node). One line naming `flag`
+// when the value is neither, the build has no CUDA, or no GPU is visible.
+Device device_from_flag(const std::string& value, const char* flag, const std::function<int(int)>& gpu_for);
 int cuda_device_count();  // usable CUDA devices (0 in a build without CUDA)
 // cudnnGetVersion() of the loaded cuDNN (e.g. 91900); 0 in a build without CUDA.
 int64_t cudnn_version();

@@ -33,8 +33,10 @@ void check_softmax(const ops::AttentionSpec& spec, const std::string& dir) {
 
 }  // namespace
 
-void FamilyModel::attention(Tensor out, Tensor q, Tensor k, Tensor v, const ops::AttentionSpec& spec, int layer,
+void FamilyModel::attention(Tensor out, Tensor q, Tensor k, Tensor v, const ops::AttentionSpec& model_spec, int layer,
                             const ForwardOptions& opt, const ops::RopeConfig* rope, Tensor probs) {
+  ops::AttentionSpec spec = model_spec;
+  spec.kernel = info_.attention_kernel;  // (LoadOptions::attention_kernel: f32 reference unless asked)
   const AttentionAblation& a = opt.attention_ablation;
   using Kind = AttentionAblation::Kind;
   if (a.kind == Kind::none || (a.kind == Kind::mask_first && layer < a.from_layer)) {
@@ -61,16 +63,29 @@ void FamilyModel::attention(Tensor out, Tensor q, Tensor k, Tensor v, const ops:
     return;
   }
   check_softmax(spec, info_.dir);
-  SL_CHECK(q.dtype == DType::f32 && k.dtype == DType::f32 && v.dtype == DType::f32 && out.dtype == DType::f32 &&
-               q.device.is_cpu(),
-           "%s: the window_sinks ablation runs on f32 host tensors", info_.dir.c_str());
+  SL_CHECK(q.dtype == DType::f32 && k.dtype == DType::f32 && v.dtype == DType::f32 && out.dtype == DType::f32,
+           "%s: the window_sinks ablation runs on f32 tensors", info_.dir.c_str());
   const int64_t W = recent.window, s = a.sink_tokens, P = s + W - 1;
   const int64_t stats_n = B * H * T, q_n = B * T * H * dh;
   if (ablation_scratch_.bytes() < size_t(stats_n + q_n + T) * sizeof(float))
     ablation_scratch_ = Buffer::for_tensor(DType::f32, {stats_n + q_n + T});
   float* scratch = static_cast<float*>(ablation_scratch_.ptr_at(0));
+  // The op runs where the model does; the merge below runs on the host, on copies of a GPU model's
+  // tensors (a few keys per query), and a GPU model gets the merged output copied back.
+  const Device device = q.device;
   Tensor stats(scratch, DType::f32, {B, H, T});
+  if (!device.is_cpu()) {
+    if (ablation_device_.bytes() < size_t(stats_n) * sizeof(float))
+      ablation_device_ = Buffer::for_tensor(DType::f32, {stats_n}, device);
+    stats = ablation_device_.view(DType::f32, {B, H, T});
+  }
   ops::attention_forward(out, stats, q, k, v, recent);
+  const Tensor device_out = out;
+  stats = on_host(ablation_host_[0], stats);
+  out = on_host(ablation_host_[1], out);
+  q = on_host(ablation_host_[2], q);
+  k = on_host(ablation_host_[3], k);
+  v = on_host(ablation_host_[4], v);
 
   // The queries at their cache slots (rotary models only).
   Tensor q_slot = q;
@@ -112,13 +127,17 @@ void FamilyModel::attention(Tensor out, Tensor q, Tensor k, Tensor v, const ops:
         for (int64_t c = 0; c < dh; ++c) o[c * out.stride[3]] = float(acc[size_t(c)] / z);
       }
     }
+  if (!device.is_cpu()) ops::copy(device_out, out);
 }
 
 void FamilyModel::ablate_hidden(Tensor x, int64_t batch, int64_t seq, int layer, const ForwardOptions& opt) {
   const HiddenAblation& a = opt.hidden_ablation;
   if (a.kind == HiddenAblation::Kind::none || layer != a.layer) return;
-  SL_CHECK(x.dtype == DType::f32 && x.device.is_cpu() && x.is_contiguous() && x.ndim == 2 && x.shape[0] == batch * seq,
-           "%s: the hidden-state ablation needs the f32 host block output [B*T, d]", info_.dir.c_str());
+  SL_CHECK(x.dtype == DType::f32 && x.is_contiguous() && x.ndim == 2 && x.shape[0] == batch * seq,
+           "%s: the hidden-state ablation needs the f32 block output [B*T, d]", info_.dir.c_str());
+  // On the host (a GPU model's block output copied down and back: one layer of one pass).
+  const Tensor device_x = x;
+  x = on_host(ablation_host_[5], x);
   const int64_t d = x.shape[1];
   for (int64_t b = 0; b < batch; ++b) {
     float* first = x.ptr<float>() + b * seq * d;
@@ -136,6 +155,7 @@ void FamilyModel::ablate_hidden(Tensor x, int64_t batch, int64_t seq, int layer,
       first[c] = float(value);
     }
   }
+  if (!device_x.device.is_cpu()) ops::copy(device_x, x);
 }
 
 }  // namespace sinklab::hf

@@ -341,9 +341,9 @@ void convert_rows(float* dst, const Tensor& src, int64_t R, int64_t C, int64_t r
 
 }  // namespace
 
-WeightStore::WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan, int64_t max_memory_bytes,
-                         bool resident_if_fits)
-    : ckpt_(std::move(ckpt)), plan_(std::move(plan)), max_memory_(max_memory_bytes) {
+WeightStore::WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan, const LoadOptions& options)
+    : ckpt_(std::move(ckpt)), plan_(std::move(plan)), device_(options.device), max_memory_(options.max_memory_bytes) {
+  const bool resident_if_fits = options.resident_if_fits;
   const Checkpoint& ck = *ckpt_;
   SL_CHECK(max_memory_ >= 0, "--max-memory must be >= 0 (0 = unbounded), got %lld", (long long)max_memory_);
 
@@ -407,12 +407,14 @@ WeightStore::WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan
   n_params_ = params_in_specs + vocab_ * d_embed_ + (tied ? 0 : vocab_ * d_head_);
   n_params_embedding_ = vocab_ * d_embed_ + (tied ? 0 : vocab_ * d_head_);
   for (int64_t b : per_layer) weight_bytes_ += b;
-  streaming_ = max_memory_ > 0 && !(resident_if_fits && weight_bytes_ <= max_memory_ / 4 * 3);
+  // A GPU store fills the logits in blocks of a layer's size on the device, each copied down to the host.
+  logits_stage_bytes_ = device_.is_cpu() ? 0 : layer_bytes_;
+  streaming_ = max_memory_ > 0 && !(resident_if_fits && weight_bytes_ + logits_stage_bytes_ <= max_memory_ / 4 * 3);
 
   if (!streaming()) {
     // Everything as f32 in one buffer; each tensor's mapped pages go once it is converted.
-    held_bytes_ = weight_bytes_;
-    resident_buffer_ = Buffer(size_t(std::max<int64_t>(weight_bytes_, 64)), Device::cpu());
+    held_bytes_ = weight_bytes_ + logits_stage_bytes_;
+    resident_buffer_ = Buffer(size_t(std::max<int64_t>(weight_bytes_, 64)), device_);
     char* cursor = static_cast<char*>(resident_buffer_.data());
     for (const WeightSpec& s : plan_.resident) resident_.push_back(convert_into(s, cursor, true));
     for (const auto& layer : plan_.layers) {
@@ -426,19 +428,55 @@ WeightStore::WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan
   }
 
   // Streaming: resident tensors once, then one layer buffer (which also takes the head's row chunks).
-  // The mapped pages of the block being converted (plus a page either side).
-  staging_bytes_ = largest_stored + 2 * int64_t(::sysconf(_SC_PAGESIZE));
+  // On the CPU: the mapped pages of the block being converted (plus a page either side); on a GPU that
+  // block is host memory, and the device holds the logits block instead.
+  staging_bytes_ = device_.is_cpu() ? largest_stored + 2 * int64_t(::sysconf(_SC_PAGESIZE)) : logits_stage_bytes_;
   held_bytes_ = resident_bytes + layer_bytes_ + staging_bytes_;
   SL_CHECK(held_bytes_ <= max_memory_,
-           "--max-memory %s is too small for %s: the resident weights (%s), one layer (%s) and the mapped block "
-           "being converted (%s) need %s before any activations",
+           "--max-memory %s is too small for %s: the resident weights (%s), one layer (%s) and %s (%s) need %s "
+           "before any activations",
            mib(max_memory_).c_str(), ck.dir().c_str(), mib(resident_bytes).c_str(), mib(layer_bytes_).c_str(),
-           mib(staging_bytes_).c_str(), mib(held_bytes_).c_str());
-  resident_buffer_ = Buffer(size_t(std::max<int64_t>(resident_bytes, 64)), Device::cpu());
+           device_.is_cpu() ? "the mapped block being converted" : "a block of logits", mib(staging_bytes_).c_str(),
+           mib(held_bytes_).c_str());
+  resident_buffer_ = Buffer(size_t(std::max<int64_t>(resident_bytes, 64)), device_);
   char* cursor = static_cast<char*>(resident_buffer_.data());
   for (const WeightSpec& s : plan_.resident) resident_.push_back(convert_into(s, cursor, true));
-  layer_buffer_ = Buffer(size_t(layer_bytes_), Device::cpu());
+  layer_buffer_ = Buffer(size_t(layer_bytes_), device_);
   layers_.resize(1);
+}
+
+float* WeightStore::host_stage(int64_t n) {
+  const size_t bytes = size_t(std::max<int64_t>(n, 16)) * sizeof(float);
+  if (host_stage_.bytes() < bytes) {
+    host_stage_ = Buffer();
+    host_stage_ = Buffer(bytes, Device::cpu());
+  }
+  return static_cast<float*>(host_stage_.data());
+}
+
+void WeightStore::upload(const WeightSpec& spec, float* device_dst, bool release_after) {
+  for (const WeightPart& p : spec.parts) {
+    const int64_t rows = p.shape.empty() ? 1 : p.shape[0];
+    upload_part(p.name, 0, rows, spec.transposed, spec.offset, device_dst, release_after);
+    device_dst += numel_of(p.shape);
+  }
+}
+
+void WeightStore::upload_part(const std::string& name, int64_t row0, int64_t rows, bool transposed, float offset,
+                              float* device_dst, bool release_after) {
+  const Tensor src = ckpt_->view(name);
+  const int64_t stored_rows = src.ndim == 0 ? 1 : src.shape[0];
+  const int64_t cols = stored_rows > 0 ? src.numel() / stored_rows : 0;
+  // Row blocks of about kStageBytes of f32 (a transposed part is converted whole).
+  const int64_t block = transposed ? rows : std::max<int64_t>(1, kStageBytes / std::max<int64_t>(1, cols * 4));
+  for (int64_t r0 = 0; r0 < rows; r0 += block) {
+    const int64_t r = std::min(block, rows - r0), count = r * cols;
+    float* host = host_stage(count);
+    convert_part(name, row0 + r0, r, host, transposed, release_after);
+    if (offset != 0.0f)
+      for (int64_t i = 0; i < count; ++i) host[i] += offset;
+    ops::copy(Tensor(device_dst + r0 * cols, DType::f32, {count}, device_), Tensor(host, DType::f32, {count}));
+  }
 }
 
 void WeightStore::convert(const WeightSpec& spec, float* dst, bool release_after) const {
@@ -470,13 +508,14 @@ void WeightStore::convert_part(const std::string& name, int64_t row0, int64_t ro
   }
 }
 
-Tensor WeightStore::convert_into(const WeightSpec& spec, char*& cursor, bool release_after) const {
+Tensor WeightStore::convert_into(const WeightSpec& spec, char*& cursor, bool release_after) {
   if (spec.parts.empty()) return Tensor{};  // absent optional
   const std::vector<int64_t> shape = spec.shape();
   float* dst = reinterpret_cast<float*>(cursor);
-  convert(spec, dst, release_after);
+  if (device_.is_cpu()) convert(spec, dst, release_after);
+  else upload(spec, dst, release_after);
   cursor += aligned_f32_bytes(numel_of(shape));
-  return Tensor::contiguous_view(dst, DType::f32, shape.data(), int(shape.size()), Device::cpu());
+  return Tensor::contiguous_view(dst, DType::f32, shape.data(), int(shape.size()), device_);
 }
 
 const std::vector<Tensor>& WeightStore::layer(int l) {
@@ -503,21 +542,30 @@ void WeightStore::embed(Tensor out, Tensor ids) {
     SL_CHECK(id[n] >= 0 && id[n] < vocab_, "%s: token id %d at position %lld is outside the vocabulary [0, %lld)",
              ckpt_->dir().c_str(), id[n], (long long)n, (long long)vocab_);
   if (!streaming()) {
-    ops::embedding_forward(out, ids, embedding_);
+    Tensor ids_here = ids;
+    if (!device_.is_cpu()) {
+      if (ids_buffer_.bytes() < ids.nbytes()) ids_buffer_ = Buffer(ids.nbytes(), device_);
+      ids_here = ids_buffer_.view(DType::i32, {ids.shape[0]});
+      ops::copy(ids_here, ids);
+    }
+    ops::embedding_forward(out, ids_here, embedding_);
     return;
   }
-  // Rows straight from the mapping, each released once copied: at most one row's pages resident.
+  // Rows straight from the mapping, each released once copied: at most one row's pages resident. A GPU
+  // store gathers them on the host first and copies them up at once.
+  Tensor rows = device_.is_cpu() ? out : Tensor(host_stage(ids.shape[0] * d_embed_), DType::f32, {ids.shape[0], d_embed_});
   Tensor table = ckpt_->view(plan_.embedding);
   const bool strided = !ckpt_->entry(plan_.embedding).contiguous();  // a transposed view in a .bin
-  SL_CHECK(!strided || out.is_contiguous(), "embed: out must be contiguous for a strided embedding table");
+  SL_CHECK(!strided || rows.is_contiguous(), "embed: out must be contiguous for a strided embedding table");
   for (int64_t n = 0; n < ids.shape[0]; ++n) {
     if (strided)
-      convert_part(plan_.embedding, id[n], 1, out.ptr<float>() + n * d_embed_, false, true);
+      convert_part(plan_.embedding, id[n], 1, rows.ptr<float>() + n * d_embed_, false, true);
     else
-      ops::copy(out.slice(0, n, 1), table.slice(0, id[n], 1));
+      ops::copy(rows.slice(0, n, 1), table.slice(0, id[n], 1));
     ckpt_->release_rows(plan_.embedding, id[n], 1);
   }
   ckpt_->release_all();
+  if (!device_.is_cpu()) ops::copy(out, rows);
 }
 
 void WeightStore::head(Tensor logits, Tensor x) {
@@ -527,14 +575,34 @@ void WeightStore::head(Tensor logits, Tensor x) {
            "head: logits %s must be [%lld, %lld]", logits.shape_str().c_str(), (long long)x.shape[0], (long long)vocab_);
   // Row chunks of the head: logits[:, v0:v1] = x . head[v0:v1]^T, the same calls in both modes
   // (streaming: each chunk converted into the layer buffer first).
-  const int64_t chunk = head_chunk_rows_;
+  // A GPU store computes each chunk in blocks of `cols` logits columns on the device (logits_stage_bytes_,
+  // the same blocks resident or streamed) and copies each block down into the host logits.
+  const int64_t chunk = head_chunk_rows_, N = x.shape[0];
+  const int64_t cols = device_.is_cpu() ? chunk
+                                        : std::clamp<int64_t>(logits_stage_bytes_ / std::max<int64_t>(1, 4 * N), 1, chunk);
+  if (!device_.is_cpu() && logits_buffer_.bytes() < size_t(N * cols * 4)) {
+    logits_buffer_ = Buffer();
+    logits_buffer_ = Buffer(size_t(N * cols * 4), device_);
+  }
   if (streaming()) current_layer_ = -1;  // the buffer no longer holds a layer
   float* buf = static_cast<float*>(layer_buffer_.data());
   for (int64_t v0 = 0; v0 < vocab_; v0 += chunk) {
     const int64_t n = std::min(chunk, vocab_ - v0);
-    Tensor rows = head_.defined() ? head_.slice(0, v0, n) : Tensor(buf, DType::f32, {n, d_head_});
-    if (streaming()) convert_part(plan_.head, v0, n, buf, false, true);
-    ops::linear_forward(logits.slice(1, v0, n), x, rows, Tensor{});
+    Tensor rows = head_.defined() ? head_.slice(0, v0, n) : Tensor(buf, DType::f32, {n, d_head_}, device_);
+    if (streaming()) {
+      if (device_.is_cpu()) convert_part(plan_.head, v0, n, buf, false, true);
+      else upload_part(plan_.head, v0, n, false, 0.0f, buf, true);
+    }
+    if (device_.is_cpu()) {
+      ops::linear_forward(logits.slice(1, v0, n), x, rows, Tensor{});
+      continue;
+    }
+    for (int64_t c0 = 0; c0 < n; c0 += cols) {
+      const int64_t c = std::min(cols, n - c0);
+      Tensor block = logits_buffer_.view(DType::f32, {N, c});
+      ops::linear_forward(block, x, rows.slice(0, c0, c), Tensor{});
+      ops::copy(logits.slice(1, v0 + c0, c), block);
+    }
   }
   if (streaming()) ckpt_->release_all();
 }

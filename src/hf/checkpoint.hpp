@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/memory.hpp"
+#include "hf/hf_model.hpp"
 #include "io/safetensors.hpp"
 #include "io/torch_file.hpp"
 
@@ -127,6 +128,11 @@ struct WeightPlan {
 // The f32 weights a forward reads. Construction checks every tensor of the plan (present, shape) so a
 // broken checkpoint fails at load, not halfway through a forward.
 //
+// The tensors live on options.device (LoadOptions): on a GPU each tensor is converted on the host in
+// blocks of about a MiB (a transposed part whole) and copied up, so the host holds one block, not the model;
+// max_memory_bytes then bounds the GPU's memory (weights, activations and a logits staging block of a
+// layer's size that head() fills before copying each block of logits down to the host).
+//
 // max_memory_bytes == 0: everything is converted to f32 once, then the mapped pages are released.
 // Otherwise layer streaming: the resident tensors are converted once; each layer is converted into one
 // reusable buffer when layer(l) is called, releasing the mapped pages of every block of about a MiB as
@@ -138,18 +144,20 @@ class WeightStore {
  public:
   // resident_if_fits (the survey's default budget): a bound that holds the f32 weights with a quarter to
   // spare for activations keeps them resident, as with no bound; check_budget applies either way.
-  WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan, int64_t max_memory_bytes,
-              bool resident_if_fits = false);
+  // options: max_memory_bytes, resident_if_fits, device.
+  WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan, const LoadOptions& options);
 
   bool streaming() const { return streaming_; }
+  Device device() const { return device_; }
   int n_layers() const { return int(plan_.layers.size()); }
   const std::vector<Tensor>& resident() const { return resident_; }
   // The tensors of layer l in plan order (undefined: an absent optional). Streaming: converted now;
   // the views stay valid until the next layer() or head() call.
   const std::vector<Tensor>& layer(int l);
-  // out f32 [N, d_embed] = embedding[ids]; ids i32 [N] (out-of-range ids throw naming the model).
+  // out f32 [N, d_embed] = embedding[ids]; ids i32 [N] on the host (out-of-range ids throw naming the
+  // model); out on device().
   void embed(Tensor out, Tensor ids);
-  // logits [N, V] (rows may be strided) = x [N, d_head] . head^T.
+  // logits [N, V] on the host (rows may be strided) = x [N, d_head] . head^T, x on device().
   void head(Tensor logits, Tensor x);
   int64_t vocab_size() const { return vocab_; }
 
@@ -165,14 +173,22 @@ class WeightStore {
 
  private:
   void convert(const WeightSpec& spec, float* dst, bool release_after) const;
+  // convert() onto the device: each part in row blocks through host_stage_, each block copied up.
+  void upload(const WeightSpec& spec, float* device_dst, bool release_after);
+  // Rows [row0, row0 + rows) of a stored tensor (transposed: all of it), converted and copied up.
+  void upload_part(const std::string& name, int64_t row0, int64_t rows, bool transposed, float offset,
+                   float* device_dst, bool release_after);
+  // A host f32 block of n elements (host_stage_, grown on demand).
+  float* host_stage(int64_t n);
   // Rows [row0, row0 + rows) of a stored tensor into f32 dst (transposed: the whole tensor), in blocks
   // of about a MiB, each block's mapped pages released once converted.
   void convert_part(const std::string& name, int64_t row0, int64_t rows, float* dst, bool transposed,
                     bool release_after) const;
-  Tensor convert_into(const WeightSpec& spec, char*& cursor, bool release_after) const;
+  Tensor convert_into(const WeightSpec& spec, char*& cursor, bool release_after);
 
   std::shared_ptr<const Checkpoint> ckpt_;
   WeightPlan plan_;
+  Device device_;
   int64_t max_memory_ = 0;
   bool streaming_ = false;
   int64_t vocab_ = 0, d_embed_ = 0, d_head_ = 0;
@@ -180,6 +196,9 @@ class WeightStore {
   int64_t n_params_ = 0, n_params_embedding_ = 0;
   int64_t head_chunk_rows_ = 1;  // rows of the head per GEMM, in both modes (see the constructor)
   Buffer resident_buffer_, layer_buffer_;
+  // A GPU store's host side: the conversion block, the token ids, and the device block of logits.
+  Buffer host_stage_, ids_buffer_, logits_buffer_;
+  int64_t logits_stage_bytes_ = 0;
   std::vector<Tensor> resident_;
   std::vector<std::vector<Tensor>> layers_;  // all layers (unbounded) or slot 0 reused (streaming)
   Tensor embedding_, head_;                  // converted tables (unbounded only)

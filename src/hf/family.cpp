@@ -22,15 +22,15 @@ int64_t Activations::bytes(const std::vector<Slot>& slots) {
   return total;
 }
 
-void Activations::allocate(const std::vector<Slot>& slots) {
+void Activations::allocate(const std::vector<Slot>& slots, Device device) {
   const int64_t need = bytes(slots);
-  if (buffer_.bytes() < size_t(need)) {
+  if (buffer_.bytes() < size_t(need) || !(buffer_.device() == device)) {
     buffer_ = Buffer();  // release first: peak memory is one buffer, not two
-    buffer_ = Buffer(size_t(std::max<int64_t>(need, 64)), Device::cpu());
+    buffer_ = Buffer(size_t(std::max<int64_t>(need, 64)), device);
   }
   char* cursor = static_cast<char*>(buffer_.data());
   for (const Slot& s : slots) {
-    *s.tensor = Tensor::contiguous_view(cursor, DType::f32, s.dims.data(), int(s.dims.size()), Device::cpu());
+    *s.tensor = Tensor::contiguous_view(cursor, DType::f32, s.dims.data(), int(s.dims.size()), device);
     int64_t n = 1;
     for (int64_t d : s.dims) n *= d;
     cursor += aligned_f32_bytes(n);
@@ -86,12 +86,36 @@ bool FamilyModel::begin_forward(Tensor ids, Tensor logits, const ForwardOptions&
 void FamilyModel::allocate_activations(int64_t batch, int64_t seq, const std::vector<Activations::Slot>& slots) {
   store_->check_budget(Activations::bytes(slots), strfmt("a batch of %lld x %lld tokens", (long long)batch,
                                                          (long long)seq));
-  acts_.allocate(slots);
+  acts_.allocate(slots, store_->device());
   acts_batch_ = batch;
   acts_seq_ = seq;
 }
 
-void fill_common_info(HfModelInfo& info, const ModelSource& source, const WeightStore& store, const HeadShape& shape) {
+Tensor FamilyModel::on_device(Buffer& slot, Tensor host) const {
+  const Device device = store_->device();
+  if (device.is_cpu()) return host;
+  if (slot.bytes() < host.nbytes() || !(slot.device() == device)) {
+    slot = Buffer();
+    slot = Buffer(std::max<size_t>(host.nbytes(), 64), device);
+  }
+  Tensor copy = Tensor::contiguous_view(slot.data(), host.dtype, host.shape.data(), host.ndim, device);
+  ops::copy(copy, host);
+  return copy;
+}
+
+Tensor FamilyModel::on_host(Buffer& slot, Tensor t) {
+  if (t.device.is_cpu()) return t;
+  if (slot.bytes() < t.nbytes()) {
+    slot = Buffer();
+    slot = Buffer(std::max<size_t>(t.nbytes(), 64), Device::cpu());
+  }
+  Tensor copy = Tensor::contiguous_view(slot.data(), t.dtype, t.shape.data(), t.ndim, Device::cpu());
+  ops::copy(copy, t);
+  return copy;
+}
+
+void fill_common_info(HfModelInfo& info, const ModelSource& source, const WeightStore& store, const HeadShape& shape,
+                      const LoadOptions& options) {
   info.model_type = source.config.get_string("model_type");
   info.dir = source.dir;
   info.weights = std::filesystem::path(source.weights->source()).filename().string();
@@ -104,6 +128,8 @@ void fill_common_info(HfModelInfo& info, const ModelSource& source, const Weight
   info.n_params = store.n_params();
   info.n_params_non_embedding = store.n_params() - store.n_params_embedding();
   info.weights_streamed = store.streaming();
+  info.device = store.device();
+  info.attention_kernel = options.attention_kernel;
   info.attention_layers.clear();
   for (int l = 0; l < info.n_layers; ++l) info.attention_layers.push_back(l);
 }

@@ -3,6 +3,7 @@
 // the config.json readers of activations and rotary embeddings.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -28,8 +29,8 @@ class Activations {
     std::vector<int64_t> dims;  // f32
   };
   static int64_t bytes(const std::vector<Slot>& slots);
-  // Points every slot's tensor into the buffer (grown when too small, kept otherwise).
-  void allocate(const std::vector<Slot>& slots);
+  // Points every slot's tensor into the buffer on `device` (grown when too small, kept otherwise).
+  void allocate(const std::vector<Slot>& slots, Device device);
 
  private:
   Buffer buffer_;
@@ -56,11 +57,21 @@ class FamilyModel : public HfModel {
   // opt.hidden_ablation on the block output x [B*T, d] of layer `layer` (nothing at other layers).
   void ablate_hidden(Tensor x, int64_t batch, int64_t seq, int layer, const ForwardOptions& opt);
 
+  // A small host-made input of the forward (positions, expert row lists) where the model runs: `host`
+  // itself on the CPU, else a copy in `slot` (a device buffer kept for the next batch).
+  Tensor on_device(Buffer& slot, Tensor host) const;
+  // A host copy of a device tensor in `slot` (the tensor itself on the CPU): for the few host-side steps
+  // of an ablation.
+  static Tensor on_host(Buffer& slot, Tensor t);
+
   HfModelInfo info_;
   std::unique_ptr<WeightStore> store_;
   Activations acts_;
   int64_t acts_batch_ = 0, acts_seq_ = 0;
   Buffer ablation_scratch_;  // stats and re-rotated queries of window_sinks
+  std::array<Buffer, 6> ablation_host_;  // a GPU model's host copies for the ablations' host steps
+  Buffer ablation_device_;               // a GPU model's window_sinks statistics
+  Buffer positions_buffer_;              // a GPU model's position ids (learned positions)
 };
 
 
@@ -104,6 +115,7 @@ HeadShape head_shape(const HfConfig& cfg, bool grouped_query,
                      std::initializer_list<const char*> head_keys = {"num_attention_heads"});
 
 // Fills the info fields every family sets the same way, from the store and the config's head shape.
-void fill_common_info(HfModelInfo& info, const ModelSource& source, const WeightStore& store, const HeadShape& shape);
+void fill_common_info(HfModelInfo& info, const ModelSource& source, const WeightStore& store, const HeadShape& shape,
+                      const LoadOptions& options);
 
 }  // namespace sinklab::hf

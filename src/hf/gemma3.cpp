@@ -154,9 +154,8 @@ class Gemma3Model final : public FamilyModel {
           WeightSpec::plus_one(p + "post_feedforward_layernorm.weight", {d_}),
       });
     }
-    store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options.max_memory_bytes,
-                                           options.resident_if_fits);
-    fill_common_info(info_, src, *store_, shape);
+    store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options);
+    fill_common_info(info_, src, *store_, shape, options);
   }
 
   void forward(Tensor ids, LayerObserver* observer, Tensor logits, const ForwardOptions& opt) override {

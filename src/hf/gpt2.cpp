@@ -61,9 +61,8 @@ class Gpt2Model final : public FamilyModel {
       spec.scale = (scale_weights ? 1.0 / std::sqrt(double(dh_)) : 1.0) / (by_layer ? double(l + 1) : 1.0);
       specs_.push_back(spec);
     }
-    store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options.max_memory_bytes,
-                                           options.resident_if_fits);
-    fill_common_info(info_, src, *store_, shape);
+    store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options);
+    fill_common_info(info_, src, *store_, shape, options);
     info_.max_positions = P;
     info_.learned_positions = true;
   }
@@ -81,7 +80,8 @@ class Gpt2Model final : public FamilyModel {
     // x = wte[ids] + wpe[positions] (positions with the Table 7 interventions).
     store_->embed(res_[0], ids.reshape({N}));
     std::vector<int32_t> positions = learned_positions(B, T, opt, 0);
-    ops::embedding_forward(tmp_, Tensor(positions.data(), DType::i32, {N}), resident[kPositions]);
+    ops::embedding_forward(tmp_, on_device(positions_buffer_, Tensor(positions.data(), DType::i32, {N})),
+                          resident[kPositions]);
     ops::add(res_[0], res_[0], tmp_);
 
     for (int l = 0; l < info_.n_layers; ++l) {

@@ -76,9 +76,8 @@ class NeoxModel final : public FamilyModel {
       };
       plan.layers.push_back(std::move(layer));
     }
-    store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options.max_memory_bytes,
-                                           options.resident_if_fits);
-    fill_common_info(info_, src, *store_, shape);
+    store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options);
+    fill_common_info(info_, src, *store_, shape, options);
     spec_.scale = 1.0 / std::sqrt(double(dh_));
   }
 

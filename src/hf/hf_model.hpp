@@ -29,6 +29,9 @@ struct HfModelInfo {
   int64_t n_params_non_embedding = 0;  // embedding and the head (learned positions stay: Fig. 4 left's x)
   bool weights_streamed = false;  // layer streaming under LoadOptions::max_memory_bytes
   bool gives_logits = true;    // forward() can write logits (sinklab's own checkpoints in the survey: no)
+  Device device;               // where the weights and activations live (LoadOptions::device); the taps
+                               // it reports are on it (a host observer of a GPU model: probe::HostTaps)
+  ops::AttnKernel attention_kernel = ops::AttnKernel::reference;  // LoadOptions::attention_kernel
 };
 
 // What the sink is for (issue #19): attention that cannot reach the first tokens, StreamingLLM's cache of
@@ -75,6 +78,14 @@ struct LoadOptions {
   bool resident_if_fits = false; // a bound that holds every f32 weight with a quarter to spare keeps
                                  // them resident (the survey's default, per-rank budget)
   int threads = 0;               // 0 = OpenMP default
+  // Where the forward runs: the CPU, or a GPU (weights converted on the host and copied up, resident or
+  // streamed layer by layer under max_memory_bytes, which then bounds the GPU's memory). Token ids and
+  // logits stay host tensors either way.
+  Device device = Device::cpu();
+  // The attention kernel the forward asks for (backend/attention_dispatch.hpp). reference: f32 attention
+  // on every device, so a GPU survey measures what the CPU survey measures to f32 rounding; auto lets a
+  // GPU take cuDNN's fused SDPA (bf16 inside: about 1e-3 relative on each layer's output, faster at long T).
+  ops::AttnKernel attention_kernel = ops::AttnKernel::reference;
 };
 
 class HfModel {

@@ -65,9 +65,8 @@ class JambaModel final : public FamilyModel {
       plan.layers.push_back(std::move(w));
       layers_.push_back({attention, moe});
     }
-    store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options.max_memory_bytes,
-                                           options.resident_if_fits);
-    fill_common_info(info_, src, *store_, shape);
+    store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options);
+    fill_common_info(info_, src, *store_, shape, options);
     info_.max_positions = 0;  // no position embedding: any length
     info_.learned_positions = false;
     info_.attention_layers.clear();
@@ -283,22 +282,31 @@ class JambaModel final : public FamilyModel {
   void moe_ffn(const std::vector<Tensor>& w, size_t ffn, int64_t N) {
     ops::linear_forward(router_logits_, xn_, w[ffn + kRouter], Tensor{});
     Tensor top_experts(top_experts_.data(), DType::i32, {N, K_});
+    if (!xn_.device.is_cpu()) top_experts = on_device(experts_buffer_, top_experts);  // (written by the op)
     ops::moe_router_topk(top_weights_, top_experts, router_logits_);
-    // Host-side dispatch lists: for expert e, its rows (ascending) and their router weights.
-    std::vector<std::vector<int32_t>> rows(static_cast<size_t>(E_));
-    std::vector<std::vector<float>> weights(static_cast<size_t>(E_));
-    const float* tw = top_weights_.ptr<float>();
+    // Host-side dispatch lists (a GPU model's choices copied down first): the rows of expert e, ascending,
+    // at [first[e], first[e + 1]) of one list, with their router weights; one copy of each list up.
+    const int32_t* te = on_host(moe_host_[0], top_experts).ptr<int32_t>();
+    const float* tw = on_host(moe_host_[1], top_weights_).ptr<float>();
+    std::vector<int64_t> first(size_t(E_) + 1, 0);
+    for (int64_t i = 0; i < N * K_; ++i) ++first[size_t(te[i]) + 1];
+    for (int64_t e = 0; e < E_; ++e) first[size_t(e) + 1] += first[size_t(e)];
+    std::vector<int32_t> rows(size_t(N * K_));
+    std::vector<float> weights(size_t(N * K_));
+    std::vector<int64_t> fill(first.begin(), first.end() - 1);
     for (int64_t n = 0; n < N; ++n)
       for (int64_t s = 0; s < K_; ++s) {
-        const int32_t e = top_experts_[size_t(n * K_ + s)];
-        rows[size_t(e)].push_back(int32_t(n));
-        weights[size_t(e)].push_back(tw[n * K_ + s]);
+        const int64_t at = fill[size_t(te[n * K_ + s])]++;
+        rows[size_t(at)] = int32_t(n);
+        weights[size_t(at)] = tw[n * K_ + s];
       }
+    const Tensor all_rows = on_device(moe_rows_buffer_, Tensor(rows.data(), DType::i32, {N * K_}));
+    const Tensor all_weights = on_device(moe_weights_buffer_, Tensor(weights.data(), DType::f32, {N * K_}));
     ops::fill(tmp_, 0.0);
     for (int64_t e = 0; e < E_; ++e) {
-      const int64_t n_e = int64_t(rows[size_t(e)].size());
+      const int64_t n_e = first[size_t(e) + 1] - first[size_t(e)];
       if (n_e == 0) continue;
-      Tensor idx(rows[size_t(e)].data(), DType::i32, {n_e}), scale(weights[size_t(e)].data(), DType::f32, {n_e});
+      const Tensor idx = all_rows.slice(0, first[size_t(e)], n_e), scale = all_weights.slice(0, first[size_t(e)], n_e);
       Tensor in = rows_in_.slice(0, 0, n_e), out = rows_out_.slice(0, 0, n_e);
       ops::embedding_forward(in, idx, xn_);  // gather the expert's rows
       swiglu(out, in, w[ffn + kExperts + 2 * size_t(e)], w[ffn + kExperts + 2 * size_t(e) + 1], n_e);
@@ -315,6 +323,9 @@ class JambaModel final : public FamilyModel {
   Tensor res_[2], mid_, xn_, rstd_, tmp_, qkv_, att_, xz_, conv_, dbc_, dt_in_, b_, c_, dt_;
   Tensor gate_up_, ffn_h_, router_logits_, top_weights_, rows_in_, rows_out_;
   std::vector<int32_t> top_experts_;
+  // A GPU model's expert choices, dispatch lists, and their host copies.
+  Buffer experts_buffer_, moe_rows_buffer_, moe_weights_buffer_;
+  std::array<Buffer, 2> moe_host_;
 };
 
 }  // namespace

@@ -92,9 +92,8 @@ class LlamaModel final : public FamilyModel {
           bias.mlp ? WeightSpec::one(m + "down_proj.bias", {d_}) : WeightSpec::absent(),
       });
     }
-    store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options.max_memory_bytes,
-                                           options.resident_if_fits);
-    fill_common_info(info_, src, *store_, shape);
+    store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options);
+    fill_common_info(info_, src, *store_, shape, options);
   }
 
   void forward(Tensor ids, LayerObserver* observer, Tensor logits, const ForwardOptions& opt) override {

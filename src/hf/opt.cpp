@@ -76,9 +76,8 @@ class OptModel final : public FamilyModel {
           WeightSpec::one(p + "fc2.weight", {d_, F_}), bias ? WeightSpec::one(p + "fc2.bias", {d_}) : WeightSpec::absent(),
       });
     }
-    store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options.max_memory_bytes,
-                                           options.resident_if_fits);
-    fill_common_info(info_, src, *store_, shape);
+    store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options);
+    fill_common_info(info_, src, *store_, shape, options);
     info_.max_positions = P;
     info_.learned_positions = true;
     spec_.scale = 1.0;  // the query is scaled by 1/sqrt(dh) before the scores, as transformers does
@@ -102,7 +101,8 @@ class OptModel final : public FamilyModel {
       store_->embed(res_[0], ids.reshape({N}));
     }
     std::vector<int32_t> positions = learned_positions(B, T, opt, kPositionOffset);
-    ops::embedding_forward(tmp_, Tensor(positions.data(), DType::i32, {N}), resident[kPositions]);
+    ops::embedding_forward(tmp_, on_device(positions_buffer_, Tensor(positions.data(), DType::i32, {N})),
+                          resident[kPositions]);
     ops::add(res_[0], res_[0], tmp_);
 
     const double q_scale = 1.0 / std::sqrt(double(dh));

@@ -20,8 +20,10 @@ std::string read_text(const std::string& path) {
 
 class OwnModel : public hf::HfModel {
  public:
-  explicit OwnModel(const std::string& dir)
-      : model_(model::ModelConfig::from_hf_config_json(read_text(dir + "/config.json"), dir + "/config.json")) {
+  OwnModel(const std::string& dir, const hf::LoadOptions& options)
+      : model_(model::ModelConfig::from_hf_config_json(read_text(dir + "/config.json"), dir + "/config.json"),
+               options.device) {
+    model_.set_attention_kernel(options.attention_kernel);
     const std::string weights_path = dir + "/model.safetensors";
     io::SafetensorsFile file(weights_path);
     for (const auto& spec : model_.specs()) {
@@ -48,6 +50,8 @@ class OwnModel : public hf::HfModel {
     for (int l = 0; l < c.n_layers; ++l) info_.attention_layers.push_back(l);
     info_.weight_bytes = model_.num_parameters() * int64_t(sizeof(float));
     info_.gives_logits = false;  // the trainable model reports its layers only; the survey measures no loss
+    info_.device = options.device;
+    info_.attention_kernel = options.attention_kernel;
   }
 
   const hf::HfModelInfo& info() const override { return info_; }
@@ -57,12 +61,21 @@ class OwnModel : public hf::HfModel {
              info_.dir.c_str());
     SL_CHECK(opt.replace_first_position_with < 0 && opt.swap_first_position_with < 0,
              "%s: position interventions apply to learned-position HF models only", info_.dir.c_str());
-    if (observer) model_.forward_observe(ids, *observer);
+    if (!observer) return;
+    if (info_.device.is_cpu()) {
+      model_.forward_observe(ids, *observer);
+      return;
+    }
+    if (ids_buffer_.bytes() < ids.nbytes()) ids_buffer_ = Buffer(ids.nbytes(), info_.device);
+    Tensor on_device = Tensor::contiguous_view(ids_buffer_.data(), DType::i32, ids.shape.data(), ids.ndim, info_.device);
+    ops::copy(on_device, ids);
+    model_.forward_observe(on_device, *observer);
   }
 
  private:
   model::Transformer model_;
   hf::HfModelInfo info_;
+  Buffer ids_buffer_;  // a GPU model's token ids
 };
 
 }  // namespace
@@ -79,7 +92,7 @@ bool is_own_checkpoint(const std::string& dir) {
 }
 
 std::unique_ptr<hf::HfModel> load_any_model(const std::string& dir, const hf::LoadOptions& options) {
-  if (is_own_checkpoint(dir)) return std::make_unique<OwnModel>(dir);
+  if (is_own_checkpoint(dir)) return std::make_unique<OwnModel>(dir, options);
   return hf::load_model(dir, options);
 }
 

@@ -12,6 +12,8 @@
 #include "core/node_memory.hpp"
 #include "io/h5.hpp"
 #include "io/sha256.hpp"
+#include "backend/device_probe.hpp"
+#include "probe/host_taps.hpp"
 #include "probe/inputs.hpp"
 #include "probe/multiple_choice.hpp"
 #include "probe/vocabulary.hpp"
@@ -89,10 +91,19 @@ InputTokens read_natural_tokens(const std::string& path, const std::string& doma
   return t;
 }
 
-MemoryBudget MemoryBudget::resolve(int64_t max_memory_flag, int local_ranks) {
+MemoryBudget MemoryBudget::resolve(int64_t max_memory_flag, int local_ranks, Device device) {
   MemoryBudget b;
+  b.device = device;
   if (max_memory_flag >= 0) {
     b.bytes = max_memory_flag;
+    return b;
+  }
+  if (device.is_cuda()) {
+    const DeviceFacts gpu = cuda_device_facts(device.index);
+    b.auto_ = true;
+    b.bytes = std::max<int64_t>(1, gpu.memory_free / 10 * 9);
+    b.origin = strfmt("auto: 9/10 of the %.1f GiB free on %s (%s)", double(gpu.memory_free) / double(1 << 30),
+                      device.name().c_str(), gpu.name.c_str());
     return b;
   }
   const NodeMemory node = node_memory();
@@ -112,6 +123,8 @@ hf::HfModel& ModelCache::get(const SurveyModel& model) {
       hf::LoadOptions options;
       options.max_memory_bytes = budget_.bytes;
       options.resident_if_fits = budget_.auto_;
+      options.device = budget_.device;
+      options.attention_kernel = attention_kernel_;
       model_ = load_any_model(model.dir, options);
     } catch (const Error& e) {
       error_ = e.what();
@@ -437,7 +450,10 @@ io::ResultSet measure_item(const SurveyItem& item, const SurveyModel& model, con
   const bool probed = !(item.ablation && item.ablation->attention());
   if (item.ablation) set_ablation(*item.ablation, model, info, s.forward);
   SurveyProbe probe(shape, qk, attn);
-  ProgressObserver observer(probed ? &probe : nullptr, progress);
+  // A model on a GPU reports device taps: HostTaps copies them to the host the probe reads.
+  HostTaps host_taps(probe);
+  LayerObserver& probe_here = info.device.is_cpu() ? static_cast<LayerObserver&>(probe) : host_taps;
+  ProgressObserver observer(probed ? &probe_here : nullptr, progress);
   // The same number of tokens per forward pass for every T (long inputs: one sequence at a time).
   int64_t batch = std::max<int64_t>(1, params.batch * params.seq_len / T);
   // The next-token loss needs the logits [batch,T,V] of a pass: fewer sequences per pass when they would

@@ -55,6 +55,7 @@ struct SurveyParams {
   std::string hellaswag_dir;  // data_prep hellaswag files
   int64_t hellaswag_n = 0;    // examples per model, 0 = all
   int64_t max_logits_bytes = int64_t(256) << 20;  // the most one forward pass's logits may take (the loss)
+  ops::AttnKernel attention_kernel = ops::AttnKernel::reference;  // --attn-kernel (hf::LoadOptions)
 };
 
 // What a rank may hold: --max-memory as given (weights streamed under it), or by default ("auto") the
@@ -63,18 +64,23 @@ struct SurveyParams {
 // is streamed. A model whose streamed footprint (resident weights + one layer + the staged block) or
 // whose batch of activations exceeds the budget fails its items with that reason, before anything is
 // converted; the other items go on.
+// On a GPU (--device cuda, one GPU per rank) the budget is the GPU's: "auto" is nine tenths of the memory
+// free on it at start (the rest for the CUDA context, cuBLASLt's and cuDNN's workspaces), and a model is
+// streamed to the GPU layer by layer when its weights do not fit that.
 struct MemoryBudget {
   int64_t bytes = 0;    // 0 = unbounded
-  bool auto_ = false;   // from the node: models that fit stay resident
+  bool auto_ = false;   // from the node (or the GPU): models that fit stay resident
   std::string origin;   // "auto: 23.5 GiB (MemTotal) / 2 ranks on this node", for messages
-  static MemoryBudget resolve(int64_t max_memory_flag, int local_ranks);
+  Device device;        // where the models run
+  static MemoryBudget resolve(int64_t max_memory_flag, int local_ranks, Device device = Device::cpu());
 };
 
 // The model a rank holds: loading another releases it first. A model that failed to load keeps its
 // error, so its remaining items fail at once with the same line.
 class ModelCache {
  public:
-  explicit ModelCache(MemoryBudget budget) : budget_(std::move(budget)) {}
+  explicit ModelCache(MemoryBudget budget, ops::AttnKernel attention_kernel = ops::AttnKernel::reference)
+      : budget_(std::move(budget)), attention_kernel_(attention_kernel) {}
   hf::HfModel& get(const SurveyModel& model);
   // Releases the model (after a forward pass that did not finish: the next item loads it afresh).
   void drop() {
@@ -85,6 +91,7 @@ class ModelCache {
 
  private:
   MemoryBudget budget_;
+  ops::AttnKernel attention_kernel_;
   std::string name_, error_;
   std::unique_ptr<hf::HfModel> model_;
 };

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hf/hf_model.hpp"
+#include "layer_capture.hpp"
 #include "model/transformer.hpp"
 #include "probe/model_probe.hpp"
 #include "probe/sink_metrics.hpp"
@@ -46,34 +47,7 @@ std::vector<std::string> fixture_names() {
   return names;
 }
 
-// Copies what a probe sees of every layer: hidden states, q/k/v, and the attention probabilities the
-// probe computes from q, k and the layer's AttentionSpec.
-class Capture : public LayerObserver {
- public:
-  struct Layer {
-    Owned hidden_in, hidden_out, hidden_pre_norm, q, k, v, probs;
-    ops::AttentionSpec spec;
-    int64_t lead_positions = -1;
-  };
-  void on_layer(const LayerTaps& taps) override {
-    EXPECT_EQ(taps.layer, int(layers.size())) << "layers must be reported once each, in order";
-    Layer l;
-    l.hidden_in = Owned::copy_of(taps.hidden_in, DType::f32);
-    l.hidden_out = Owned::copy_of(taps.hidden_out, DType::f32);
-    if (taps.hidden_pre_norm.defined()) l.hidden_pre_norm = Owned::copy_of(taps.hidden_pre_norm, DType::f32);
-    l.q = Owned::copy_of(taps.q, DType::f32);
-    l.k = Owned::copy_of(taps.k, DType::f32);
-    l.v = Owned::copy_of(taps.v, DType::f32);
-    EXPECT_NE(taps.attention, nullptr);
-    l.spec = *taps.attention;
-    const int64_t B = taps.q.shape[0], T = taps.q.shape[1], H = taps.q.shape[2];
-    l.probs = Owned(DType::f32, {B, H, T, taps.k.shape[1]});
-    ops::attention_probs(l.probs, taps.q, taps.k, *taps.attention);
-    l.lead_positions = taps.lead_positions;
-    layers.push_back(std::move(l));
-  }
-  std::vector<Layer> layers;
-};
+using Capture = test::LayerCapture;
 
 // alpha_1 (0-based position 0) of every (layer, head), averaged over the batch.
 std::vector<double> alpha_first(const std::vector<Tensor>& probs) {

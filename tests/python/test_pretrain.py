@@ -477,3 +477,18 @@ def test_results_layout_and_probe(corpus, tmp_path):
         for name in ("alpha", "sink", "massive_ratio"):
             np.testing.assert_array_equal(by_ini[f"models/tiny/natural/mixed/{name}"][:],
                                           by_flags[f"models/tiny/natural/mixed/{name}"][:])
+
+    # --device cuda where there is no GPU (or no CUDA in the build): one line naming the flag, no file.
+    # (With a GPU, tests/cpp/gpu/test_cuda_pretrain.cpp compares --device cuda with the CPU.)
+    cuda_out = tmp_path / "probe_cuda.h5"
+    proc = _run([str(PROBE), "--checkpoint", str(out), "--data", str(corpus / "valid.bin"), "--sequences=4",
+                 "--length=12", "--device=cuda", "--out", str(cuda_out)], check=False)
+    if "no usable CUDA device" in proc.stderr or "built without CUDA" in proc.stderr:
+        assert proc.returncode != 0 and proc.stderr.count("\n") == 1 and "--device cuda" in proc.stderr, proc.stderr
+        assert not cuda_out.exists()
+    else:
+        assert proc.returncode == 0, proc.stderr
+    proc = _run([str(PROBE), "--checkpoint", str(out), "--device=gpu", "--out", str(cuda_out)], check=False)
+    assert proc.returncode != 0 and "--device must be cpu or cuda, not 'gpu'" in proc.stderr, proc.stderr
+    proc = _run([str(PROBE), "--checkpoint", str(out), "--attn-kernel=fast", "--out", str(cuda_out)], check=False)
+    assert proc.returncode != 0 and "attn-kernel" in proc.stderr and "fast" in proc.stderr, proc.stderr

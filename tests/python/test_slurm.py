@@ -385,6 +385,30 @@ def test_resources_batch_side_dry_run(cluster, tmp_path):
         "sbatch --ntasks-per-node=4" in one_task.stderr, one_task.stderr
 
 
+def test_survey_sh_layout_dry_run(cluster):
+    """slurm/survey.sh inside its job: on the CPUs the ranks as allocated with --device cpu; with device cuda
+    (DEVICE or --device) one rank per GPU, --gpus-per-task=1, --device cuda; a GPU survey without GPUs refused."""
+    alloc = {"SLURM_JOB_ID": "777", "SLURM_JOB_NUM_NODES": "2", "SLURM_NTASKS_PER_NODE": "4",
+             "SLURM_GPUS_ON_NODE": "0", "SLURM_CPUS_PER_TASK": "16"}
+    cpu = _script(cluster, "survey.sh", ["--n-seq=5"], config="jobs/survey/fixtures.ini", extra_env=alloc)
+    assert cpu.returncode == 0, cpu.stderr
+    words = _line(cpu.stdout, "slurm: launch:")
+    assert not [w for w in words if "gpu" in w.lower()] and _value(words, "cpu-bind") == "cores", words
+    assert words[words.index("--device") + 1] == "cpu" and words[-1] == "--n-seq=5", words
+    gpus = dict(alloc, SLURM_GPUS_ON_NODE="4", DEVICE="cuda")
+    gpu = _script(cluster, "survey.sh", config="jobs/survey/fixtures.ini", extra_env=gpus)
+    assert gpu.returncode == 0, gpu.stderr
+    words = _line(gpu.stdout, "slurm: launch:")
+    assert (_value(words, "nodes"), _value(words, "ntasks-per-node"), _value(words, "gpus-per-task")) == ("2", "4", "1")
+    assert words[words.index("--device") + 1] == "cuda" and any(w.endswith("/sinklab-survey") for w in words), words
+    flag = _script(cluster, "survey.sh", ["--device=cuda"], config="jobs/survey/fixtures.ini",
+                   extra_env=dict(alloc, SLURM_GPUS_ON_NODE="4"))
+    words = _line(flag.stdout, "slurm: launch:")
+    assert _value(words, "gpus-per-task") == "1" and "--device" not in words and words[-1] == "--device=cuda", words
+    none = _script(cluster, "survey.sh", ["--device=cuda"], config="jobs/survey/fixtures.ini", extra_env=alloc)
+    assert none.returncode == 2 and "device cuda, but this job has no GPUs" in none.stderr, none.stderr
+
+
 def test_cpu_cluster_accepts_the_cpu_request_and_rejects_a_gpu_one(cluster, tmp_path):
     """sbatch --test-only of what the scripts ask for: the CPU job file's request is valid on the private
     CPU cluster (no GPU request at all), the GPU job file's is not (the cluster has no GPUs)."""

@@ -476,6 +476,14 @@ def test_bad_flags_give_one_clear_line(survey_setup, reference, tmp_path):
     one_line(_cmd(survey_setup, out, "--inputs=natural,bogus"), "--inputs", "bogus")
     one_line(_cmd(survey_setup, out, "--interventions=move:5"), "--interventions", "move:5")
     one_line(_cmd(survey_setup, out, "--max-memory=lots"), "--max-memory")
+    one_line(_cmd(survey_setup, out, "--device=gpu"), "--device", "gpu")
+    one_line(_cmd(survey_setup, out, "--attn-kernel=fast"), "attn-kernel", "fast")
+    # --device cuda where there is no GPU (or no CUDA in the build): one line, before any file is written.
+    # (With a GPU, tests/cpp/gpu/test_cuda_pretrain.cpp compares --device cuda with the CPU.)
+    proc = _run(_cmd(survey_setup, out, "--device=cuda"), check=False)
+    if "no usable CUDA device" in proc.stderr or "built without CUDA" in proc.stderr:
+        one_line(_cmd(survey_setup, out, "--device=cuda"), "--device cuda")
+        assert not out.exists()
     one_line([SURVEY, "--model", "a/b x"], "a/b")
     # An existing results file is continued only when asked to, and only with the same parameters.
     one_line(_cmd(survey_setup, reference["out"]), "--resume", str(reference["out"]))
