@@ -282,7 +282,10 @@ class JambaModel final : public FamilyModel {
   void moe_ffn(const std::vector<Tensor>& w, size_t ffn, int64_t N) {
     ops::linear_forward(router_logits_, xn_, w[ffn + kRouter], Tensor{});
     Tensor top_experts(top_experts_.data(), DType::i32, {N, K_});
-    if (!xn_.device.is_cpu()) top_experts = on_device(experts_buffer_, top_experts);  // (written by the op)
+    if (!xn_.device.is_cpu()) {  // the op writes the choices where the model runs
+      if (experts_buffer_.bytes() < top_experts.nbytes()) experts_buffer_ = Buffer(top_experts.nbytes(), xn_.device);
+      top_experts = experts_buffer_.view(DType::i32, {N, K_});
+    }
     ops::moe_router_topk(top_weights_, top_experts, router_logits_);
     // Host-side dispatch lists (a GPU model's choices copied down first): the rows of expert e, ascending,
     // at [first[e], first[e + 1]) of one list, with their router weights; one copy of each list up.
