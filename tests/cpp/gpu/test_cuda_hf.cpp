@@ -13,7 +13,8 @@
 //
 // Tolerances (expectations from f32 arithmetic in other summation orders through a few layers, not yet
 // measured on a GPU): 1e-4 of each tensor's largest magnitude (logits, taps, survey arrays; the loss
-// 1e-5 relative); streamed vs resident on the GPU 1e-6 (the same GEMM calls on the same shapes).
+// 1e-5 relative); streamed vs resident on the GPU 1e-5 (the same GEMM calls on the same shapes, but the
+// weights at other addresses: cuBLASLt's heuristic may pick another algorithm for another alignment).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -34,7 +35,7 @@ namespace {
 namespace fs = std::filesystem;
 using test::Owned;
 
-constexpr double kTol = 1e-4, kStreamTol = 1e-6;
+constexpr double kTol = 1e-4, kStreamTol = 1e-5;
 const std::string kFixtures = std::string(SINKLAB_SOURCE_DIR) + "/tests/fixtures/hf";
 
 std::vector<std::string> fixture_names() {
