@@ -8,6 +8,29 @@
 
 namespace sinklab {
 
+DType check_product_dtypes(const char* op, std::initializer_list<NamedTensor> inputs,
+                           std::initializer_list<NamedTensor> outputs) {
+  const NamedTensor* first = nullptr;
+  for (const NamedTensor& x : inputs) {
+    if (!x.t.defined()) continue;
+    if (!first) {
+      first = &x;
+      continue;
+    }
+    SL_CHECK(x.t.dtype == first->t.dtype, "%s: %s (%s) and %s (%s) differ in dtype", op, first->name,
+             dtype_name(first->t.dtype), x.name, dtype_name(x.t.dtype));
+  }
+  if (!first) return DType::f32;
+  const DType dt = first->t.dtype;
+  for (const NamedTensor& y : outputs) {
+    if (!y.t.defined()) continue;
+    const bool ok = y.t.dtype == dt || (dt == DType::bf16 && y.t.dtype == DType::f32);
+    SL_CHECK(ok, "%s: %s has dtype %s; with %s inputs it is %s", op, y.name, dtype_name(y.t.dtype), dtype_name(dt),
+             dt == DType::bf16 ? "f32 or bf16" : dtype_name(dt));
+  }
+  return dt;
+}
+
 MatmulGeometry matmul_geometry(const Tensor& out, const Tensor& a, const Tensor& b, bool transpose_a,
                                bool transpose_b) {
   SL_CHECK((out.ndim == 2 || out.ndim == 3) && a.ndim == out.ndim && b.ndim == out.ndim,

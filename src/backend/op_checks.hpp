@@ -40,6 +40,14 @@ struct NamedTensor {
   const char* name;
 };
 
+// The dtype rule of the matrix products (linear_forward, linear_backward, matmul), one for every
+// backend: the inputs share one dtype; an output has that dtype too, or f32 or bf16 when the inputs are
+// bf16 (bf16 products accumulated in f32 and rounded once into the output: --precision bf16). Undefined
+// tensors are skipped. Which input dtypes a backend multiplies at all is its own check. Returns the
+// inputs' dtype (the first defined input's).
+DType check_product_dtypes(const char* op, std::initializer_list<NamedTensor> inputs,
+                           std::initializer_list<NamedTensor> outputs);
+
 // RMSNorm's and LayerNorm's saved per-row statistics (mean, rstd: required, contiguous, one element per
 // row of in) and parameter vectors (weight, bias, their gradients: contiguous [cols of in], or undefined
 // when absent), in the order given. check_element(t, name) is the backend's dtype (and device) check,

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/op_checks.hpp"
 #include "test_util.hpp"
 
 namespace sinklab {
@@ -213,6 +214,30 @@ TEST(Linear, Bf16OperandsRoundToNearestEvenAndAccumulateInF32) {
     EXPECT_THROW(ops::linear_forward(Owned(DType::f64, {M, N}).t, xb, wb, Tensor{}), Error);
     EXPECT_THROW(ops::linear_backward(dx, dw, Tensor{}, dyb, x, wb), Error);
   }
+}
+
+// The products' dtype rule (op_checks: check_product_dtypes), which both backends' linear and matmul
+// apply: inputs of one dtype; outputs of that dtype, or f32 / bf16 from bf16 inputs.
+TEST(Linear, ProductDtypeRule) {
+  const Owned f32(DType::f32, {2, 2}), f64(DType::f64, {2, 2}), bf16(DType::bf16, {2, 2});
+  auto accepted = [](std::initializer_list<NamedTensor> in, std::initializer_list<NamedTensor> out) {
+    try {
+      check_product_dtypes("op", in, out);
+      return true;
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("op: ", 0), 0u) << e.what();  // names the op first
+      return false;
+    }
+  };
+  EXPECT_TRUE(accepted({{f32.t, "a"}, {f32.t, "b"}}, {{f32.t, "out"}}));
+  EXPECT_TRUE(accepted({{f64.t, "a"}, {f64.t, "b"}}, {{f64.t, "out"}}));
+  EXPECT_TRUE(accepted({{bf16.t, "a"}, {bf16.t, "b"}}, {{f32.t, "out"}, {bf16.t, "d_bias"}}));
+  EXPECT_TRUE(accepted({{bf16.t, "a"}, {Tensor{}, "b"}}, {{Tensor{}, "out"}}));  // undefined ones skipped
+  EXPECT_FALSE(accepted({{f32.t, "a"}, {bf16.t, "b"}}, {{f32.t, "out"}}));       // mixed inputs
+  EXPECT_FALSE(accepted({{f32.t, "a"}, {f32.t, "b"}}, {{bf16.t, "out"}}));       // bf16 only from bf16
+  EXPECT_FALSE(accepted({{f32.t, "a"}, {f32.t, "b"}}, {{f64.t, "out"}}));
+  EXPECT_FALSE(accepted({{bf16.t, "a"}, {bf16.t, "b"}}, {{f64.t, "out"}}));      // bf16 -> f32 or bf16 only
+  EXPECT_EQ(check_product_dtypes("op", {{bf16.t, "a"}}, {}), DType::bf16);
 }
 
 TEST(Matmul, MatchesTorch2DAnd3D) {

@@ -23,11 +23,6 @@ using cpu::gemm;
 
 namespace {
 
-void check_same_dtype(std::initializer_list<Tensor> ts, DType dt, const char* op) {
-  for (const Tensor& t : ts)
-    SL_CHECK(!t.defined() || t.dtype == dt, "%s: operands differ in dtype (%s vs %s)", op, dtype_name(t.dtype),
-             dtype_name(dt));
-}
 
 // bf16 operands (--precision bf16): the CUDA backend hands them to cuBLASLt with f32 accumulation; here
 // they are widened to f32 (exact) and the f32 GEMM runs, so a product of two bf16 values is exact and the
@@ -63,18 +58,17 @@ void CpuBackend::linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bia
   SL_CHECK(y.rows == M && y.cols == N, "linear_forward: out %s, expected [%lld rows, %lld]",
            out.shape_str().c_str(), (long long)M, (long long)N);
   if (bias.defined()) check_shape(bias, {N}, op, "bias");
-  if (in.dtype == DType::bf16) {  // bf16 in and weight; out (and bias) f32 or bf16
-    check_same_dtype({weight}, DType::bf16, op);
-    SL_CHECK(out.dtype == DType::f32 || out.dtype == DType::bf16,
-             "linear_forward: with bf16 inputs out is f32 or bf16, got %s", dtype_name(out.dtype));
-    check_same_dtype({bias}, out.dtype, op);
+  const DType dt = check_product_dtypes(op, {{in, "in"}, {weight, "weight"}}, {{out, "out"}});
+  // The bias is added into out's rows: out's dtype.
+  SL_CHECK(!bias.defined() || bias.dtype == out.dtype, "%s: bias has dtype %s, out %s: they must agree", op,
+           dtype_name(bias.dtype), dtype_name(out.dtype));
+  if (dt == DType::bf16) {  // bf16 in and weight; out (and bias) f32 or bf16
     Widened x32 = widen(in), w32 = widen(weight), b32 = widen(bias), y32 = widen(out);
     linear_forward(y32.view, x32.view, w32.view, b32.view);
     if (out.dtype == DType::bf16) backend_for(Device::cpu()).copy(out, y32.view);  // rounds to nearest even
     return;
   }
-  check_same_dtype({in, weight, bias}, out.dtype, op);
-  dispatch_float(out.dtype, op, [&](auto zero) {
+  dispatch_float(dt, op, [&](auto zero) {
     using T = decltype(zero);
     T* o = static_cast<T*>(y.ptr);
     T beta = T(0);
@@ -104,12 +98,9 @@ void CpuBackend::linear_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, Te
   const char* op = "linear_backward";
   MatrixView dy = as_matrix(d_out, op, "d_out");
   const int64_t M = dy.rows, N = dy.cols;
-  DType dt = d_out.dtype;
+  const DType dt = check_product_dtypes(op, {{d_out, "d_out"}, {in, "in"}, {weight, "weight"}},
+                                        {{d_in, "d_in"}, {d_weight, "d_weight"}, {d_bias, "d_bias"}});
   if (dt == DType::bf16) {  // bf16 d_out, in and weight; d_in, d_weight, d_bias f32 or bf16
-    check_same_dtype({in, weight}, DType::bf16, op);
-    for (const Tensor* t : {&d_in, &d_weight, &d_bias})
-      SL_CHECK(!t->defined() || t->dtype == DType::f32 || t->dtype == DType::bf16,
-               "linear_backward: with bf16 inputs the gradients are f32 or bf16, got %s", dtype_name(t->dtype));
     Widened g32 = widen(d_out), x32 = widen(d_weight.defined() ? in : Tensor{}),
             w32 = widen(d_in.defined() ? weight : Tensor{});
     Widened dx32 = widen(d_in), dw32 = widen(d_weight), db32 = widen(d_bias);  // accumulated ones start as is
@@ -118,7 +109,6 @@ void CpuBackend::linear_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, Te
       if (dst.defined() && dst.dtype == DType::bf16) backend_for(Device::cpu()).copy(dst, src);
     return;
   }
-  check_same_dtype({d_in, d_weight, d_bias, in, weight}, dt, op);
   dispatch_float(dt, op, [&](auto zero) {
     using T = decltype(zero);
     const T* g = static_cast<const T*>(dy.ptr);
@@ -171,8 +161,10 @@ void CpuBackend::matmul(Tensor out, Tensor a, Tensor b, bool transpose_a, bool t
                         double beta) {
   const char* op = "matmul";
   const MatmulGeometry g = matmul_geometry(out, a, b, transpose_a, transpose_b);
-  check_same_dtype({a, b}, out.dtype, op);
-  dispatch_float(out.dtype, op, [&](auto zero) {
+  const DType dt = check_product_dtypes(op, {{a, "a"}, {b, "b"}}, {{out, "out"}});
+  SL_CHECK(out.dtype == dt, "%s: out has dtype %s, the inputs %s: the CPU backend multiplies them in one dtype", op,
+           dtype_name(out.dtype), dtype_name(dt));
+  dispatch_float(dt, op, [&](auto zero) {
     using T = decltype(zero);
     for (int64_t i = 0; i < g.batch; ++i)  // BLAS threads inside each product
       gemm<T>(transpose_a, transpose_b, g.M, g.N, g.K, T(alpha), a.ptr<T>() + i * g.stride_a, g.ld_a,

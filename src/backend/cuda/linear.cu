@@ -229,19 +229,12 @@ void check_here(const CudaBackend& be, const Tensor& t, const char* op, const ch
            t.device.name().c_str(), be.name());
 }
 
-// GEMM inputs: f32 or bf16, both alike.
-void check_inputs(const Tensor& x, const char* xname, const Tensor& y, const char* yname, const char* op) {
-  SL_CHECK(x.dtype == DType::f32 || x.dtype == DType::bf16,
-           "%s: %s has dtype %s; the CUDA matmuls take f32 or bf16 inputs", op, xname, dtype_name(x.dtype));
-  SL_CHECK(x.dtype == y.dtype, "%s: %s (%s) and %s (%s) differ in dtype", op, xname, dtype_name(x.dtype), yname,
-           dtype_name(y.dtype));
-}
-
-// A GEMM output: f32, or bf16 when the inputs are bf16.
-void check_output(const Tensor& out, const char* arg, DType input_dt, const char* op) {
-  SL_CHECK(out.dtype == DType::f32 || (out.dtype == DType::bf16 && input_dt == DType::bf16),
-           "%s: %s has dtype %s; with %s inputs the output is f32%s", op, arg, dtype_name(out.dtype),
-           dtype_name(input_dt), input_dt == DType::bf16 ? " or bf16" : "");
+// The inputs' dtype after the products' shared rule (op_checks: check_product_dtypes): f32 or bf16 here.
+DType check_gemm_dtypes(const char* op, std::initializer_list<NamedTensor> inputs, std::initializer_list<NamedTensor> outputs) {
+  const DType dt = check_product_dtypes(op, inputs, outputs);
+  SL_CHECK(dt == DType::f32 || dt == DType::bf16, "%s: %s has dtype %s; the CUDA matmuls take f32 or bf16 inputs", op,
+           inputs.begin()->name, dtype_name(dt));
+  return dt;
 }
 
 GemmOperand operand(const MatrixView& m, DType dt) { return GemmOperand{m.ptr, dt, m.ld, 0}; }
@@ -269,8 +262,7 @@ void CudaBackend::linear_forward(Tensor out, Tensor in, Tensor weight, Tensor bi
            weight.shape_str().c_str());
   SL_CHECK(y.rows == M && y.cols == N, "linear_forward: out %s, expected [%lld rows, %lld]", out.shape_str().c_str(),
            (long long)M, (long long)N);
-  check_inputs(in, "in", weight, "weight", op);
-  check_output(out, "out", in.dtype, op);
+  check_gemm_dtypes(op, {{in, "in"}, {weight, "weight"}}, {{out, "out"}});
   if (bias.defined()) {
     check_here(*this, bias, op, "bias");
     check_shape(bias, {N}, op, "bias");
@@ -302,8 +294,8 @@ void CudaBackend::linear_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, T
   check_here(*this, d_out, op, "d_out");
   MatrixView dy = as_matrix(d_out, op, "d_out");
   const int64_t M = dy.rows, N = dy.cols;
-  SL_CHECK(d_out.dtype == DType::f32 || d_out.dtype == DType::bf16,
-           "%s: d_out has dtype %s; the CUDA matmuls take f32 or bf16 inputs", op, dtype_name(d_out.dtype));
+  check_gemm_dtypes(op, {{d_out, "d_out"}, {in, "in"}, {weight, "weight"}},
+                    {{d_in, "d_in"}, {d_weight, "d_weight"}, {d_bias, "d_bias"}});
   DeviceGuard guard(index_);
   if (d_in.defined()) {
     check_here(*this, d_in, op, "d_in");
@@ -313,8 +305,6 @@ void CudaBackend::linear_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, T
              weight.shape_str().c_str(), d_out.shape_str().c_str());
     SL_CHECK(dx.rows == M && dx.cols == w.cols, "linear_backward: d_in %s, expected [%lld rows, %lld]",
              d_in.shape_str().c_str(), (long long)M, (long long)w.cols);
-    check_inputs(d_out, "d_out", weight, "weight", op);
-    check_output(d_in, "d_in", d_out.dtype, op);
     RowMajorGemm g;
     g.M = M;
     g.N = w.cols;
@@ -333,8 +323,6 @@ void CudaBackend::linear_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, T
     SL_CHECK(d_weight.ndim == 2 && dw.rows == N && dw.cols == x.cols,
              "linear_backward: d_weight %s, expected [%lld, %lld]", d_weight.shape_str().c_str(), (long long)N,
              (long long)x.cols);
-    check_inputs(d_out, "d_out", in, "in", op);
-    check_output(d_weight, "d_weight", d_out.dtype, op);
     if (M > 0) {
       RowMajorGemm g;
       g.M = N;
@@ -351,8 +339,6 @@ void CudaBackend::linear_backward(Tensor d_in, Tensor d_weight, Tensor d_bias, T
   if (d_bias.defined()) {
     check_here(*this, d_bias, op, "d_bias");
     check_shape(d_bias, {N}, op, "d_bias");
-    SL_CHECK(d_bias.dtype == DType::f32 || d_bias.dtype == DType::bf16, "%s: d_bias has dtype %s (f32 or bf16)", op,
-             dtype_name(d_bias.dtype));
     column_reduce(*this, BiasGradTerm{dy.ptr, d_out.dtype, dy.ld}, M, N, d_bias.data, d_bias.dtype, d_bias.stride[0]);
   }
 }
@@ -367,8 +353,7 @@ void CudaBackend::matmul(Tensor out, Tensor a, Tensor b, bool transpose_a, bool 
   check_here(*this, out, op, "out");
   check_here(*this, a, op, "a");
   check_here(*this, b, op, "b");
-  check_inputs(a, "a", b, "b", op);
-  check_output(out, "out", a.dtype, op);
+  check_gemm_dtypes(op, {{a, "a"}, {b, "b"}}, {{out, "out"}});
   const MatmulGeometry shape = matmul_geometry(out, a, b, transpose_a, transpose_b);
   DeviceGuard guard(index_);
   RowMajorGemm g;
