@@ -318,10 +318,6 @@ class SurveyWriter {
 
 int run(const SurveyOptions& o, const dist::World& world) {
   log::info0("CPU BLAS: %s", cpu_blas_summary().c_str());
-  // Before anything is written: a GPU this rank cannot have is one line, not a half-made results file.
-  const Device device = device_from_flag(o.device, "--device", [&](int visible) { return world.local_gpu(visible); });
-  if (device.is_cuda())
-    log::info("device: %s (%s)", device.name().c_str(), backend_for(device).device_name().c_str());
   std::vector<probe::SurveyModel> catalogue;
   for (const std::string& line : o.model_lines) catalogue.push_back(probe::parse_model_line(line, o.model_root));
   const std::vector<probe::SurveyModel> models = probe::select_models(catalogue, o.models, o.model_root);
@@ -346,6 +342,11 @@ int run(const SurveyOptions& o, const dist::World& world) {
     }
     return 0;
   }
+  // After the dry run (a login node has no GPU to plan a GPU job with) and before anything is written: a
+  // GPU this rank cannot have is one line, not a half-made results file.
+  const Device device = device_from_flag(o.device, "--device", [&](int visible) { return world.local_gpu(visible); });
+  if (device.is_cuda())
+    log::info("device: %s (%s)", device.name().c_str(), backend_for(device).device_name().c_str());
   train::install_stop_handlers();
 
   // Rank 0 opens the results file and tells every rank which items are left.

@@ -409,6 +409,30 @@ def test_survey_sh_layout_dry_run(cluster):
     assert none.returncode == 2 and "device cuda, but this job has no GPUs" in none.stderr, none.stderr
 
 
+def test_survey_sh_submits_with_the_job_files_resources(cluster, tmp_path):
+    """bash slurm/survey.sh on a login node submits itself: a CPU job file with the script's layout and no
+    GPUs, the log beside the output; a GPU job file (device = cuda, #SBATCH --nodes=2 --gpus-per-node=4)
+    one rank per GPU, planned on a machine without GPUs; a bad job file refused before sbatch."""
+    cpu = _script(cluster, "survey.sh", ["--time=1:00:00", "--", "--n-seq=5"], config="jobs/survey/fixtures.ini")
+    assert cpu.returncode == 0, cpu.stderr
+    words = _line(cpu.stdout, "slurm: dry run:")
+    assert not [w for w in words if "gpu" in w.lower()], words
+    assert _value(words, "output") == "results/survey/slurm-%j.out" and _value(words, "time") == "1:00:00", words
+    assert words[-2:] == [str(ROOT / "slurm/survey.sh"), "--n-seq=5"], words
+    assert "device cpu, 8 rank(s)" in cpu.stdout, cpu.stdout  # the script's 2 nodes x 4 tasks
+    gpu_file = tmp_path / "gpu_survey.ini"
+    gpu_file.write_text((ROOT / "jobs/survey/fixtures.ini").read_text() + "device = cuda\n#SBATCH --nodes=2 --gpus-per-node=4\n")
+    gpu = _script(cluster, "survey.sh", config=gpu_file)
+    assert gpu.returncode == 0, gpu.stderr
+    words = _line(gpu.stdout, "slurm: dry run:")
+    assert (_value(words, "nodes"), _value(words, "gpus-per-node"), _value(words, "ntasks-per-node")) == ("2", "4", "4")
+    assert "device cuda, 8 rank(s)" in gpu.stdout, gpu.stdout
+    bad = tmp_path / "bad.ini"
+    bad.write_text("no-such-option = 1\n")
+    sub = _script(cluster, "survey.sh", config=bad)
+    assert sub.returncode == 2 and sub.stderr.startswith(f"slurm: {bad}: not a valid job file:"), sub.stderr
+
+
 def test_cpu_cluster_accepts_the_cpu_request_and_rejects_a_gpu_one(cluster, tmp_path):
     """sbatch --test-only of what the scripts ask for: the CPU job file's request is valid on the private
     CPU cluster (no GPU request at all), the GPU job file's is not (the cluster has no GPUs)."""
