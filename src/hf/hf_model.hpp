@@ -84,7 +84,7 @@ struct LoadOptions {
   Device device = Device::cpu();
   // The attention kernel the forward asks for (backend/attention_dispatch.hpp). reference: f32 attention
   // on every device, so a GPU survey measures what the CPU survey measures to f32 rounding; auto lets a
-  // GPU take cuDNN's fused SDPA (bf16 inside: about 1e-3 relative on each layer's output, faster at long T).
+  // GPU take cuDNN's fused SDPA (bf16 inside, faster at long T; docs/DESIGN.md "Probes on a GPU").
   ops::AttnKernel attention_kernel = ops::AttnKernel::reference;
 };
 
