@@ -181,18 +181,12 @@ int run(const ProbeOptions& o) {
     log::warn("the model's window (%d keys) exceeds --length %lld: no query has a full window, alpha_k_window is not measured",
               cfg.attn_window, (long long)o.length);
   // A model on a GPU: its token ids copied up per pass, its taps copied down for the probe (HostTaps).
-  Buffer device_inputs = device.is_cpu() ? Buffer() : Buffer::for_tensor(DType::i32, {o.batch, o.length}, device);
+  Buffer device_inputs;
   probe::HostTaps host_taps(probe);
   LayerObserver& observer = device.is_cpu() ? static_cast<LayerObserver&>(probe) : host_taps;
   for (int64_t first = 0; first < o.sequences; first += o.batch) {
     const int64_t n = std::min(o.batch, o.sequences - first);
-    Tensor batch = inputs.slice(0, first, n);
-    if (device.is_cuda()) {
-      Tensor up = device_inputs.view(DType::i32, {n, o.length});
-      ops::copy(up, batch);
-      batch = up;
-    }
-    model.forward_observe(batch, observer);
+    model.forward_observe(staged_copy(device_inputs, inputs.slice(0, first, n), device), observer);
     log::info("probe: %lld/%lld sequences", (long long)(first + n), (long long)o.sequences);
   }
   probe::ProbeResult r = probe.result();

@@ -56,4 +56,9 @@ class Buffer {
   size_t bytes_ = 0;
 };
 
+// A contiguous copy of t on `device`, made in `slot` (re-allocated on `device` when it is elsewhere or too
+// small, kept for the next call): how a GPU model's small host-made inputs go up and the tensors its
+// host-side steps read come down. t itself when it is undefined or already on `device`.
+Tensor staged_copy(Buffer& slot, Tensor t, Device device);
+
 }  // namespace sinklab

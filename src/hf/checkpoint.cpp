@@ -542,13 +542,7 @@ void WeightStore::embed(Tensor out, Tensor ids) {
     SL_CHECK(id[n] >= 0 && id[n] < vocab_, "%s: token id %d at position %lld is outside the vocabulary [0, %lld)",
              ckpt_->dir().c_str(), id[n], (long long)n, (long long)vocab_);
   if (!streaming()) {
-    Tensor ids_here = ids;
-    if (!device_.is_cpu()) {
-      if (ids_buffer_.bytes() < ids.nbytes()) ids_buffer_ = Buffer(ids.nbytes(), device_);
-      ids_here = ids_buffer_.view(DType::i32, {ids.shape[0]});
-      ops::copy(ids_here, ids);
-    }
-    ops::embedding_forward(out, ids_here, embedding_);
+    ops::embedding_forward(out, staged_copy(ids_buffer_, ids, device_), embedding_);
     return;
   }
   // Rows straight from the mapping, each released once copied: at most one row's pages resident. A GPU

@@ -91,29 +91,6 @@ void FamilyModel::allocate_activations(int64_t batch, int64_t seq, const std::ve
   acts_seq_ = seq;
 }
 
-Tensor FamilyModel::on_device(Buffer& slot, Tensor host) const {
-  const Device device = store_->device();
-  if (device.is_cpu()) return host;
-  if (slot.bytes() < host.nbytes() || !(slot.device() == device)) {
-    slot = Buffer();
-    slot = Buffer(std::max<size_t>(host.nbytes(), 64), device);
-  }
-  Tensor copy = Tensor::contiguous_view(slot.data(), host.dtype, host.shape.data(), host.ndim, device);
-  ops::copy(copy, host);
-  return copy;
-}
-
-Tensor FamilyModel::on_host(Buffer& slot, Tensor t) {
-  if (t.device.is_cpu()) return t;
-  if (slot.bytes() < t.nbytes()) {
-    slot = Buffer();
-    slot = Buffer(std::max<size_t>(t.nbytes(), 64), Device::cpu());
-  }
-  Tensor copy = Tensor::contiguous_view(slot.data(), t.dtype, t.shape.data(), t.ndim, Device::cpu());
-  ops::copy(copy, t);
-  return copy;
-}
-
 void fill_common_info(HfModelInfo& info, const ModelSource& source, const WeightStore& store, const HeadShape& shape,
                       const LoadOptions& options) {
   info.model_type = source.config.get_string("model_type");

@@ -59,10 +59,10 @@ class FamilyModel : public HfModel {
 
   // A small host-made input of the forward (positions, expert row lists) where the model runs: `host`
   // itself on the CPU, else a copy in `slot` (a device buffer kept for the next batch).
-  Tensor on_device(Buffer& slot, Tensor host) const;
+  Tensor on_device(Buffer& slot, Tensor host) const { return staged_copy(slot, host, store_->device()); }
   // A host copy of a device tensor in `slot` (the tensor itself on the CPU): for the few host-side steps
   // of an ablation.
-  static Tensor on_host(Buffer& slot, Tensor t);
+  static Tensor on_host(Buffer& slot, Tensor t) { return staged_copy(slot, t, Device::cpu()); }
 
   HfModelInfo info_;
   std::unique_ptr<WeightStore> store_;

@@ -5,14 +5,7 @@
 namespace sinklab::probe {
 
 // A contiguous host copy of t (undefined stays undefined, a host tensor is used as it is).
-Tensor HostTaps::to_host(int slot, Tensor t) {
-  if (!t.defined() || t.device.is_cpu()) return t;
-  Buffer& buffer = buffers_[size_t(slot)];
-  if (buffer.bytes() < t.nbytes()) buffer = Buffer(t.nbytes(), Device::cpu());
-  Tensor host = Tensor::contiguous_view(buffer.data(), t.dtype, t.shape.data(), t.ndim, Device::cpu());
-  ops::copy(host, t);
-  return host;
-}
+Tensor HostTaps::to_host(int slot, Tensor t) { return staged_copy(buffers_[size_t(slot)], t, Device::cpu()); }
 
 void HostTaps::on_layer(const LayerTaps& taps) {
   LayerTaps host = taps;

@@ -62,14 +62,7 @@ class OwnModel : public hf::HfModel {
     SL_CHECK(opt.replace_first_position_with < 0 && opt.swap_first_position_with < 0,
              "%s: position interventions apply to learned-position HF models only", info_.dir.c_str());
     if (!observer) return;
-    if (info_.device.is_cpu()) {
-      model_.forward_observe(ids, *observer);
-      return;
-    }
-    if (ids_buffer_.bytes() < ids.nbytes()) ids_buffer_ = Buffer(ids.nbytes(), info_.device);
-    Tensor on_device = Tensor::contiguous_view(ids_buffer_.data(), DType::i32, ids.shape.data(), ids.ndim, info_.device);
-    ops::copy(on_device, ids);
-    model_.forward_observe(on_device, *observer);
+    model_.forward_observe(staged_copy(ids_buffer_, ids, info_.device), *observer);
   }
 
  private:
