@@ -15,8 +15,10 @@
 namespace sinklab::math {
 
 // f32 exp. On the device: expf. On the host: a Cephes-style range reduction + degree-5 polynomial
-// (max rel. error ~2 ulp) written without calls or branches, so the compiler vectorises the loops
-// that use it (libm's expf is a scalar call: measured 5x slower in the cross-entropy and SwiGLU loops).
+// (max rel. error ~2 ulp) written without calls, so the compiler vectorises the loops that use it
+// (libm's expf is a scalar call: measured 5x slower in the cross-entropy and SwiGLU loops). Its clamps
+// and its underflow select are selects only under -fno-trapping-math (CMakeLists.txt); GCC's default
+// keeps them as branches and the loops scalar (tests/cpp/vectorise checks both).
 // Underflows to 0 below -87 and saturates at exp(88) like expf's finite range.
 SL_HD float fexp(float x) {
 #if defined(__CUDA_ARCH__)
