@@ -103,14 +103,42 @@ void block_keys(const math::AttnConfig& mask, int64_t i0, int64_t i1, int64_t S,
   if (*ke < *kb) *ke = *kb;
 }
 
-// The configuration the loops run with. For plain causal softmax (the default, and every model's hot
-// path) it is a compile-time constant, so the per-element switches of attention_math.hpp fold away and
-// the loops vectorise as a hand-written softmax would (measured: with the configuration read at run
-// time the tiny-model training step spent ~1.6x longer in attention).
-template <bool kPlain>
+// The part of the configuration the row loops below take as compile-time constants. Their inner loops
+// vectorise only when the per-element switches of attention_math.hpp (on sim, norm and mask) fold away:
+// GCC does not unswitch them ("control flow in loop"), and a scalar row loop costs a variant run 1.5-4x
+// in attention (bench_attention variants, bench/README.md). So:
+// - plain causal softmax (the default, and every model's hot path) fixes the whole configuration;
+// - the (sim, norm, mask) triples of the paper's CPU-sized runs fix those three and read the rest (sink
+//   logit, lead keys, window, alpha, sigmoid bias, position bias) at run time, outside the inner loops
+//   or as plain values inside them;
+// - every other variant (p_norm, softpick, max_abs_sum_one, prefix_lm, ...) runs the same loops with
+//   the configuration read at run time.
+struct LoopKind {
+  enum class Fixed { everything, sim_norm_mask, nothing };
+  Fixed fixed = Fixed::nothing;
+  ops::AttnSim sim = ops::AttnSim::exp;
+  ops::AttnNorm norm = ops::AttnNorm::sum;
+  ops::AttnMask mask = ops::AttnMask::causal;
+};
+
+constexpr LoopKind kPlainSoftmax{LoopKind::Fixed::everything};
+constexpr LoopKind kRunTime{LoopKind::Fixed::nothing};
+template <ops::AttnSim kSim, ops::AttnNorm kNorm, ops::AttnMask kMask>
+constexpr LoopKind kFixed{LoopKind::Fixed::sim_norm_mask, kSim, kNorm, kMask};
+
+template <LoopKind kKind>
 math::AttnConfig loop_config(const ops::AttentionSpec& spec) {
-  if constexpr (kPlain) return math::AttnConfig{};
-  else return math::attn_config(spec);
+  if constexpr (kKind.fixed == LoopKind::Fixed::everything) {
+    return math::AttnConfig{};
+  } else {
+    math::AttnConfig c = math::attn_config(spec);
+    if constexpr (kKind.fixed == LoopKind::Fixed::sim_norm_mask) {
+      c.sim = kKind.sim;  // (with_loop_kind chose kKind because the spec has these three)
+      c.norm = kKind.norm;
+      c.mask = kKind.mask;
+    }
+    return c;
+  }
 }
 
 bool is_plain_softmax(const ops::AttentionSpec& spec) {
@@ -120,12 +148,31 @@ bool is_plain_softmax(const ops::AttentionSpec& spec) {
          c.lead_keys == plain.lead_keys && c.pos_bias == plain.pos_bias;
 }
 
-// Calls fn(std::true_type{}) for plain softmax and fn(std::false_type{}) otherwise (the kPlain argument
-// of the loops below).
+template <LoopKind kKind>
+struct LoopKindTag {
+  static constexpr LoopKind value = kKind;
+};
+
+// Calls fn(LoopKindTag<kind>{}) with the loop kind of spec (the kKind argument of the loops below).
+template <LoopKind... kTriples, class Fn>
+void with_loop_kind_of(const ops::AttentionSpec& spec, Fn&& fn) {
+  if (is_plain_softmax(spec)) return fn(LoopKindTag<kPlainSoftmax>{});
+  const bool fixed = ((spec.sim == kTriples.sim && spec.norm == kTriples.norm && spec.mask == kTriples.mask
+                           ? (fn(LoopKindTag<kTriples>{}), true)
+                           : false) ||
+                      ...);
+  if (!fixed) fn(LoopKindTag<kRunTime>{});
+}
+
 template <class Fn>
-void with_plain_softmax(const ops::AttentionSpec& spec, Fn&& fn) {
-  if (is_plain_softmax(spec)) fn(std::true_type{});
-  else fn(std::false_type{});
+void with_loop_kind(const ops::AttentionSpec& spec, Fn&& fn) {
+  using ops::AttnMask, ops::AttnNorm, ops::AttnSim;
+  with_loop_kind_of<kFixed<AttnSim::exp, AttnNorm::sum, AttnMask::causal>,  // sink logit, KV biases, ALiBi
+                    kFixed<AttnSim::exp, AttnNorm::sum, AttnMask::sliding_window>,
+                    kFixed<AttnSim::sigmoid, AttnNorm::one, AttnMask::causal>,  // the sink-free operation
+                    kFixed<AttnSim::sigmoid, AttnNorm::sum, AttnMask::causal>,
+                    kFixed<AttnSim::elu_plus_one, AttnNorm::sum, AttnMask::causal>,
+                    kFixed<AttnSim::identity, AttnNorm::one, AttnMask::causal>>(spec, fn);
 }
 
 // The sink logit of head h (read only when spec.sink_logit is defined).
@@ -178,12 +225,12 @@ struct PosBias {
 // row instead) and returns the row statistic (attention_math.hpp; sink: the head's sink logit, used
 // when spec.sink_logit is defined). The row holds the L lead keys in s[0..L) and the positional keys
 // kb, kb+1, ... in s[L..n).
-template <class T, bool kPlain>
+template <class T, LoopKind kKind>
 T normalise_row(const ops::AttentionSpec& spec, T* s, int64_t n, int64_t i, int64_t kb, int64_t S, T sink,
                 T* inv_out) {
   // Local copies: the enums must not be re-read through a reference the stores could alias (that
   // would keep the loops below from vectorising).
-  const math::AttnConfig cfg = loop_config<kPlain>(spec);
+  const math::AttnConfig cfg = loop_config<kKind>(spec);
   const int64_t L = cfg.lead_keys;
   const int64_t jp0 = kb - 2 * L;  // column c >= L holds positional key jp0 + c
   const int64_t jb = L + std::max<int64_t>(math::attn_key_begin(cfg, i, S) - kb, 0);
@@ -269,7 +316,7 @@ void store_probs_row(T* row, const T* s, T inv, int64_t n, int64_t lead, int64_t
 
 // The forward pass, and attention_probs: with out (and v) undefined only the score rows are formed,
 // so the matrix a forward hands out and attention_probs' are the same products.
-template <class T, bool kPlain>
+template <class T, LoopKind kKind>
 void forward_impl(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const ops::AttentionSpec& spec,
                   Tensor probs, const AttentionDims& d) {
   const char* op = out.defined() ? "attention_forward" : "attention_probs";
@@ -283,7 +330,7 @@ void forward_impl(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const 
 #pragma omp parallel if (d.B * d.H * d.T * d.S * d.dh > 32768)
   {
     Scratch<T> scratch(d.S, false);
-    const math::AttnConfig cfg = loop_config<kPlain>(spec);
+    const math::AttnConfig cfg = loop_config<kKind>(spec);
     const int64_t lead = cfg.lead_keys;
 #pragma omp for collapse(2) schedule(dynamic)
     for (int64_t b = 0; b < d.B; ++b)
@@ -299,7 +346,7 @@ void forward_impl(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const 
           T inv[kBlock];
           for (int64_t r = 0; r < rows; ++r) {
             if (cfg.pos_bias != ops::AttnPosBias::none) bias.add(h, i0 + r, kb - lead, s + r * n + lead, n - lead);
-            T stat = normalise_row<T, kPlain>(spec, s + r * n, n, i0 + r, kb, d.S, sink_of<T>(spec, h), &inv[r]);
+            T stat = normalise_row<T, kKind>(spec, s + r * n, n, i0 + r, kb, d.S, sink_of<T>(spec, h), &inv[r]);
             if (L.base) *L.at(b, h, i0 + r) = stat;
             if (P.base) store_probs_row(P.at(b, h, i0 + r), s + r * n, inv[r], n, lead, kb, ke, d.S);
           }
@@ -363,7 +410,7 @@ struct HeadParamGrads {
 // gemms that give dV, dQ and dK; the row loop shares the block's scratch with the gemms, and the
 // vectorisation of its inner loops was measured (see the note on cfg below). Cutting it into pieces
 // would pass that state around without making a piece readable on its own.
-template <class T, bool kPlain>
+template <class T, LoopKind kKind>
 void backward_impl(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, Tensor k, Tensor v, Tensor out,
                    Tensor stats, const ops::AttentionSpec& spec, const AttentionDims& d) {
   const char* op = "attention_backward";
@@ -381,7 +428,7 @@ void backward_impl(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, T
     // Declared inside the parallel region: OpenMP passes outer locals to the outlined region by
     // reference, which hides plain softmax's constant configuration from the compiler (the score loop
     // below then did not vectorise: measured 1.5x slower).
-    const math::AttnConfig cfg = loop_config<kPlain>(spec);
+    const math::AttnConfig cfg = loop_config<kKind>(spec);
     const int64_t lead = cfg.lead_keys;
 #pragma omp for collapse(2) schedule(dynamic)
     for (int64_t b = 0; b < d.B; ++b)
@@ -473,8 +520,8 @@ void CpuBackend::attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k,
   ops::choose_attention_kernel(spec, ops::attn_call_of(q, probs.defined()));  // refuses --attn-kernel cudnn / flash
   const AttentionDims d = check_attention_forward_args(op, out, stats, q, k, v, spec, probs);
   dispatch_float(q.dtype, op, [&](auto zero) {
-    with_plain_softmax(spec, [&](auto plain) {
-      forward_impl<decltype(zero), plain()>(out, stats, q, k, v, spec, probs, d);
+    with_loop_kind(spec, [&](auto kind) {
+      forward_impl<decltype(zero), decltype(kind)::value>(out, stats, q, k, v, spec, probs, d);
     });
   });
 }
@@ -485,8 +532,8 @@ void CpuBackend::attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor d
   ops::choose_attention_kernel(spec, ops::attn_call_of(q, false));  // refuses --attn-kernel cudnn / flash
   const AttentionDims d = check_attention_backward_args(op, d_q, d_k, d_v, d_out, q, k, v, out, stats, spec);
   dispatch_float(q.dtype, op, [&](auto zero) {
-    with_plain_softmax(spec, [&](auto plain) {
-      backward_impl<decltype(zero), plain()>(d_q, d_k, d_v, d_out, q, k, v, out, stats, spec, d);
+    with_loop_kind(spec, [&](auto kind) {
+      backward_impl<decltype(zero), decltype(kind)::value>(d_q, d_k, d_v, d_out, q, k, v, out, stats, spec, d);
     });
   });
 }
@@ -497,8 +544,8 @@ void CpuBackend::attention_probs(Tensor probs, Tensor q, Tensor k, const Attenti
   AttentionDims d = check_attention_qkv(op, q, k, Tensor{}, spec);
   check_attention_probs(probs, d, q, op);
   dispatch_float(q.dtype, op, [&](auto zero) {
-    with_plain_softmax(spec, [&](auto plain) {
-      forward_impl<decltype(zero), plain()>(Tensor{}, Tensor{}, q, k, Tensor{}, spec, probs, d);
+    with_loop_kind(spec, [&](auto kind) {
+      forward_impl<decltype(zero), decltype(kind)::value>(Tensor{}, Tensor{}, q, k, Tensor{}, spec, probs, d);
     });
   });
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backend/activation_math.hpp"
+#include "backend/attention_math.hpp"
 #include "backend/math_fns.hpp"
 
 using namespace sinklab;
@@ -49,4 +50,40 @@ void gelu_tanh_forward(float* out, const float* in, int64_t n) {  // must vector
 void masked_softmax_numerators(float* s, float max, int64_t visible, int64_t n) {  // must vectorise
 #pragma omp simd
   for (int64_t j = 0; j < n; ++j) s[j] = j < visible ? math::fexp(s[j] - max) : 0.0f;
+}
+
+// attention's row under one of cpu/attention.cpp's fixed (sim, norm, mask) loop kinds, the other fields
+// read at run time: sigmoid without normalisation (the paper's sink-free operation) with a sigmoid bias
+float sigmoid_one_row(const ops::AttentionSpec& spec, float* s, int64_t i, int64_t jp0, int64_t jb, int64_t je) {  // must vectorise
+  math::AttnConfig cfg = math::attn_config(spec);
+  cfg.sim = ops::AttnSim::sigmoid;
+  cfg.norm = ops::AttnNorm::one;
+  cfg.mask = ops::AttnMask::causal;
+  float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t j = jb; j < je; ++j) {
+    const bool vis = math::attn_visible_pos(cfg, i, jp0 + j);
+    const float w = vis ? math::attn_sim(cfg, s[j], 0.0f) : 0.0f;
+    s[j] = math::attn_numer(cfg, w);
+    acc += vis ? math::attn_norm_term(cfg, w) : 0.0f;
+  }
+  return acc;
+}
+
+// the same kind's backward row: P and dS of softmax with a sliding window and the run-time window size
+void softmax_window_backward_row(const ops::AttentionSpec& spec, float* s, float* dp, int64_t i,  // must vectorise
+                                 int64_t jp0, int64_t jb, int64_t je, float stat, float D) {
+  math::AttnConfig cfg = math::attn_config(spec);
+  cfg.sim = ops::AttnSim::exp;
+  cfg.norm = ops::AttnNorm::sum;
+  cfg.mask = ops::AttnMask::sliding_window;
+  const float inv_z = math::attn_row_inv_norm(cfg, stat), row_sum = math::attn_row_sum(cfg, stat);
+#pragma omp simd
+  for (int64_t j = jb; j < je; ++j) {
+    const bool vis = math::attn_visible_pos(cfg, i, jp0 + j);
+    const float p = vis ? math::attn_prob(cfg, s[j], stat, inv_z) : 0.0f;
+    const float ds = vis ? math::attn_dscore(cfg, s[j], p, stat, inv_z, row_sum, dp[j], D) : 0.0f;
+    s[j] = p;
+    dp[j] = ds;
+  }
 }
