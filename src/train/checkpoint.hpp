@@ -89,6 +89,10 @@ CheckpointInfo open_checkpoint(const std::string& path, bool verify_crc = true);
 // Fills each `into` tensor (any device; f32/f64/bf16/f16, converted when the stored dtype differs) from
 // the tensor of the same name in model.safetensors; a missing name or a shape mismatch throws.
 void load_weights(const CheckpointInfo& ckpt, const std::vector<io::NamedTensor>& into);
+// The same from any safetensors file (sinklab-pretrain --init-weights FILE.safetensors).
+void load_weights_file(const std::string& safetensors_path, const std::vector<io::NamedTensor>& into);
+// --init-weights' argument: a .safetensors file as it is, else a checkpoint as resolve_checkpoint finds it.
+std::string resolve_initial_weights(const std::string& path, const char* flag);
 // The path of rank r's state file; throws when r >= ckpt.world.
 std::string rank_state_path(const CheckpointInfo& ckpt, int rank);
 // The HF config text stored beside the weights.

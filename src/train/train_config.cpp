@@ -99,6 +99,10 @@ void add_data_options(po::options_description& desc, TrainConfig& c, FlagText& t
       ("bbm-meta", po::value(&c.bbm_meta)->default_value(""),
        "data_prep bbm's bbm.json (the Bigram-Backcopy task): evaluations also split the validation loss into copy and "
        "bigram positions and the first token's attention into non-trigger and trigger queries")
+      ("init-weights", po::value(&c.init_from)->default_value(""),
+       "start from these weights instead of drawing them: a .safetensors file, a step_<N> checkpoint directory, or a "
+       "run's --out-dir (its newest checkpoint), whose tensors must have the model's names and shapes; a fresh "
+       "optimizer (e.g. one draw for every variant of a comparison, or another implementation's, bench/guo/)")
       ("steps", po::value(&c.steps)->required(), "optimizer steps");
 }
 
@@ -277,6 +281,7 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, b
 
   for (const auto& [flag, value] : axes) c.model.set_axis(flag, value);
   if (sft) take_model_from_checkpoint(c, vm);
+  else if (!c.init_from.empty()) c.init_from = resolve_initial_weights(c.init_from, "--init-weights");
   check_train_config(c, text, world_size, sft);
   c.config_text = effective_config_text(vm, c.model, sft);
   c.command_line = command_line_of(argc, argv);

@@ -32,7 +32,9 @@ struct TrainConfig {
 
   // Fine-tuning (sinklab-sft).
   bool sft = false;
-  std::string init_from;  // the step_<N> checkpoint directory whose weights start the run (resolved)
+  // sinklab-sft's --init-from, sinklab-pretrain's --init-weights (optional): the step_<N> directory whose
+  // weights start the run (resolved)
+  std::string init_from;
   std::string sft_data;   // data_prep sft output: tokens + assistant loss mask, packed rows of C
 
   // Stability monitor (train/monitor.hpp), written every step.

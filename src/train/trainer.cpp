@@ -206,16 +206,20 @@ void Trainer::resume_or_init() {
   std::optional<std::string> latest = cfg_.resume ? latest_checkpoint(ckpt_dir_) : std::nullopt;
   if (!latest) {
     if (cfg_.resume) log::info0("no checkpoint in %s: starting from step 0", ckpt_dir_.c_str());
-    if (!cfg_.sft) {
+    if (cfg_.init_from.empty()) {
       model_.init_weights(cfg_.seed);
       return;
     }
-    // Fine-tuning starts from the base checkpoint's weights, with a fresh optimizer.
+    // Fine-tuning, and pre-training with --init-weights, start from a checkpoint's weights with a fresh
+    // optimizer.
     std::vector<io::NamedTensor> weights;
     for (const auto& spec : model_.specs()) weights.push_back({spec.name, model_.param(spec.name)});
-    load_weights(open_checkpoint(cfg_.init_from), weights);
+    if (!cfg_.sft && std::filesystem::is_regular_file(cfg_.init_from)) load_weights_file(cfg_.init_from, weights);
+    else load_weights(open_checkpoint(cfg_.init_from), weights);
     model_.zero_grads();
-    log::info0("fine-tuning %s (its weights; a fresh optimizer)", cfg_.init_from.c_str());
+    log::info0(cfg_.sft ? "fine-tuning %s (its weights; a fresh optimizer)"
+                        : "initial weights from %s (--init-weights; a fresh optimizer)",
+               cfg_.init_from.c_str());
     return;
   }
   CheckpointInfo info = open_checkpoint(*latest);
@@ -249,7 +253,7 @@ void Trainer::resume_or_init() {
 // rank 0's state file as "run:<flag>"). The data fingerprint covers the data too, but says less.
 std::vector<std::pair<std::string, std::string>> Trainer::run_settings() const {
   std::vector<std::pair<std::string, std::string>> settings = train_data_->run_settings();
-  if (!cfg_.init_from.empty()) settings.emplace_back("init-from", cfg_.init_from);
+  if (!cfg_.init_from.empty()) settings.emplace_back(cfg_.sft ? "init-from" : "init-weights", cfg_.init_from);
   settings.emplace_back("valid-data", evaluator_.valid_data().content_text());
   settings.emplace_back("seed", std::to_string(cfg_.seed));
   settings.emplace_back("global-batch-tokens", std::to_string(cfg_.global_batch_tokens));
@@ -464,8 +468,9 @@ void Trainer::open_results(double flops_per_token, double peak_flops) {
   if (results_->exists(run + "/batches/rows")) results_->truncate_rows(run + "/batches", start_step_);
   results_->create_group(run);
   results_->set_attr(run, "config", cfg_.config_text);
-  if (cfg_.sft)  // eval row step 0 probes these weights: the sink before fine-tuning (Table 1 right)
-    results_->set_attr(run, "init_from", cfg_.init_from);
+  // sft: eval row step 0 probes these weights, the sink before fine-tuning (Table 1 right); pre-training:
+  // the run did not draw its initial weights (--init-weights).
+  if (!cfg_.init_from.empty()) results_->set_attr(run, "init_from", cfg_.init_from);
   results_->set_attr(run, "cpu_blas", cpu_blas_description());  // whose last bits these are
   results_->set_attr(run, "attn_kernel", ops::attn_kernel_name(attn_kernel_.kernel));
   results_->set_attr(run, "attn_kernel_reason", attn_kernel_.reason);

@@ -373,6 +373,51 @@ def test_damaged_checkpoint_and_shard_are_refused(corpus, tmp_path):
     assert proc.returncode != 0 and "short.bin" in proc.stderr and "truncated" in proc.stderr, proc.stderr
 
 
+def test_init_weights_starts_from_a_checkpoints_weights(corpus, tmp_path):
+    """--init-weights: the run starts from a checkpoint's (or a .safetensors file's) weights instead of its
+    --seed's draw, with a fresh optimizer; so from another run's step-0 checkpoint and with that run's seed it
+    is that run, bit for bit."""
+    a = tmp_path / "a"
+    _pretrain(corpus, a, 1, "--checkpoint-at-start", "--keep-checkpoints=10")
+    step0 = a / "checkpoints" / "step_00000000"
+    same = tmp_path / "same"
+    proc = _pretrain(corpus, same, 1, f"--init-weights={step0}")
+    assert f"initial weights from {step0}" in proc.stdout, proc.stdout
+    assert _trajectory(same).keys() == _trajectory(a).keys()
+    for name, values in _trajectory(a).items():
+        assert np.array_equal(_trajectory(same)[name], values), name
+    # Another seed orders the data differently but keeps the weights: step 0's evaluation is a's; without
+    # --init-weights that seed draws other weights.
+    def eval0(out):
+        with h5py.File(out / "results.h5", "r") as f:
+            assert f["runs/t/eval/step"][0] == 0
+            return f["runs/t/eval/valid_loss"][0], f["runs/t"].attrs.get("init_from")
+    other, drawn = tmp_path / "other", tmp_path / "drawn"
+    _pretrain(corpus, other, 1, "--steps=4", "--seed=7", f"--init-weights={a}")  # a run dir: its newest checkpoint
+    _pretrain(corpus, drawn, 1, "--steps=4", "--seed=7")
+    newest = sorted((a / "checkpoints").glob("step_*"))[-1]
+    with h5py.File(a / "results.h5", "r") as f:  # a's last evaluation: the weights of its newest checkpoint
+        assert f["runs/t/eval/step"][-1] == int(newest.name.split("_")[1])
+        a_last = f["runs/t/eval/valid_loss"][-1]
+    assert eval0(other) == (a_last, str(newest))
+    assert eval0(drawn)[1] is None and eval0(drawn)[0] != eval0(a)[0]
+    # A bare .safetensors file of the model's tensors (bench/guo/guo_init.py writes one) serves as well.
+    weights = tmp_path / "w0.safetensors"
+    weights.write_bytes((step0 / "model.safetensors").read_bytes())
+    from_file = tmp_path / "from_file"
+    _pretrain(corpus, from_file, 1, "--steps=4", f"--init-weights={weights}")
+    assert eval0(from_file) == (eval0(a)[0], str(weights))
+    # A checkpoint of another model: one line naming the tensor; a directory without one: one line naming it.
+    proc = _run([str(PRETRAIN), *_args(corpus, tmp_path / "bad", "--d-model=16", f"--init-weights={step0}")],
+                check=False)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode != 0 and len(lines) == 1 and "model.embed_tokens.weight" in lines[0], proc.stderr
+    for missing in (tmp_path, tmp_path / "none.safetensors"):
+        proc = _run([str(PRETRAIN), *_args(corpus, tmp_path / "bad", f"--init-weights={missing}")], check=False)
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert proc.returncode != 0 and len(lines) == 1 and "--init-weights" in lines[0], proc.stderr
+
+
 def test_bad_flags_give_one_clear_line(corpus, tmp_path):
     proc = _run([str(PRETRAIN), *_args(corpus, tmp_path / "y", "--n-heads=3")], check=False)
     assert proc.returncode != 0 and proc.stderr.count("\n") == 1 and "--n-heads" in proc.stderr, proc.stderr
