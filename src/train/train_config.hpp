@@ -32,8 +32,8 @@ struct TrainConfig {
 
   // Fine-tuning (sinklab-sft).
   bool sft = false;
-  // sinklab-sft's --init-from, sinklab-pretrain's --init-weights (optional): the step_<N> directory whose
-  // weights start the run (resolved)
+  // sinklab-sft's --init-from, sinklab-pretrain's --init-weights (optional): the step_<N> directory (or,
+  // for --init-weights, the .safetensors file) whose weights start the run (resolved)
   std::string init_from;
   std::string sft_data;   // data_prep sft output: tokens + assistant loss mask, packed rows of C
 

@@ -105,8 +105,9 @@ void block_keys(const math::AttnConfig& mask, int64_t i0, int64_t i1, int64_t S,
 
 // The part of the configuration the row loops below take as compile-time constants. Their inner loops
 // vectorise only when the per-element switches of attention_math.hpp (on sim, norm and mask) fold away:
-// GCC does not unswitch them ("control flow in loop"), and a scalar row loop costs a variant run 1.5-4x
-// in attention (bench_attention variants, bench/README.md). So:
+// GCC does not unswitch them ("control flow in loop"), and scalar row loops made the variants' attention
+// 1.6-2.3x slower than with these kinds at the tiny model's shape (bench_attention variants,
+// bench/README.md). So:
 // - plain causal softmax (the default, and every model's hot path) fixes the whole configuration;
 // - the (sim, norm, mask) triples of the paper's CPU-sized runs fix those three and read the rest (sink
 //   logit, lead keys, window, alpha, sigmoid bias, position bias) at run time, outside the inner loops
