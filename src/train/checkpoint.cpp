@@ -324,9 +324,18 @@ std::string rank_state_path(const CheckpointInfo& ckpt, int rank) {
 
 std::string read_config_json(const CheckpointInfo& ckpt) { return read_text(join(ckpt.path, kCheckpointConfig)); }
 
+namespace {
+// --init-weights names a weights file (rather than a checkpoint) by its extension.
+bool is_weights_file(const std::string& path) { return path.ends_with(".safetensors"); }
+}  // namespace
+
+void load_initial_weights(const std::string& resolved, const std::vector<io::NamedTensor>& into) {
+  if (is_weights_file(resolved)) load_weights_file(resolved, into);
+  else load_weights(open_checkpoint(resolved), into);
+}
+
 std::string resolve_initial_weights(const std::string& path, const char* flag) {
-  const bool file = path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0;
-  if (!file) return resolve_checkpoint(path, flag);
+  if (!is_weights_file(path)) return resolve_checkpoint(path, flag);
   SL_CHECK(fs::is_regular_file(path), "%s: %s: no such file", flag, path.c_str());
   io::SafetensorsFile check(path);  // its header and spans, now rather than after the data is opened
   (void)check;

@@ -93,6 +93,9 @@ void load_weights(const CheckpointInfo& ckpt, const std::vector<io::NamedTensor>
 void load_weights_file(const std::string& safetensors_path, const std::vector<io::NamedTensor>& into);
 // --init-weights' argument: a .safetensors file as it is, else a checkpoint as resolve_checkpoint finds it.
 std::string resolve_initial_weights(const std::string& path, const char* flag);
+// The weights of a path resolve_initial_weights (or resolve_checkpoint) returned: the file's, or the
+// checkpoint's model.safetensors.
+void load_initial_weights(const std::string& resolved, const std::vector<io::NamedTensor>& into);
 // The path of rank r's state file; throws when r >= ckpt.world.
 std::string rank_state_path(const CheckpointInfo& ckpt, int rank);
 // The HF config text stored beside the weights.

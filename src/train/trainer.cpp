@@ -214,8 +214,7 @@ void Trainer::resume_or_init() {
     // optimizer.
     std::vector<io::NamedTensor> weights;
     for (const auto& spec : model_.specs()) weights.push_back({spec.name, model_.param(spec.name)});
-    if (!cfg_.sft && std::filesystem::is_regular_file(cfg_.init_from)) load_weights_file(cfg_.init_from, weights);
-    else load_weights(open_checkpoint(cfg_.init_from), weights);
+    load_initial_weights(cfg_.init_from, weights);
     model_.zero_grads();
     log::info0(cfg_.sft ? "fine-tuning %s (its weights; a fresh optimizer)"
                         : "initial weights from %s (--init-weights; a fresh optimizer)",
