@@ -383,9 +383,10 @@ def test_init_weights_starts_from_a_checkpoints_weights(corpus, tmp_path):
     same = tmp_path / "same"
     proc = _pretrain(corpus, same, 1, f"--init-weights={step0}")
     assert f"initial weights from {step0}" in proc.stdout, proc.stdout
-    assert _trajectory(same).keys() == _trajectory(a).keys()
-    for name, values in _trajectory(a).items():
-        assert np.array_equal(_trajectory(same)[name], values), name
+    reference, replayed = _trajectory(a), _trajectory(same)
+    assert replayed.keys() == reference.keys()
+    for key, values in replayed.items():
+        np.testing.assert_array_equal(values, reference[key], err_msg=key)
     # Another seed orders the data differently but keeps the weights: step 0's evaluation is a's; without
     # --init-weights that seed draws other weights.
     def eval0(out):
@@ -399,14 +400,16 @@ def test_init_weights_starts_from_a_checkpoints_weights(corpus, tmp_path):
     with h5py.File(a / "results.h5", "r") as f:  # a's last evaluation: the weights of its newest checkpoint
         assert f["runs/t/eval/step"][-1] == int(newest.name.split("_")[1])
         a_last = f["runs/t/eval/valid_loss"][-1]
+    a_first = eval0(a)[0]
     assert eval0(other) == (a_last, str(newest))
-    assert eval0(drawn)[1] is None and eval0(drawn)[0] != eval0(a)[0]
+    drawn_first, drawn_from = eval0(drawn)
+    assert drawn_from is None and drawn_first != a_first
     # A bare .safetensors file of the model's tensors (bench/guo/guo_init.py writes one) serves as well.
     weights = tmp_path / "w0.safetensors"
     weights.write_bytes((step0 / "model.safetensors").read_bytes())
     from_file = tmp_path / "from_file"
     _pretrain(corpus, from_file, 1, "--steps=4", f"--init-weights={weights}")
-    assert eval0(from_file) == (eval0(a)[0], str(weights))
+    assert eval0(from_file) == (a_first, str(weights))
     # A checkpoint of another model: one line naming the tensor; a directory without one: one line naming it.
     proc = _run([str(PRETRAIN), *_args(corpus, tmp_path / "bad", "--d-model=16", f"--init-weights={step0}")],
                 check=False)
