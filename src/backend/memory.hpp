@@ -39,6 +39,17 @@ class Buffer {
   void* ptr_at(size_t byte_offset) const { return static_cast<char*>(data_) + byte_offset; }
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
+  // Afterwards holds at least `bytes` (and 64) on `device`: re-allocated when smaller or elsewhere, the old
+  // block freed first (peak memory is one block, not two); the contents are not kept then. How every
+  // scratch buffer that grows with the largest call so far is kept.
+  void ensure(size_t bytes, Device device) {
+    bytes = bytes < 64 ? 64 : bytes;
+    if (data_ && bytes_ >= bytes && device_ == device) return;
+    release();
+    data_ = backend_for(device).allocate(bytes);
+    bytes_ = bytes;
+    device_ = device;
+  }
   Tensor view(DType dt, std::initializer_list<int64_t> dims) const {
     Tensor t(data_, dt, dims, device_);
     SL_CHECK(t.nbytes() <= bytes_, "view %s of %s needs %zu bytes, buffer has %zu", t.shape_str().c_str(),

@@ -67,16 +67,14 @@ void FamilyModel::attention(Tensor out, Tensor q, Tensor k, Tensor v, const ops:
            "%s: the window_sinks ablation runs on f32 tensors", info_.dir.c_str());
   const int64_t W = recent.window, s = a.sink_tokens, P = s + W - 1;
   const int64_t stats_n = B * H * T, q_n = B * T * H * dh;
-  if (ablation_scratch_.bytes() < size_t(stats_n + q_n + T) * sizeof(float))
-    ablation_scratch_ = Buffer::for_tensor(DType::f32, {stats_n + q_n + T});
+  ablation_scratch_.ensure(size_t(stats_n + q_n + T) * sizeof(float), Device::cpu());
   float* scratch = static_cast<float*>(ablation_scratch_.ptr_at(0));
   // The op runs where the model does; the merge below runs on the host, on copies of a GPU model's
   // tensors (a few keys per query), and a GPU model gets the merged output copied back.
   const Device device = q.device;
   Tensor stats(scratch, DType::f32, {B, H, T});
   if (!device.is_cpu()) {
-    if (ablation_device_.bytes() < size_t(stats_n) * sizeof(float))
-      ablation_device_ = Buffer::for_tensor(DType::f32, {stats_n}, device);
+    ablation_device_.ensure(size_t(stats_n) * sizeof(float), device);
     stats = ablation_device_.view(DType::f32, {B, H, T});
   }
   ops::attention_forward(out, stats, q, k, v, recent);

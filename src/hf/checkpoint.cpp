@@ -251,6 +251,15 @@ WeightSpec WeightSpec::stacked(std::vector<WeightPart> parts, bool optional) {
   return s;
 }
 
+WeightSpec WeightSpec::stacked_qkv(const std::string& attn, const std::string& what, int64_t q_rows, int64_t kv_rows,
+                                   int64_t d_in) {
+  const bool matrix = what == "weight";
+  auto shape = [&](int64_t rows) { return matrix ? std::vector<int64_t>{rows, d_in} : std::vector<int64_t>{rows}; };
+  return stacked({{attn + "q_proj." + what, shape(q_rows)},
+                  {attn + "k_proj." + what, shape(kv_rows)},
+                  {attn + "v_proj." + what, shape(kv_rows)}});
+}
+
 WeightSpec WeightSpec::conv1d(std::string name, int64_t in, int64_t out) {
   WeightSpec s = one(std::move(name), {in, out});
   s.transposed = true;
@@ -446,11 +455,7 @@ WeightStore::WeightStore(std::shared_ptr<const Checkpoint> ckpt, WeightPlan plan
 }
 
 float* WeightStore::host_stage(int64_t n) {
-  const size_t bytes = size_t(std::max<int64_t>(n, 16)) * sizeof(float);
-  if (host_stage_.bytes() < bytes) {
-    host_stage_ = Buffer();
-    host_stage_ = Buffer(bytes, Device::cpu());
-  }
+  host_stage_.ensure(size_t(n) * sizeof(float), Device::cpu());
   return static_cast<float*>(host_stage_.data());
 }
 
@@ -574,10 +579,7 @@ void WeightStore::head(Tensor logits, Tensor x) {
   const int64_t chunk = head_chunk_rows_, N = x.shape[0];
   const int64_t cols = device_.is_cpu() ? chunk
                                         : std::clamp<int64_t>(logits_stage_bytes_ / std::max<int64_t>(1, 4 * N), 1, chunk);
-  if (!device_.is_cpu() && logits_buffer_.bytes() < size_t(N * cols * 4)) {
-    logits_buffer_ = Buffer();
-    logits_buffer_ = Buffer(size_t(N * cols * 4), device_);
-  }
+  if (!device_.is_cpu()) logits_buffer_.ensure(size_t(N * cols * 4), device_);
   if (streaming()) current_layer_ = -1;  // the buffer no longer holds a layer
   float* buf = static_cast<float*>(layer_buffer_.data());
   for (int64_t v0 = 0; v0 < vocab_; v0 += chunk) {

@@ -111,6 +111,11 @@ struct WeightSpec {
   static WeightSpec stacked(std::vector<WeightPart> parts, bool optional = false);
   static WeightSpec conv1d(std::string name, int64_t in, int64_t out);  // stored [in,out], used [out,in]
   static WeightSpec plus_one(std::string name, std::vector<int64_t> shape);  // 1 + w (Gemma's norms)
+  // The attention's q, k and v projections as one stacked tensor (one GEMM), from the checkpoint's
+  // <attn>q_proj.<what>, k_proj.<what>, v_proj.<what> (LLaMA, Qwen2, Gemma 3, OPT): what = "weight" gives
+  // [q_rows + 2 kv_rows, d_in] from [rows, d_in] parts, "bias" [q_rows + 2 kv_rows] from [rows] parts.
+  static WeightSpec stacked_qkv(const std::string& attn, const std::string& what, int64_t q_rows, int64_t kv_rows,
+                                int64_t d_in);
   // A tensor the configuration says the model does not have (attention_bias false): always undefined,
   // whatever the checkpoint holds (transformers ignores such extra tensors too).
   static WeightSpec absent();

@@ -24,10 +24,7 @@ int64_t Activations::bytes(const std::vector<Slot>& slots) {
 
 void Activations::allocate(const std::vector<Slot>& slots, Device device) {
   const int64_t need = bytes(slots);
-  if (buffer_.bytes() < size_t(need) || !(buffer_.device() == device)) {
-    buffer_ = Buffer();  // release first: peak memory is one buffer, not two
-    buffer_ = Buffer(size_t(std::max<int64_t>(need, 64)), device);
-  }
+  buffer_.ensure(size_t(need), device);
   char* cursor = static_cast<char*>(buffer_.data());
   for (const Slot& s : slots) {
     *s.tensor = Tensor::contiguous_view(cursor, DType::f32, s.dims.data(), int(s.dims.size()), device);

@@ -133,16 +133,10 @@ class Gemma3Model final : public FamilyModel {
     for (int64_t l = 0; l < L; ++l) {
       const std::string p = pre + "layers." + std::to_string(l) + ".";
       const std::string a = p + "self_attn.", m = p + "mlp.";
-      auto qkv = [&](const char* what, bool matrix) {
-        auto shape = [&](int64_t rows) { return matrix ? std::vector<int64_t>{rows, d_} : std::vector<int64_t>{rows}; };
-        return WeightSpec::stacked({{a + "q_proj." + what, shape(q_rows)},
-                                    {a + "k_proj." + what, shape(kv_rows)},
-                                    {a + "v_proj." + what, shape(kv_rows)}});
-      };
       plan.layers.push_back({
           WeightSpec::plus_one(p + "input_layernorm.weight", {d_}),
-          qkv("weight", true),
-          attn_bias ? qkv("bias", false) : WeightSpec::absent(),
+          WeightSpec::stacked_qkv(a, "weight", q_rows, kv_rows, d_),
+          attn_bias ? WeightSpec::stacked_qkv(a, "bias", q_rows, kv_rows, d_) : WeightSpec::absent(),
           WeightSpec::plus_one(a + "q_norm.weight", {dh_}),
           WeightSpec::plus_one(a + "k_norm.weight", {dh_}),
           WeightSpec::one(a + "o_proj.weight", {d_, q_rows}),

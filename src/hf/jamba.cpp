@@ -283,7 +283,7 @@ class JambaModel final : public FamilyModel {
     ops::linear_forward(router_logits_, xn_, w[ffn + kRouter], Tensor{});
     Tensor top_experts(top_experts_.data(), DType::i32, {N, K_});
     if (!xn_.device.is_cpu()) {  // the op writes the choices where the model runs
-      if (experts_buffer_.bytes() < top_experts.nbytes()) experts_buffer_ = Buffer(top_experts.nbytes(), xn_.device);
+      experts_buffer_.ensure(top_experts.nbytes(), xn_.device);
       top_experts = experts_buffer_.view(DType::i32, {N, K_});
     }
     ops::moe_router_topk(top_weights_, top_experts, router_logits_);

@@ -62,13 +62,10 @@ class OptModel final : public FamilyModel {
     for (int64_t l = 0; l < L; ++l) {
       const std::string p = pre + "layers." + std::to_string(l) + ".";
       const std::string a = p + "self_attn.";
-      auto qkv = [&](const char* what, std::vector<int64_t> shape) {
-        return WeightSpec::stacked({{a + "q_proj." + what, shape}, {a + "k_proj." + what, shape},
-                                    {a + "v_proj." + what, shape}});
-      };
       plan.layers.push_back({
           ln(p + "self_attn_layer_norm.weight"), ln(p + "self_attn_layer_norm.bias"),
-          qkv("weight", {d_, d_}), bias ? qkv("bias", {d_}) : WeightSpec::absent(),
+          WeightSpec::stacked_qkv(a, "weight", d_, d_, d_),
+          bias ? WeightSpec::stacked_qkv(a, "bias", d_, d_, d_) : WeightSpec::absent(),
           WeightSpec::one(a + "out_proj.weight", {d_, d_}),
           bias ? WeightSpec::one(a + "out_proj.bias", {d_}) : WeightSpec::absent(),
           ln(p + "final_layer_norm.weight"), ln(p + "final_layer_norm.bias"),

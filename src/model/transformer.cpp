@@ -59,7 +59,7 @@ void Transformer::round_to_precision(Tensor x) {
 Tensor Transformer::low_precision_scratch(int slot, const Tensor& like) {
   Buffer& buffer = low_precision_buffers_[slot];
   const size_t bytes = size_t(like.numel()) * dtype_size(DType::bf16);
-  if (buffer.bytes() < bytes) buffer = Buffer(bytes, device_);
+  buffer.ensure(bytes, device_);
   return Tensor::contiguous_view(buffer.data(), DType::bf16, like.shape.data(), like.ndim, device_);
 }
 

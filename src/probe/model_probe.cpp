@@ -30,7 +30,7 @@ ModelProbe::ModelProbe(int n_layers, int n_heads, int64_t seq_len, int max_k, st
 Tensor ModelProbe::probs_output(int, const std::array<int64_t, 4>& shape, DType dtype, Device device) {
   if (dtype != DType::f32 || !device.is_cpu()) return Tensor{};
   const size_t bytes = size_t(shape[0] * shape[1] * shape[2] * shape[3]) * sizeof(float);
-  if (probs_buffer_.bytes() < bytes) probs_buffer_ = Buffer(bytes, Device::cpu());
+  probs_buffer_.ensure(bytes, Device::cpu());
   return probs_buffer_.view(DType::f32, {shape[0], shape[1], shape[2], shape[3]});
 }
 

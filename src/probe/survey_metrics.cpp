@@ -185,7 +185,7 @@ Tensor SurveyProbe::probs_output(int, const std::array<int64_t, 4>& shape, DType
   if ((dtype != DType::f32 && dtype != DType::f64) || !device.is_cpu()) return Tensor{};
   const size_t bytes = size_t(shape[0] * shape[1] * shape[2] * shape[3]) * dtype_size(dtype);
   if (bytes > kFusedProbsMaxBytes) return Tensor{};
-  if (fused_probs_buffer_.bytes() < bytes) fused_probs_buffer_ = Buffer(bytes, Device::cpu());
+  fused_probs_buffer_.ensure(bytes, Device::cpu());
   return fused_probs_buffer_.view(dtype, {shape[0], shape[1], shape[2], shape[3]});
 }
 
@@ -221,10 +221,8 @@ void SurveyProbe::add_attention(int a, const LayerTaps& taps) {
                  taps.probs.shape[3] == S,
              "survey probe: layer %d: attention matrix %s, expected [%lld,%lld,%lld,%lld]", taps.layer,
              taps.probs.shape_str().c_str(), (long long)B, (long long)H, (long long)T, (long long)S);
-  const size_t probs_bytes = fused ? 0 : size_t(B * T * S) * dtype_size(q.dtype);
-  if (probs_buffer_.bytes() < probs_bytes) probs_buffer_ = Buffer(probs_bytes, Device::cpu());
-  const size_t alpha_bytes = size_t(B * H * K) * sizeof(double);
-  if (alpha_buffer_.bytes() < alpha_bytes) alpha_buffer_ = Buffer(alpha_bytes, Device::cpu());
+  if (!fused) probs_buffer_.ensure(size_t(B * T * S) * dtype_size(q.dtype), Device::cpu());
+  alpha_buffer_.ensure(size_t(B * H * K) * sizeof(double), Device::cpu());
   Tensor alpha = alpha_buffer_.view(DType::f64, {B, H, K});
   std::vector<double> last_to_first(size_t(B * H));
   const bool proxy = measured_by_proxy(*taps.attention);

@@ -103,6 +103,25 @@ TEST(Arena, AlignsAndTracksPeak) {
   (void)x;
 }
 
+TEST(Buffer, EnsureGrowsOnlyWhenTooSmall) {
+  Buffer buf;
+  buf.ensure(0, Device::cpu());  // an empty request still gives a block (64 bytes), never a null one
+  ASSERT_NE(buf.data(), nullptr);
+  EXPECT_EQ(buf.bytes(), 64u);
+  buf.ensure(1000, Device::cpu());
+  EXPECT_EQ(buf.bytes(), 1000u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(buf.data()) % 64, 0u);
+  static_cast<char*>(buf.data())[999] = 42;
+  void* const block = buf.data();
+  buf.ensure(10, Device::cpu());  // fits: the same block, contents kept
+  buf.ensure(1000, Device::cpu());
+  EXPECT_EQ(buf.data(), block);
+  EXPECT_EQ(buf.bytes(), 1000u);
+  EXPECT_EQ(static_cast<char*>(buf.data())[999], 42);
+  buf.ensure(1001, Device::cpu());  // one byte more: a new block of the new size
+  EXPECT_EQ(buf.bytes(), 1001u);
+}
+
 std::string temp_path(const std::string& name) {
   return ::testing::TempDir() + "sinklab_" + name;
 }
