@@ -1,10 +1,13 @@
 // linear_forward / linear_backward / matmul on the CPU backend against PyTorch float64 goldens
 // (tests/python/goldens/gen_linear.py), in f32 and f64, plus finite differences and accumulation.
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "backend/cpu/blas.hpp"
 #include "backend/op_checks.hpp"
 #include "test_util.hpp"
 
@@ -282,6 +285,38 @@ TEST(Matmul, RejectsMismatchedShapes) {
   Owned a3(DType::f32, {2, 3, 4}), b3(DType::f32, {3, 4, 6}), out3(DType::f32, {2, 3, 6});
   EXPECT_THROW(ops::matmul(out3, a3, b3, false, false), Error);
   EXPECT_THROW(ops::matmul(out3, a, b3, false, false), Error);
+}
+
+// cpu::gemm clears C itself when beta = 0 and asks the BLAS to accumulate (backend/cpu/blas.hpp): the
+// result must be the BLAS's own beta = 0 bits, whatever C held before (NaN here), with the columns past N
+// of a strided C untouched; at a size that clears rows in parallel and at a small one.
+template <class T>
+void expect_zero_beta_matches_the_blas(int64_t M, int64_t N, int64_t K) {
+  const DType dt = std::is_same_v<T, float> ? DType::f32 : DType::f64;
+  const int64_t ldc = N + 5;
+  Owned a(dt, {M, K}), b(dt, {N, K}), c(dt, {M, ldc}), ref(dt, {M, ldc});
+  test::randn(a, 1);
+  test::randn(b, 2);
+  ops::fill(c, std::numeric_limits<double>::quiet_NaN());
+  ops::fill(ref, std::numeric_limits<double>::quiet_NaN());
+  cpu::gemm<T>(false, true, M, N, K, T(1), a.data<T>(), K, b.data<T>(), K, T(0), c.data<T>(), ldc);
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(N), int(K), 1.0f, a.data<T>(), int(K),
+                b.data<T>(), int(K), 0.0f, ref.data<T>(), int(ldc));
+  else
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(N), int(K), 1.0, a.data<T>(), int(K),
+                b.data<T>(), int(K), 0.0, ref.data<T>(), int(ldc));
+  for (int64_t i = 0; i < M; ++i) {
+    ASSERT_EQ(std::memcmp(c.data<T>() + i * ldc, ref.data<T>() + i * ldc, size_t(N) * sizeof(T)), 0) << "row " << i;
+    for (int64_t j = N; j < ldc; ++j) ASSERT_TRUE(std::isnan(c.data<T>()[i * ldc + j])) << "row " << i;
+  }
+}
+
+TEST(Gemm, ZeroBetaGivesTheBlasOwnBitsAndIgnoresWhatCHeld) {
+  expect_zero_beta_matches_the_blas<float>(300, 257, 130);  // 77,100 elements: the parallel clear
+  expect_zero_beta_matches_the_blas<float>(5, 3, 7);
+  expect_zero_beta_matches_the_blas<double>(300, 257, 130);
+  expect_zero_beta_matches_the_blas<double>(1, 1, 1);
 }
 
 }  // namespace
