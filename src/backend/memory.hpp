@@ -46,6 +46,7 @@ class Buffer {
     bytes = bytes < 64 ? 64 : bytes;
     if (data_ && bytes_ >= bytes && device_ == device) return;
     release();
+    bytes_ = 0;  // (still true if the allocation below throws)
     data_ = backend_for(device).allocate(bytes);
     bytes_ = bytes;
     device_ = device;

@@ -19,7 +19,7 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A
   // beta = 0: zero C here and let the BLAS accumulate into it (beta = 1). OpenBLAS 0.3.21 clears C with
   // its generic scalar beta loop, ~1/5 of a [4096, 768] x K=128 product; rows zeroed in parallel take less
   // than half of that, and the result is the same bits (OpenBLAS also adds the product to a zeroed C).
-  // bench/README.md, "Which kernels": the measurement.
+  // The measurement: bench/README.md, "The BLAS's beta = 0 clear".
   if (beta == T(0)) {
     const bool parallel = M * N >= (int64_t(1) << 16) && !omp_in_parallel();
 #pragma omp parallel for schedule(static) if (parallel)
