@@ -411,14 +411,13 @@ def test_init_weights_starts_from_a_checkpoints_weights(corpus, tmp_path):
     _pretrain(corpus, from_file, 1, "--steps=4", f"--init-weights={weights}")
     assert eval0(from_file) == (a_first, str(weights))
     # A checkpoint of another model: one line naming the tensor; a directory without one: one line naming it.
-    proc = _run([str(PRETRAIN), *_args(corpus, tmp_path / "bad", "--d-model=16", f"--init-weights={step0}")],
-                check=False)
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert proc.returncode != 0 and len(lines) == 1 and "model.embed_tokens.weight" in lines[0], proc.stderr
-    for missing in (tmp_path, tmp_path / "none.safetensors"):
-        proc = _run([str(PRETRAIN), *_args(corpus, tmp_path / "bad", f"--init-weights={missing}")], check=False)
+    def refused_in_one_line(naming, *extra):
+        proc = _run([str(PRETRAIN), *_args(corpus, tmp_path / "bad", *extra)], check=False)
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
-        assert proc.returncode != 0 and len(lines) == 1 and "--init-weights" in lines[0], proc.stderr
+        assert proc.returncode != 0 and len(lines) == 1 and naming in lines[0], proc.stderr
+    refused_in_one_line("model.embed_tokens.weight", "--d-model=16", f"--init-weights={step0}")
+    for missing in (tmp_path, tmp_path / "none.safetensors"):
+        refused_in_one_line("--init-weights", f"--init-weights={missing}")
 
 
 def test_bad_flags_give_one_clear_line(corpus, tmp_path):
