@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Training-step throughput, sinklab (bench_train_step) against PyTorch eager (peers/torch_train_step.py)
 # on the same machine, thread count and shapes, in one run; prints tokens/s of each, the ratio, and
-# sinklab's MFU against the sgemm peak it measured.
-#   bench/run_train_step.sh [threads=2] [steps=10]       BUILD_DIR (default build) holds bin/bench_train_step
+# sinklab's MFU against the sgemm peak it measured. Both run ROUNDS times alternately and keep their best
+# pass (as run_hf_survey.sh does), so a burst of foreign load on this shared machine hits them alike; the
+# min-max columns show each side's spread over the rounds.
+#   [ROUNDS=3] [BUILD_DIR=build] bench/run_train_step.sh [threads=2] [tiny_steps=20] [60m_steps=4]
+# (timed steps per pass, after 2 warm-up steps for tiny and 1 for 60M, whose step takes ~20 s on 2 cores)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 threads=${1:-2}
-steps=${2:-10}
+tiny_steps=${2:-20}
+steps_60m=${3:-4}
 build=${BUILD_DIR:-$root/build}
 bash "$root/env/oracle.sh"
 if [ ! -x "$build/bin/bench_train_step" ]; then
@@ -14,16 +18,31 @@ if [ ! -x "$build/bin/bench_train_step" ]; then
   make -C "$build" -j"$threads" bench_train_step >/dev/null
 fi
 export OMP_NUM_THREADS=$threads
-echo "# $(date -u +%Y-%m-%d) $(lscpu | sed -n 's/^Model name: *//p'), threads=$threads, torch $("$root/.venv-oracle/bin/python" -c 'import torch; print(torch.__version__)')"
-printf "%-10s %12s %12s %7s %8s %10s\n" shape sinklab_tok/s torch_tok/s ratio mfu peak_GF/s
-# name vocab d layers heads ffn seq rows
-while read -r name vocab d layers heads ffn seq rows; do
-  args="--vocab $vocab --d $d --layers $layers --heads $heads --ffn $ffn --seq $seq --rows $rows"
-  ours=$("$build/bin/bench_train_step" $args --steps "$steps")
-  peer=$("$root/.venv-oracle/bin/python" "$root/bench/peers/torch_train_step.py" $args --threads "$threads" --steps "$steps")
-  echo "$ours" | awk -v n="$name" -v p="$(echo "$peer" | awk '{print $3}')" \
-    '{printf "%-10s %12.0f %12.0f %7.2f %8.3f %10.1f\n", n, $3, p, $3 / p, $9, $7}'
-done <<'SHAPES'
-tiny 4096 128 4 4 384 256 16
-60M 50432 768 10 8 1536 256 16
+rounds=${ROUNDS:-3}
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(lscpu | sed -n 's/^Model name: *//p'), threads=$threads, steps=$tiny_steps/$steps_60m, rounds=$rounds," \
+     "load average $(cut -d' ' -f1-3 /proc/loadavg), torch $("$root/.venv-oracle/bin/python" -c 'import torch; print(torch.__version__)')," \
+     "sinklab $(git -C "$root" rev-parse --short HEAD)"
+printf "%-6s %13s %13s %6s %15s %15s %7s %9s\n" shape sinklab_tok/s torch_tok/s ratio sinklab_min-max torch_min-max mfu peak_GF/s
+# name vocab d layers heads ffn seq rows timed-steps warm-up-steps
+while read -r name vocab d layers heads ffn seq rows steps warmup; do
+  args="--vocab $vocab --d $d --layers $layers --heads $heads --ffn $ffn --seq $seq --rows $rows --steps $steps --warmup $warmup"
+  ours=() theirs=()
+  for ((r = 0; r < rounds; ++r)); do
+    # the sgemm peak (for MFU) is measured in the first round only
+    ours+=("$("$build/bin/bench_train_step" $args $([ $r -gt 0 ] && echo --no-peak))")
+    theirs+=("$("$root/.venv-oracle/bin/python" "$root/bench/peers/torch_train_step.py" $args --threads "$threads")")
+  done
+  # best and min of each side; the MFU of sinklab's best pass is the first pass's MFU scaled by its tokens/s
+  printf "%s\n" "${ours[@]}" | awk -v n="$name" -v theirs="$(printf "%s\n" "${theirs[@]}" | awk '{print $3}')" '
+    NR == 1 { first = $3; mfu = $9; peak = $7 }
+    { if ($3 > best) best = $3; if (NR == 1 || $3 < lo) lo = $3 }
+    END {
+      k = split(theirs, t, "\n")
+      for (i = 1; i <= k; ++i) { if (t[i] > tb) tb = t[i]; if (i == 1 || t[i] < tl) tl = t[i] }
+      printf "%-6s %13.0f %13.0f %6.2f %7.0f-%-7.0f %7.0f-%-7.0f %7.3f %9.1f\n", n, best, tb, best / tb, lo, best, tl, tb,
+             mfu * best / first, peak
+    }'
+done <<SHAPES
+tiny 4096 128 4 4 384 256 16 $tiny_steps 2
+60M 50432 768 10 8 1536 256 16 $steps_60m 1
 SHAPES
