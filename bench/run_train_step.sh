@@ -22,6 +22,9 @@ rounds=${ROUNDS:-3}
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(lscpu | sed -n 's/^Model name: *//p'), threads=$threads, steps=$tiny_steps/$steps_60m, rounds=$rounds," \
      "load average $(cut -d' ' -f1-3 /proc/loadavg), torch $("$root/.venv-oracle/bin/python" -c 'import torch; print(torch.__version__)')," \
      "sinklab $(git -C "$root" rev-parse --short HEAD)"
+tokens() { awk '{print $3}'; }  # tokens/s, the third field of both programs' line
+best() { sort -g | tail -1; }
+least() { sort -g | head -1; }
 printf "%-6s %13s %13s %6s %15s %15s %7s %9s\n" shape sinklab_tok/s torch_tok/s ratio sinklab_min-max torch_min-max mfu peak_GF/s
 # name vocab d layers heads ffn seq rows timed-steps warm-up-steps
 while read -r name vocab d layers heads ffn seq rows steps warmup; do
@@ -32,16 +35,14 @@ while read -r name vocab d layers heads ffn seq rows steps warmup; do
     ours+=("$("$build/bin/bench_train_step" $args $([ $r -gt 0 ] && echo --no-peak))")
     theirs+=("$("$root/.venv-oracle/bin/python" "$root/bench/peers/torch_train_step.py" $args --threads "$threads")")
   done
-  # best and min of each side; the MFU of sinklab's best pass is the first pass's MFU scaled by its tokens/s
-  printf "%s\n" "${ours[@]}" | awk -v n="$name" -v theirs="$(printf "%s\n" "${theirs[@]}" | awk '{print $3}')" '
-    NR == 1 { first = $3; mfu = $9; peak = $7 }
-    { if ($3 > best) best = $3; if (NR == 1 || $3 < lo) lo = $3 }
-    END {
-      k = split(theirs, t, "\n")
-      for (i = 1; i <= k; ++i) { if (t[i] > tb) tb = t[i]; if (i == 1 || t[i] < tl) tl = t[i] }
-      printf "%-6s %13.0f %13.0f %6.2f %7.0f-%-7.0f %7.0f-%-7.0f %7.3f %9.1f\n", n, best, tb, best / tb, lo, best, tl, tb,
-             mfu * best / first, peak
-    }'
+  # best and least pass of each side (as run_hf_survey.sh); sinklab's MFU is the first pass's, which
+  # measured the peak, scaled to the best pass's tokens/s
+  o=$(printf "%s\n" "${ours[@]}" | tokens | best) ol=$(printf "%s\n" "${ours[@]}" | tokens | least)
+  t=$(printf "%s\n" "${theirs[@]}" | tokens | best) tl=$(printf "%s\n" "${theirs[@]}" | tokens | least)
+  read -r first peak mfu <<<"$(echo "${ours[0]}" | awk '{print $3, $7, $9}')"
+  awk -v n="$name" -v o="$o" -v ol="$ol" -v t="$t" -v tl="$tl" -v first="$first" -v peak="$peak" -v mfu="$mfu" \
+    'BEGIN {printf "%-6s %13.0f %13.0f %6.2f %7.0f-%-7.0f %7.0f-%-7.0f %7.3f %9.1f\n", n, o, t, o / t, ol, o, tl, t,
+            mfu * o / first, peak}'
 done <<SHAPES
 tiny 4096 128 4 4 384 256 16 $tiny_steps 2
 60M 50432 768 10 8 1536 256 16 $steps_60m 1
