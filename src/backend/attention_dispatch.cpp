@@ -57,14 +57,18 @@ std::string flash_unfit(const AttentionSpec& s, const AttnCall& call) {
 
 const char* attn_kernel_name(AttnKernel kernel) { return enum_name(kAttnKernelNames, kernel); }
 
-AttnCall attn_call_of(const Tensor& q, bool probs) {
+AttnCall attn_call(const Device& device, DType dtype, int64_t head_dim, bool probs) {
   AttnCall c;
-  c.device = q.device.kind;
-  c.dtype = q.dtype;
-  c.head_dim = q.ndim == 4 ? q.shape[3] : 0;
+  c.device = device.kind;
+  c.dtype = dtype;
+  c.head_dim = head_dim;
   c.probs = probs;
-  c.cudnn_version = q.device.is_cuda() ? cudnn_version() : 0;
+  c.cudnn_version = device.is_cuda() ? cudnn_version() : 0;
   return c;
+}
+
+AttnCall attn_call_of(const Tensor& q, bool probs) {
+  return attn_call(q.device, q.dtype, q.ndim == 4 ? q.shape[3] : 0, probs);
 }
 
 AttnKernel parse_attn_kernel(const std::string& text) { return parse_enum(kAttnKernelNames, text, "attn-kernel"); }

@@ -45,7 +45,10 @@ const char* attn_kernel_name(AttnKernel kernel);  // auto | cudnn | flash | refe
 // Parses an --attn-kernel value; throws naming the flag and the valid values.
 AttnKernel parse_attn_kernel(const std::string& text);
 
-// The call of an op on q [B,T,H,dh] (its device, dtype, head dim; the loaded cuDNN on a CUDA device).
+// The one builder of a call: the device, dtype and head dim of q, k, v, whether it writes probs, and the
+// loaded cuDNN's version on a CUDA device.
+AttnCall attn_call(const Device& device, DType dtype, int64_t head_dim, bool probs);
+// The call of an op on q [B,T,H,dh] (its device, dtype and head dim).
 AttnCall attn_call_of(const Tensor& q, bool probs);
 
 // Why `kernel` (cudnn, flash or reference) cannot run the call; empty when it can.

@@ -66,39 +66,18 @@ using ops::AttnSim;
 // differ only in rows whose sum_j |e^s - 1| is ~1e-6, i.e. all scores ~0.
 inline constexpr double kSoftpickEps = 1e-6;
 
-// The parameters of one attention variant as a plain struct (device-copyable; ops::AttentionSpec may
-// grow non-trivial members).
-struct AttnConfig {
-  AttnSim sim = AttnSim::exp;
-  AttnNorm norm = AttnNorm::sum;
-  AttnMask mask = AttnMask::causal;
-  int64_t window = 0;
-  int64_t prefix = 0;
-  double sigmoid_bias = 0.0;
-  double norm_alpha = 1.0;
-  double norm_p = 1.0;
-  bool sink = false;  // a learned per-head sink logit takes part in the normaliser
-  int64_t lead_keys = 0;
-  AttnPosBias pos_bias = AttnPosBias::none;
+// What a kernel reads of a call: the spec's parameters (ops::AttnParams, device-copyable) and the two facts
+// its tensors carry.
+struct AttnConfig : ops::AttnParams {
+  bool sink = false;        // a learned per-head sink logit takes part in the normaliser
   int64_t num_buckets = 0;  // relative: the columns of relative_bias (0 when it is undefined)
-  int64_t relative_max_distance = 128;
 };
 
 inline AttnConfig attn_config(const ops::AttentionSpec& s) {
   AttnConfig c;
-  c.sim = s.sim;
-  c.norm = s.norm;
-  c.mask = s.mask;
-  c.window = s.window;
-  c.prefix = s.prefix;
-  c.sigmoid_bias = s.sigmoid_bias;
-  c.norm_alpha = s.norm_alpha;
-  c.norm_p = s.norm_p;
+  static_cast<ops::AttnParams&>(c) = s;
   c.sink = s.sink_logit.defined();
-  c.lead_keys = s.lead_keys;
-  c.pos_bias = s.pos_bias;
   c.num_buckets = s.relative_bias.defined() && s.relative_bias.ndim == 2 ? s.relative_bias.shape[1] : 0;
-  c.relative_max_distance = s.relative_max_distance;
   return c;
 }
 

@@ -188,9 +188,10 @@ enum class AttnKernel : uint8_t {
   reference,    // the reference kernels (CPU backend, cuda/attention.cu): every spec
 };
 
-struct AttentionSpec {
-  AttnKernel kernel = AttnKernel::auto_select;  // the request; the computed function does not depend on it
-  bool deterministic = true;  // backward: cuDNN's deterministic algorithm (the other kernels always are)
+// Every parameter of the computed function (docs/DESIGN.md, "The generic attention operation"): a plain
+// struct, copied by value into every kernel (math::AttnConfig adds what the spec's tensors say). A new
+// similarity, normaliser or mask parameter is one field here and its use in attention_math.hpp.
+struct AttnParams {
   double scale = 0.0;  // 0 means 1/sqrt(dh)
   AttnSim sim = AttnSim::exp;
   AttnNorm norm = AttnNorm::sum;
@@ -204,12 +205,18 @@ struct AttentionSpec {
   // biases: v* = 0). S = lead_keys + T. Their columns are part of attention_probs.
   int64_t lead_keys = 0;
   AttnPosBias pos_bias = AttnPosBias::none;
-  // relative: the learned table relative_bias [H, num_buckets] (dtype of q) and the distance from which
-  // on every distance falls into the last bucket. d_relative_bias: optional [H, num_buckets] output of
-  // attention_backward, dL/d relative_bias summed over batch and positions (written, not accumulated).
+  int64_t relative_max_distance = 128;  // relative: the distance from which on every distance falls into the last bucket
+};
+
+// One attention call's configuration: the parameters, the kernel request and the learned tensors.
+struct AttentionSpec : AttnParams {
+  AttnKernel kernel = AttnKernel::auto_select;  // the request; the computed function does not depend on it
+  bool deterministic = true;  // backward: cuDNN's deterministic algorithm (the other kernels always are)
+  // relative: the learned table relative_bias [H, num_buckets] (dtype of q). d_relative_bias: optional
+  // [H, num_buckets] output of attention_backward, dL/d relative_bias summed over batch and positions
+  // (written, not accumulated).
   Tensor relative_bias;
   Tensor d_relative_bias;
-  int64_t relative_max_distance = 128;
   // Learned per-head sink logit S_h (gpt-oss style): an extra "key" every query sees, with score S_h
   // and a zero value vector, so it enters only the normaliser (softmax: Z_i = e^{S_h} + sum_j e^{s_ij}).
   // Optional [H], the dtype of q; not with norm one. d_sink_logit: optional [H] output of

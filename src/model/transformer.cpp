@@ -116,12 +116,8 @@ void Transformer::embed_backward(Tensor inputs) {
 }
 
 ops::AttnKernelChoice Transformer::attention_kernel() const {
-  ops::AttnCall call;
-  call.device = device_.kind;
-  call.dtype = DType::f32;
-  call.head_dim = cfg_.head_dim();
-  call.cudnn_version = device_.is_cuda() ? cudnn_version() : 0;
-  return ops::choose_attention_kernel(layer_spec(0, false), call);
+  return ops::choose_attention_kernel(layer_spec(0, false),
+                                      ops::attn_call(device_, DType::f32, cfg_.head_dim(), /*probs=*/false));
 }
 
 ops::AttentionSpec Transformer::layer_spec(int l, bool backward) const {

@@ -48,11 +48,8 @@ using ops::AttnPosBias;
 constexpr int kAttnThreads = 128;  // threads per block = keys (or queries) per chunk
 
 // Everything a kernel needs about one call, passed by value.
-struct AttnGeom {
-  int64_t B = 0, T = 0, S = 0, H = 0, Hkv = 0, dh = 0, group = 1;
-  float scale = 1.0f;
-  math::AttnConfig cfg;
-  View3 q, k, v, o, dout, dq, dk, dv;  // [B, L, heads, dh]: row (b, l, h)
+struct AttnGeom : AttnCallGeom {
+  View3 o, dout, dq, dk, dv;           // [B, L, heads, dh]: row (b, l, h)
   View3 stats, probs;                  // [B, H, T] and [B, H, T, S]: (b, h, i)
   const float* sink = nullptr;  // [H] (stride sink_stride) when cfg.sink
   int64_t sink_stride = 0;
@@ -421,18 +418,7 @@ size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
 AttnGeom make_geom(CudaBackend& be, const AttentionDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
                    const ops::AttentionSpec& spec, size_t extra_bytes, void** extra, const char* op) {
   AttnGeom g;
-  g.B = d.B;
-  g.T = d.T;
-  g.S = d.S;
-  g.H = d.H;
-  g.Hkv = d.Hkv;
-  g.dh = d.dh;
-  g.group = d.H / d.Hkv;
-  g.scale = float(attention_scale(spec, d.dh));
-  g.cfg = math::attn_config(spec);
-  g.q = head_rows(q, op, "q");
-  g.k = head_rows(k, op, "k");
-  g.v = head_rows(v, op, "v");
+  static_cast<AttnCallGeom&>(g) = attn_call_geom(d, spec, q, k, v, op);
   if (spec.sink_logit.defined()) {
     g.sink = spec.sink_logit.ptr<float>();
     g.sink_stride = spec.sink_logit.stride[0];
@@ -498,6 +484,24 @@ void forward(CudaBackend& be, Tensor out, Tensor stats, Tensor q, Tensor k, Tens
 }
 
 }  // namespace
+
+AttnCallGeom attn_call_geom(const AttentionDims& d, const ops::AttentionSpec& spec, const Tensor& q, const Tensor& k,
+                            const Tensor& v, const char* op) {
+  AttnCallGeom g;
+  g.B = d.B;
+  g.T = d.T;
+  g.S = d.S;
+  g.H = d.H;
+  g.Hkv = d.Hkv;
+  g.dh = d.dh;
+  g.group = d.H / d.Hkv;
+  g.scale = float(attention_scale(spec, d.dh));
+  g.cfg = math::attn_config(spec);
+  g.q = head_rows(q, op, "q");
+  g.k = head_rows(k, op, "k");
+  g.v = head_rows(v, op, "v");
+  return g;
+}
 
 // out [B,T,H,dh], stats [B,H,T] (optional), probs [B,H,T,S] (optional) from q [B,T,H,dh], k/v [B,S,Hkv,dh].
 void CudaBackend::attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec,

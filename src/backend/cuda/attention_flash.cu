@@ -43,12 +43,9 @@ constexpr int kBKb = 32;     // keys per block, dK / dV
 constexpr int kPad16 = 8;    // bf16 row padding (16 bytes: rows stay 32-byte aligned every 16 rows)
 constexpr int kPad32 = 4;    // f32 row padding
 
-struct FlashGeom {
-  int64_t B = 0, T = 0, S = 0, H = 0, Hkv = 0, dh = 0, group = 1;
+struct FlashGeom : AttnCallGeom {
   int DP = 0;  // dh rounded up to 16
-  float scale = 1.0f;
-  math::AttnConfig cfg;
-  View3 q, k, v, o, dout, dq, dk, dv;  // [B, L, heads, dh] f32, contiguous last dim: row (b, l, h)
+  View3 o, dout, dq, dk, dv;           // [B, L, heads, dh] f32, contiguous last dim: row (b, l, h)
   View3 stats;                         // [B, H, T]: element (b, h, i)
   float* D = nullptr;  // backward: [B, H, T] contiguous, dO_i . o_i
 };
@@ -394,19 +391,8 @@ size_t dkv_smem(int DP) {
 FlashGeom make_flash_geom(const AttentionDims& d, const ops::AttentionSpec& spec, const Tensor& q, const Tensor& k,
                           const Tensor& v, const Tensor& stats, const char* op) {
   FlashGeom g;
-  g.B = d.B;
-  g.T = d.T;
-  g.S = d.S;
-  g.H = d.H;
-  g.Hkv = d.Hkv;
-  g.dh = d.dh;
-  g.group = d.H / d.Hkv;
+  static_cast<AttnCallGeom&>(g) = attn_call_geom(d, spec, q, k, v, op);
   g.DP = int((d.dh + 15) / 16 * 16);
-  g.scale = float(attention_scale(spec, d.dh));
-  g.cfg = math::attn_config(spec);
-  g.q = head_rows(q, op, "q");
-  g.k = head_rows(k, op, "k");
-  g.v = head_rows(v, op, "v");
   g.stats = view3(stats);
   return g;
 }
