@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.hpp"
 #include "gpu/gpu_test_util.hpp"
 
 namespace sinklab {
@@ -147,7 +148,8 @@ std::vector<Shape> shapes() {
           {"fused", 2, 20, 4, 2, 12, true}};
 }
 
-void check_case(const Variant& var, const Shape& sh, uint64_t stream) {
+// sink_value: every head's sink logit, where not NaN (else drawn at random).
+void check_case(const Variant& var, const Shape& sh, uint64_t stream, double sink_value = std::nan("")) {
   SCOPED_TRACE(var.name + " / " + sh.name);
   const int64_t L = var.spec.lead_keys, S = L + sh.T;
   const bool fused = sh.fused && L == 0;
@@ -168,6 +170,7 @@ void check_case(const Variant& var, const Shape& sh, uint64_t stream) {
   Tensor gk = fused ? g_qkv.t.slice(2, sh.H, sh.Hkv) : g_k.t;
   Tensor gv = fused ? g_qkv.t.slice(2, sh.H + sh.Hkv, sh.Hkv) : g_v.t;
   Owned sink = random_host(DType::f32, {sh.H}, stream + 4000);
+  if (!std::isnan(sink_value)) ops::fill(sink.t, sink_value);
   Owned rel = random_host(DType::f32, {sh.H, std::max<int64_t>(var.num_buckets, 1)}, stream + 5000);
   Dev g_sink = to_device(sink.t), g_rel = to_device(rel.t);
   Owned d_sink(DType::f32, {sh.H}), d_rel(DType::f32, {sh.H, std::max<int64_t>(var.num_buckets, 1)});
@@ -255,6 +258,25 @@ TEST(CudaAttention, EveryVariantMatchesCpu) {
   uint64_t stream = 100;
   for (const Variant& var : variants())
     for (const Shape& sh : shapes()) check_case(var, sh, stream += 10);
+}
+
+// The sink logit's edges (flash-attention #1797 / #2102 / PR #2752: NaN and Inf where the sink was left
+// out of the row maximum): every head's sink logit at +100 and -100 against scores of order 1, T = 1 and
+// grouped-query heads, softmax and sigmoid with sum, forward and backward against the CPU (which
+// test_ops_attention_sink_edges checks against float64).
+TEST(CudaAttention, SinkLogitEdgesMatchCpu) {
+  SKIP_WITHOUT_CUDA();
+  uint64_t stream = 5000;
+  for (const Variant& var : variants()) {
+    if (!var.sink || var.spec.lead_keys > 0 || var.spec.mask != AttnMask::causal) continue;
+    for (const Shape& sh : shapes()) {
+      if (sh.name != "t1" && sh.name != "gqa") continue;
+      for (double edge : {100.0, -100.0}) {
+        SCOPED_TRACE(strfmt("sink logit %+g", edge));
+        check_case(var, sh, stream += 10, edge);
+      }
+    }
+  }
 }
 
 // Backward with only some gradients asked for (d_q only; d_k, d_v only): the others are not written,

@@ -24,6 +24,7 @@
 
 #include "backend/attention_dispatch.hpp"
 #include "backend/backend.hpp"
+#include "core/error.hpp"
 #include "gpu/gpu_test_util.hpp"
 #include "model/transformer.hpp"
 
@@ -70,6 +71,8 @@ struct Case {
   ops::AttnNorm norm = ops::AttnNorm::sum;
   double alpha = 1.0, sigmoid_bias = 0.0;
   int64_t prefix = 0, lead = 0;
+  double sink_value = 0.0;  // with sink_at_edge: every head's sink logit (else drawn at random)
+  bool sink_at_edge = false;
 };
 
 std::vector<Case> cudnn_cases() {
@@ -85,6 +88,15 @@ std::vector<Case> cudnn_cases() {
   c.push_back({"sink_t37", 2, 37, 4, 4, 64, AttnMask::causal, 0, false, true});
   c.push_back({"sink_window5_gqa", 1, 37, 4, 2, 64, AttnMask::sliding_window, 5, false, true});
   c.push_back({"scale0.3_fused", 2, 20, 4, 2, 16, AttnMask::causal, 0, false, false, true, 0.3});
+  // The sink logit's edges (flash-attention PR #2752's review: Inf at a sink of 100 left out of the row
+  // maximum): +-100 against scores of order 1, T = 1 and T = 37.
+  for (double edge : {100.0, -100.0})
+    for (int64_t T : {1, 37}) {
+      Case x{strfmt("sink%+g_t%lld", edge, (long long)T), 2, T, 4, 2, 64, AttnMask::causal, 0, false, true};
+      x.sink_value = edge;
+      x.sink_at_edge = true;
+      c.push_back(x);
+    }
   return c;
 }
 
@@ -148,6 +160,7 @@ void check_case(const Case& cs, uint64_t stream) {
   Owned v_lead = bf16_rounded(random_host(DType::f32, {B, S, Hkv, dh}, stream + 4).t);
   Owned d_out = bf16_rounded(random_host(DType::f32, {B, T, H, dh}, stream + 1).t);
   Owned sink = random_host(DType::f32, {H}, stream + 2);
+  if (cs.sink_at_edge) ops::fill(sink.t, cs.sink_value);
   Tensor q = qkv.t.slice(2, 0, H);
   Tensor k = cs.lead > 0 ? k_lead.t : qkv.t.slice(2, H, Hkv), v = cs.lead > 0 ? v_lead.t : qkv.t.slice(2, H + Hkv, Hkv);
   Owned q64 = Owned::copy_of(q, DType::f64), k64 = Owned::copy_of(k, DType::f64), v64 = Owned::copy_of(v, DType::f64);
