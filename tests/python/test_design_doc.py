@@ -310,17 +310,24 @@ CITED_FILE = re.compile(r"(?<![\w./<>*{}:-])([\w<][\w.<>*-]*(?:/[\w.<>*-]+)*\.(?
                         + CODE_SUFFIXES + r")))(?![\w/({-])")
 
 
-def cited_files(text):
-    """[(offset, name)] of the repository-looking file names in text."""
+def cited_names(text):
+    """[(offset, name)] of the path-like file names in text, those of EXTERNAL_FILES included."""
     out = []
     for m in CITED_FILE.finditer(text):
         name = m.group(1)
         if "..." in name or ((name.endswith(".*") or name.endswith("}")) and "/" not in name):
             continue
-        if any(fnmatch.fnmatch(name, pattern) for pattern in EXTERNAL_FILES):
-            continue
         out.append((m.start(1), name))
     return out
+
+
+def is_external(name):
+    return any(fnmatch.fnmatch(name, pattern) for pattern in EXTERNAL_FILES)
+
+
+def cited_files(text):
+    """[(offset, name)] of the repository file names text cites."""
+    return [(at, name) for at, name in cited_names(text) if not is_external(name)]
 
 
 def repository_files():
@@ -368,3 +375,10 @@ def test_files_source_comments_cite_exist():
                 missing.append(f"{path.relative_to(ROOT)}:{comments.count(chr(10), 0, at) + 1}: {name}")
     assert count >= 100, f"only {count} file names found in the comments of src/: has the pattern gone stale?"
     assert not missing, "files that comments of src/ cite and that do not exist:\n" + "\n".join(missing)
+
+
+def test_every_external_file_is_still_cited():
+    texts = [doc_text()] + [comments_of(p.read_text(encoding="utf-8")) for p in cpp_sources()]
+    names = {name for text in texts for _, name in cited_names(text)}
+    unused = [p for p in EXTERNAL_FILES if not any(fnmatch.fnmatch(n, p) for n in names)]
+    assert not unused, f"EXTERNAL_FILES entries nothing cites any more (drop them): {unused}"
