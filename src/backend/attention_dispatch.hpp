@@ -1,6 +1,6 @@
 // Which kernel runs an attention call: the one place that decides (docs/DESIGN.md, "The GPU path").
 //
-//   cudnn      cuDNN's fused SDPA (cuda/attention_cudnn.cu): sim exp, norm sum with alpha 1, causal or
+//   cudnn      cuDNN's fused SDPA (cuda/attention_cudnn.cpp): sim exp, norm sum with alpha 1, causal or
 //              sliding-window mask, no position bias or ALiBi (cudnn-frontend's slopes, get_alibi_slope, are
 //              the released code's rule, math::attn_alibi_slope, for any H), the learned sink logit (cuDNN >= 9.13),
 //              no lead keys, head_dim a multiple of 8 up to 128. bf16 inside (f32 in and out).

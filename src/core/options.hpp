@@ -1,4 +1,4 @@
-// How every binary reads its options: flags on the command line plus an optional `--config file.ini`
+// How every binary reads its options: flags on the command line plus an optional `--config <file>.ini`
 // with the same names (`name = value` lines; flags win), and the effective configuration written back
 // as ini text for the results file.
 #pragma once

@@ -17,7 +17,7 @@
 //   64     n_tokens * token_bytes   the token ids
 //
 // The file size must be exactly 64 + n_tokens * token_bytes: a truncated or padded file is refused.
-// data_prep/shards.py writes this format; tests/python/test_shards.py round-trips it through
+// data_prep/shards.py writes this format; tests/python/test_data_prep_shards.py round-trips it through
 // `sinklab-shard dump`.
 #pragma once
 

@@ -39,7 +39,7 @@ void ModelProbe::on_layer(const LayerTaps& taps) {
   const int64_t B = taps.q.shape[0], Tm = taps.q.shape[1], H = taps.q.shape[2], d = taps.hidden_out.shape[2];
   SL_CHECK(Tm == text + lead, "probe built for T=%lld, got sequences of %lld tokens", (long long)text,
            (long long)(Tm - lead));
-  SL_CHECK(taps.q.device.is_cpu(), "the sink probe needs CPU activations (device probing arrives with the CUDA issue)");
+  SL_CHECK(taps.q.device.is_cpu(), "the sink probe reads host activations (a GPU model's taps go through probe::HostTaps)");
   const ops::AttentionSpec& spec = *taps.attention;
   const int64_t S = taps.k.shape[1], bias_cols = spec.lead_keys + lead;
   Tensor probs = taps.probs;

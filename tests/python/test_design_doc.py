@@ -9,12 +9,21 @@
 - The floors table of "Architecture" holds: every `#include "..."` of src/ stays within what its
   folder may include, only backend/backend.cpp reaches into both backends, and CUDA headers stay in
   src/backend/cuda and src/dist/nccl.*.
+- The statements the code can contradict: the CPU-only ops it names are the CPU_ONLY_OP lines of
+  src/backend/op_list.hpp; the functions over the length limit of "Conventions" are those it names,
+  with their lengths (to 10 %), and no file is over its file limit; every repository file it cites,
+  and every one a comment of src/ cites, exists (EXTERNAL_FILES: the files of other projects).
 """
+import fnmatch
+import functools
+import glob
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from cpp_source import comments_of, functions
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "DESIGN.md"
@@ -172,3 +181,204 @@ def test_includes_keep_to_the_floors():
             if m and not (str(rel).startswith("backend/cuda/") or rel.name.startswith("nccl.")):
                 wrong.append(f"src/{rel}:{line_no}: a CUDA header outside src/backend/cuda and src/dist/nccl.*")
     assert not wrong, "includes across the floors of docs/DESIGN.md:\n" + "\n".join(wrong)
+
+
+CPP_SUFFIXES = {".cpp", ".hpp", ".cu", ".cuh", ".h"}
+
+
+def cpp_sources():
+    return [p for p in sorted((ROOT / "src").rglob("*")) if p.suffix in CPP_SUFFIXES]
+
+
+def op_list():
+    """[(OP or CPU_ONLY_OP, op name)] of src/backend/op_list.hpp."""
+    text = (ROOT / "src" / "backend" / "op_list.hpp").read_text(encoding="utf-8")
+    return re.findall(r"^\s*(OP|CPU_ONLY_OP)\(\s*[^,]+,\s*(\w+)\s*,", text, re.M)
+
+
+def stated_cpu_only_ops():
+    """The ops the sentence "CPU-only ops (`CPU_ONLY_OP` lines): ..." of "Architecture" names."""
+    body = sections(doc_text())["Architecture"]
+    m = re.search(r"CPU-only ops \(`CPU_ONLY_OP` lines\):\s*(none|`\w+`(?:,\s*`\w+`)*)\.", body)
+    assert m, 'docs/DESIGN.md, "Architecture": no sentence "CPU-only ops (`CPU_ONLY_OP` lines): none." (or a list)'
+    return set(re.findall(r"`(\w+)`", m.group(1)))
+
+
+def test_cpu_only_ops_are_the_op_lists():
+    lines = op_list()
+    assert len(lines) >= 30, f"read only {len(lines)} ops from src/backend/op_list.hpp: has its form changed?"
+    listed = {name for kind, name in lines if kind == "CPU_ONLY_OP"}
+    stated = stated_cpu_only_ops()
+    assert stated == listed, (f"docs/DESIGN.md says the CPU-only ops are {sorted(stated) or 'none'}, "
+                              f"src/backend/op_list.hpp's CPU_ONLY_OP lines are {sorted(listed) or 'none'}")
+
+
+def conventions_limits():
+    """(file limit, function limit, {function: stated lines}) of the Conventions bullet on lengths."""
+    body = sections(doc_text())["Conventions"]
+    bullet = next((b for b in re.split(r"^- ", body, flags=re.M) if "no function over" in b), "")
+    files = re.search(r"No file in `src/` over (\d+)\s+lines", bullet)
+    funcs = re.search(r"no function over (\d+)\s+lines", bullet)
+    assert files and funcs, 'docs/DESIGN.md, "Conventions": no bullet "No file in `src/` over N lines and no function over M lines"'
+    named = {name: int(n) for name, n in re.findall(r"`([\w:~]+)`\s*(?:\([^)]*\))?,\s*(\d+)\s+lines", bullet)}
+    return int(files.group(1)), int(funcs.group(1)), named
+
+
+@functools.cache
+def measured_functions():
+    """{function name: [(lines, where)]} of every function src/ defines."""
+    out = {}
+    for path in cpp_sources():
+        for name, first, last in functions(path.read_text(encoding="utf-8")):
+            out.setdefault(name, []).append((last - first + 1, f"{path.relative_to(ROOT)}:{first}"))
+    return out
+
+
+def test_function_scanner_sees_the_code():
+    sample = """namespace a {
+namespace {
+struct Row { int x_{0}; int get() const {
+    return x_; } };
+enum class E : int { one, two };
+const auto kLambda = [](int v) { return v; };
+}  // namespace
+template <class T>
+T Table::lookup(int i, T fallback = T{}) const {
+  auto f = [&](int j) { if (j) { return j; } return 0; };
+  return f(i) ? T{} : fallback;
+}
+template <> int conv<float>() { return 1; }
+Store::Store(int n) : n_{n}, m_(n), s_{"{"} {
+  // a brace in a comment: {
+}
+class Plan final : public Base {
+ public:
+  SINKLAB_OPS(DECLARE, DECLARE)
+  int size() const { return 2; }
+};
+extern "C" __attribute__((constructor)) void early(int, char**) {
+}
+}  // namespace a
+"""
+    assert functions(sample) == [("Row::get", 3, 4), ("Table::lookup", 9, 12), ("conv", 13, 13),
+                                 ("Store::Store", 14, 16), ("Plan::size", 20, 20), ("early", 22, 23)]
+    measured = measured_functions()
+    assert sum(len(v) for v in measured.values()) > 500, "the scanner finds few functions in src/"
+    assert "Trainer::run" in measured and "CpuBackend::attention_forward" in measured
+
+
+def test_functions_over_the_limit_are_those_conventions_names():
+    _, limit, named = conventions_limits()
+    measured = measured_functions()
+    wrong = []
+    for name, found in sorted(measured.items()):
+        for lines, where in found:
+            if lines > limit and name not in named:
+                wrong.append(f"{where}: {name} is {lines} lines, over {limit}, and \"Conventions\" does not name it")
+    for name, stated in sorted(named.items()):
+        lengths = measured.get(name, [])
+        if not lengths:
+            wrong.append(f"\"Conventions\" names {name} ({stated} lines), which src/ does not define")
+        elif all(lines <= limit for lines, _ in lengths):
+            wrong.append(f"\"Conventions\" names {name} as over {limit} lines; it is {lengths[0][0]} ({lengths[0][1]})")
+        elif not any(abs(lines - stated) <= 0.1 * stated for lines, _ in lengths):
+            wrong.append(f"\"Conventions\" says {name} is {stated} lines; it is {lengths[0][0]} ({lengths[0][1]})")
+    assert not wrong, "docs/DESIGN.md against the functions of src/:\n" + "\n".join(wrong)
+
+
+def test_no_file_over_the_limit():
+    limit = conventions_limits()[0]
+    over = [f"{p.relative_to(ROOT)}: {n} lines" for p in cpp_sources()
+            if (n := p.read_text(encoding="utf-8").count("\n")) > limit]
+    assert not over, f"files of src/ over the {limit} lines of \"Conventions\":\n" + "\n".join(over)
+
+
+# Files of other projects that comments cite for where a rule comes from: not files of this repository.
+EXTERNAL_FILES = {
+    "flash_softpick_attn.py": "the softpick authors' training kernel (backend/attention_math.hpp)",
+    "model_kv_bias.py": "sail-sg/Attention-Sink's k*/v* bias model (model/config.hpp)",
+    "driver/others/dynamic.c": "OpenBLAS's kernel-set choice (backend/cpu/blas.cpp)",
+    "node/scaled_dot_product_flash_attention.h": "cudnn-frontend's SDPA node (backend/cuda/attention_cudnn.cpp)",
+    "utils/attn_score_modifiers.h": "cudnn-frontend's masks (backend/cuda/attention_cudnn.cpp)",
+    "modeling_*.py": "transformers' model files, each family's reference (hf/*.cpp)",
+    "src/transformers/*.py": "transformers' own tree (backend/rope_math.hpp)",
+}
+CODE_SUFFIXES = "cpp|hpp|cu|cuh|h|c|py|sh|ini|md|txt|cmake"
+# A path-like name: components of word characters (or a <placeholder>, a * glob), a code or text suffix,
+# or `.*` / `.{hpp,cpp}` after a folder; not inside a longer token, a URL or a `...` elision.
+CITED_FILE = re.compile(r"(?<![\w./<>*{}:-])([\w<][\w.<>*-]*(?:/[\w.<>*-]+)*\.(?:\{[\w,]+\}|\*|(?:"
+                        + CODE_SUFFIXES + r")))(?![\w/({-])")
+
+
+def cited_names(text):
+    """[(offset, name)] of the path-like file names in text, those of EXTERNAL_FILES included."""
+    out = []
+    for m in CITED_FILE.finditer(text):
+        name = m.group(1)
+        if "..." in name or ((name.endswith(".*") or name.endswith("}")) and "/" not in name):
+            continue
+        out.append((m.start(1), name))
+    return out
+
+
+def is_external(name):
+    return any(fnmatch.fnmatch(name, pattern) for pattern in EXTERNAL_FILES)
+
+
+def cited_files(text):
+    """[(offset, name)] of the repository file names text cites."""
+    return [(at, name) for at, name in cited_names(text) if not is_external(name)]
+
+
+def repository_files():
+    listed = git("ls-files", "--cached", "--others", "--exclude-standard")
+    if listed.returncode == 0:
+        return [Path(p) for p in listed.stdout.splitlines()]
+    return [p.relative_to(ROOT) for p in ROOT.rglob("*") if p.is_file() and ".git" not in p.parts]
+
+
+def file_exists(name, folders, basenames):
+    """Whether name (a <placeholder> or * standing for part of a component, {a,b} for either) is a file
+    below one of folders, or, without a folder, a file's name anywhere in the repository."""
+    braces = re.search(r"\{([\w,]+)\}", name)
+    names = [name[:braces.start()] + alt + name[braces.end():] for alt in braces.group(1).split(",")] if braces else [name]
+    for one in names:
+        pattern = re.sub(r"<[^>]+>", "*", one)
+        if "/" not in pattern:
+            if not any(fnmatch.fnmatch(b, pattern) for b in basenames):
+                return False
+        elif not any(glob.glob(str(folder / pattern)) for folder in folders):
+            return False
+    return True
+
+
+def test_files_the_document_cites_exist():
+    basenames = {p.name for p in repository_files()}
+    folders = (ROOT, ROOT / "src", ROOT / "src" / "backend")
+    text = doc_text()
+    cited = cited_files(text)
+    assert len(cited) >= 100, f"only {len(cited)} file names found in docs/DESIGN.md: has the pattern gone stale?"
+    missing = [f"docs/DESIGN.md:{text.count(chr(10), 0, at) + 1}: {name}" for at, name in cited
+               if not file_exists(name, folders, basenames)]
+    assert not missing, "files docs/DESIGN.md cites that do not exist:\n" + "\n".join(missing)
+
+
+def test_files_source_comments_cite_exist():
+    basenames = {p.name for p in repository_files()}
+    missing, count = [], 0
+    for path in cpp_sources():
+        comments = comments_of(path.read_text(encoding="utf-8"))
+        folders = (ROOT, ROOT / "src", ROOT / "src" / "backend", path.parent)
+        for at, name in cited_files(comments):
+            count += 1
+            if not file_exists(name, folders, basenames):
+                missing.append(f"{path.relative_to(ROOT)}:{comments.count(chr(10), 0, at) + 1}: {name}")
+    assert count >= 100, f"only {count} file names found in the comments of src/: has the pattern gone stale?"
+    assert not missing, "files that comments of src/ cite and that do not exist:\n" + "\n".join(missing)
+
+
+def test_every_external_file_is_still_cited():
+    texts = [doc_text()] + [comments_of(p.read_text(encoding="utf-8")) for p in cpp_sources()]
+    names = {name for text in texts for _, name in cited_names(text)}
+    unused = [p for p in EXTERNAL_FILES if not any(fnmatch.fnmatch(n, p) for n in names)]
+    assert not unused, f"EXTERNAL_FILES entries nothing cites any more (drop them): {unused}"
