@@ -164,6 +164,13 @@ void FamilyModel::write_logits(Tensor logits, Tensor x) {
   store_->head(logits.reshape({logits.shape[0] * logits.shape[1], logits.shape[2]}), x);
 }
 
+void FamilyModel::final_logits(Tensor logits, Norm norm, Tensor weight, Tensor bias) {
+  const Tensor x = stream(info_.n_layers);
+  if (norm == Norm::layer) ops::layernorm_forward(xn_, mean_, rstd_, x, weight, bias, eps_);
+  else ops::rmsnorm_forward(xn_, rstd_, x, weight, eps_);
+  write_logits(logits, xn_);
+}
+
 WeightPlan token_plan(const HfConfig& cfg, const Checkpoint& ckpt, const std::string& embedding, int64_t d_embed,
                       bool tied_by_default, std::initializer_list<const char*> head_names) {
   WeightPlan plan;

@@ -98,6 +98,8 @@ class FamilyModel : public HfModel {
                              int32_t offset);
   // logits f32 [B,T,V] on the host = x [B*T, d_head] times the head.
   void write_logits(Tensor logits, Tensor x);
+  // write_logits of the final norm (weight, bias: undefined for RMSNorm or none) of stream(n_layers), in xn_.
+  void final_logits(Tensor logits, Norm norm, Tensor weight, Tensor bias = Tensor{});
 
   // The end of layer `layer`, whose output is stream(layer + 1): opt.hidden_ablation on the output, then the
   // layer's taps to the observer, if any (pre_norm: a post-LN layer's residual sum before its last norm).

@@ -169,9 +169,7 @@ class Gemma3Model final : public FamilyModel {
       ops::add(x_out, mid_, tmp_);
       end_layer(l, h, spec, probs, opt, observer);
     }
-    if (!want_logits) return;
-    ops::rmsnorm_forward(xn_, rstd_, stream(info_.n_layers), store_->resident()[kFinalNorm], eps_);
-    write_logits(logits, xn_);
+    if (want_logits) final_logits(logits, Norm::rms, store_->resident()[kFinalNorm]);
   }
 
  private:

@@ -87,9 +87,7 @@ class Gpt2Model final : public FamilyModel {
       ops::add(x_out, mid_, tmp_);
       end_layer(l, h, spec, probs, opt, observer);
     }
-    if (!want_logits) return;
-    ops::layernorm_forward(xn_, mean_, rstd_, stream(info_.n_layers), resident[kLnFW], resident[kLnFB], eps_);
-    write_logits(logits, xn_);
+    if (want_logits) final_logits(logits, Norm::layer, resident[kLnFW], resident[kLnFB]);
   }
 
  private:

@@ -104,10 +104,7 @@ class NeoxModel final : public FamilyModel {
       }
       end_layer(l, h, spec_, probs, opt, observer);
     }
-    if (!want_logits) return;
-    const std::vector<Tensor>& resident = store_->resident();
-    ops::layernorm_forward(xn_, mean_, rstd_, stream(info_.n_layers), resident[kLnFW], resident[kLnFB], eps_);
-    write_logits(logits, xn_);
+    if (want_logits) final_logits(logits, Norm::layer, store_->resident()[kLnFW], store_->resident()[kLnFB]);
   }
 
  private:

@@ -110,9 +110,7 @@ class JambaModel final : public FamilyModel {
         observer->on_layer(taps);  // Mamba layers: q/k/v undefined, attention nullptr
       }
     }
-    if (!want_logits) return;
-    ops::rmsnorm_forward(xn_, rstd_, stream(info_.n_layers), store_->resident()[0], eps_);
-    write_logits(logits, xn_);
+    if (want_logits) final_logits(logits, Norm::rms, store_->resident()[0]);
   }
 
  private:
