@@ -1,6 +1,8 @@
-// Pieces the family files share: the base class holding a model's info and weights, the activation
-// arena of one batch shape, argument checks, learned positions with the Table 7 interventions, and
-// the config.json readers of activations and rotary embeddings.
+// Pieces the family files share: the base class holding a model's info, weights and sizes, with the set-up
+// and forward steps every family takes (the block activations of one batch shape, q/k/v per head, the
+// attention under the survey's ablations, the end of a layer, the final norm and head), argument checks,
+// learned positions with the Table 7 interventions, the token table and head of a plan, Llama's gated MLP,
+// and the config.json readers of sizes, activations and rotary embeddings.
 #pragma once
 
 #include <array>
@@ -49,14 +51,14 @@ HeadShape head_shape(const HfConfig& cfg, bool grouped_query,
                      std::initializer_list<const char*> width_keys = {"hidden_size"},
                      std::initializer_list<const char*> head_keys = {"num_attention_heads"});
 
-// A family model: info, weights, sizes, the activations of the last batch shape, and the pieces of set-up
+// A family model: info, weights, sizes, the activations of the last batch shape, and the steps of set-up
 // and forward every family shares. A family file is then its config reading, its tensor-name table and
-// its forward:
-//   constructor: set_sizes(head_shape(cfg, ...), mlp width); plan = token_plan(...); plan.resident and
-//                plan.layers (the tensor-name table); load_weights(source, plan, options)
-//   forward:     begin_forward; ensure_activations(B, T, norm, the family's own slots); per layer l
-//                stream(l) -> stream(l + 1), qkv_heads, attend, ablate_hidden, the observer's taps;
-//                write_logits from the final norm of stream(n_layers)
+// its forward (gpt2.cpp is the plainest example):
+//   constructor: set_sizes(head_shape(cfg, ...), MLP width), eps_, act_; plan = token_plan(...), then
+//                plan.resident and plan.layers (the tensor-name table); load_weights(source, plan, options)
+//   forward:     begin_forward; ensure_activations(B, T, norm, the family's own slots); per layer l from
+//                stream(l) to stream(l + 1): the norm and q|k|v projection into qkv_, qkv_heads, attend,
+//                the output projection and MLP, end_layer; final_logits (or write_logits)
 class FamilyModel : public HfModel {
  public:
   const HfModelInfo& info() const override { return info_; }
@@ -83,7 +85,7 @@ class FamilyModel : public HfModel {
   // stream(n_layers) the last one's.
   Tensor stream(int layer) const { return res_[layer % 2]; }
   // q, k and v per head [B,T,heads,dh] of the fused projection qkv_: H query heads, then Hkv key and Hkv
-  // value heads.
+  // value heads (GPT-NeoX, whose q|k|v interleave per head, makes its own).
   struct Heads {
     Tensor q, k, v;
   };
