@@ -81,7 +81,6 @@ bool FamilyModel::begin_forward(Tensor ids, Tensor logits, const ForwardOptions&
 }
 
 void FamilyModel::set_sizes(const HeadShape& shape, int64_t mlp_width) {
-  shape_ = shape;
   d_ = shape.d_model;
   H_ = shape.heads;
   Hkv_ = shape.kv_heads;
@@ -96,9 +95,9 @@ void FamilyModel::load_weights(const ModelSource& source, WeightPlan plan, const
   info_.dir = source.dir;
   info_.weights = std::filesystem::path(source.weights->source()).filename().string();
   info_.n_layers = store.n_layers();
-  info_.n_heads = int(shape_.heads);
-  info_.n_kv_heads = int(shape_.kv_heads);
-  info_.d_model = int(shape_.d_model);
+  info_.n_heads = int(H_);
+  info_.n_kv_heads = int(Hkv_);
+  info_.d_model = int(d_);
   info_.vocab_size = int(store.vocab_size());
   info_.weight_bytes = store.weight_bytes();
   info_.n_params = store.n_params();
@@ -113,9 +112,9 @@ void FamilyModel::load_weights(const ModelSource& source, WeightPlan plan, const
 void FamilyModel::ensure_activations(int64_t batch, int64_t seq, Norm norm, std::vector<Activations::Slot> extra) {
   if (batch == acts_batch_ && seq == acts_seq_) return;
   const int64_t N = batch * seq;
-  std::vector<Activations::Slot> slots = {{&res_[0], {N, d_}}, {&res_[1], {N, d_}}, {&mid_, {N, d_}},
-                                          {&xn_, {N, d_}},     {&rstd_, {N}},        {&qkv_, {N, (H_ + 2 * Hkv_) * dh_}},
-                                          {&att_, {N, H_ * dh_}}, {&tmp_, {N, d_}},  {&ffn_, {N, F_}}};
+  std::vector<Activations::Slot> slots = {
+      {&res_[0], {N, d_}}, {&res_[1], {N, d_}}, {&mid_, {N, d_}}, {&xn_, {N, d_}}, {&rstd_, {N}},
+      {&qkv_, {N, (H_ + 2 * Hkv_) * dh_}}, {&att_, {N, H_ * dh_}}, {&tmp_, {N, d_}}, {&ffn_, {N, F_}}};
   if (norm == Norm::layer) slots.push_back({&mean_, {N}});
   slots.insert(slots.end(), extra.begin(), extra.end());
   store_->check_budget(Activations::bytes(slots), strfmt("a batch of %lld x %lld tokens", (long long)batch,

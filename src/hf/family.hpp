@@ -65,7 +65,7 @@ class FamilyModel : public HfModel {
 
  protected:
   // ---- Set-up (the constructor).
-  // The sizes every family has: the config's head shape and the MLP's hidden width.
+  // The sizes every family has (d_, H_, Hkv_, dh_, F_): the config's head shape and the MLP's hidden width.
   void set_sizes(const HeadShape& shape, int64_t mlp_width);
   // The WeightStore of `plan` (every tensor checked now, so a broken checkpoint fails at load) and the
   // fields of info_ every family fills the same way (attention in every layer, no learned positions); a
@@ -135,7 +135,6 @@ class FamilyModel : public HfModel {
   Tensor res_[2], mid_, xn_, mean_, rstd_, qkv_, att_, tmp_, ffn_;
 
  private:
-  HeadShape shape_;
   Activations acts_;
   int64_t acts_batch_ = 0, acts_seq_ = 0;
   Buffer ablation_scratch_;  // stats and re-rotated queries of window_sinks

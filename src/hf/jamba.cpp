@@ -61,7 +61,7 @@ class JambaModel final : public FamilyModel {
       plan.layers.push_back(std::move(w));
       layers_.push_back({attention, moe});
     }
-    load_weights(src, std::move(plan), options);  // no position embedding: any length
+    load_weights(src, std::move(plan), options);  // max_positions 0: no position embedding, any length
     info_.attention_layers.clear();
     for (int64_t l = 0; l < L; ++l)
       if (layers_[size_t(l)].attention) info_.attention_layers.push_back(int(l));
