@@ -80,7 +80,43 @@ bool FamilyModel::begin_forward(Tensor ids, Tensor logits, const ForwardOptions&
   return true;
 }
 
-void FamilyModel::allocate_activations(int64_t batch, int64_t seq, const std::vector<Activations::Slot>& slots) {
+void FamilyModel::set_sizes(const HeadShape& shape, int64_t mlp_width) {
+  d_ = shape.d_model;
+  H_ = shape.heads;
+  Hkv_ = shape.kv_heads;
+  dh_ = shape.head_dim;
+  F_ = mlp_width;
+}
+
+void FamilyModel::load_weights(const ModelSource& source, WeightPlan plan, const LoadOptions& options) {
+  store_ = std::make_unique<WeightStore>(source.weights, std::move(plan), options);
+  const WeightStore& store = *store_;
+  info_.model_type = source.config.get_string("model_type");
+  info_.dir = source.dir;
+  info_.weights = std::filesystem::path(source.weights->source()).filename().string();
+  info_.n_layers = store.n_layers();
+  info_.n_heads = int(H_);
+  info_.n_kv_heads = int(Hkv_);
+  info_.d_model = int(d_);
+  info_.vocab_size = int(store.vocab_size());
+  info_.weight_bytes = store.weight_bytes();
+  info_.n_params = store.n_params();
+  info_.n_params_non_embedding = store.n_params() - store.n_params_embedding();
+  info_.weights_streamed = store.streaming();
+  info_.device = store.device();
+  info_.attention_kernel = options.attention_kernel;
+  info_.attention_layers.clear();
+  for (int l = 0; l < info_.n_layers; ++l) info_.attention_layers.push_back(l);
+}
+
+void FamilyModel::ensure_activations(int64_t batch, int64_t seq, Norm norm, std::vector<Activations::Slot> extra) {
+  if (batch == acts_batch_ && seq == acts_seq_) return;
+  const int64_t N = batch * seq;
+  std::vector<Activations::Slot> slots = {
+      {&res_[0], {N, d_}}, {&res_[1], {N, d_}}, {&mid_, {N, d_}}, {&xn_, {N, d_}}, {&rstd_, {N}},
+      {&qkv_, {N, (H_ + 2 * Hkv_) * dh_}}, {&att_, {N, H_ * dh_}}, {&tmp_, {N, d_}}, {&ffn_, {N, F_}}};
+  if (norm == Norm::layer) slots.push_back({&mean_, {N}});
+  slots.insert(slots.end(), extra.begin(), extra.end());
   store_->check_budget(Activations::bytes(slots), strfmt("a batch of %lld x %lld tokens", (long long)batch,
                                                          (long long)seq));
   acts_.allocate(slots, store_->device());
@@ -88,24 +124,79 @@ void FamilyModel::allocate_activations(int64_t batch, int64_t seq, const std::ve
   acts_seq_ = seq;
 }
 
-void fill_common_info(HfModelInfo& info, const ModelSource& source, const WeightStore& store, const HeadShape& shape,
-                      const LoadOptions& options) {
-  info.model_type = source.config.get_string("model_type");
-  info.dir = source.dir;
-  info.weights = std::filesystem::path(source.weights->source()).filename().string();
-  info.n_layers = store.n_layers();
-  info.n_heads = int(shape.heads);
-  info.n_kv_heads = int(shape.kv_heads);
-  info.d_model = int(shape.d_model);
-  info.vocab_size = int(store.vocab_size());
-  info.weight_bytes = store.weight_bytes();
-  info.n_params = store.n_params();
-  info.n_params_non_embedding = store.n_params() - store.n_params_embedding();
-  info.weights_streamed = store.streaming();
-  info.device = store.device();
-  info.attention_kernel = options.attention_kernel;
-  info.attention_layers.clear();
-  for (int l = 0; l < info.n_layers; ++l) info.attention_layers.push_back(l);
+FamilyModel::Heads FamilyModel::qkv_heads(int64_t batch, int64_t seq) const {
+  return {head_view(qkv_, batch, seq, 0, H_, dh_), head_view(qkv_, batch, seq, H_ * dh_, Hkv_, dh_),
+          head_view(qkv_, batch, seq, (H_ + Hkv_) * dh_, Hkv_, dh_)};
+}
+
+Tensor FamilyModel::attend(const Heads& h, const ops::AttentionSpec& spec, const ops::RopeConfig* rope, int layer,
+                           const ForwardOptions& opt, LayerObserver* observer) {
+  if (rope) {
+    ops::rope_forward(h.q, h.q, Tensor{}, *rope);
+    ops::rope_forward(h.k, h.k, Tensor{}, *rope);
+  }
+  Tensor probs = observer_probs(observer, layer, h.q, h.k);
+  attention(head_view(att_, h.q.shape[0], h.q.shape[1], 0, H_, dh_), h.q, h.k, h.v, spec, layer, opt, rope, probs);
+  return probs;
+}
+
+void FamilyModel::end_layer(int layer, const Heads& h, const ops::AttentionSpec& spec, Tensor probs,
+                            const ForwardOptions& opt, LayerObserver* observer, Tensor pre_norm) {
+  const int64_t B = h.q.shape[0], T = h.q.shape[1];
+  const Tensor x_out = stream(layer + 1);
+  ablate_hidden(x_out, B, T, layer, opt);
+  if (!observer) return;
+  LayerTaps taps = attention_taps(layer, B, stream(layer), x_out, h.q, h.k, h.v, &spec, probs);
+  if (pre_norm.defined()) taps.hidden_pre_norm = pre_norm.split_dim(0, B, T);
+  observer->on_layer(taps);
+}
+
+void FamilyModel::add_learned_positions(Tensor x, Tensor table, int64_t batch, int64_t seq, const ForwardOptions& opt,
+                                        int32_t offset) {
+  std::vector<int32_t> positions = learned_positions(batch, seq, opt, offset);
+  ops::embedding_forward(tmp_, on_device(positions_buffer_, Tensor(positions.data(), DType::i32, {batch * seq})),
+                         table);
+  ops::add(x, x, tmp_);
+}
+
+void FamilyModel::write_logits(Tensor logits, Tensor x) {
+  store_->head(logits.reshape({logits.shape[0] * logits.shape[1], logits.shape[2]}), x);
+}
+
+void FamilyModel::final_logits(Tensor logits, Norm norm, Tensor weight, Tensor bias) {
+  const Tensor x = stream(info_.n_layers);
+  if (norm == Norm::layer) ops::layernorm_forward(xn_, mean_, rstd_, x, weight, bias, eps_);
+  else ops::rmsnorm_forward(xn_, rstd_, x, weight, eps_);
+  write_logits(logits, xn_);
+}
+
+WeightPlan token_plan(const HfConfig& cfg, const Checkpoint& ckpt, const std::string& embedding, int64_t d_embed,
+                      bool tied_by_default, std::initializer_list<const char*> head_names) {
+  WeightPlan plan;
+  plan.embedding = embedding;
+  ckpt.check_shape(embedding, {positive_int(cfg, {"vocab_size"}), d_embed});
+  if (cfg.get_bool("tie_word_embeddings", tied_by_default)) {
+    plan.head = embedding;
+    return plan;
+  }
+  for (const char* name : head_names) {
+    plan.head = name;
+    if (ckpt.has(name)) break;
+  }
+  return plan;
+}
+
+WeightSpec stacked_gate_up(const std::string& mlp, const std::string& what, int64_t mlp_width, int64_t d_in) {
+  const std::vector<int64_t> shape = what == "weight" ? std::vector<int64_t>{mlp_width, d_in} : std::vector<int64_t>{mlp_width};
+  return WeightSpec::stacked({{mlp + "gate_proj." + what, shape}, {mlp + "up_proj." + what, shape}});
+}
+
+void gated_mlp(Tensor out, Tensor x, Tensor gate_up_w, Tensor gate_up_b, Tensor down_w, Tensor down_b,
+               ops::Activation act, Tensor gate_up, Tensor hidden) {
+  const int64_t F = hidden.shape[1];
+  ops::linear_forward(gate_up, x, gate_up_w, gate_up_b);
+  ops::gated_forward(hidden, gate_up.slice(1, 0, F), gate_up.slice(1, F, F), act);
+  ops::linear_forward(out, hidden, down_w, down_b);
 }
 
 std::vector<int32_t> learned_positions(int64_t batch, int64_t seq, const ForwardOptions& opt, int32_t offset) {

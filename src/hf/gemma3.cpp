@@ -93,13 +93,8 @@ class Gemma3Model final : public FamilyModel {
       with_head["head_dim"] = 256;
       shape = head_shape(HfConfig(with_head, cfg.path()), true);
     }
-    d_ = shape.d_model;
-    H_ = shape.heads;
-    Hkv_ = shape.kv_heads;
-    dh_ = shape.head_dim;
+    set_sizes(shape, positive_int(cfg, {"intermediate_size"}));
     const int64_t L = positive_int(cfg, {"num_hidden_layers"});
-    const int64_t V = positive_int(cfg, {"vocab_size"});
-    F_ = positive_int(cfg, {"intermediate_size"});
     eps_ = cfg.get_double("rms_norm_eps", 1e-6);
     act_ = activation_from_config(cfg, "hidden_activation", "gelu_pytorch_tanh");
     const bool attn_bias = cfg.get_bool("attention_bias", false);
@@ -122,17 +117,12 @@ class Gemma3Model final : public FamilyModel {
       specs_.push_back(spec);
     }
 
-    const Checkpoint& ck = *src.weights;
-    const std::string pre = find_prefix(ck, {"model.", ""}, "embed_tokens.weight");
-    WeightPlan plan;
-    plan.embedding = pre + "embed_tokens.weight";
-    ck.check_shape(plan.embedding, {V, d_});
-    plan.head = cfg.get_bool("tie_word_embeddings", true) ? plan.embedding : "lm_head.weight";
+    const std::string pre = find_prefix(*src.weights, {"model.", ""}, "embed_tokens.weight");
+    WeightPlan plan = token_plan(cfg, *src.weights, pre + "embed_tokens.weight", d_, /*tied_by_default=*/true);
     plan.resident = {WeightSpec::plus_one(pre + "norm.weight", {d_})};
     const int64_t q_rows = H_ * dh_, kv_rows = Hkv_ * dh_;
     for (int64_t l = 0; l < L; ++l) {
-      const std::string p = pre + "layers." + std::to_string(l) + ".";
-      const std::string a = p + "self_attn.", m = p + "mlp.";
+      const std::string p = pre + "layers." + std::to_string(l) + ".", a = p + "self_attn.";
       plan.layers.push_back({
           WeightSpec::plus_one(p + "input_layernorm.weight", {d_}),
           WeightSpec::stacked_qkv(a, "weight", q_rows, kv_rows, d_),
@@ -143,68 +133,51 @@ class Gemma3Model final : public FamilyModel {
           attn_bias ? WeightSpec::one(a + "o_proj.bias", {d_}) : WeightSpec::absent(),
           WeightSpec::plus_one(p + "post_attention_layernorm.weight", {d_}),
           WeightSpec::plus_one(p + "pre_feedforward_layernorm.weight", {d_}),
-          WeightSpec::stacked({{m + "gate_proj.weight", {F_, d_}}, {m + "up_proj.weight", {F_, d_}}}),
-          WeightSpec::one(m + "down_proj.weight", {d_, F_}),
+          stacked_gate_up(p + "mlp.", "weight", F_, d_),
+          WeightSpec::one(p + "mlp.down_proj.weight", {d_, F_}),
           WeightSpec::plus_one(p + "post_feedforward_layernorm.weight", {d_}),
       });
     }
-    store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options);
-    fill_common_info(info_, src, *store_, shape, options);
+    load_weights(src, std::move(plan), options);
   }
 
   void forward(Tensor ids, LayerObserver* observer, Tensor logits, const ForwardOptions& opt) override {
     const bool want_logits = begin_forward(ids, logits, opt);
-    const int64_t B = ids.shape[0], T = ids.shape[1], N = B * T, d = d_, H = H_, Hkv = Hkv_, dh = dh_;
-    const int64_t qkv_dim = (H + 2 * Hkv) * dh;
-    if (B != acts_batch_ || T != acts_seq_) {
-      allocate_activations(B, T, {{&res_[0], {N, d}}, {&res_[1], {N, d}}, {&mid_, {N, d}}, {&xn_, {N, d}},
-                                  {&rstd_, {N}}, {&qk_rstd_, {N * H}}, {&qkv_, {N, qkv_dim}}, {&att_, {N, H * dh}},
-                                  {&tmp_, {N, d}}, {&gate_up_, {N, 2 * F_}}, {&ffn_, {N, F_}}});
-    }
+    const int64_t B = ids.shape[0], T = ids.shape[1], N = B * T;
+    ensure_activations(B, T, Norm::rms, {{&qk_rstd_, {N * H_}}, {&gate_up_, {N, 2 * F_}}});
     store_->embed(res_[0], ids.reshape({N}));
     ops::scale(res_[0], embed_scale_);
     for (int l = 0; l < info_.n_layers; ++l) {
       const std::vector<Tensor>& w = store_->layer(l);
       const ops::RopeConfig& rope = local_[size_t(l)] ? rope_local_ : rope_global_;
       const ops::AttentionSpec& spec = specs_[size_t(l)];
-      Tensor x_in = res_[l % 2], x_out = res_[(l + 1) % 2];
+      Tensor x_in = stream(l), x_out = stream(l + 1);
       // Attention block: mid = x_in + N_post_attn(attn(rope(N_q(q)), rope(N_k(k)), v) Wo), q|k|v = N_in(x_in) W.
       ops::rmsnorm_forward(xn_, rstd_, x_in, w[kNormIn], eps_);
       ops::linear_forward(qkv_, xn_, w[kQkvW], w[kQkvB]);
-      Tensor q = head_view(qkv_, B, T, 0, H, dh), k = head_view(qkv_, B, T, H * dh, Hkv, dh),
-             v = head_view(qkv_, B, T, (H + Hkv) * dh, Hkv, dh);
-      ops::rmsnorm_forward(q, qk_rstd_, q, w[kQNorm], eps_);  // per head, over head_dim, in place
-      ops::rmsnorm_forward(k, qk_rstd_.slice(0, 0, N * Hkv), k, w[kKNorm], eps_);
-      ops::rope_forward(q, q, Tensor{}, rope);
-      ops::rope_forward(k, k, Tensor{}, rope);
-      Tensor probs = observer_probs(observer, l, q, k);
-      attention(head_view(att_, B, T, 0, H, dh), q, k, v, spec, l, opt, &rope, probs);
+      const Heads h = qkv_heads(B, T);
+      ops::rmsnorm_forward(h.q, qk_rstd_, h.q, w[kQNorm], eps_);  // per head, over head_dim, in place
+      ops::rmsnorm_forward(h.k, qk_rstd_.slice(0, 0, N * Hkv_), h.k, w[kKNorm], eps_);
+      const Tensor probs = attend(h, spec, &rope, l, opt, observer);
       ops::linear_forward(tmp_, att_, w[kOutW], w[kOutB]);
       ops::rmsnorm_forward(tmp_, rstd_, tmp_, w[kNormPostAttn], eps_);
       ops::add(mid_, x_in, tmp_);
       // MLP block: x_out = mid + N_post_ffn((gelu_tanh(m Wg) * (m Wu)) Wd), m = N_pre_ffn(mid).
       ops::rmsnorm_forward(xn_, rstd_, mid_, w[kNormPreFfn], eps_);
-      ops::linear_forward(gate_up_, xn_, w[kGateUpW], Tensor{});
-      ops::gated_forward(ffn_, gate_up_.slice(1, 0, F_), gate_up_.slice(1, F_, F_), act_);
-      ops::linear_forward(tmp_, ffn_, w[kDownW], Tensor{});
+      gated_mlp(tmp_, xn_, w[kGateUpW], Tensor{}, w[kDownW], Tensor{}, act_, gate_up_, ffn_);
       ops::rmsnorm_forward(tmp_, rstd_, tmp_, w[kNormPostFfn], eps_);
       ops::add(x_out, mid_, tmp_);
-      ablate_hidden(x_out, B, T, l, opt);
-      if (observer) observer->on_layer(attention_taps(l, B, x_in, x_out, q, k, v, &spec, probs));
+      end_layer(l, h, spec, probs, opt, observer);
     }
-    if (!want_logits) return;
-    ops::rmsnorm_forward(xn_, rstd_, res_[info_.n_layers % 2], store_->resident()[kFinalNorm], eps_);
-    store_->head(logits.reshape({N, int64_t(info_.vocab_size)}), xn_);
+    if (want_logits) final_logits(logits, Norm::rms, store_->resident()[kFinalNorm]);
   }
 
  private:
-  int64_t d_ = 0, H_ = 0, Hkv_ = 0, dh_ = 0, F_ = 0;
-  double eps_ = 1e-6, embed_scale_ = 1.0;
-  ops::Activation act_ = ops::Activation::gelu_tanh;
+  double embed_scale_ = 1.0;
   ops::RopeConfig rope_local_, rope_global_;
   std::vector<bool> local_;
   std::vector<ops::AttentionSpec> specs_;
-  Tensor res_[2], mid_, xn_, rstd_, qk_rstd_, qkv_, att_, tmp_, gate_up_, ffn_;
+  Tensor qk_rstd_, gate_up_;
 };
 
 }  // namespace

@@ -26,25 +26,17 @@ class Gpt2Model final : public FamilyModel {
   explicit Gpt2Model(const ModelSource& src, const LoadOptions& options) {
     const HfConfig& cfg = src.config;
     const HeadShape shape = head_shape(cfg, false, {"n_embd", "hidden_size"}, {"n_head", "num_attention_heads"});
-    d_ = shape.d_model;
-    H_ = shape.heads;
-    dh_ = shape.head_dim;
+    set_sizes(shape, cfg.has("n_inner") ? positive_int(cfg, {"n_inner"}) : 4 * shape.d_model);
     const int64_t L = positive_int(cfg, {"n_layer", "num_hidden_layers"});
     const int64_t P = positive_int(cfg, {"n_positions", "max_position_embeddings"});
-    F_ = cfg.has("n_inner") ? positive_int(cfg, {"n_inner"}) : 4 * d_;
     eps_ = cfg.get_double("layer_norm_epsilon", 1e-5);
     act_ = activation_from_config(cfg, "activation_function", "gelu_new");
     if (cfg.get_bool("add_cross_attention", false)) cfg.unsupported("add_cross_attention (an encoder-decoder GPT-2)");
     const bool scale_weights = cfg.get_bool("scale_attn_weights", true);
     const bool by_layer = cfg.get_bool("scale_attn_by_inverse_layer_idx", false);
 
-    const Checkpoint& ck = *src.weights;
-    const std::string pre = find_prefix(ck, {"transformer.", ""}, "wte.weight");
-    const int64_t V = positive_int(cfg, {"vocab_size"});
-    WeightPlan plan;
-    plan.embedding = pre + "wte.weight";
-    ck.check_shape(plan.embedding, {V, d_});
-    plan.head = cfg.get_bool("tie_word_embeddings", true) ? plan.embedding : "lm_head.weight";
+    const std::string pre = find_prefix(*src.weights, {"transformer.", ""}, "wte.weight");
+    WeightPlan plan = token_plan(cfg, *src.weights, pre + "wte.weight", d_, /*tied_by_default=*/true);
     plan.resident = {WeightSpec::one(pre + "wpe.weight", {P, d_}), WeightSpec::one(pre + "ln_f.weight", {d_}),
                      WeightSpec::one(pre + "ln_f.bias", {d_})};
     for (int64_t l = 0; l < L; ++l) {
@@ -61,39 +53,30 @@ class Gpt2Model final : public FamilyModel {
       spec.scale = (scale_weights ? 1.0 / std::sqrt(double(dh_)) : 1.0) / (by_layer ? double(l + 1) : 1.0);
       specs_.push_back(spec);
     }
-    store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options);
-    fill_common_info(info_, src, *store_, shape, options);
+    load_weights(src, std::move(plan), options);
     info_.max_positions = P;
     info_.learned_positions = true;
   }
 
   void forward(Tensor ids, LayerObserver* observer, Tensor logits, const ForwardOptions& opt) override {
     const bool want_logits = begin_forward(ids, logits, opt);
-    const int64_t B = ids.shape[0], T = ids.shape[1], N = B * T, d = d_, H = H_, dh = dh_;
-    if (B != acts_batch_ || T != acts_seq_) {
-      allocate_activations(B, T, {{&res_[0], {N, d}}, {&res_[1], {N, d}}, {&mid_, {N, d}}, {&xn_, {N, d}},
-                                  {&mean_, {N}}, {&rstd_, {N}}, {&qkv_, {N, 3 * d}}, {&att_, {N, d}},
-                                  {&tmp_, {N, d}}, {&ffn_, {N, F_}}});
-    }
+    const int64_t B = ids.shape[0], T = ids.shape[1], N = B * T;
+    ensure_activations(B, T, Norm::layer);
     const std::vector<Tensor>& resident = store_->resident();
 
     // x = wte[ids] + wpe[positions] (positions with the Table 7 interventions).
     store_->embed(res_[0], ids.reshape({N}));
-    std::vector<int32_t> positions = learned_positions(B, T, opt, 0);
-    ops::embedding_forward(tmp_, on_device(positions_buffer_, Tensor(positions.data(), DType::i32, {N})),
-                          resident[kPositions]);
-    ops::add(res_[0], res_[0], tmp_);
+    add_learned_positions(res_[0], resident[kPositions], B, T, opt, 0);
 
     for (int l = 0; l < info_.n_layers; ++l) {
       const std::vector<Tensor>& w = store_->layer(l);
-      Tensor x_in = res_[l % 2], x_out = res_[(l + 1) % 2];
+      const ops::AttentionSpec& spec = specs_[size_t(l)];
+      Tensor x_in = stream(l), x_out = stream(l + 1);
       // Attention block: mid = x_in + attn(LN_1(x_in)) Wo + bo.
       ops::layernorm_forward(xn_, mean_, rstd_, x_in, w[kLn1W], w[kLn1B], eps_);
       ops::linear_forward(qkv_, xn_, w[kQkvW], w[kQkvB]);
-      Tensor q = head_view(qkv_, B, T, 0, H, dh), k = head_view(qkv_, B, T, d, H, dh),
-             v = head_view(qkv_, B, T, 2 * d, H, dh);
-      Tensor probs = observer_probs(observer, l, q, k);
-      attention(head_view(att_, B, T, 0, H, dh), q, k, v, specs_[size_t(l)], l, opt, nullptr, probs);
+      const Heads h = qkv_heads(B, T);
+      const Tensor probs = attend(h, spec, nullptr, l, opt, observer);
       ops::linear_forward(tmp_, att_, w[kOutW], w[kOutB]);
       ops::add(mid_, x_in, tmp_);
       // MLP block: x_out = mid + act(LN_2(mid) Wfc + bfc) Wproj + bproj.
@@ -102,20 +85,13 @@ class Gpt2Model final : public FamilyModel {
       ops::activation_forward(ffn_, ffn_, act_);
       ops::linear_forward(tmp_, ffn_, w[kProjW], w[kProjB]);
       ops::add(x_out, mid_, tmp_);
-      ablate_hidden(x_out, B, T, l, opt);
-      if (observer) observer->on_layer(attention_taps(l, B, x_in, x_out, q, k, v, &specs_[size_t(l)], probs));
+      end_layer(l, h, spec, probs, opt, observer);
     }
-    if (!want_logits) return;
-    ops::layernorm_forward(xn_, mean_, rstd_, res_[info_.n_layers % 2], resident[kLnFW], resident[kLnFB], eps_);
-    store_->head(logits.reshape({N, int64_t(info_.vocab_size)}), xn_);
+    if (want_logits) final_logits(logits, Norm::layer, resident[kLnFW], resident[kLnFB]);
   }
 
  private:
-  int64_t d_ = 0, H_ = 0, dh_ = 0, F_ = 0;
-  double eps_ = 1e-5;
-  ops::Activation act_ = ops::Activation::gelu_tanh;
   std::vector<ops::AttentionSpec> specs_;
-  Tensor res_[2], mid_, xn_, mean_, rstd_, qkv_, att_, tmp_, ffn_;
 };
 
 }  // namespace

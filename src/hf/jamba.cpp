@@ -45,13 +45,9 @@ class JambaModel final : public FamilyModel {
  public:
   JambaModel(const ModelSource& src, const LoadOptions& options) {
     const HfConfig& cfg = src.config;
-    const HeadShape shape = head_shape(cfg, true);
-    const LayerPattern pattern = read_sizes(cfg, shape);
-    const int64_t L = pattern.n_layers, V = pattern.vocab;
-    WeightPlan plan;
-    plan.embedding = "model.embed_tokens.weight";
-    src.weights->check_shape(plan.embedding, {V, d_});
-    plan.head = cfg.get_bool("tie_word_embeddings", false) ? plan.embedding : "lm_head.weight";
+    const LayerPattern pattern = read_sizes(cfg);
+    const int64_t L = pattern.n_layers;
+    WeightPlan plan = token_plan(cfg, *src.weights, "model.embed_tokens.weight", d_, /*tied_by_default=*/false);
     plan.resident = {WeightSpec::one("model.final_layernorm.weight", {d_})};
     for (int64_t l = 0; l < L; ++l) {
       const std::string p = "model.layers." + std::to_string(l) + ".";
@@ -65,10 +61,7 @@ class JambaModel final : public FamilyModel {
       plan.layers.push_back(std::move(w));
       layers_.push_back({attention, moe});
     }
-    store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options);
-    fill_common_info(info_, src, *store_, shape, options);
-    info_.max_positions = 0;  // no position embedding: any length
-    info_.learned_positions = false;
+    load_weights(src, std::move(plan), options);  // max_positions 0: no position embedding, any length
     info_.attention_layers.clear();
     for (int64_t l = 0; l < L; ++l)
       if (layers_[size_t(l)].attention) info_.attention_layers.push_back(int(l));
@@ -78,25 +71,19 @@ class JambaModel final : public FamilyModel {
   void forward(Tensor ids, LayerObserver* observer, Tensor logits, const ForwardOptions& opt) override {
     const bool want_logits = begin_forward(ids, logits, opt);
     const int64_t B = ids.shape[0], T = ids.shape[1], N = B * T;
-    if (B != acts_batch_ || T != acts_seq_) {
-      allocate_activations(B, T, {{&res_[0], {N, d_}}, {&res_[1], {N, d_}}, {&mid_, {N, d_}}, {&xn_, {N, d_}},
-                                  {&rstd_, {N}}, {&tmp_, {N, d_}},
-                                  // attention
-                                  {&qkv_, {N, (H_ + 2 * Hkv_) * dh_}}, {&att_, {N, H_ * dh_}},
-                                  // Mamba
-                                  {&xz_, {N, 2 * Di_}}, {&conv_, {N, Di_}}, {&dbc_, {N, R_ + 2 * Ns_}},
-                                  {&dt_in_, {N, R_}}, {&b_, {N, Ns_}}, {&c_, {N, Ns_}}, {&dt_, {N, Di_}},
-                                  // FFN (an expert sees at most all N rows)
-                                  {&gate_up_, {N, 2 * F_}}, {&ffn_h_, {N, F_}}, {&router_logits_, {N, E_}},
-                                  {&top_weights_, {N, K_}}, {&rows_in_, {N, d_}}, {&rows_out_, {N, d_}}});
-      top_experts_.assign(size_t(N * K_), 0);
-    }
+    // The Mamba mixer's, then the FFN's (an expert sees at most all N rows, ffn_ its hidden).
+    ensure_activations(B, T, Norm::rms,
+                       {{&xz_, {N, 2 * Di_}}, {&conv_, {N, Di_}}, {&dbc_, {N, R_ + 2 * Ns_}}, {&dt_in_, {N, R_}},
+                        {&b_, {N, Ns_}}, {&c_, {N, Ns_}}, {&dt_, {N, Di_}}, {&gate_up_, {N, 2 * F_}},
+                        {&router_logits_, {N, E_}}, {&top_weights_, {N, K_}}, {&rows_in_, {N, d_}},
+                        {&rows_out_, {N, d_}}});
+    top_experts_.resize(size_t(N * K_));
 
     store_->embed(res_[0], ids.reshape({N}));
     for (int l = 0; l < info_.n_layers; ++l) {
       const std::vector<Tensor>& w = store_->layer(l);
       const LayerKind kind = layers_[size_t(l)];
-      Tensor x_in = res_[l % 2], x_out = res_[(l + 1) % 2];
+      Tensor x_in = stream(l), x_out = stream(l + 1);
       LayerTaps taps;
       // Mixer block: mid = x_in + mixer(RMSNorm_in(x_in)).
       ops::rmsnorm_forward(xn_, rstd_, x_in, w[kInputNorm], eps_);
@@ -123,31 +110,24 @@ class JambaModel final : public FamilyModel {
         observer->on_layer(taps);  // Mamba layers: q/k/v undefined, attention nullptr
       }
     }
-    if (!want_logits) return;
-    ops::rmsnorm_forward(xn_, rstd_, res_[info_.n_layers % 2], store_->resident()[0], eps_);
-    store_->head(logits.reshape({N, int64_t(info_.vocab_size)}), xn_);
+    if (want_logits) final_logits(logits, Norm::rms, store_->resident()[0]);
   }
 
  private:
-  // The layers and vocabulary; which layers attend and which have experts (JambaConfig.layers_block_type /
+  // The layers; which layers attend and which have experts (JambaConfig.layers_block_type /
   // layers_num_experts); whether the Mamba projections and convolution have biases.
   struct LayerPattern {
-    int64_t n_layers = 0, vocab = 0;
+    int64_t n_layers = 0;
     int64_t attn_period = 8, attn_offset = 4, expert_period = 2, expert_offset = 1;
     bool conv_bias = true, proj_bias = false;
   };
 
   // The widths of every part (into the members) and the layer pattern, checked in config order.
-  LayerPattern read_sizes(const HfConfig& cfg, const HeadShape& shape) {
+  LayerPattern read_sizes(const HfConfig& cfg) {
     const char* path = cfg.path().c_str();
     LayerPattern pattern;
-    d_ = shape.d_model;
-    H_ = shape.heads;
-    Hkv_ = shape.kv_heads;
-    dh_ = shape.head_dim;
+    set_sizes(head_shape(cfg, true), positive_int(cfg, {"intermediate_size"}));
     pattern.n_layers = positive_int(cfg, {"num_hidden_layers"});
-    pattern.vocab = positive_int(cfg, {"vocab_size"});
-    F_ = positive_int(cfg, {"intermediate_size"});
     eps_ = cfg.get_double("rms_norm_eps", 1e-6);
     act_ = activation_from_config(cfg, "hidden_act", "silu");
 
@@ -184,9 +164,7 @@ class JambaModel final : public FamilyModel {
 
   // An attention mixer's tensors (prefix a = "model.layers.<l>.self_attn."), at kMixer + kQkv, kO.
   void add_attention_weights(std::vector<WeightSpec>& w, const std::string& a) const {
-    w.push_back(WeightSpec::stacked({{a + "q_proj.weight", {H_ * dh_, d_}},
-                                     {a + "k_proj.weight", {Hkv_ * dh_, d_}},
-                                     {a + "v_proj.weight", {Hkv_ * dh_, d_}}}));
+    w.push_back(WeightSpec::stacked_qkv(a, "weight", H_ * dh_, Hkv_ * dh_, d_));
     w.push_back(WeightSpec::one(a + "o_proj.weight", {d_, H_ * dh_}));
   }
 
@@ -215,7 +193,7 @@ class JambaModel final : public FamilyModel {
   // every expert's MLP. gate|up stacked: one GEMM, then gated_forward on the halves.
   void add_ffn_weights(std::vector<WeightSpec>& w, const std::string& f, bool moe) const {
     auto swiglu = [&](const std::string& q) {
-      w.push_back(WeightSpec::stacked({{q + "gate_proj.weight", {F_, d_}}, {q + "up_proj.weight", {F_, d_}}}));
+      w.push_back(stacked_gate_up(q, "weight", F_, d_));
       w.push_back(WeightSpec::one(q + "down_proj.weight", {d_, F_}));
     };
     if (!moe) return swiglu(f);
@@ -232,16 +210,13 @@ class JambaModel final : public FamilyModel {
   void attention_mixer(const std::vector<Tensor>& w, int layer, int64_t B, int64_t T, LayerObserver* observer,
                        LayerTaps* taps, const ForwardOptions& opt) {
     ops::linear_forward(qkv_, xn_, w[kMixer + kQkv], Tensor{});
-    Tensor q = head_view(qkv_, B, T, 0, H_, dh_), k = head_view(qkv_, B, T, H_ * dh_, Hkv_, dh_),
-           v = head_view(qkv_, B, T, (H_ + Hkv_) * dh_, Hkv_, dh_);
-    Tensor probs = observer_probs(observer, layer, q, k);
-    attention(head_view(att_, B, T, 0, H_, dh_), q, k, v, attention_, layer, opt, nullptr, probs);
+    const Heads h = qkv_heads(B, T);
+    taps->probs = attend(h, attention_, nullptr, layer, opt, observer);
     ops::linear_forward(tmp_, att_, w[kMixer + kO], Tensor{});
-    taps->q = q;
-    taps->k = k;
-    taps->v = v;
+    taps->q = h.q;
+    taps->k = h.k;
+    taps->v = h.v;
     taps->attention = &attention_;
-    taps->probs = probs;
   }
 
   // tmp = Mamba mixer of xn (see the top of the file). Rows are [N = B*T, ...]; the conv and the scan
@@ -270,10 +245,7 @@ class JambaModel final : public FamilyModel {
 
   // out[rows] = (act(in W_gate) * in W_up) W_down for the first `rows` rows of in.
   void swiglu(Tensor out, Tensor in, Tensor gate_up, Tensor down, int64_t rows) {
-    Tensor gu = gate_up_.slice(0, 0, rows), h = ffn_h_.slice(0, 0, rows);
-    ops::linear_forward(gu, in, gate_up, Tensor{});
-    ops::gated_forward(h, gu.slice(1, 0, F_), gu.slice(1, F_, F_), act_);
-    ops::linear_forward(out, h, down, Tensor{});
+    gated_mlp(out, in, gate_up, Tensor{}, down, Tensor{}, act_, gate_up_.slice(0, 0, rows), ffn_.slice(0, 0, rows));
   }
 
   // tmp = sum over each row's top-k experts e of p_e * expert_e(xn), p the router softmax (not
@@ -317,14 +289,12 @@ class JambaModel final : public FamilyModel {
     }
   }
 
-  int64_t d_ = 0, H_ = 0, Hkv_ = 0, dh_ = 0, F_ = 0, E_ = 1, K_ = 1;
+  int64_t E_ = 1, K_ = 1;
   int64_t Di_ = 0, Ns_ = 0, R_ = 0, conv_k_ = 0;
-  double eps_ = 1e-6;
-  ops::Activation act_ = ops::Activation::silu;
   ops::AttentionSpec attention_;
   std::vector<LayerKind> layers_;
-  Tensor res_[2], mid_, xn_, rstd_, tmp_, qkv_, att_, xz_, conv_, dbc_, dt_in_, b_, c_, dt_;
-  Tensor gate_up_, ffn_h_, router_logits_, top_weights_, rows_in_, rows_out_;
+  Tensor xz_, conv_, dbc_, dt_in_, b_, c_, dt_;
+  Tensor gate_up_, router_logits_, top_weights_, rows_in_, rows_out_;
   std::vector<int32_t> top_experts_;
   // A GPU model's expert choices, dispatch lists, and their host copies.
   Buffer experts_buffer_, moe_rows_buffer_, moe_weights_buffer_;

@@ -28,14 +28,8 @@ class LlamaModel final : public FamilyModel {
   LlamaModel(const ModelSource& src, const LoadOptions& options, const LlamaBiases* biases) {
     const HfConfig& cfg = src.config;
     const std::string model_type = cfg.get_string("model_type");
-    const HeadShape shape = head_shape(cfg, true);
-    d_ = shape.d_model;
-    H_ = shape.heads;
-    Hkv_ = shape.kv_heads;
-    dh_ = shape.head_dim;
+    set_sizes(head_shape(cfg, true), positive_int(cfg, {"intermediate_size"}));
     const int64_t L = positive_int(cfg, {"num_hidden_layers"});
-    const int64_t V = positive_int(cfg, {"vocab_size"});
-    F_ = positive_int(cfg, {"intermediate_size"});
     eps_ = cfg.get_double("rms_norm_eps", 1e-6);
     act_ = activation_from_config(cfg, "hidden_act", "silu");
     rope_ = rope_from_config(cfg, dh_, RopeKeys{});
@@ -61,12 +55,8 @@ class LlamaModel final : public FamilyModel {
     }
     spec_.scale = 1.0 / std::sqrt(double(dh_));
 
-    const Checkpoint& ck = *src.weights;
-    const std::string pre = find_prefix(ck, {"model.", ""}, "embed_tokens.weight");
-    WeightPlan plan;
-    plan.embedding = pre + "embed_tokens.weight";
-    ck.check_shape(plan.embedding, {V, d_});
-    plan.head = cfg.get_bool("tie_word_embeddings", false) ? plan.embedding : "lm_head.weight";
+    const std::string pre = find_prefix(*src.weights, {"model.", ""}, "embed_tokens.weight");
+    WeightPlan plan = token_plan(cfg, *src.weights, pre + "embed_tokens.weight", d_, /*tied_by_default=*/false);
     plan.resident = {WeightSpec::one(pre + "norm.weight", {d_})};
     const int64_t q_rows = H_ * dh_, kv_rows = Hkv_ * dh_;
     for (int64_t l = 0; l < L; ++l) {
@@ -79,62 +69,43 @@ class LlamaModel final : public FamilyModel {
           WeightSpec::one(a + "o_proj.weight", {d_, q_rows}),
           bias.o ? WeightSpec::one(a + "o_proj.bias", {d_}) : WeightSpec::absent(),
           WeightSpec::one(p + "post_attention_layernorm.weight", {d_}),
-          WeightSpec::stacked({{m + "gate_proj.weight", {F_, d_}}, {m + "up_proj.weight", {F_, d_}}}),
-          bias.mlp ? WeightSpec::stacked({{m + "gate_proj.bias", {F_}}, {m + "up_proj.bias", {F_}}})
-                   : WeightSpec::absent(),
+          stacked_gate_up(m, "weight", F_, d_),
+          bias.mlp ? stacked_gate_up(m, "bias", F_, d_) : WeightSpec::absent(),
           WeightSpec::one(m + "down_proj.weight", {d_, F_}),
           bias.mlp ? WeightSpec::one(m + "down_proj.bias", {d_}) : WeightSpec::absent(),
       });
     }
-    store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options);
-    fill_common_info(info_, src, *store_, shape, options);
+    load_weights(src, std::move(plan), options);
   }
 
   void forward(Tensor ids, LayerObserver* observer, Tensor logits, const ForwardOptions& opt) override {
     const bool want_logits = begin_forward(ids, logits, opt);
-    const int64_t B = ids.shape[0], T = ids.shape[1], N = B * T, d = d_, H = H_, Hkv = Hkv_, dh = dh_;
-    const int64_t qkv_dim = (H + 2 * Hkv) * dh;
-    if (B != acts_batch_ || T != acts_seq_) {
-      allocate_activations(B, T, {{&res_[0], {N, d}}, {&res_[1], {N, d}}, {&mid_, {N, d}}, {&xn_, {N, d}},
-                                  {&rstd_, {N}}, {&qkv_, {N, qkv_dim}}, {&att_, {N, H * dh}}, {&tmp_, {N, d}},
-                                  {&gate_up_, {N, 2 * F_}}, {&ffn_, {N, F_}}});
-    }
+    const int64_t B = ids.shape[0], T = ids.shape[1], N = B * T;
+    ensure_activations(B, T, Norm::rms, {{&gate_up_, {N, 2 * F_}}});
     store_->embed(res_[0], ids.reshape({N}));
     for (int l = 0; l < info_.n_layers; ++l) {
       const std::vector<Tensor>& w = store_->layer(l);
-      Tensor x_in = res_[l % 2], x_out = res_[(l + 1) % 2];
+      Tensor x_in = stream(l), x_out = stream(l + 1);
       // Attention block: mid = x_in + attn(rope(q), rope(k), v) Wo.
       ops::rmsnorm_forward(xn_, rstd_, x_in, w[kNorm1], eps_);
       ops::linear_forward(qkv_, xn_, w[kQkvW], w[kQkvB]);
-      Tensor q = head_view(qkv_, B, T, 0, H, dh), k = head_view(qkv_, B, T, H * dh, Hkv, dh),
-             v = head_view(qkv_, B, T, (H + Hkv) * dh, Hkv, dh);
-      ops::rope_forward(q, q, Tensor{}, rope_);
-      ops::rope_forward(k, k, Tensor{}, rope_);
-      Tensor probs = observer_probs(observer, l, q, k);
-      attention(head_view(att_, B, T, 0, H, dh), q, k, v, spec_, l, opt, &rope_, probs);
+      const Heads h = qkv_heads(B, T);
+      const Tensor probs = attend(h, spec_, &rope_, l, opt, observer);
       ops::linear_forward(tmp_, att_, w[kOutW], w[kOutB]);
       ops::add(mid_, x_in, tmp_);
       // MLP block: x_out = mid + (act(m Wg) * (m Wu)) Wd, m = RMSNorm_2(mid).
       ops::rmsnorm_forward(xn_, rstd_, mid_, w[kNorm2], eps_);
-      ops::linear_forward(gate_up_, xn_, w[kGateUpW], w[kGateUpB]);
-      ops::gated_forward(ffn_, gate_up_.slice(1, 0, F_), gate_up_.slice(1, F_, F_), act_);
-      ops::linear_forward(tmp_, ffn_, w[kDownW], w[kDownB]);
+      gated_mlp(tmp_, xn_, w[kGateUpW], w[kGateUpB], w[kDownW], w[kDownB], act_, gate_up_, ffn_);
       ops::add(x_out, mid_, tmp_);
-      ablate_hidden(x_out, B, T, l, opt);
-      if (observer) observer->on_layer(attention_taps(l, B, x_in, x_out, q, k, v, &spec_, probs));
+      end_layer(l, h, spec_, probs, opt, observer);
     }
-    if (!want_logits) return;
-    ops::rmsnorm_forward(xn_, rstd_, res_[info_.n_layers % 2], store_->resident()[kFinalNorm], eps_);
-    store_->head(logits.reshape({N, int64_t(info_.vocab_size)}), xn_);
+    if (want_logits) final_logits(logits, Norm::rms, store_->resident()[kFinalNorm]);
   }
 
  private:
-  int64_t d_ = 0, H_ = 0, Hkv_ = 0, dh_ = 0, F_ = 0;
-  double eps_ = 1e-6;
-  ops::Activation act_ = ops::Activation::silu;
   ops::RopeConfig rope_;
   ops::AttentionSpec spec_;
-  Tensor res_[2], mid_, xn_, rstd_, qkv_, att_, tmp_, gate_up_, ffn_;
+  Tensor gate_up_;
 };
 
 }  // namespace

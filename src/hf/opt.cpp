@@ -27,14 +27,9 @@ class OptModel final : public FamilyModel {
  public:
   OptModel(const ModelSource& src, const LoadOptions& options) {
     const HfConfig& cfg = src.config;
-    const HeadShape shape = head_shape(cfg, false);
-    d_ = shape.d_model;
-    H_ = shape.heads;
-    dh_ = shape.head_dim;
-    const int64_t L = positive_int(cfg, {"num_hidden_layers"});
-    const int64_t V = positive_int(cfg, {"vocab_size"});
+    set_sizes(head_shape(cfg, false), positive_int(cfg, {"ffn_dim"}));
+    eps_ = 1e-5;  // nn.LayerNorm's default; OPT's config has no epsilon
     const int64_t P = positive_int(cfg, {"max_position_embeddings"});
-    F_ = positive_int(cfg, {"ffn_dim"});
     wd_ = cfg.has("word_embed_proj_dim") ? positive_int(cfg, {"word_embed_proj_dim"}) : d_;
     act_ = activation_from_config(cfg, "activation_function", "relu");
     pre_ln_ = cfg.get_bool("do_layer_norm_before", true);
@@ -42,12 +37,8 @@ class OptModel final : public FamilyModel {
     const bool bias = cfg.get_bool("enable_bias", true);
     const bool affine = cfg.get_bool("layer_norm_elementwise_affine", true);
 
-    const Checkpoint& ck = *src.weights;
-    const std::string pre = find_prefix(ck, {"model.decoder.", "decoder."}, "embed_tokens.weight");
-    WeightPlan plan;
-    plan.embedding = pre + "embed_tokens.weight";
-    ck.check_shape(plan.embedding, {V, wd_});
-    plan.head = cfg.get_bool("tie_word_embeddings", true) ? plan.embedding : "lm_head.weight";
+    const std::string pre = find_prefix(*src.weights, {"model.decoder.", "decoder."}, "embed_tokens.weight");
+    WeightPlan plan = token_plan(cfg, *src.weights, pre + "embed_tokens.weight", wd_, /*tied_by_default=*/true);
     auto ln = [&](const std::string& name) {  // LayerNorm weight/bias, absent without elementwise affine
       return affine ? WeightSpec::one(name, {d_}) : WeightSpec::absent();
     };
@@ -59,6 +50,7 @@ class OptModel final : public FamilyModel {
         final_ln_ ? ln(pre + "final_layer_norm.weight") : WeightSpec::absent(),
         final_ln_ ? ln(pre + "final_layer_norm.bias") : WeightSpec::absent(),
     };
+    const int64_t L = positive_int(cfg, {"num_hidden_layers"});
     for (int64_t l = 0; l < L; ++l) {
       const std::string p = pre + "layers." + std::to_string(l) + ".";
       const std::string a = p + "self_attn.";
@@ -73,8 +65,7 @@ class OptModel final : public FamilyModel {
           WeightSpec::one(p + "fc2.weight", {d_, F_}), bias ? WeightSpec::one(p + "fc2.bias", {d_}) : WeightSpec::absent(),
       });
     }
-    store_ = std::make_unique<WeightStore>(src.weights, std::move(plan), options);
-    fill_common_info(info_, src, *store_, shape, options);
+    load_weights(src, std::move(plan), options);
     info_.max_positions = P;
     info_.learned_positions = true;
     spec_.scale = 1.0;  // the query is scaled by 1/sqrt(dh) before the scores, as transformers does
@@ -82,12 +73,8 @@ class OptModel final : public FamilyModel {
 
   void forward(Tensor ids, LayerObserver* observer, Tensor logits, const ForwardOptions& opt) override {
     const bool want_logits = begin_forward(ids, logits, opt);
-    const int64_t B = ids.shape[0], T = ids.shape[1], N = B * T, d = d_, H = H_, dh = dh_;
-    if (B != acts_batch_ || T != acts_seq_) {
-      allocate_activations(B, T, {{&res_[0], {N, d}}, {&res_[1], {N, d}}, {&mid_, {N, d}}, {&pre_norm_, {N, d}},
-                                  {&xn_, {N, d}}, {&mean_, {N}}, {&rstd_, {N}}, {&qkv_, {N, 3 * d}},
-                                  {&att_, {N, d}}, {&tmp_, {N, d}}, {&ffn_, {N, F_}}, {&words_, {N, wd_}}});
-    }
+    const int64_t B = ids.shape[0], T = ids.shape[1], N = B * T;
+    ensure_activations(B, T, Norm::layer, {{&pre_norm_, {N, d_}}, {&words_, {N, wd_}}});
     const std::vector<Tensor>& resident = store_->resident();
 
     // x = project_in(embed_tokens[ids]) + embed_positions[positions + 2].
@@ -97,38 +84,33 @@ class OptModel final : public FamilyModel {
     } else {
       store_->embed(res_[0], ids.reshape({N}));
     }
-    std::vector<int32_t> positions = learned_positions(B, T, opt, kPositionOffset);
-    ops::embedding_forward(tmp_, on_device(positions_buffer_, Tensor(positions.data(), DType::i32, {N})),
-                          resident[kPositions]);
-    ops::add(res_[0], res_[0], tmp_);
+    add_learned_positions(res_[0], resident[kPositions], B, T, opt, kPositionOffset);
 
-    const double q_scale = 1.0 / std::sqrt(double(dh));
+    const double q_scale = 1.0 / std::sqrt(double(dh_));
     for (int l = 0; l < info_.n_layers; ++l) {
       const std::vector<Tensor>& w = store_->layer(l);
-      Tensor x_in = res_[l % 2], x_out = res_[(l + 1) % 2];
+      Tensor x_in = stream(l), x_out = stream(l + 1);
       // Attention block. Pre-LN: mid = x_in + attn(LN_a(x_in)). Post-LN: mid = LN_a(x_in + attn(x_in)).
       Tensor attn_in = x_in;
       if (pre_ln_) {
-        ops::layernorm_forward(xn_, mean_, rstd_, x_in, w[kAttnLnW], w[kAttnLnB], kLnEps);
+        ops::layernorm_forward(xn_, mean_, rstd_, x_in, w[kAttnLnW], w[kAttnLnB], eps_);
         attn_in = xn_;
       }
       ops::linear_forward(qkv_, attn_in, w[kQkvW], w[kQkvB]);
-      Tensor q = head_view(qkv_, B, T, 0, H, dh), k = head_view(qkv_, B, T, d, H, dh),
-             v = head_view(qkv_, B, T, 2 * d, H, dh);
-      ops::scale(q, q_scale);
-      Tensor probs = observer_probs(observer, l, q, k);
-      attention(head_view(att_, B, T, 0, H, dh), q, k, v, spec_, l, opt, nullptr, probs);
+      const Heads h = qkv_heads(B, T);
+      ops::scale(h.q, q_scale);
+      const Tensor probs = attend(h, spec_, nullptr, l, opt, observer);
       ops::linear_forward(tmp_, att_, w[kOutW], w[kOutB]);
       if (pre_ln_) {
         ops::add(mid_, x_in, tmp_);
       } else {
         ops::add(pre_norm_, x_in, tmp_);
-        ops::layernorm_forward(mid_, mean_, rstd_, pre_norm_, w[kAttnLnW], w[kAttnLnB], kLnEps);
+        ops::layernorm_forward(mid_, mean_, rstd_, pre_norm_, w[kAttnLnW], w[kAttnLnB], eps_);
       }
       // MLP block. Pre-LN: x_out = mid + mlp(LN_f(mid)). Post-LN: x_out = LN_f(mid + mlp(mid)).
       Tensor mlp_in = mid_;
       if (pre_ln_) {
-        ops::layernorm_forward(xn_, mean_, rstd_, mid_, w[kMlpLnW], w[kMlpLnB], kLnEps);
+        ops::layernorm_forward(xn_, mean_, rstd_, mid_, w[kMlpLnW], w[kMlpLnB], eps_);
         mlp_in = xn_;
       }
       ops::linear_forward(ffn_, mlp_in, w[kFc1W], w[kFc1B]);
@@ -138,36 +120,29 @@ class OptModel final : public FamilyModel {
         ops::add(x_out, mid_, tmp_);
       } else {
         ops::add(pre_norm_, mid_, tmp_);  // the residual sum before the layer's last norm (Fig. 7 left)
-        ops::layernorm_forward(x_out, mean_, rstd_, pre_norm_, w[kMlpLnW], w[kMlpLnB], kLnEps);
+        ops::layernorm_forward(x_out, mean_, rstd_, pre_norm_, w[kMlpLnW], w[kMlpLnB], eps_);
       }
-      ablate_hidden(x_out, B, T, l, opt);
-      if (observer) {
-        LayerTaps taps = attention_taps(l, B, x_in, x_out, q, k, v, &spec_, probs);
-        if (!pre_ln_) taps.hidden_pre_norm = pre_norm_.split_dim(0, B, T);
-        observer->on_layer(taps);
-      }
+      end_layer(l, h, spec_, probs, opt, observer, pre_ln_ ? Tensor{} : pre_norm_);
     }
     if (!want_logits) return;
     // logits = project_out(LN(x)) embed_tokens^T (the final LN only in pre-LN models).
-    Tensor x = res_[info_.n_layers % 2];
+    Tensor x = stream(info_.n_layers);
     if (final_ln_) {
-      ops::layernorm_forward(xn_, mean_, rstd_, x, resident[kFinalLnW], resident[kFinalLnB], kLnEps);
+      ops::layernorm_forward(xn_, mean_, rstd_, x, resident[kFinalLnW], resident[kFinalLnB], eps_);
       x = xn_;
     }
     if (resident[kProjectOut].defined()) {
       ops::linear_forward(words_, x, resident[kProjectOut], Tensor{});
       x = words_;
     }
-    store_->head(logits.reshape({N, int64_t(info_.vocab_size)}), x);
+    write_logits(logits, x);
   }
 
  private:
-  static constexpr double kLnEps = 1e-5;  // nn.LayerNorm's default; OPT's config has no epsilon
-  int64_t d_ = 0, H_ = 0, dh_ = 0, F_ = 0, wd_ = 0;
+  int64_t wd_ = 0;  // the token table's width (word_embed_proj_dim)
   bool pre_ln_ = true, final_ln_ = true;
-  ops::Activation act_ = ops::Activation::relu;
   ops::AttentionSpec spec_;
-  Tensor res_[2], mid_, pre_norm_, xn_, mean_, rstd_, qkv_, att_, tmp_, ffn_, words_;
+  Tensor pre_norm_, words_;
 };
 
 }  // namespace
