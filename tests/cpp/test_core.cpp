@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <vector>
 
 #include "core/arena.hpp"
@@ -175,19 +176,25 @@ TEST(Shard, RoundTripAndCorruption) {
   EXPECT_THROW(io::Shard{path}, Error);
 }
 
-// Issue 44: a shard whose CRCs are valid but which holds an id >= vocab_size. rewrite_shard sets token
-// `position` to `id` and the header's version, then makes both CRCs valid again (version 1: no header CRC).
-void rewrite_shard(const std::string& path, uint64_t position, uint16_t id, uint32_t version) {
+// Issue 44: shards whose CRCs are valid but whose content is not. edit_shard applies `edit` to the file's
+// bytes, sets the header's version and makes both CRCs valid again (version 1: no header CRC), so that only
+// the check under test can refuse the shard.
+void edit_shard(const std::string& path, uint32_t version, const std::function<void(std::vector<unsigned char>&)>& edit) {
   std::ifstream in(path, std::ios::binary);
   std::vector<unsigned char> raw((std::istreambuf_iterator<char>(in)), {});
   in.close();
-  std::memcpy(&raw[64 + position * 2], &id, 2);
+  edit(raw);
   const uint32_t crc = uint32_t(crc32(0L, raw.data() + 64, uInt(raw.size() - 64)));
   std::memcpy(&raw[48], &crc, 4);
   std::memcpy(&raw[8], &version, 4);
   const uint32_t header_crc = version >= 2 ? uint32_t(crc32(0L, raw.data(), 60)) : 0u;
   std::memcpy(&raw[60], &header_crc, 4);
   std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(raw.data()), std::streamsize(raw.size()));
+}
+
+// Token `position` of a uint16 shard := id, both CRCs valid.
+void rewrite_shard(const std::string& path, uint64_t position, uint16_t id, uint32_t version) {
+  edit_shard(path, version, [&](std::vector<unsigned char>& raw) { std::memcpy(&raw[64 + position * 2], &id, 2); });
 }
 
 std::string open_error(const std::string& path) {
@@ -265,12 +272,10 @@ TEST(Shard, MaxTokenIdSeesEveryId) {
 TEST(Shard, TokenCountThatWrapsAroundIsRefused) {
   std::string path = temp_path("wrap.bin");
   io::write_shard(path, {5, 6, 7, 0}, 100, 1, 0);
-  {
-    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  edit_shard(path, 2, [](std::vector<unsigned char>& raw) {  // under a valid header CRC: the size check must see it
     const uint64_t wrapped = (uint64_t(1) << 63) + 4;  // * 2 bytes = 8 mod 2^64: the real size of 4 tokens
-    f.seekp(24);
-    f.write(reinterpret_cast<const char*>(&wrapped), 8);
-  }
+    std::memcpy(&raw[24], &wrapped, 8);
+  });
   try {
     io::Shard bad(path, /*verify_checksum=*/false);
     FAIL() << "a wrapped token count was accepted";
