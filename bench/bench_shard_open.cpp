@@ -43,7 +43,8 @@ void bench_shard(const std::string& path, int reps) {
   volatile uint32_t sink = 0;  // keeps the passes from being optimised away
   const double crc_s = best_of(reps, [&] {
     uLong crc = crc32(0L, Z_NULL, 0);
-    for (uint64_t at = 0; at < bytes; at += 1u << 30) crc = crc32(crc, tokens + at, uInt(std::min<uint64_t>(bytes - at, 1u << 30)));
+    for (uint64_t at = 0; at < bytes; at += 1u << 30)
+      crc = crc32(crc, tokens + at, uInt(std::min<uint64_t>(bytes - at, 1u << 30)));
     sink = uint32_t(crc);
   });
   const double ids_s = best_of(reps, [&] { sink = io::max_token_id(tokens, h.n_tokens, h.token_bytes); });

@@ -54,8 +54,8 @@ bool parse(int argc, char** argv, ProbeOptions& o) {
        "attention kernel of the forward: reference (f32 on every device) | auto (on a GPU cuDNN's or the flash "
        "kernel where they fit: bf16 inside) | cudnn | flash")
       ("seed", po::value(&o.seed)->default_value(1234), "seed of random/repeat inputs")
-      ("out", po::value(&o.out)->required(), "HDF5 results file of the probe: created, or extended when sinklab-probe made "
-       "it (a training run's results.h5 or a survey's file is refused)")
+      ("out", po::value(&o.out)->required(), "HDF5 results file of the probe: created, or extended when "
+       "sinklab-probe made it (a training run's results.h5 or a survey's file is refused)")
       ("name", po::value(&o.name)->default_value(""), "model name in the file (default: <run directory>_<step directory>)")
       ("domain", po::value(&o.domain)->default_value("mixed"), "domain label of the inputs")
       // The run's own data intervention, as sinklab-pretrain's evaluation applies it (its *_intervened probe).

@@ -179,7 +179,8 @@ TEST(Shard, RoundTripAndCorruption) {
 // Issue 44: shards whose CRCs are valid but whose content is not. edit_shard applies `edit` to the file's
 // bytes, sets the header's version and makes both CRCs valid again (version 1: no header CRC), so that only
 // the check under test can refuse the shard.
-void edit_shard(const std::string& path, uint32_t version, const std::function<void(std::vector<unsigned char>&)>& edit) {
+void edit_shard(const std::string& path, uint32_t version,
+                const std::function<void(std::vector<unsigned char>&)>& edit) {
   std::ifstream in(path, std::ios::binary);
   std::vector<unsigned char> raw((std::istreambuf_iterator<char>(in)), {});
   in.close();
