@@ -2,13 +2,15 @@
 
 Format (little-endian), fixed by src/io/shard.hpp -- keep the two in sync:
 
-    0  8  magic "SLTOKENS"     8  4 version 1        12 4 header_bytes 64
+    0  8  magic "SLTOKENS"     8  4 version 2        12 4 header_bytes 64
     16 4  vocab_size           20 4 token_bytes 2|4  24 8 n_tokens
     32 8  n_documents          40 4 eos_id           44 4 bos_id (0xFFFFFFFF = none)
-    48 4  crc32 (zlib) of the token bytes            52 12 reserved, zero
+    48 4  crc32 (zlib) of the token bytes            52 8 reserved, zero
+    60 4  header_crc32 (zlib) of bytes 0..59
     64 .. n_tokens * token_bytes token ids
 
-The file size must be exactly 64 + n_tokens * token_bytes.
+The file size must be exactly 64 + n_tokens * token_bytes. Version 1 (no header_crc32: bytes 52..63
+reserved, zero) is still read; every reader checks each token id against vocab_size.
 """
 
 from __future__ import annotations
@@ -30,10 +32,11 @@ from .pile import DOMAIN_KEYS, SkipReport, domain_key, read_pile
 from .tokenization import bos_token, eos_token, load_tokenizer
 
 MAGIC = b"SLTOKENS"
-VERSION = 1
+VERSION = 2  # written; version 1 is still read
 HEADER_BYTES = 64
+HEADER_CRC_OFFSET = 60  # version 2: the CRC-32 of the header bytes before it
 NO_BOS = 0xFFFFFFFF
-_HEADER = struct.Struct("<8sIIIIQQIII12s")
+_HEADER = struct.Struct("<8sIIIIQQIII8sI")
 assert _HEADER.size == HEADER_BYTES
 
 
@@ -46,11 +49,15 @@ class ShardHeader:
     eos_id: int
     bos_id: int
     crc32: int
+    version: int = VERSION
+    header_crc32: int = 0  # version 2; 0 in version 1
 
     def pack(self) -> bytes:
-        return _HEADER.pack(MAGIC, VERSION, HEADER_BYTES, self.vocab_size, self.token_bytes,
-                            self.n_tokens, self.n_documents, self.eos_id, self.bos_id, self.crc32,
-                            b"\0" * 12)
+        """The header in the current version, its header_crc32 (set here) over the bytes before it."""
+        head = _HEADER.pack(MAGIC, VERSION, HEADER_BYTES, self.vocab_size, self.token_bytes, self.n_tokens,
+                            self.n_documents, self.eos_id, self.bos_id, self.crc32, b"\0" * 8, 0)
+        self.version, self.header_crc32 = VERSION, zlib.crc32(head[:HEADER_CRC_OFFSET])
+        return head[:HEADER_CRC_OFFSET] + struct.pack("<I", self.header_crc32)
 
 
 def token_bytes_for(vocab_size: int) -> int:
@@ -124,21 +131,24 @@ def read_header(path: str | Path) -> ShardHeader:
         raise DataPrepError(f"{path}: cannot read shard: {e.strerror}") from None
     if len(raw) < HEADER_BYTES:
         raise DataPrepError(f"{path}: not a shard: {size} bytes, shorter than the 64-byte header")
-    magic, version, hbytes, vocab, tbytes, n_tok, n_doc, eos, bos, crc, reserved = _HEADER.unpack(raw)
+    magic, version, hbytes, vocab, tbytes, n_tok, n_doc, eos, bos, crc, _, header_crc = _HEADER.unpack(raw)
     if magic != MAGIC:
         raise DataPrepError(f"{path}: not a shard: bad magic {magic!r}")
-    if version != VERSION or hbytes != HEADER_BYTES:
+    if version not in (1, VERSION) or hbytes != HEADER_BYTES:
         raise DataPrepError(f"{path}: unsupported shard version {version} / header size {hbytes}")
+    if version >= 2 and zlib.crc32(raw[:HEADER_CRC_OFFSET]) != header_crc:
+        raise DataPrepError(f"{path}: corrupted shard header (CRC-32 {zlib.crc32(raw[:HEADER_CRC_OFFSET]):08x} of "
+                            f"bytes 0..{HEADER_CRC_OFFSET - 1}, header says {header_crc:08x})")
     if tbytes not in (2, 4):
         raise DataPrepError(f"{path}: bad token_bytes {tbytes} (must be 2 or 4)")
-    if reserved != b"\0" * 12:
+    if any(raw[52:HEADER_CRC_OFFSET if version >= 2 else HEADER_BYTES]):
         raise DataPrepError(f"{path}: reserved header bytes are not zero")
     if size != HEADER_BYTES + n_tok * tbytes:
         raise DataPrepError(f"{path}: size {size} bytes, expected {HEADER_BYTES + n_tok * tbytes} "
                             f"for {n_tok} tokens of {tbytes} bytes (truncated or padded)")
     if vocab == 0 or eos >= vocab or (bos != NO_BOS and bos >= vocab):
         raise DataPrepError(f"{path}: eos_id/bos_id out of range for vocab_size {vocab}")
-    return ShardHeader(vocab, tbytes, n_tok, n_doc, eos, bos, crc)
+    return ShardHeader(vocab, tbytes, n_tok, n_doc, eos, bos, crc, version, header_crc if version >= 2 else 0)
 
 
 def read_shard(path: str | Path, verify_checksum: bool = True) -> tuple[ShardHeader, np.ndarray]:
@@ -157,7 +167,10 @@ def read_shard(path: str | Path, verify_checksum: bool = True) -> tuple[ShardHea
         if crc != h.crc32:
             raise DataPrepError(f"{path}: CRC-32 mismatch (header {h.crc32:#010x}, data {crc:#010x}): corrupt")
         if h.n_tokens and int(tokens.max()) >= h.vocab_size:
-            raise DataPrepError(f"{path}: token id >= vocab_size {h.vocab_size}")
+            pos = int(np.argmax(np.asarray(tokens) >= h.vocab_size))
+            raise DataPrepError(f"{path}: token id {int(tokens[pos])} at position {pos} is outside the vocabulary "
+                                f"[0, {h.vocab_size}) of the shard's header (vocab_size): the shard was written "
+                                f"wrongly or for another tokenizer")
     return h, tokens
 
 
@@ -167,6 +180,7 @@ def shard_info_lines(path: str | Path) -> list[str]:
     d = asdict(h)
     d["bos_id"] = -1 if h.bos_id == NO_BOS else h.bos_id
     d["crc32"] = f"{h.crc32:08x}"
+    d["header_crc32"] = f"{h.header_crc32:08x}" if h.version >= 2 else "none"
     return [f"{k}={v}" for k, v in d.items()]
 
 

@@ -54,7 +54,8 @@ bool parse(int argc, char** argv, ProbeOptions& o) {
        "attention kernel of the forward: reference (f32 on every device) | auto (on a GPU cuDNN's or the flash "
        "kernel where they fit: bf16 inside) | cudnn | flash")
       ("seed", po::value(&o.seed)->default_value(1234), "seed of random/repeat inputs")
-      ("out", po::value(&o.out)->required(), "HDF5 results file (created or extended)")
+      ("out", po::value(&o.out)->required(), "HDF5 results file of the probe: created, or extended when "
+       "sinklab-probe made it (a training run's results.h5 or a survey's file is refused)")
       ("name", po::value(&o.name)->default_value(""), "model name in the file (default: <run directory>_<step directory>)")
       ("domain", po::value(&o.domain)->default_value("mixed"), "domain label of the inputs")
       // The run's own data intervention, as sinklab-pretrain's evaluation applies it (its *_intervened probe).
@@ -151,7 +152,24 @@ void write_probe_group(io::ResultsFile& out, const std::string& g, const ProbeOp
   out.set_attr(g, "T", o.length);
 }
 
+// Probe results go to a file of their own: an existing --out must be one sinklab-probe made. A training run's
+// results.h5 (its /runs is one run's record, which the report and --resume read) or a survey's file (its
+// /items are the survey's bookkeeping) is refused before the model is loaded, rather than extended.
+void check_probe_output(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return;
+  const io::ResultsFile f = io::ResultsFile::open_read(path);
+  const std::string writer = f.has_attr("/", "command_line") ? f.attr_string("/", "command_line") : "";
+  const std::string what = f.exists("/runs")                      ? "a training run's results file (it holds /runs)"
+                           : f.has_attr("/", "survey_params")     ? "a survey's results file (it has survey_params)"
+                           : writer == "sinklab-probe"            ? ""
+                                                                  : "not a sinklab-probe results file";
+  SL_CHECK(what.empty(), "--out %s is %s: probe results go to a file of their own (give a new path, or one "
+           "sinklab-probe wrote)", path.c_str(), what.c_str());
+}
+
 int run(const ProbeOptions& o) {
+  check_probe_output(o.out);
   log::info("CPU BLAS: %s", cpu_blas_summary().c_str());
   const std::string path = train::resolve_checkpoint(o.checkpoint, "--checkpoint");
   train::CheckpointInfo ckpt = train::open_checkpoint(path);

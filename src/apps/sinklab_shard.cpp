@@ -1,6 +1,6 @@
 // sinklab-shard: inspect a token shard (src/io/shard.hpp). Used by users to check data_prep output and
 // by the data_prep tests to round-trip text -> shard -> C++ reader.
-//   sinklab-shard info FILE                       header as key=value lines
+//   sinklab-shard info FILE                       header as key=value lines (header_crc32=none: version 1)
 //   sinklab-shard dump FILE [--begin N] [--count M]   token ids, one per line
 #include <cstdio>
 #include <cstdlib>
@@ -29,6 +29,9 @@ int main(int argc, char** argv) {
       std::printf("vocab_size=%u\ntoken_bytes=%u\nn_tokens=%llu\nn_documents=%llu\neos_id=%u\n", h.vocab_size,
                   h.token_bytes, (unsigned long long)h.n_tokens, (unsigned long long)h.n_documents, h.eos_id);
       std::printf("bos_id=%lld\ncrc32=%08x\n", h.bos_id == io::kNoBos ? -1LL : (long long)h.bos_id, h.crc32);
+      std::printf("version=%u\n", h.version);
+      if (h.version >= 2) std::printf("header_crc32=%08x\n", h.header_crc32);
+      else std::printf("header_crc32=none\n");
       return 0;
     }
     SL_CHECK(command == "dump", "unknown command '%s' (info or dump)", command.c_str());

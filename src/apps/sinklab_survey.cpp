@@ -333,6 +333,9 @@ int run(const SurveyOptions& o, const dist::World& world) {
   plan.ablation_inputs = split_commas(o.ablation_inputs);
   plan.seq_len = o.params.seq_len;
   const std::vector<probe::SurveyItem> items = probe::plan_items(models, plan);
+  // A T beyond a model's positions: refused here when none exist beyond them, else said once per model and T.
+  for (const std::string& warning : probe::check_position_limits(models, items, o.params.seq_len, o.params.long_len))
+    if (world.is_root()) log::warn("%s", warning.c_str());
   if (o.dry_run) {
     if (world.is_root()) {
       std::fputs(o.config_text.c_str(), stdout);

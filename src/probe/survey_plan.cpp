@@ -95,9 +95,17 @@ std::vector<SurveyModel> select_models(const std::vector<SurveyModel>& catalogue
         out.push_back(*it);
         continue;
       }
-      // A directory: as given when it exists (or is absolute), else under --model-root.
+      // A directory: as given when it exists (or is absolute), else under --model-root. A name that is neither
+      // (a typo) is refused here, before any item runs, not as failed items at the end of the survey.
       std::string dir = want;
       if (!fs::path(dir).is_absolute() && !fs::exists(dir)) dir = resolve_dir(dir, model_root);
+      std::error_code ec;
+      if (!fs::is_directory(dir, ec)) {
+        std::string known;
+        for (const SurveyModel& m : catalogue) known += (known.empty() ? "" : ", ") + m.name;
+        SL_FAIL("--models: '%s' is neither a model of the catalogue (%s) nor a model directory (no directory %s)",
+                want.c_str(), known.empty() ? "none: no model = lines" : known.c_str(), dir.c_str());
+      }
       std::string name = fs::path(dir).lexically_normal().filename().string();
       if (name.empty()) name = fs::path(dir).lexically_normal().parent_path().filename().string();
       check_name(name, "--models " + want);
@@ -110,15 +118,79 @@ std::vector<SurveyModel> select_models(const std::vector<SurveyModel>& catalogue
   return out;
 }
 
-bool has_learned_positions(const std::string& dir) {
+namespace {
+
+// <dir>/config.json as a JSON object, or nullopt when it is missing or malformed (the item reports that).
+std::optional<nlohmann::json> read_config(const std::string& dir) {
   std::ifstream in(fs::path(dir) / "config.json");
-  if (!in.good()) return false;
+  if (!in.good()) return std::nullopt;
   try {
-    const std::string type = nlohmann::json::parse(in).value("model_type", "");
-    return type == "gpt2" || type == "opt";
+    nlohmann::json j = nlohmann::json::parse(in);
+    if (j.is_object()) return j;
   } catch (const nlohmann::json::exception&) {
-    return false;
   }
+  return std::nullopt;
+}
+
+bool learned_position_type(const nlohmann::json& config) {
+  const auto type = config.find("model_type");
+  return type != config.end() && (*type == "gpt2" || *type == "opt");
+}
+
+}  // namespace
+
+bool has_learned_positions(const std::string& dir) {
+  const std::optional<nlohmann::json> config = read_config(dir);
+  return config && learned_position_type(*config);
+}
+
+PositionLimit position_limit(const std::string& dir) {
+  PositionLimit limit;
+  const std::optional<nlohmann::json> config = read_config(dir);
+  if (!config) return limit;
+  // Gemma 3's hub config keeps the text model's settings under text_config.
+  const nlohmann::json& text = config->contains("text_config") && (*config)["text_config"].is_object()
+                                   ? (*config)["text_config"]
+                                   : *config;
+  for (const char* key : {"n_positions", "max_position_embeddings"}) {
+    if (!text.contains(key) || !text[key].is_number_integer() || text[key].get<int64_t>() <= 0) continue;
+    limit.positions = text[key].get<int64_t>();
+    limit.key = key;
+    break;
+  }
+  limit.hard = learned_position_type(*config) || config->contains("sinklab");  // sinklab's own: a fixed context
+  return limit;
+}
+
+int64_t item_length(const SurveyItem& item, int64_t seq_len, int64_t long_len) {
+  if (item.input == "hellaswag") return 0;
+  if (item.input == "long") return long_len;
+  return item.seq_len > 0 ? item.seq_len : seq_len;
+}
+
+std::vector<std::string> check_position_limits(const std::vector<SurveyModel>& models,
+                                               const std::vector<SurveyItem>& items, int64_t seq_len,
+                                               int64_t long_len) {
+  std::vector<std::string> warnings;
+  std::set<std::pair<int, int64_t>> seen;  // (model, T): one line each
+  std::vector<std::optional<PositionLimit>> limits(models.size());
+  for (const SurveyItem& item : items) {
+    const int64_t T = item_length(item, seq_len, long_len);
+    if (T == 0 || !seen.insert({item.model, T}).second) continue;
+    const SurveyModel& model = models[size_t(item.model)];
+    std::optional<PositionLimit>& limit = limits[size_t(item.model)];
+    if (!limit) limit = position_limit(model.dir);
+    if (limit->positions == 0 || T <= limit->positions) continue;
+    const char* flag = item.input == "long" ? "--long-input-len" : item.seq_len > 0 ? "--seq-lens" : "--seq-len";
+    SL_CHECK(!limit->hard, "%s: T = %lld exceeds the %lld positions of model %s (%s in %s/config.json), which has no "
+             "position beyond them (learned position embeddings or a sinklab checkpoint's context): drop the length "
+             "or the model", flag, (long long)T, (long long)limit->positions, model.name.c_str(), limit->key.c_str(),
+             model.dir.c_str());
+    warnings.push_back(strfmt("model %s: T = %lld (%s) exceeds its %s = %lld (%s/config.json): measured as asked, "
+                              "with positions beyond the length it was trained for", model.name.c_str(), (long long)T,
+                              flag, limit->key.c_str(), (long long)limit->positions, model.dir.c_str()));
+  }
+  return warnings;
 }
 
 std::string Ablation::tag() const {

@@ -78,13 +78,24 @@ SurveyModel parse_model_line(const std::string& line, const std::string& model_r
 
 // The models a --models list selects: "all" = the whole catalogue, else catalogue names or model
 // directories (absolute, relative to the working directory, or else to model_root; named by their
-// last component). A name twice is an error.
+// last component). A name twice, or one that is neither a catalogue name nor an existing directory, is an
+// error naming --models (the latter listing the catalogue's names).
 std::vector<SurveyModel> select_models(const std::vector<SurveyModel>& catalogue, const std::string& models,
                                        const std::string& model_root);
 
 // True when <dir>/config.json names a learned-position family (model_type gpt2 or opt); false when it
 // names another or cannot be read (the item itself reports unreadable models).
 bool has_learned_positions(const std::string& dir);
+
+// A model's position limit as <dir>/config.json states it (max_position_embeddings, GPT-2's n_positions).
+struct PositionLimit {
+  int64_t positions = 0;  // 0: the config states none or cannot be read (the item itself reports that)
+  std::string key;        // the config key it comes from
+  // No position exists beyond it: learned position embeddings (GPT-2, OPT) or a sinklab checkpoint's
+  // fixed context. Rotary and position-free models run any length (beyond it: past their training).
+  bool hard = false;
+};
+PositionLimit position_limit(const std::string& dir);
 
 struct SurveyItem {
   int model = 0;       // index into the selected models
@@ -119,5 +130,16 @@ struct PlanOptions {
 // then each ablation over the ablation inputs, their lengths and domains. Unknown inputs, empty domain lists an input needs and
 // duplicate ids throw naming the flag.
 std::vector<SurveyItem> plan_items(const std::vector<SurveyModel>& models, const PlanOptions& options);
+
+// T of an item: its --seq-lens length, --long-input-len for long inputs, else --seq-len; 0 for hellaswag
+// (each example has its own length, checked as it is scored).
+int64_t item_length(const SurveyItem& item, int64_t seq_len, int64_t long_len);
+
+// Every item's T against its model's position limit, before any item runs: beyond a hard limit throws one
+// line naming the flag that sets T, the model and the limit; beyond a soft one it is a warning line (one per
+// model and T) for the caller to print.
+std::vector<std::string> check_position_limits(const std::vector<SurveyModel>& models,
+                                               const std::vector<SurveyItem>& items, int64_t seq_len,
+                                               int64_t long_len);
 
 }  // namespace sinklab::probe

@@ -297,7 +297,7 @@ ItemSetup item_setup(const SurveyItem& item, const SurveyModel& model, const Sur
   ItemSetup s;
   s.is_long = item.input == "long";
   s.other_length = item.seq_len > 0;  // a --seq-lens item (Fig. 3)
-  s.T = s.is_long ? params.long_len : s.other_length ? item.seq_len : params.seq_len;
+  s.T = item_length(item, params.seq_len, params.long_len);
   s.n_requested = s.is_long ? params.long_n_seq : params.n_seq;
   const int64_t T = s.T;
   SL_CHECK(info.max_positions == 0 || T <= info.max_positions, "%s: the model takes at most %lld positions, T = %lld asked",

@@ -73,7 +73,7 @@ struct DataConfig {
   uint64_t seed = 0;                // keys the per-epoch permutations
   uint64_t max_tokens = 0;          // use only the first max_tokens tokens of the stream; 0 = all
   bool shuffle = true;              // false: chunks in stream order every epoch (evaluation)
-  bool verify_checksum = true;      // CRC-check every shard when opening it
+  bool verify_checksum = true;      // CRC- and id-check every shard when opening it (io::Shard verify_tokens)
   // Interventions on training samples (above). Positions are 1-based, within [1, context].
   std::vector<int64_t> resample_positions;  // tokens redrawn uniformly from [0, resample_vocab)
   uint32_t resample_vocab = 0;              // the model's vocabulary size (required with resampling)
@@ -116,7 +116,8 @@ class TrainingData {
 
 class ChunkSampler : public TrainingData {
  public:
-  // Opens every shard (throws naming the file when one is missing/corrupt, when the shards disagree
+  // Opens every shard (throws naming the file when one is missing/corrupt or holds an id outside its
+  // vocabulary (naming the position and the id: before any step runs), when the shards disagree
   // on vocab_size/eos/bos, or when the stream holds fewer than C+1 tokens).
   explicit ChunkSampler(const DataConfig& cfg);
   ~ChunkSampler();

@@ -1,8 +1,12 @@
 // Core: Philox known answers, dtype conversions, tensor views, safetensors and shard round trips.
 #include <gtest/gtest.h>
 
+#include <zlib.h>
+
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <functional>
 #include <vector>
 
 #include "core/arena.hpp"
@@ -172,17 +176,107 @@ TEST(Shard, RoundTripAndCorruption) {
   EXPECT_THROW(io::Shard{path}, Error);
 }
 
+// Issue 44: shards whose CRCs are valid but whose content is not. edit_shard applies `edit` to the file's
+// bytes, sets the header's version and makes both CRCs valid again (version 1: no header CRC), so that only
+// the check under test can refuse the shard.
+void edit_shard(const std::string& path, uint32_t version,
+                const std::function<void(std::vector<unsigned char>&)>& edit) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<unsigned char> raw((std::istreambuf_iterator<char>(in)), {});
+  in.close();
+  edit(raw);
+  const uint32_t crc = uint32_t(crc32(0L, raw.data() + 64, uInt(raw.size() - 64)));
+  std::memcpy(&raw[48], &crc, 4);
+  std::memcpy(&raw[8], &version, 4);
+  const uint32_t header_crc = version >= 2 ? uint32_t(crc32(0L, raw.data(), 60)) : 0u;
+  std::memcpy(&raw[60], &header_crc, 4);
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(raw.data()), std::streamsize(raw.size()));
+}
+
+// Token `position` of a uint16 shard := id, both CRCs valid.
+void rewrite_shard(const std::string& path, uint64_t position, uint16_t id, uint32_t version) {
+  edit_shard(path, version, [&](std::vector<unsigned char>& raw) { std::memcpy(&raw[64 + position * 2], &id, 2); });
+}
+
+std::string open_error(const std::string& path) {
+  try {
+    io::Shard shard(path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Shard, IdOutsideTheVocabularyIsRefusedOnOpen) {
+  for (uint32_t version : {1u, 2u}) {
+    const std::string path = temp_path("bad_id.bin");
+    io::write_shard(path, {5, 1, 2, 0, 7, 7, 3, 0}, 8, 2, 0);
+    rewrite_shard(path, 6, 65000, version);
+    const std::string error = open_error(path);
+    EXPECT_NE(error.find(path + ": token id 65000 at position 6 is outside the vocabulary [0, 8)"), std::string::npos)
+        << "version " << version << ": " << error;
+    io::Shard unchecked(path, /*verify_tokens=*/false);  // the header alone still opens (sinklab-probe's specials)
+    EXPECT_EQ(unchecked.header().version, version);
+    rewrite_shard(path, 6, 7, version);  // the largest id in the vocabulary
+    EXPECT_EQ(open_error(path), "") << "version " << version;
+  }
+}
+
+TEST(Shard, HeaderIsCoveredByItsChecksum) {
+  const std::string path = temp_path("header.bin");
+  io::write_shard(path, {5, 1, 2, 0}, 8, 1, 0);
+  io::Shard good(path);
+  EXPECT_EQ(good.header().version, 2u);
+  EXPECT_NE(good.header().header_crc32, 0u);
+  {  // vocab_size 8 -> 9: the tokens and their CRC are untouched
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(16);
+    f.put(char(9));
+  }
+  const std::string error = open_error(path);
+  EXPECT_NE(error.find(path + ": corrupted shard header"), std::string::npos) << error;
+  try {
+    io::Shard unchecked(path, /*verify_tokens=*/false);  // the header's CRC is checked whatever verify_tokens says
+    FAIL() << "a changed header was accepted";
+  } catch (const Error&) {
+  }
+}
+
+TEST(Shard, VersionOneStillReads) {
+  const std::string path = temp_path("v1.bin");
+  io::write_shard(path, {5, 1, 2, 0, 7, 7, 0}, 8, 2, 0);
+  rewrite_shard(path, 1, 1, 1);  // the same tokens in a version-1 header
+  io::Shard s(path);
+  EXPECT_EQ(s.header().version, 1u);
+  EXPECT_EQ(s.header().header_crc32, 0u);
+  EXPECT_EQ(s.size(), 7u);
+  EXPECT_EQ(s.token(4), 7u);
+}
+
+// The vectorised reduction of the id check: every length (vector body and tail), the max anywhere.
+TEST(Shard, MaxTokenIdSeesEveryId) {
+  for (uint64_t n : {0, 1, 7, 16, 33, 1000}) {
+    for (uint64_t at = 0; at < n; at += (n > 40 ? 97 : 1)) {
+      std::vector<uint16_t> u16(n, 3);
+      std::vector<uint32_t> u32(n, 3);
+      u16[at] = 60000;
+      u32[at] = 70000;
+      EXPECT_EQ(io::max_token_id(reinterpret_cast<const unsigned char*>(u16.data()), n, 2), 60000u) << n << " " << at;
+      EXPECT_EQ(io::max_token_id(reinterpret_cast<const unsigned char*>(u32.data()), n, 4), 70000u) << n << " " << at;
+    }
+  }
+  EXPECT_EQ(io::max_token_id(nullptr, 0, 2), 0u);
+}
+
 // Found by tests/fuzz/fuzz_shard (its regression case n_tokens_wraps_to_file_size): a token count whose
 // byte size wraps around 2^64 to the file's real size was accepted, and reading then ran off the mapping.
 TEST(Shard, TokenCountThatWrapsAroundIsRefused) {
   std::string path = temp_path("wrap.bin");
   io::write_shard(path, {5, 6, 7, 0}, 100, 1, 0);
-  {
-    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  edit_shard(path, 2, [](std::vector<unsigned char>& raw) {  // under a valid header CRC: the size check must see it
     const uint64_t wrapped = (uint64_t(1) << 63) + 4;  // * 2 bytes = 8 mod 2^64: the real size of 4 tokens
-    f.seekp(24);
-    f.write(reinterpret_cast<const char*>(&wrapped), 8);
-  }
+    std::memcpy(&raw[24], &wrapped, 8);
+  });
   try {
     io::Shard bad(path, /*verify_checksum=*/false);
     FAIL() << "a wrapped token count was accepted";

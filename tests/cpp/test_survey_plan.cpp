@@ -98,6 +98,68 @@ TEST_F(SurveyPlanDirs, SelectModels) {
   EXPECT_NE(error_of([&] { select_models({}, "all", root()); }).find("--models selects no model"), std::string::npos);
 }
 
+// Issue 44: a misspelled --models name failed only as failed items after every other item had run.
+TEST_F(SurveyPlanDirs, MisspelledModelIsRefusedBeforeAnyItem) {
+  const std::vector<SurveyModel> cat = {parse_model_line("gpt2-xl gpt", root()), parse_model_line("llama2-7b llama", root())};
+  const std::string error = error_of([&] { select_models(cat, "gpt2-xl,lama2-7b", root()); });
+  EXPECT_NE(error.find("--models: 'lama2-7b' is neither a model of the catalogue (gpt2-xl, llama2-7b) nor a model "
+                       "directory (no directory " + (dir_ / "lama2-7b").string() + ")"), std::string::npos) << error;
+  EXPECT_NE(error_of([&] { select_models({}, (dir_ / "nope").string(), root()); }).find("--models: '"), std::string::npos);
+  EXPECT_EQ(select_models(cat, "gpt2-xl,llama", root()).size(), 2u);  // a catalogue name and a directory still do
+}
+
+// Issue 44: T beyond a model's max_position_embeddings. Learned positions (GPT-2's n_positions, OPT) and a
+// sinklab checkpoint's context are hard limits, refused while planning naming the flag; a rotary model's is a
+// warning, once per model and T.
+TEST_F(SurveyPlanDirs, LengthsBeyondAModelsPositions) {
+  for (const char* m : {"gpt16", "rope64", "own32", "gemma_hub"}) fs::create_directories(dir_ / m);
+  std::ofstream(dir_ / "gpt16" / "config.json") << R"({"model_type": "gpt2", "n_positions": 16})";
+  std::ofstream(dir_ / "rope64" / "config.json") << R"({"model_type": "llama", "max_position_embeddings": 64})";
+  std::ofstream(dir_ / "own32" / "config.json") << R"({"model_type": "llama", "max_position_embeddings": 32, "sinklab": {}})";
+  std::ofstream(dir_ / "gemma_hub" / "config.json") << R"({"model_type": "gemma3", "text_config": {"max_position_embeddings": 64}})";
+  EXPECT_EQ(position_limit((dir_ / "gpt16").string()).positions, 16);
+  EXPECT_TRUE(position_limit((dir_ / "gpt16").string()).hard);
+  EXPECT_FALSE(position_limit((dir_ / "rope64").string()).hard);
+  EXPECT_TRUE(position_limit((dir_ / "own32").string()).hard);
+  EXPECT_EQ(position_limit((dir_ / "gemma_hub").string()).positions, 64);
+  EXPECT_EQ(position_limit((dir_ / "missing").string()).positions, 0);  // unknown: the item reports it
+
+  auto plan = [&](const std::string& model, std::vector<int64_t> seq_lens, std::vector<std::string> inputs) {
+    std::vector<SurveyModel> models = {parse_model_line("m " + model, root())};
+    PlanOptions o;
+    o.inputs = std::move(inputs);
+    o.domains = {"pile_cc"};
+    o.long_domains = {"pile_cc"};
+    o.seq_len = 12;
+    o.seq_lens = std::move(seq_lens);
+    return std::make_pair(models, plan_items(models, o));
+  };
+  {
+    auto [models, items] = plan("gpt16", {16}, {"natural", "random"});
+    EXPECT_TRUE(check_position_limits(models, items, 12, 4096 /* no long input */).empty());
+  }
+  {
+    auto [models, items] = plan("gpt16", {8, 32}, {"natural", "random"});
+    const std::string error = error_of([&] { check_position_limits(models, items, 12, 0); });
+    EXPECT_NE(error.find("--seq-lens: T = 32 exceeds the 16 positions of model m (n_positions in " +
+                         (dir_ / "gpt16").string() + "/config.json)"), std::string::npos) << error;
+  }
+  {
+    auto [models, items] = plan("own32", {}, {"random", "long"});
+    EXPECT_NE(error_of([&] { check_position_limits(models, items, 12, 64); }).find("--long-input-len: T = 64 exceeds the 32"),
+              std::string::npos);
+  }
+  {
+    auto [models, items] = plan("gpt16", {}, {"hellaswag"});  // each example's length is checked as it is scored
+    EXPECT_TRUE(check_position_limits(models, items, 12, 0).empty());
+  }
+  auto [models, items] = plan("rope64", {128}, {"natural", "random"});
+  const std::vector<std::string> warnings = check_position_limits(models, items, 12, 0);
+  ASSERT_EQ(warnings.size(), 1u);  // natural@T128 and random@T128: one line
+  EXPECT_NE(warnings[0].find("model m: T = 128 (--seq-lens) exceeds its max_position_embeddings = 64"), std::string::npos)
+      << warnings[0];
+}
+
 TEST_F(SurveyPlanDirs, LearnedPositionsFromConfig) {
   EXPECT_TRUE(has_learned_positions((dir_ / "gpt").string()));
   EXPECT_TRUE(has_learned_positions((dir_ / "opt").string()));

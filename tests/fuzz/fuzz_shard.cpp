@@ -1,5 +1,6 @@
-// libFuzzer target: a token shard (io::Shard: the 64-byte header, the size it implies, the CRC), opened
-// with and without the checksum; every token of a shard it accepted is then read, as the trainer does.
+// libFuzzer target: a token shard (io::Shard: the 64-byte header and its CRC in version 2, the size it
+// implies, the tokens' CRC and the id check against vocab_size), opened with and without the token checks;
+// every token of a shard it accepted is then read, as the trainer does.
 #include <cstdint>
 #include <vector>
 

@@ -83,6 +83,12 @@ def seeds_shard():
         kwargs = {} if bos is None else {"bos_id": bos}
         write_shard(tmp, docs, vocab_size=vocab, eos_id=eos, **kwargs)
         tmp.rename(d / name)
+    # A version-1 shard (no header CRC: bytes 60..63 reserved, zero), which readers still accept; the
+    # fuzzer mutates its header fields without having to match a checksum.
+    v1 = bytearray((d / "u16").read_bytes())
+    v1[8:12] = (1).to_bytes(4, "little")
+    v1[60:64] = bytes(4)
+    (d / "u16_version1").write_bytes(bytes(v1))
 
 
 def seeds_options():

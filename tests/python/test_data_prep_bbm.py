@@ -336,7 +336,8 @@ def test_round_trip_through_sinklab_shard(built):
         info = dict(line.split("=", 1) for line in _run([tool, "info", built["out"] / name]).stdout.split())
         assert info == {"vocab_size": str(h.vocab_size), "token_bytes": "2", "n_tokens": str(h.n_tokens),
                         "n_documents": str(h.n_documents), "eos_id": str(h.eos_id), "bos_id": str(h.bos_id),
-                        "crc32": built["meta"]["shards"][name]["crc32"]}
+                        "crc32": built["meta"]["shards"][name]["crc32"], "version": str(h.version),
+                        "header_crc32": f"{h.header_crc32:08x}"}
     dump = _run([tool, "dump", built["out"] / "valid.bin"]).stdout.split()
     assert [int(v) for v in dump] == np.asarray(toks).tolist()
 

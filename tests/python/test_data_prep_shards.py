@@ -34,13 +34,14 @@ def test_header_layout_and_round_trip(tmp_path):
     h = write_shard(tmp_path / "s.bin", docs, vocab_size=100, eos_id=0)
     raw = (tmp_path / "s.bin").read_bytes()
     assert len(raw) == 64 + 11 * 2
-    assert raw[:8] == b"SLTOKENS" and int.from_bytes(raw[8:12], "little") == 1
+    assert raw[:8] == b"SLTOKENS" and int.from_bytes(raw[8:12], "little") == 2 == h.version
     assert int.from_bytes(raw[12:16], "little") == 64 and int.from_bytes(raw[16:20], "little") == 100
     assert int.from_bytes(raw[20:24], "little") == 2 and int.from_bytes(raw[24:32], "little") == 11
     assert int.from_bytes(raw[32:40], "little") == 3 and int.from_bytes(raw[40:44], "little") == 0
     assert int.from_bytes(raw[44:48], "little") == NO_BOS
     assert int.from_bytes(raw[48:52], "little") == zlib.crc32(raw[64:]) == h.crc32
-    assert raw[52:64] == b"\0" * 12
+    assert raw[52:60] == b"\0" * 8
+    assert int.from_bytes(raw[60:64], "little") == zlib.crc32(raw[:60]) == h.header_crc32
     h2, toks = read_shard(tmp_path / "s.bin")
     assert h2 == h and toks.tolist() == sum(docs, [])
     assert not list(tmp_path.glob(".*tmp*"))  # the temporary file was renamed away
@@ -80,6 +81,95 @@ def test_python_reader_refuses_corrupt_shards(tmp_path, name, match):
         read_shard(tmp_path / f"{name}.bin")
     assert f"{name}.bin" in str(e.value)
     assert main(["shard-info", str(tmp_path / f"{name}.bin")]) == 2
+
+
+def _with_token(src, dst, position, token_id, version=2):
+    """A copy of shard `src` with token `position` set to `token_id`, its CRCs made valid again: the bad id
+    of issue 44 that no checksum catches. version=1 writes the version-1 header (no header CRC)."""
+    raw = bytearray(Path(src).read_bytes())
+    token_bytes = int.from_bytes(raw[20:24], "little")
+    at = 64 + position * token_bytes
+    raw[at:at + token_bytes] = token_id.to_bytes(token_bytes, "little")
+    raw[48:52] = zlib.crc32(raw[64:]).to_bytes(4, "little")
+    raw[8:12] = version.to_bytes(4, "little")
+    raw[60:64] = (zlib.crc32(raw[:60]) if version >= 2 else 0).to_bytes(4, "little")
+    Path(dst).write_bytes(bytes(raw))
+    return Path(dst)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_python_reader_checks_every_id_and_the_header_crc(tmp_path, version):
+    """An id >= vocab_size under valid CRCs is refused naming the file, its position and the id; version 1
+    still reads; in version 2 a changed header field (vocab_size) is caught by the header's CRC."""
+    write_shard(tmp_path / "good.bin", [list(range(1, 50)) + [0]], vocab_size=64, eos_id=0)
+    ok = _with_token(tmp_path / "good.bin", tmp_path / "ok.bin", 7, 63, version)
+    h, toks = read_shard(ok)
+    assert h.version == version and toks[7] == 63
+    assert shard_info_lines(ok)[-1] == ("header_crc32=none" if version == 1 else f"header_crc32={h.header_crc32:08x}")
+    bad = _with_token(tmp_path / "good.bin", tmp_path / "bad.bin", 30, 65000, version)
+    with pytest.raises(DataPrepError, match=r"bad\.bin: token id 65000 at position 30 is outside the vocabulary "
+                                            r"\[0, 64\)"):
+        read_shard(bad)
+    raw = bytearray(ok.read_bytes())
+    raw[16:20] = (100).to_bytes(4, "little")  # vocab_size 64 -> 100
+    (tmp_path / "vocab.bin").write_bytes(bytes(raw))
+    if version == 2:
+        with pytest.raises(DataPrepError, match="vocab.bin: corrupted shard header"):
+            read_header(tmp_path / "vocab.bin")
+    else:
+        assert read_header(tmp_path / "vocab.bin").vocab_size == 100  # what version 2 closes
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_cpp_tool_checks_every_id_and_the_header_crc(tmp_path, version):
+    needs_tool()
+    write_shard(tmp_path / "good.bin", [list(range(1, 50)) + [0]], vocab_size=64, eos_id=0)
+    ok = _with_token(tmp_path / "good.bin", tmp_path / "ok.bin", 7, 63, version)
+    r = tool("info", ok)
+    assert r.returncode == 0, r.stderr
+    assert dict(line.split("=", 1) for line in r.stdout.split()) == dict(line.split("=", 1) for line in shard_info_lines(ok))
+    r = tool("info", _with_token(tmp_path / "good.bin", tmp_path / "bad.bin", 30, 65000, version))
+    assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert f"{tmp_path / 'bad.bin'}: token id 65000 at position 30 is outside the vocabulary [0, 64)" in r.stderr
+    raw = bytearray(ok.read_bytes())
+    raw[16:20] = (100).to_bytes(4, "little")
+    (tmp_path / "vocab.bin").write_bytes(bytes(raw))
+    r = tool("info", tmp_path / "vocab.bin")
+    if version == 2:
+        assert r.returncode != 0 and "vocab.bin: corrupted shard header" in r.stderr, r.stderr
+    else:
+        assert r.returncode == 0 and "vocab_size=100" in r.stdout
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_pretrain_refuses_a_bad_id_in_a_valid_shard_at_start(corpus, tmp_path, version):
+    """Issue 44's scenario: train.bin with one id >= vocab_size (65000, vocabulary 64) and valid CRCs, in the
+    tail no chunk reads, so a 2-step run exited 0 before; now it is refused when the shard is opened, before
+    any step, in one line naming the file, the position and the id."""
+    pretrain = SHARD_TOOL.parent / "sinklab-pretrain"
+    if not pretrain.exists():
+        pytest.skip(f"{pretrain} not built")
+    n = read_header(corpus / "train.bin").n_tokens
+    assert (n - 1) % 16 != 0  # the last token lies in the tail beyond the last chunk of 16 + 1 tokens
+    bad = _with_token(corpus / "train.bin", tmp_path / "train.bin", n - 1, 65000, version)
+    first = int(read_shard(corpus / "valid.bin")[1][0])
+    valid = _with_token(corpus / "valid.bin", tmp_path / "valid.bin", 0, first, version)  # unchanged, in `version`
+    out = tmp_path / "run"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([str(pretrain), "--vocab-size=64", "--d-model=32", "--n-layers=2", "--n-heads=2",
+                           "--ffn-hidden=64", "--context=16", f"--train-data={bad}",
+                           f"--valid-data={valid}", "--steps=2", "--global-batch-tokens=128",
+                           "--micro-batch-rows=2", "--lr=3e-3", "--warmup-steps=1", "--eval-every=0",
+                           "--eval-rows=8", "--probe-sequences=8", "--probe-length=12", f"--out-dir={out}",
+                           "--run-name=t"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0, proc.stdout
+    errors = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1, proc.stderr
+    assert f"{bad}: token id 65000 at position {n - 1} is outside the vocabulary [0, 64)" in errors[0]
+    if (out / "results.h5").exists():  # refused before any step: no loss recorded
+        import h5py
+        with h5py.File(out / "results.h5", "r") as f:
+            assert "runs/t/train/loss" not in f or len(f["runs/t/train/loss"]) == 0
 
 
 def test_cpp_tool_refuses_corrupt_shards(tmp_path):

@@ -539,3 +539,13 @@ def test_results_layout_and_probe(corpus, tmp_path):
     assert proc.returncode != 0 and "--device must be cpu or cuda, not 'gpu'" in proc.stderr, proc.stderr
     proc = _run([str(PROBE), "--checkpoint", str(out), "--attn-kernel=fast", "--out", str(cuda_out)], check=False)
     assert proc.returncode != 0 and "attn-kernel" in proc.stderr and "fast" in proc.stderr, proc.stderr
+
+    # Probe results go to a file of their own (issue 44): --out naming the run's results.h5 (it holds /runs)
+    # is refused in one line before anything is measured, the file left as it was; probe.h5 (the probe's own)
+    # was extended above.
+    before = (out / "results.h5").read_bytes()
+    proc = _run([str(PROBE), "--checkpoint", str(out), "--data", str(corpus / "valid.bin"), "--sequences=4",
+                 "--length=12", "--out", str(out / "results.h5")], check=False)
+    assert proc.returncode != 0 and proc.stderr.count("\n") == 1, proc.stderr
+    assert f"--out {out / 'results.h5'} is a training run's results file (it holds /runs)" in proc.stderr, proc.stderr
+    assert (out / "results.h5").read_bytes() == before

@@ -456,6 +456,42 @@ def test_every_job_file_is_a_valid_configuration(job):
     assert "seq-len = " in proc.stdout and " items\n" in proc.stdout
 
 
+# Issue 44: a misspelled --models name failed only after every other item had run, and a model ran at
+# T > max_position_embeddings without a word. Both are now decided while planning, before any item or file.
+FIXTURES_JOB = ROOT / "jobs" / "survey" / "fixtures.ini"
+
+
+def test_a_misspelled_model_is_refused_before_any_item(tmp_path):
+    """One line naming --models, the name and the catalogue's names; nothing measured, no file."""
+    out = tmp_path / "s.h5"
+    proc = _run([SURVEY, "--config", FIXTURES_JOB, "--models=gpt2,lama_gqa", "--output", out], check=False)
+    assert proc.returncode != 0 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "--models: 'lama_gqa' is neither a model of the catalogue (gpt2, gpt2_layer_scaled," in proc.stderr
+    assert "measuring" not in proc.stdout and not out.exists()
+
+
+def test_t_beyond_learned_positions_is_refused_while_planning(tmp_path):
+    """GPT-2's 16 learned positions: T = 20 has no position embedding; one line naming the flag."""
+    out = tmp_path / "s.h5"
+    proc = _run([SURVEY, "--config", FIXTURES_JOB, "--models=gpt2,llama_gqa", "--seq-lens=20", "--output", out],
+                check=False)
+    assert proc.returncode != 0 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "--seq-lens: T = 20 exceeds the 16 positions of model gpt2 (n_positions in" in proc.stderr, proc.stderr
+    assert "measuring" not in proc.stdout and not out.exists()
+
+
+def test_t_beyond_rotary_positions_is_measured_with_a_warning(tmp_path):
+    """LLaMA's max_position_embeddings = 64 with rotary positions: T = 80 runs, said once in a warning."""
+    out = tmp_path / "s.h5"
+    proc = _run([SURVEY, "--config", FIXTURES_JOB, "--models=llama_gqa", "--inputs=random", "--seq-lens=80",
+                 "--n-seq=2", "--interventions=none", "--qk-maps", "", "--attention-maps", "", "--output", out])
+    warnings = [line for line in proc.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "model llama_gqa: T = 80 (--seq-lens) exceeds its max_position_embeddings = 64" in \
+        warnings[0], proc.stderr
+    with h5py.File(out, "r") as f:
+        assert f["items/llama_gqa:random@T80:-"].attrs["status"] == "ok"
+
+
 def test_open_models_job_lists_the_paper_survey():
     proc = _run([SURVEY, "--config", ROOT / "jobs" / "survey" / "open_models.ini", "--dry-run"])
     assert "# 32 models, 656 items" in proc.stdout  # 32 x (17 domains + random + repeat) + 4 GPT-2 x 12 interventions
