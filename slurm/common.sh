@@ -237,7 +237,7 @@ sinklab_requeue_unless_done() { sinklab_requeue_unless_marker "$1" "$1/DONE"; }
 # sinklab_run_training CONFIG [trainer flags]: the training jobs (pretrain.sh, pretrain_1b.sh, an array
 # task of pretrain_sweep.sh: sinklab-pretrain; sft.sh: sinklab-sft, the same loop). $SINKLAB_APP on CONFIG
 # over the allocation (sinklab_launch, on the device sinklab_job_device says), resuming from the
-# out-dir's newest checkpoint, requeued until OUT_DIR/DONE exists. The output directory is
+# out-dir's newest checkpoint, requeued until OUT_DIR/DONE says the run reached its steps. The output directory is
 # sinklab_job_out_dir's: the job file's out-dir unless OUT_DIR=... or --out-dir among the flags says otherwise.
 sinklab_run_training() {
   local config=$1; shift
