@@ -258,3 +258,22 @@ def test_errors_are_printed_once_per_mpi_job(corpus, tmp_path):
         proc = _run(_cmd(corpus, out, *extra), np_=2)
         errors = [line for line in proc.stderr.splitlines() if "sinklab-pretrain: error:" in line]
         assert proc.returncode != 0 and len(errors) == 1, proc.stderr
+
+
+def test_full_disk_on_resume_names_the_file_and_the_cause(corpus, tmp_path):
+    # A small tmpfs filled up after a finished run: the resume's working copy of results.h5 does not fit.
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1200k", "tmpfs", str(disk)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        out = disk / "d"
+        _train(corpus, out, "--steps=4", "--checkpoint-every=2")
+        free = os.statvfs(disk)
+        (disk / "filler").write_bytes(bytes(free.f_bavail * free.f_frsize - 20_000))
+        proc = _run(_cmd(corpus, out, "--steps=8", "--resume"))
+        _refused(proc, f"{out / 'results.h5'}.tmp.", "No space left on device")
+        assert not list(out.glob("results.h5.tmp.*")) and _rows(out) == [0, 1, 2, 3]
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
