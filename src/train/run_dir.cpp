@@ -96,9 +96,23 @@ void remove_leftovers(const std::string& out_dir) {
       stale.push_back(entry.path());
   }
   SL_CHECK(!ec, "--out-dir: cannot list %s: %s", checkpoints.c_str(), ec.message().c_str());
-  std::sort(stale.begin(), stale.end());
-  for (const fs::path& dir : stale)
-    remove_logged(dir, "a checkpoint directory without its COMPLETE marker: an interrupted save or pruning");
+  // Incomplete step_N first, then the saves in descending order, so that of step_N.tmp and step_N.old (both
+  // complete: a kill between finish_checkpoint's renames) the newer one is moved back into place.
+  std::sort(stale.begin(), stale.end(), [](const fs::path& a, const fs::path& b) {
+    return a.has_extension() != b.has_extension() ? !a.has_extension() : a > b;
+  });
+  for (const fs::path& dir : stale) {
+    const fs::path final_dir = dir.parent_path() / dir.stem();
+    if (dir.has_extension() && fs::is_regular_file(dir / kCheckpointManifest) && !fs::exists(final_dir)) {
+      fs::rename(dir, final_dir, ec);
+      SL_CHECK(!ec, "cannot rename %s to %s: %s", dir.c_str(), final_dir.c_str(), ec.message().c_str());
+      log::info0("restored %s from %s (a complete save interrupted while it was moved into place)",
+                 final_dir.c_str(), dir.c_str());
+      continue;
+    }
+    remove_logged(dir, dir.has_extension() ? "an interrupted checkpoint save"
+                                           : "a checkpoint directory without COMPLETE: an interrupted save or pruning");
+  }
 }
 
 void claim_for_fresh_run(const std::string& out_dir, bool overwrite) {

@@ -196,9 +196,13 @@ def test_leftovers_of_kill9_are_removed_at_start(corpus, tmp_path):
         (d / "model.safetensors").write_bytes(b"partial")
     newest = max(int(p.name.split("_")[1]) for p in (out / "checkpoints").glob("step_????????")
                  if (p / "COMPLETE").exists())
+    # A kill between a complete save's renames: the newest checkpoint under its temporary name.
+    final = out / "checkpoints" / f"step_{newest:08d}"
+    final.rename(final.with_name(final.name + ".tmp"))
     run = _train(corpus, out, f"--steps={newest + 2}", "--resume", "--eval-every=0")
     for leftover in (temp, pruned, in_flight):
         assert not leftover.exists() and f"removed {leftover}" in run.stdout, run.stdout
+    assert f"restored {final} from {final}.tmp" in run.stdout and f"(step {newest})" in run.stdout, run.stdout
     assert not list(out.glob("results.h5.tmp.*"))
     assert _rows(out) == list(range(newest + 2))
 
