@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <vector>
 
 #include "core/error.hpp"
@@ -25,9 +24,9 @@ namespace {
 constexpr const char* kResults = "results.h5";
 constexpr const char* kCheckpoints = "checkpoints";
 
-// The pid the holder wrote into LOCK, for the refusal ("" when unreadable).
+// What the holder wrote into LOCK ("<pid> on <host>"), for the refusal ("" when unreadable).
 std::string lock_holder(int fd) {
-  char text[32] = {};
+  char text[300] = {};
   const ssize_t n = ::pread(fd, text, sizeof(text) - 1, 0);
   std::string pid(text, n > 0 ? size_t(n) : 0);
   while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
@@ -61,6 +60,11 @@ RunDirLock::RunDirLock(const std::string& out_dir) {
   SL_CHECK(fd_ >= 0, "--out-dir: cannot open %s: %s", path.c_str(), std::strerror(errno));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
+    if (err == ENOLCK || err == ENOSYS || err == EOPNOTSUPP) {  // e.g. Lustre mounted without flock
+      log::warn("%s: this filesystem has no flock (%s): a second job on --out-dir %s will not be refused",
+                path.c_str(), std::strerror(err), out_dir.c_str());
+      return;
+    }
     const std::string holder = lock_holder(fd_);
     ::close(fd_);
     fd_ = -1;
@@ -69,9 +73,11 @@ RunDirLock::RunDirLock(const std::string& out_dir) {
              path.c_str());
     SL_FAIL("--out-dir: cannot lock %s: %s", path.c_str(), std::strerror(err));
   }
-  // The holder's pid, for the refusal a second job prints (the lock itself is the flock, not this text).
-  const std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) != ssize_t(pid.size()))
+  // Who holds it, for the refusal a second job prints (the lock itself is the flock, not this text).
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  const std::string holder = std::to_string(::getpid()) + " on " + host + "\n";
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, holder.data(), holder.size(), 0) != ssize_t(holder.size()))
     log::warn("%s: cannot record this job's pid: %s", path.c_str(), std::strerror(errno));
 }
 

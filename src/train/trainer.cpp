@@ -76,8 +76,8 @@ class Trainer {
 
  private:
   void resume_or_init();
-  std::vector<std::pair<std::string, std::string>> run_settings() const;
-  std::vector<std::pair<std::string, std::string>> fingerprint() const;
+  Fingerprint run_settings() const;
+  Fingerprint fingerprint() const;
   void check_same_run(const CheckpointInfo& info, const std::map<std::string, std::string>& state) const;
   StepRecord train_step(int64_t step);
   static double norm_over(const std::vector<FlatRange>& ranges, Tensor flat);
@@ -258,14 +258,14 @@ void Trainer::resume_or_init() {
 // its interventions, order and batch, the optimizer and its schedule, the numerics (stored in every
 // rank's state file as "run:<flag>"). --steps is not one of them: a resume may extend a run. The data
 // fingerprint covers the data too, but says less.
-std::vector<std::pair<std::string, std::string>> Trainer::run_settings() const {
-  std::vector<std::pair<std::string, std::string>> settings = train_data_->run_settings();
+Fingerprint Trainer::run_settings() const {
+  Fingerprint settings = train_data_->run_settings();
   if (!cfg_.init_from.empty()) settings.emplace_back(cfg_.sft ? "init-from" : "init-weights", cfg_.init_from);
   settings.emplace_back("valid-data", evaluator_.valid_data().content_text());
   settings.emplace_back("seed", std::to_string(cfg_.seed));
   settings.emplace_back("global-batch-tokens", std::to_string(cfg_.global_batch_tokens));
   const std::pair<const char*, double> numbers[] = {
-      {"lr", cfg_.lr},         {"min-lr", cfg_.min_lr},       {"beta1", cfg_.beta1},          {"beta2", cfg_.beta2},
+      {"lr", cfg_.lr},       {"min-lr", cfg_.min_lr},     {"beta1", cfg_.beta1},         {"beta2", cfg_.beta2},
       {"adam-eps", cfg_.adam_eps}, {"weight-decay", cfg_.weight_decay}, {"grad-clip", cfg_.grad_clip}};
   for (const auto& [flag, value] : numbers) settings.emplace_back(flag, number_text(value));
   settings.emplace_back("warmup-steps", std::to_string(cfg_.warmup_steps));
@@ -276,8 +276,8 @@ std::vector<std::pair<std::string, std::string>> Trainer::run_settings() const {
 
 // The run's whole fingerprint: the model's settings, then run_settings(). Stored in results.h5 as
 // "flag = value" lines (/runs/<run> attribute "fingerprint"), where --resume compares it with this job's.
-std::vector<std::pair<std::string, std::string>> Trainer::fingerprint() const {
-  std::vector<std::pair<std::string, std::string>> settings = cfg_.model.settings();
+Fingerprint Trainer::fingerprint() const {
+  Fingerprint settings = cfg_.model.settings();
   for (auto& setting : run_settings()) settings.push_back(std::move(setting));
   return settings;
 }
@@ -597,8 +597,8 @@ int Trainer::run() {
     if (!rec.finite && cfg_.on_nonfinite == "halt") {
       if (results_) results_->commit();  // the monitor rows and the event of this step; checkpoints untouched
       SL_FAIL("step %lld: loss %g, grad norm %g are not finite: halting (--on-nonfinite halt; the checkpoints in %s "
-              "are intact; resume with --on-nonfinite skip, or start a new run with a lower --lr)", (long long)n_done, rec.loss, rec.grad_norm,
-              ckpt_dir_.c_str());
+              "are intact; resume with --on-nonfinite skip, or start a new run with a lower --lr)", (long long)n_done,
+              rec.loss, rec.grad_norm, ckpt_dir_.c_str());
     }
 
     double stop_flag = stop_requested() ? 1.0 : 0.0;  // every rank must agree to stop at the same step
