@@ -211,14 +211,23 @@ sinklab_launch() {
   sinklab_srun "${layout[@]}" "$@"
 }
 
-# The binaries write a marker when all their work is done (sinklab-pretrain: OUT_DIR/DONE; sinklab-survey:
+# The binaries write a marker when all their work is done (sinklab-pretrain and sinklab-sft: OUT_DIR/DONE,
+# "steps <reached> of <target>", removed by the trainer whenever a run starts or resumes; sinklab-survey:
 # OUTPUT.done). Anything else after a clean exit means the job stopped on SIGUSR1/SIGTERM after saving
 # its state: put the job back in the queue to continue.
+sinklab_marker_says_finished() {
+  local marker=$1 reached="" target=""
+  [ -f "$marker" ] || return 1
+  read -r _ reached _ target _ < <(grep -m1 '^steps [0-9]* of [0-9]*$' "$marker") || true
+  # A marker without step counts (sinklab-survey's; older trainers' DONE) says finished by existing.
+  [ -z "$target" ] || [ "$reached" -ge "$target" ]
+}
 sinklab_requeue_unless_marker() {
   local what=$1 marker=$2
-  if [ -f "$marker" ]; then
+  if sinklab_marker_says_finished "$marker"; then
     echo "slurm: $what finished"
   elif [ -n "${SLURM_JOB_ID:-}" ]; then
+    [ -f "$marker" ] && echo "slurm: $marker says $(head -c 200 "$marker")"
     echo "slurm: $what not finished, requeueing job $SLURM_JOB_ID"
     scontrol requeue "$SLURM_JOB_ID"
   fi
@@ -228,7 +237,7 @@ sinklab_requeue_unless_done() { sinklab_requeue_unless_marker "$1" "$1/DONE"; }
 # sinklab_run_training CONFIG [trainer flags]: the training jobs (pretrain.sh, pretrain_1b.sh, an array
 # task of pretrain_sweep.sh: sinklab-pretrain; sft.sh: sinklab-sft, the same loop). $SINKLAB_APP on CONFIG
 # over the allocation (sinklab_launch, on the device sinklab_job_device says), resuming from the
-# out-dir's newest checkpoint, requeued until OUT_DIR/DONE exists. The output directory is
+# out-dir's newest checkpoint, requeued until OUT_DIR/DONE says the run reached its steps. The output directory is
 # sinklab_job_out_dir's: the job file's out-dir unless OUT_DIR=... or --out-dir among the flags says otherwise.
 sinklab_run_training() {
   local config=$1; shift

@@ -1,9 +1,12 @@
 #include "core/options.hpp"
 
 #include <algorithm>
+#include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -36,7 +39,25 @@ std::string first_ini_line_with_percent(const std::string& text) {
 
 }  // namespace
 
-bool parse_options(int argc, char** argv, const po::options_description& desc, po::variables_map& vm) {
+// The keys a parse gave a value.
+std::set<std::string> keys_of(const po::parsed_options& parsed) {
+  std::set<std::string> keys;
+  for (const po::option& o : parsed.options) keys.insert(o.string_key);
+  return keys;
+}
+
+std::string ConfigFileKeys::attribute(const std::string& message) const {
+  for (const std::string& key : keys) {
+    const std::string flag = "--" + key;
+    if (!message.starts_with(flag)) continue;
+    const char next = message.size() > flag.size() ? message[flag.size()] : ' ';
+    if (!std::isalnum(static_cast<unsigned char>(next)) && next != '-') return file + ": " + message;
+  }
+  return message;
+}
+
+bool parse_options(int argc, char** argv, const po::options_description& desc, po::variables_map& vm,
+                   ConfigFileKeys* from_file) {
   // Where the first '%' of the input is ("" when none): errors are then reported without Boost's what().
   std::string percent_at = first_word_with_percent(argc, argv);
   if (!percent_at.empty()) percent_at = "'" + percent_at + "'";
@@ -45,8 +66,11 @@ bool parse_options(int argc, char** argv, const po::options_description& desc, p
                                      percent_at.c_str());
     SL_FAIL("%s%s (see --help)", where.c_str(), e.what());
   };
+  std::set<std::string> on_command_line;
   try {
-    po::store(po::parse_command_line(argc, argv, desc), vm);
+    const po::parsed_options parsed = po::parse_command_line(argc, argv, desc);
+    on_command_line = keys_of(parsed);
+    po::store(parsed, vm);
   } catch (const po::error& e) {
     fail(e, "");
   }
@@ -56,13 +80,21 @@ bool parse_options(int argc, char** argv, const po::options_description& desc, p
   }
   if (vm.count("config")) {
     const std::string file = vm["config"].as<std::string>();
+    std::error_code ec;
+    SL_CHECK(!std::filesystem::is_directory(file, ec), "--config: %s is a directory, not an ini file", file.c_str());
     std::ifstream in(file);
     SL_CHECK(in.good(), "--config: cannot open %s", file.c_str());
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (percent_at.empty()) percent_at = first_ini_line_with_percent(text);
     try {
       std::istringstream ini(text);
-      po::store(po::parse_config_file(ini, desc), vm);
+      const po::parsed_options parsed = po::parse_config_file(ini, desc);
+      if (from_file) {
+        from_file->file = file;
+        for (const std::string& key : keys_of(parsed))
+          if (!on_command_line.count(key)) from_file->keys.insert(key);
+      }
+      po::store(parsed, vm);
     } catch (const po::error& e) {
       fail(e, file + ": ");
     }

@@ -1,5 +1,7 @@
 #include "core/text.hpp"
 
+#include <cstdio>
+#include <cstdlib>
 #include <sstream>
 #include <stdexcept>
 
@@ -45,6 +47,15 @@ std::vector<double> parse_number_list(const std::string& text, const char* flag)
   const std::string name = std::string("--") + flag;
   for (const std::string& item : split_commas(text)) out.push_back(parse_real(item, name.c_str()));
   return out;
+}
+
+std::string number_text(double x) {
+  char buf[64];
+  for (int digits = 6; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, x);
+    if (std::strtod(buf, nullptr) == x) break;
+  }
+  return buf;
 }
 
 }  // namespace sinklab

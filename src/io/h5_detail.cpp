@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <vector>
 
 #include "core/error.hpp"
 
@@ -151,10 +152,38 @@ std::string fmt_dims(const std::vector<int64_t>& d) {
   return s + "]";
 }
 
+// A plain read/write loop rather than std::filesystem::copy_file, whose error on a full disk reads
+// "Input/output error": each failure names the file and the system's own cause (ENOSPC and all), and
+// the partial copy is removed.
 void copy_file_or_fail(const std::string& from, const std::string& to) {
-  std::error_code ec;
-  std::filesystem::copy_file(from, to, std::filesystem::copy_options::overwrite_existing, ec);
-  SL_CHECK(!ec, "cannot copy %s to %s: %s", from.c_str(), to.c_str(), ec.message().c_str());
+  const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  SL_CHECK(in >= 0, "cannot read %s: %s", from.c_str(), std::strerror(errno));
+  const int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (out < 0) {
+    const int err = errno;
+    ::close(in);
+    SL_FAIL("cannot create %s (a copy of %s): %s", to.c_str(), from.c_str(), std::strerror(err));
+  }
+  std::vector<char> buffer(size_t(1) << 20);
+  std::string failure;
+  while (failure.empty()) {
+    const ssize_t n = ::read(in, buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) failure = strfmt("cannot read %s: %s", from.c_str(), std::strerror(errno));
+    if (n <= 0) break;
+    for (ssize_t done = 0; done < n && failure.empty();) {
+      const ssize_t w = ::write(out, buffer.data() + done, size_t(n - done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) failure = strfmt("cannot write %s (a copy of %s): %s", to.c_str(), from.c_str(), std::strerror(errno));
+      else done += w;
+    }
+  }
+  ::close(in);
+  if (::close(out) != 0 && failure.empty())
+    failure = strfmt("cannot write %s (a copy of %s): %s", to.c_str(), from.c_str(), std::strerror(errno));
+  if (failure.empty()) return;
+  ::unlink(to.c_str());
+  SL_FAIL("%s", failure.c_str());
 }
 
 void fsync_path(const std::string& path) {

@@ -47,16 +47,6 @@ bool parse_bool(const std::string& flag, const std::string& v) {
   SL_FAIL("--%s: '%s' is not true or false", flag.c_str(), v.c_str());
 }
 
-// The shortest decimal text that reads back as exactly x ("1e-05", not "1.0000000000000001e-05").
-std::string number_text(double x) {
-  char buf[64];
-  for (int digits = 6; digits <= 17; ++digits) {
-    std::snprintf(buf, sizeof buf, "%.*g", digits, x);
-    if (std::strtod(buf, nullptr) == x) break;
-  }
-  return buf;
-}
-
 // One variant axis: its flag (also its ini key and its config.json key), its --help line, and its
 // value as text both ways (the flag value, the ini value, the config.json value).
 struct Axis {

@@ -335,6 +335,10 @@ void load_initial_weights(const std::string& resolved, const std::vector<io::Nam
 }
 
 std::string resolve_initial_weights(const std::string& path, const char* flag) {
+  std::error_code ec;
+  SL_CHECK(is_weights_file(path) || !fs::is_regular_file(path, ec),
+           "%s: %s is a file without the .safetensors name of a weights file: expected a .safetensors file, a "
+           "step_<N> checkpoint directory, or a run's --out-dir (its newest checkpoint)", flag, path.c_str());
   if (!is_weights_file(path)) return resolve_checkpoint(path, flag);
   SL_CHECK(fs::is_regular_file(path), "%s: %s: no such file", flag, path.c_str());
   io::SafetensorsFile check(path);  // its header and spans, now rather than after the data is opened
@@ -344,6 +348,8 @@ std::string resolve_initial_weights(const std::string& path, const char* flag) {
 
 std::string resolve_checkpoint(const std::string& path, const char* flag) {
   std::error_code ec;
+  SL_CHECK(!fs::is_regular_file(path, ec), "%s: %s is a file, not a checkpoint: expected a step_<N> checkpoint "
+           "directory or a run's --out-dir (its newest checkpoint)", flag, path.c_str());
   if (std::filesystem::exists(path + "/" + kCheckpointManifest, ec)) return path;
   std::optional<std::string> latest = latest_checkpoint(path);
   if (!latest) latest = latest_checkpoint(path + "/checkpoints");

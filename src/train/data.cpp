@@ -1,6 +1,7 @@
 #include "train/data.hpp"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "core/error.hpp"
 #include "core/philox.hpp"
@@ -269,8 +270,25 @@ std::string ChunkSampler::intervention_text_of(const DataConfig& cfg) {
 // ---------------------------------------------------------------------------------------------------
 // SFT data.
 
+namespace {
+
+// --sft-data opened read-only; a missing file, or one that is not HDF5, refused naming the flag.
+io::ResultsFile open_sft_data(const std::string& path) {
+  std::error_code ec;
+  SL_CHECK(std::filesystem::exists(path, ec), "--sft-data: %s: no such SFT data file", path.c_str());
+  SL_CHECK(std::filesystem::is_regular_file(path, ec), "--sft-data: %s is not a file (expected the SFT data file "
+           "data_prep sft writes)", path.c_str());
+  try {
+    return io::ResultsFile::open_read(path);
+  } catch (const Error&) {
+    SL_FAIL("--sft-data: %s is not an SFT data file (not HDF5; expected the file data_prep sft writes)", path.c_str());
+  }
+}
+
+}  // namespace
+
 SftSampler::SftSampler(const std::string& path, int64_t context, uint64_t seed, uint32_t vocab_size)
-    : path_(path), file_(io::ResultsFile::open_read(path)), context_(context), seed_(seed), vocab_size_(vocab_size) {
+    : path_(path), file_(open_sft_data(path)), context_(context), seed_(seed), vocab_size_(vocab_size) {
   SL_CHECK(file_.exists("/tokens") && file_.exists("/loss_mask"),
            "--sft-data %s: no tokens/loss_mask datasets (not written by `data_prep sft`?)", path.c_str());
   const std::vector<int64_t> dims = file_.dims("/tokens");

@@ -166,6 +166,9 @@ void add_output_options(po::options_description& desc, TrainConfig& c, FlagText&
        "store the rows every step read (results.h5, /runs/<run>/batches/rows [step, global rows]): with "
        "--checkpoint-at-start, enough to replay the run elsewhere (bench/twin)")
       ("resume", po::value(&c.resume)->default_value(false)->implicit_value(true), "continue from the newest checkpoint in --out-dir")
+      ("overwrite", po::value(&c.overwrite)->default_value(false)->implicit_value(true),
+       "a run without --resume in an --out-dir that holds another run's results.h5 or checkpoints: delete them "
+       "(results.h5, checkpoints/, DONE; nothing else) instead of refusing")
       ("device", po::value(&text.device)->default_value("cpu"), "cpu | cuda")
       ("attn-kernel", po::value(&c.attn_kernel)->default_value("auto"),
        "attention kernel: auto (cuDNN when the attention fits, then the flash kernel, then the reference) | cudnn | "
@@ -205,6 +208,7 @@ void check_train_config(TrainConfig& c, const FlagText& text, int world_size, bo
   SL_CHECK(sft || !c.train_data.empty(), "--train-data names no shard");
   SL_CHECK(!c.valid_data.empty(), "--valid-data names no shard");
   SL_CHECK(c.steps > 0 || (sft && c.steps == 0), sft ? "--steps must be >= 0" : "--steps must be positive");
+  SL_CHECK(!(c.resume && c.overwrite), "--overwrite would delete the run that --resume continues: give one of them");
   SL_CHECK(c.on_nonfinite == "skip" || c.on_nonfinite == "halt", "--on-nonfinite must be skip or halt, not '%s'",
            c.on_nonfinite.c_str());
   SL_CHECK(c.spike_sigma > 0 && c.spike_window >= 2, "--spike-sigma must be positive and --spike-window >= 2");
@@ -238,7 +242,7 @@ void check_train_config(TrainConfig& c, const FlagText& text, int world_size, bo
 // The effective configuration, every option with its value, as ini text (sorted by name); sinklab-sft's
 // model lines are the checkpoint's.
 std::string effective_config_text(const po::variables_map& vm, const model::ModelConfig& m, bool sft) {
-  std::string text = options_as_ini(vm, {"config", "help", "dry-run"});
+  std::string text = options_as_ini(vm, {"config", "help", "dry-run", "overwrite"});
   if (!sft) return text;
   std::vector<std::string> lines;
   std::set<std::string> model_flags;
@@ -277,12 +281,17 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, b
   desc.add(variant_desc);
 
   po::variables_map vm;
-  if (!parse_options(argc, argv, desc, vm)) return false;
+  ConfigFileKeys from_file;
+  if (!parse_options(argc, argv, desc, vm, &from_file)) return false;
 
-  for (const auto& [flag, value] : axes) c.model.set_axis(flag, value);
-  if (sft) take_model_from_checkpoint(c, vm);
-  else if (!c.init_from.empty()) c.init_from = resolve_initial_weights(c.init_from, "--init-weights");
-  check_train_config(c, text, world_size, sft);
+  try {  // a value the --config file gave is refused naming the file as well as the key
+    for (const auto& [flag, value] : axes) c.model.set_axis(flag, value);
+    if (sft) take_model_from_checkpoint(c, vm);
+    else if (!c.init_from.empty()) c.init_from = resolve_initial_weights(c.init_from, "--init-weights");
+    check_train_config(c, text, world_size, sft);
+  } catch (const Error& e) {
+    throw Error(from_file.attribute(e.what()));
+  }
   c.config_text = effective_config_text(vm, c.model, sft);
   c.command_line = command_line_of(argc, argv);
   return true;

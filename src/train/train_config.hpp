@@ -73,6 +73,7 @@ struct TrainConfig {
   bool checkpoint_at_start = false;  // also a checkpoint of the initial weights (step 0): a twin's starting point
   bool record_batches = false;       // /runs/<run>/batches/rows [step, global rows]: the rows each step read
   bool resume = false;
+  bool overwrite = false;  // a fresh run may delete another run's results.h5 and checkpoints in --out-dir (run_dir.hpp)
   DeviceKind device = DeviceKind::cpu;  // --device cpu | cuda
   std::string attn_kernel = "auto";  // auto | cudnn | flash | reference (backend/attention_dispatch.hpp)
   bool attn_deterministic = true;     // cuDNN's deterministic backward (the other kernels always are)

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 
@@ -23,6 +22,7 @@
 #include "train/grad_sync.hpp"
 #include "train/monitor.hpp"
 #include "train/optimizer.hpp"
+#include "train/run_dir.hpp"
 #include "train/schedule.hpp"
 #include "train/signals.hpp"
 
@@ -76,7 +76,8 @@ class Trainer {
 
  private:
   void resume_or_init();
-  std::vector<std::pair<std::string, std::string>> run_settings() const;
+  Fingerprint run_settings() const;
+  Fingerprint fingerprint() const;
   void check_same_run(const CheckpointInfo& info, const std::map<std::string, std::string>& state) const;
   StepRecord train_step(int64_t step);
   static double norm_over(const std::vector<FlatRange>& ranges, Tensor flat);
@@ -104,6 +105,7 @@ class Trainer {
   std::string ckpt_dir_, results_path_;
   std::optional<io::ResultsFile> results_;  // rank 0 only
   int64_t start_step_ = 0;
+  std::string resumed_from_;  // the checkpoint --resume continued ("" when the run starts at step 0 without one)
   // Stability monitor.
   Buffer previous_params_buf_;                     // the parameters before the update (update ratio)
   int64_t nonfinite_steps_ = 0;                    // so far, over the whole run (kept in checkpoints)
@@ -222,6 +224,9 @@ void Trainer::resume_or_init() {
     return;
   }
   CheckpointInfo info = open_checkpoint(*latest);
+  SL_CHECK(info.step <= cfg_.steps,
+           "--steps %lld is below the step of %s (%lld): --resume continues a run up to --steps; give --steps >= %lld",
+           (long long)cfg_.steps, latest->c_str(), (long long)info.step, (long long)info.step);
   SL_CHECK(info.world == world_size_, "%s was written by %d ranks; resume it with the same number (got %d)",
            latest->c_str(), info.world, world_size_);
   const std::string state_path = rank_state_path(info, rank_);
@@ -237,6 +242,7 @@ void Trainer::resume_or_init() {
            train_data_->fingerprint().c_str());
   optimizer_->load_state(state);
   start_step_ = info.step;
+  resumed_from_ = *latest;
   auto nonfinite = state.metadata().find("nonfinite_steps");
   nonfinite_steps_ = nonfinite == state.metadata().end() ? 0 : std::stoll(nonfinite->second);
   // Skipped steps (--on-nonfinite skip) made no optimizer step.
@@ -248,34 +254,44 @@ void Trainer::resume_or_init() {
 }
 
 // What a resumed job must share with the run it continues, as (flag, value): the model (stored as the
-// checkpoint's config.json) and the training data with its interventions, order and batch (stored in
-// rank 0's state file as "run:<flag>"). The data fingerprint covers the data too, but says less.
-std::vector<std::pair<std::string, std::string>> Trainer::run_settings() const {
-  std::vector<std::pair<std::string, std::string>> settings = train_data_->run_settings();
+// checkpoint's config.json) and every other setting that changes the trajectory: the training data with
+// its interventions, order and batch, the optimizer and its schedule, the numerics (stored in every
+// rank's state file as "run:<flag>"). --steps is not one of them: a resume may extend a run. The data
+// fingerprint covers the data too, but says less.
+Fingerprint Trainer::run_settings() const {
+  Fingerprint settings = train_data_->run_settings();
   if (!cfg_.init_from.empty()) settings.emplace_back(cfg_.sft ? "init-from" : "init-weights", cfg_.init_from);
   settings.emplace_back("valid-data", evaluator_.valid_data().content_text());
   settings.emplace_back("seed", std::to_string(cfg_.seed));
   settings.emplace_back("global-batch-tokens", std::to_string(cfg_.global_batch_tokens));
+  const std::pair<const char*, double> numbers[] = {
+      {"lr", cfg_.lr},       {"min-lr", cfg_.min_lr},     {"beta1", cfg_.beta1},         {"beta2", cfg_.beta2},
+      {"adam-eps", cfg_.adam_eps}, {"weight-decay", cfg_.weight_decay}, {"grad-clip", cfg_.grad_clip}};
+  for (const auto& [flag, value] : numbers) settings.emplace_back(flag, number_text(value));
+  settings.emplace_back("warmup-steps", std::to_string(cfg_.warmup_steps));
+  settings.emplace_back("lr-schedule", cfg_.lr_schedule);
+  settings.emplace_back("precision", cfg_.precision);
+  return settings;
+}
+
+// The run's whole fingerprint: the model's settings, then run_settings(). Stored in results.h5 as
+// "flag = value" lines (/runs/<run> attribute "fingerprint"), where --resume compares it with this job's.
+Fingerprint Trainer::fingerprint() const {
+  Fingerprint settings = cfg_.model.settings();
+  for (auto& setting : run_settings()) settings.push_back(std::move(setting));
   return settings;
 }
 
 // Refuses, with one line naming the setting and both values, a checkpoint of another run: a resume
 // into it would train a different model or data from the checkpoint's weights without a word.
 void Trainer::check_same_run(const CheckpointInfo& info, const std::map<std::string, std::string>& state) const {
-  const char* hint = "resume with the checkpoint's value, or give a new run its own --out-dir";
-  const auto refuse_if_different = [&](const std::string& flag, const std::string& theirs, const std::string& ours) {
-    SL_CHECK(theirs == ours, "--%s: %s was trained with %s = '%s' but this job has '%s' (%s)", flag.c_str(),
-             info.path.c_str(), flag.c_str(), theirs.c_str(), ours.c_str(), hint);
-  };
   const model::ModelConfig theirs =
       model::ModelConfig::from_hf_config_json(read_config_json(info), info.path + "/" + kCheckpointConfig);
-  const auto their_model = theirs.settings(), our_model = cfg_.model.settings();
-  for (size_t i = 0; i < our_model.size(); ++i)
-    refuse_if_different(our_model[i].first, their_model[i].second, our_model[i].second);
-  for (const auto& [flag, ours] : run_settings()) {
-    auto it = state.find("run:" + flag);
-    if (it != state.end()) refuse_if_different(flag, it->second, ours);  // older checkpoints: fingerprint only
-  }
+  std::map<std::string, std::string> stored;
+  for (const auto& [flag, value] : theirs.settings()) stored[flag] = value;
+  for (const auto& [key, value] : state)  // older checkpoints lack some: the data fingerprint only
+    if (key.starts_with("run:")) stored[key.substr(4)] = value;
+  refuse_other_run(stored, fingerprint(), info.path + " was trained with");
   // The same numbers need the same BLAS kernels and threads (backend.hpp); another node kind is fine, but
   // the continuation then differs from an uninterrupted run in the last bits.
   auto blas = state.find("blas");
@@ -455,7 +471,16 @@ void Trainer::record_step(int64_t step, StepRecord& rec, int64_t tokens_per_step
 void Trainer::open_results(double flops_per_token, double peak_flops) {
   const std::string run = "/runs/" + cfg_.run_name, train_group = run + "/train", eval_group = run + "/eval";
   io::RootInfo info{SINKLAB_VERSION, "", io::now_utc_iso(), cfg_.command_line, cfg_.config_text, cpu_blas_summary()};
-  results_ = cfg_.resume ? io::ResultsFile::open_or_create(results_path_, info) : io::ResultsFile::create(results_path_, info);
+  std::error_code ec;
+  const bool exists = std::filesystem::exists(results_path_, ec);
+  SL_CHECK(!cfg_.resume || exists || resumed_from_.empty(),
+           "--resume: %s continues from %s, but %s is missing: the steps it logged are gone; start the run again (in "
+           "a new --out-dir, or here with --overwrite), or give a new run these weights with --init-weights=%s",
+           cfg_.out_dir.c_str(), resumed_from_.c_str(), results_path_.c_str(), resumed_from_.c_str());
+  if (cfg_.resume && exists)
+    check_results_continue_run(io::ResultsFile::open_read(results_path_), cfg_.run_name, fingerprint(), start_step_,
+                               resumed_from_);
+  results_ = cfg_.resume && exists ? io::ResultsFile::open(results_path_) : io::ResultsFile::create(results_path_, info);
   // One train row (and batches row) per completed step, eval rows for step counts <= the checkpoint's.
   if (results_->exists(train_group)) results_->truncate_rows(train_group, start_step_);
   if (results_->exists(eval_group + "/step")) {
@@ -467,6 +492,7 @@ void Trainer::open_results(double flops_per_token, double peak_flops) {
   if (results_->exists(run + "/batches/rows")) results_->truncate_rows(run + "/batches", start_step_);
   results_->create_group(run);
   results_->set_attr(run, "config", cfg_.config_text);
+  results_->set_attr(run, "fingerprint", fingerprint_text(fingerprint()));
   // sft: eval row step 0 probes these weights, the sink before fine-tuning (Table 1 right); pre-training:
   // the run did not draw its initial weights (--init-weights).
   if (!cfg_.init_from.empty()) results_->set_attr(run, "init_from", cfg_.init_from);
@@ -528,9 +554,6 @@ void Trainer::log_start(double flops_per_token, double peak_flops) const {
 }
 
 int Trainer::run() {
-  std::error_code ec;
-  std::filesystem::create_directories(cfg_.out_dir, ec);
-  SL_CHECK(!ec, "--out-dir: cannot create %s: %s", cfg_.out_dir.c_str(), ec.message().c_str());
   install_stop_handlers();
   resume_or_init();
 
@@ -538,7 +561,10 @@ int Trainer::run() {
   // On a GPU: the bf16 GEMM TFLOP/s this device reaches through the op API (sinklab-gpuinfo's figure,
   // at 4096^3 here to keep start-up short), what MFU can be read against.
   if (device_.is_cuda()) measured_gemm_tflops_ = measure_gemm_tflops(device_, DType::bf16, 4096, 3);
-  if (rank_ == 0) open_results(flops_per_token, peak_flops);
+  if (rank_ == 0) {
+    open_results(flops_per_token, peak_flops);
+    remove_done_marker(cfg_.out_dir);  // a stale one would tell slurm/common.sh that this job finished
+  }
   log_start(flops_per_token, peak_flops);
   const int64_t tokens_per_step = layout_.global_rows() * cfg_.model.context;
   if (start_step_ == 0 && cfg_.checkpoint_at_start) save_checkpoint_at(0);
@@ -571,8 +597,8 @@ int Trainer::run() {
     if (!rec.finite && cfg_.on_nonfinite == "halt") {
       if (results_) results_->commit();  // the monitor rows and the event of this step; checkpoints untouched
       SL_FAIL("step %lld: loss %g, grad norm %g are not finite: halting (--on-nonfinite halt; the checkpoints in %s "
-              "are intact; lower --lr, or --on-nonfinite skip)", (long long)n_done, rec.loss, rec.grad_norm,
-              ckpt_dir_.c_str());
+              "are intact; resume with --on-nonfinite skip, or start a new run with a lower --lr)", (long long)n_done,
+              rec.loss, rec.grad_norm, ckpt_dir_.c_str());
     }
 
     double stop_flag = stop_requested() ? 1.0 : 0.0;  // every rank must agree to stop at the same step
@@ -589,7 +615,7 @@ int Trainer::run() {
   }
   if (results_) results_->commit();
   if (rank_ == 0 && !stopped) {
-    std::ofstream(cfg_.out_dir + "/DONE") << cfg_.steps << "\n";
+    write_done_marker(cfg_.out_dir, cfg_.steps, cfg_.steps);
     log::info0("done: %lld steps in %s; results in %s", (long long)cfg_.steps, hms(run_timer.seconds()).c_str(),
                results_path_.c_str());
   }
@@ -600,6 +626,14 @@ int Trainer::run() {
 }  // namespace
 
 int run_training(const TrainConfig& cfg, dist::World& world) {
+  // Rank 0 claims --out-dir for the job's life before anything there is read (run_dir.hpp).
+  std::optional<RunDirLock> lock;
+  if (world.rank() == 0) {
+    lock.emplace(cfg.out_dir);
+    remove_leftovers(cfg.out_dir);
+    if (!cfg.resume) claim_for_fresh_run(cfg.out_dir, cfg.overwrite);
+  }
+  world.barrier();
   Trainer trainer(cfg, world);
   return trainer.run();
 }

@@ -30,4 +30,8 @@ double gpu_dense_bf16_peak_flops(const std::string& gpu_name);
 // Runs the configured training to the end (or to a requested stop). Returns the process exit status.
 int run_training(const TrainConfig& cfg, dist::World& world);
 
+// The whole program of sinklab-pretrain (sft false) and sinklab-sft (true): MPI, the options, --dry-run,
+// the training; an error ends the job with one line, printed once per job (training_main.cpp).
+int training_main(const char* program, int argc, char** argv, bool sft);
+
 }  // namespace sinklab::train

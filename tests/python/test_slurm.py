@@ -194,20 +194,26 @@ def test_pretrain_1b_sh_writes_where_its_config_says(cluster, corpus, tmp_path):
     assert "no checkpoint in" in text  # a fresh run in its own directory
 
 
+def _interrupted_job_finishes(cluster, job_id, log, out, signal_name):
+    """Sends `signal_name` to the job's steps once training is visibly under way, well before the end; the
+    job must requeue once and finish REF_STEPS. Returns the log text."""
+    _wait_job(cluster, job_id, log, until=lambda job, text: re.search(r"step [5-9]0/", text) is not None)
+    sig = subprocess.run(["scancel", f"--signal={signal_name}", job_id], env=cluster["env"], capture_output=True,
+                         text=True, timeout=30)
+    assert sig.returncode == 0, sig.stderr
+    job, text = _wait_job(cluster, job_id, log)
+    _check_finished(cluster, job_id, job, log, text, out, REF_STEPS)
+    assert job["Restarts"] == "1", _diagnose(cluster, job_id, log)
+    return text
+
+
 @pytest.mark.identity
 def test_sigusr1_checkpoints_requeues_and_resumes_bit_exact(cluster, corpus, reference, tmp_path):
     out, log = tmp_path / "out", tmp_path / "job.out"
     job_id = _sbatch(cluster, "pretrain.sh", out, log, _tiny_flags(corpus, REF_STEPS),
                      config="jobs/pretrain/tiny_test.ini")
-    # Interrupt once training is visibly under way, well before the end.
-    _wait_job(cluster, job_id, log, until=lambda job, text: re.search(r"step [5-9]0/", text) is not None)
     # What `#SBATCH --signal=USR1@120` does before the time limit: USR1 to the job's steps (not the batch shell).
-    sig = subprocess.run(["scancel", "--signal=USR1", job_id], env=cluster["env"], capture_output=True, text=True,
-                         timeout=30)
-    assert sig.returncode == 0, sig.stderr
-    job, text = _wait_job(cluster, job_id, log)
-    _check_finished(cluster, job_id, job, log, text, out, REF_STEPS)
-    assert job["Restarts"] == "1", _diagnose(cluster, job_id, log)
+    text = _interrupted_job_finishes(cluster, job_id, log, out, "USR1")
     stopped = re.search(r"stop requested: checkpointed at step (\d+)", text)
     assert stopped and f"not finished, requeueing job {job_id}" in text, text
     assert f"resumed from {out / 'checkpoints'}" in text and f"(step {stopped.group(1)})" in text, text
@@ -217,6 +223,24 @@ def test_sigusr1_checkpoints_requeues_and_resumes_bit_exact(cluster, corpus, ref
     loss, _, gn = _train(out)
     np.testing.assert_array_equal(loss, ref_loss)  # exactly: the same data, weights and optimizer state
     np.testing.assert_array_equal(gn, ref_gn)
+
+
+def test_extended_run_stopped_by_sigterm_is_requeued(cluster, corpus, tmp_path):
+    """Issue 44: a finished 4-step run extended to REF_STEPS (the same job file and --out-dir; pretrain.sh
+    resumes) and stopped by SIGTERM is requeued and finishes: the trainer removed the old DONE when it
+    resumed, and DONE counts the steps ("steps <reached> of <target>"). An old DONE left in place made the
+    script print "finished" and the job end at the step it was stopped at."""
+    out = tmp_path / "out"
+    short_log, log = tmp_path / "short.out", tmp_path / "job.out"
+    job_id = _sbatch(cluster, "pretrain.sh", out, short_log, _tiny_flags(corpus, 4), config="jobs/pretrain/tiny_test.ini")
+    job, text = _wait_job(cluster, job_id, short_log)
+    _check_finished(cluster, job_id, job, short_log, text, out, 4)
+    assert (out / "DONE").read_text() == "steps 4 of 4\n"
+
+    job_id = _sbatch(cluster, "pretrain.sh", out, log, _tiny_flags(corpus, REF_STEPS), config="jobs/pretrain/tiny_test.ini")
+    text = _interrupted_job_finishes(cluster, job_id, log, out, "TERM")
+    assert "(step 4)" in text and "stop requested" in text and f"not finished, requeueing job {job_id}" in text, text
+    assert (out / "DONE").read_text() == f"steps {REF_STEPS} of {REF_STEPS}\n"
 
 
 def test_survey_sh_two_ranks_sigusr1_requeue_resume(cluster, tmp_path):
