@@ -236,6 +236,8 @@ void Transformer::ensure_activations(int64_t batch, int64_t input_seq) {
   acts_buffer_ = Buffer(size_t(activation_bytes_.total(cfg_.n_layers)), device_);
   Arena arena(acts_buffer_.data(), acts_buffer_.bytes(), device_);
   lay_out(cfg_, recompute_, batch, input_seq, device_, &arena);
+  SL_CHECK(arena.used() == arena.capacity(), "activation plan: %zu bytes counted, %zu carved", arena.capacity(),
+           arena.used());
   const int64_t seq = model_seq(input_seq);
   targets_buffer_ = Buffer(size_t(batch * seq) * sizeof(int32_t), device_);
   targets_ = targets_buffer_.view(DType::i32, {batch, seq});

@@ -276,8 +276,8 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, b
   add_output_options(desc, c, text);
   if (!sft)
     desc.add_options()("describe", po::value(&c.describe)->default_value(false)->implicit_value(true),
-                       "print what the job builds and holds as one JSON object (parameters, FLOPs per token, activation "
-                       "bytes under each --recompute mode, every setting; train/describe.hpp), then exit");
+                       "print what the job builds and holds as one JSON object (parameters, FLOPs per token, "
+                       "activation bytes under each --recompute mode, every setting; train/describe.hpp), then exit");
   desc.add(variant_desc);
 
   po::variables_map vm;
