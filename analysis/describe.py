@@ -40,7 +40,8 @@ def describe(job_file=None, flags=(), name=None):
     if not binary.is_file():
         raise DescribeError(f"{binary}: no such binary (build the sinklab-pretrain target, or set SINKLAB_BIN_DIR)")
     cmd = [str(binary), *([f"--config={job_file}"] if job_file is not None else []), "--describe", *flags]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    env = {**os.environ, "SINKLAB_MPI": "0"}  # one process, no MPI start-up (as slurm/common.sh's --dry-run)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         lines = proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"]
         raise DescribeError(f"{name or job_file or binary}: {lines[-1]}")
