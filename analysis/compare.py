@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from analysis.describe import DEFAULTS
 from analysis.results import ResultsError, bos_attention, ini_settings, is_bbm, mean_alpha1, open_results
 
 
@@ -44,9 +45,9 @@ def read_runs(path, eps):
             if not matches:
                 raise SystemExit(f"{path}: run {run.name} has Sink_1 at eps {ev.eps}, not at --eps {eps:g}")
             cfg = ini_settings(run.config)
-            sim, norm = cfg.get("attn-sim", "exp"), cfg.get("attn-norm", "sum")
+            sim, norm = cfg.get("attn-sim", DEFAULTS["attn-sim"]), cfg.get("attn-norm", DEFAULTS["attn-norm"])
             # The probe measures proxy scores whenever the weights are not a distribution (probe/model_probe).
-            proxy = ev.proxy or norm != "sum" or float(cfg.get("attn-alpha", "1")) != 1.0
+            proxy = ev.proxy or norm != "sum" or float(cfg.get("attn-alpha", DEFAULTS["attn-alpha"])) != 1.0
             train_line = ""
             if run.train and len(run.train.get("loss", [])):
                 loss = run.train["loss"]

@@ -4,20 +4,19 @@
     python -m analysis.plan jobs/pretrain/1b_default.ini --mfu 0.35 --link-gbps 200
     python -m analysis.plan jobs/pretrain --from-results results/1b_default/results.h5
 
-The model behind each column (f32 throughout, as the trainer runs today; GiB = 2^30 bytes):
+Every figure of a job comes from `sinklab-pretrain --config FILE --describe` (analysis.describe: the binary in
+$SINKLAB_BIN_DIR, or build/bin), the code the trainer runs; nothing is re-derived here. The model behind each
+column (f32 throughout, as the trainer runs today; GiB = 2^30 bytes):
 - GFLOP/tok: the trainer's own count (Transformer::flops_per_token, the PaLM/nanoGPT count its MFU uses):
   6 x every parameter but the token and learned-position embedding tables + 12 L H d_head T, T the sequence
   the model runs on (context, plus the sink token where there is one).
 - tokens: steps x global-batch-tokens.
 - Memory per rank: weights 4 B, gradients 4 B and AdamW's m and v 8 B per parameter ("state"); "Z1" the
   same with the AdamW state split over the job's ranks (ZeRO-1; weights and gradients stay whole). "acts":
-  the buffer Transformer::ensure_activations allocates for one micro-batch of micro-batch-rows rows: per
-  layer x_in, xn1, rstd1, qkv, att, stats, x_mid, xn2, rstd2, ffn_in, ffn_h (and each variant's extras),
-  then the final norm's, a logits chunk of floor(16 Mi / vocab) rows and backward's workspace, every
-  tensor rounded up to 64 bytes, without recomputation; "acts attn" / "acts block" the same under
-  --recompute attention (the attention block's mixing held once for all layers, not per layer) / block
-  (only each layer's input kept per layer). "need" = the state as the job runs it (Z1 where it sets
-  zero1, marked z) + the acts of its --recompute (marked r when not none). Not counted: the CUDA context, cuBLAS/cuDNN
+  the buffer Transformer::ensure_activations allocates for one micro-batch of micro-batch-rows rows (the
+  trainer's activation_bytes_total) without recomputation; "acts attn" / "acts block" the same under
+  --recompute attention / block. "need" = the state as the job runs it (Z1 where it sets zero1, marked z) +
+  the acts of its --recompute (marked r when not none). Not counted: the CUDA context, cuBLAS/cuDNN
   workspaces, NCCL buffers, allocator slack, the evaluation's batch.
 - GPU-h = FLOPs per token x tokens / (MFU x peak per GPU), over all GPUs; "step s" is one optimizer step's
   compute time at that MFU. MFU: --mfu, or the median of /runs/<run-name>/train/mfu of a --from-results
@@ -33,24 +32,17 @@ import argparse
 import re
 import statistics
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from analysis.results import ResultsError, ini_settings, open_results, tokens_text
+from analysis.describe import DescribeError, describe
+from analysis.results import ResultsError, open_results, tokens_text
 
 GIB = 2.0 ** 30
-LOGITS_CHUNK_FLOATS = 16 << 20  # Transformer::ensure_activations: logits in row chunks of <= ~16M floats
-GATED_FFNS = ("swiglu", "geglu", "reglu")
-# Defaults of what a job file may omit (src/model/config.hpp, src/train/train_config.cpp).
-MODEL_DEFAULTS = {"n-kv-heads": "0", "ffn": "swiglu", "pos-emb": "rope", "relative-bias": "learned",
-                  "relative-buckets": "32", "norm-placement": "pre", "norm-type": "rms", "head-combine": "concat",
-                  "attn-bias": "none", "bias-per-head": "true", "k-bias-dims": "0", "qk-kernel": "identity",
-                  "sink-logit": "false", "attn-gate": "none"}
-TRAIN_DEFAULTS = {"zero1": "false", "device": "cpu", "recompute": "none"}
-REQUIRED = ("vocab-size", "d-model", "n-layers", "n-heads", "ffn-hidden", "context", "steps",
-            "global-batch-tokens", "micro-batch-rows")
+RECOMPUTE_MODES = ("none", "attention", "block")
 
 
 class PlanError(Exception):
@@ -60,37 +52,34 @@ class PlanError(Exception):
 @dataclass
 class Job:
     name: str
-    settings: dict  # the file's settings over the defaults
+    described: dict  # sinklab-pretrain --describe of the file
     nodes: int
     ranks: int
 
     def get(self, key):
-        return self.settings[key]
+        return self.described["settings"][key]
 
     def int(self, key):
-        try:
-            return int(self.settings[key])
-        except ValueError:
-            raise PlanError(f"{self.name}: {key} = {self.settings[key]!r} is not an integer") from None
+        return int(self.get(key))
 
     def flag(self, key):
-        return self.settings[key] in ("true", "1")
+        return self.get(key) == "true"
 
 
 def read_job(path, name):
-    """The job file's settings (analysis.results.ini_settings over the trainer's defaults) and its ranks."""
+    """The job file as sinklab-pretrain describes it, and its ranks (its #SBATCH comment)."""
     text = Path(path).read_text()
-    settings = {**MODEL_DEFAULTS, **TRAIN_DEFAULTS, **ini_settings(text)}
-    missing = [k for k in REQUIRED if k not in settings]
-    if missing:
-        raise PlanError(f"{name}: not a pre-training job file: no {', '.join(missing)}")
+    try:
+        described = describe(path, name=name)
+    except DescribeError as e:
+        raise PlanError(str(e)) from None
     nodes, gpus = 1, 1
     for line in text.splitlines():
         if line.startswith("#SBATCH"):
             options = line[len("#SBATCH"):].split("#", 1)[0]
             nodes = int(_option(options, "nodes") or nodes)
             gpus = int(_option(options, "gpus-per-node") or gpus)
-    job = Job(name, settings, nodes, nodes * gpus)
+    job = Job(name, described, nodes, nodes * gpus)
     per_micro = job.int("context") * job.int("micro-batch-rows") * job.ranks
     if job.int("global-batch-tokens") % per_micro:
         raise PlanError(f"{name}: global-batch-tokens is not a multiple of context x micro-batch-rows x ranks "
@@ -104,93 +93,13 @@ def _option(options, name):
     return m.group(1) if m else None
 
 
-def shape(job):
-    """The model dimensions the counts below use."""
-    d, H = job.int("d-model"), job.int("n-heads")
-    Hkv = job.int("n-kv-heads") or H
-    bias = job.get("attn-bias")
-    return dict(V=job.int("vocab-size"), d=d, L=job.int("n-layers"), H=H, Hkv=Hkv, dh=d // H,
-                F=job.int("ffn-hidden"), C=job.int("context"), gated=job.get("ffn") in GATED_FFNS,
-                lead_pos=1 if bias == "sink-token" else 0, lead_keys=1 if bias in ("kv", "k") else 0,
-                layer_norm=job.get("norm-type") == "layer", post=job.get("norm-placement") == "post")
-
-
-def parameters(job):
-    """(all parameters, the ones flops_per_token multiplies: all but the embedding tables), as
-    src/model/config.cpp's param_layout lays them out (alignment padding left out)."""
-    s = shape(job)
-    d, H, dh, F = s["d"], s["H"], s["dh"], s["F"]
-    norm = d * (2 if s["layer_norm"] else 1)
-    bias_heads = H if job.flag("bias-per-head") else 1
-    layer = 2 * norm + (H + 2 * s["Hkv"]) * dh * d + (3 if s["gated"] else 2) * F * d
-    layer += d * (dh if job.get("head-combine") == "add" else H * dh)  # o_proj
-    layer += 2 * dh * dh if job.get("qk-kernel") == "mlp" else 0
-    layer += bias_heads * (job.int("k-bias-dims") or dh) if s["lead_keys"] else 0
-    layer += bias_heads * dh if job.get("attn-bias") in ("kv", "v") else 0
-    layer += H if job.flag("sink-logit") else 0
-    gate = {"none": 0, "headwise": H, "elementwise": H * dh}[job.get("attn-gate")]
-    layer += gate * d
-    embeddings = s["V"] * d + ((s["C"] + s["lead_pos"]) * d if job.get("pos-emb") == "learned" else 0)
-    other = s["V"] * d + (0 if s["post"] else norm)  # lm_head, final norm
-    other += d if s["lead_pos"] else 0  # the sink token
-    if job.get("pos-emb") == "relative" and job.get("relative-bias") == "learned":
-        other += H * job.int("relative-buckets")
-    counted = s["L"] * layer + other
-    return counted + embeddings, counted
-
-
-def flops_per_token(job):
-    """Transformer::flops_per_token: 6 x the multiplied parameters + 12 L H d_head T."""
-    s = shape(job)
-    return 6.0 * parameters(job)[1] + 12.0 * s["L"] * s["H"] * s["dh"] * (s["C"] + s["lead_pos"])
-
-
-RECOMPUTE_MODES = ("none", "attention", "block")
-
-
-def activation_bytes(job, recompute=None):
-    """Bytes of Transformer::ensure_activations' buffer for micro-batch-rows rows (f32, 64-byte rounded)
-    under --recompute (default: the job's): each layer's kept tensors, once the tensors every layer
-    recomputes (attention: the attention block's mixing; block: all but the layer's input), and the rest."""
-    mode = recompute or job.get("recompute")
-    if mode not in RECOMPUTE_MODES:
-        raise PlanError(f"{job.name}: recompute = {mode!r} is not one of {' | '.join(RECOMPUTE_MODES)}")
-    s = shape(job)
-    B, T = job.int("micro-batch-rows"), s["C"] + s["lead_pos"]
-    N, d, F, V, H, dh = B * T, s["d"], s["F"], s["V"], s["H"], s["dh"]
-    qkv, feat, ffn_in = (H + 2 * s["Hkv"]) * dh, (H + s["Hkv"]) * dh, (2 if s["gated"] else 1) * F
-    kernel, mlp = job.get("qk-kernel") != "identity", job.get("qk-kernel") == "mlp"
-    gate, headwise = job.get("attn-gate") != "none", job.get("attn-gate") == "headwise"
-    add = job.get("head-combine") == "add"
-    pre, ln, lead = not s["post"], s["layer_norm"], s["lead_keys"] > 0
-    ext = B * (s["lead_keys"] + T) * s["Hkv"] * dh
-    # (floats, part of the attention block's mixing), in the allocation order; x_in first, always kept.
-    layer = [(pre * N * d, pre), (N, pre), (ln * N, pre), (N * qkv, True), (kernel * N * feat, True),
-             (mlp * N * feat, True), (mlp * N * feat, True), (kernel * N * feat, True), (lead * ext, True),
-             (lead * ext, True), (N * H * dh, True), ((job.get("attn-bias") == "v") * N * H * dh, True),
-             (B * H * T, True), (gate * N * H * dh, True), (gate * N * H * dh, True), (add * N * dh, True),
-             (s["post"] * N * d, False), (N * d, False), (pre * N * d, False), (N, False), (ln * N, False),
-             (N * ffn_in, False), (N * F, False), (s["post"] * N * d, False)]
-    recomputed = [n for n, mix in layer if mode == "block" or (mode == "attention" and mix)]
-    kept = [N * d] + [n for n, mix in layer if not (mode == "block" or (mode == "attention" and mix))]
-    logits_rows = min(max(LOGITS_CHUNK_FLOATS // V, 1), N)
-    rest = [N * d, pre * N * d, N, ln * N, logits_rows * V, N] + [N * d] * 5 + [
-        N * qkv, kernel * N * feat, mlp * N * feat, lead * ext, lead * ext, N * H * dh, gate * N * H * dh,
-        add * N * dh, gate * N * H * dh, headwise * N * H, s["post"] * N * d, N * ffn_in, N * F, N * d, H,
-        H * job.int("relative-buckets")]
-
-    def rounded(floats):
-        return sum((4 * n + 63) // 64 * 64 for n in floats if n)
-    return s["L"] * rounded(kept) + rounded(recomputed) + rounded(rest)
-
-
 def memory_per_rank(job):
     """GiB per rank: (state without ZeRO-1, state with it, {recompute mode: activations}, what the job as
     configured needs: its ZeRO-1 setting and its recompute mode)."""
-    n = parameters(job)[0]
+    n = job.described["n_params"]
     state = 4 * n + 4 * n + 8 * n
     zero1 = 4 * n + 4 * n + 8 * n / job.ranks
-    acts = {mode: activation_bytes(job, mode) / GIB for mode in RECOMPUTE_MODES}
+    acts = {mode: job.described["activation_bytes"][mode]["total"] / GIB for mode in RECOMPUTE_MODES}
     need = (zero1 if job.flag("zero1") else state) / GIB + acts[job.get("recompute")]
     return state / GIB, zero1 / GIB, acts, need
 
@@ -199,7 +108,7 @@ def allreduce(job, link_gbps):
     """(bytes each rank sends per step in a ring all-reduce of the f32 gradients, its time over the nodes'
     links in seconds; None on one node)."""
     n = job.ranks
-    sent = 2 * (n - 1) / n * 4 * parameters(job)[0]
+    sent = 2 * (n - 1) / n * 4 * job.described["n_params"]
     return sent, (sent / (link_gbps * 1e9 / 8) if job.nodes > 1 else None)
 
 
@@ -240,7 +149,7 @@ HEADER = ("job", "dev", "ranks", "GFLOP/tok", "tokens", "state GiB", "Z1 GiB", "
 
 def row(job, mfu, measured, args):
     """One table row (texts) and the job's GPU-hours (None for a CPU job)."""
-    fpt = flops_per_token(job)
+    fpt = job.described["flops_per_token"]
     tokens = job.int("steps") * job.int("global-batch-tokens")
     state, zero1, acts, need = memory_per_rank(job)
     sent, comm = allreduce(job, args.link_gbps)
@@ -277,9 +186,11 @@ def main(argv):
             raise PlanError("--mfu, --peak-tflops and --link-gbps must be positive")
         measured = measured_mfu(args.from_results)
         rows, total, gpu_jobs = [HEADER], 0.0, 0
-        for path, name in job_files(args.paths):
-            job = read_job(path, name)
-            run = job.settings.get("run-name")
+        files = job_files(args.paths)
+        with ThreadPoolExecutor() as pool:  # one sinklab-pretrain --describe per file
+            jobs = list(pool.map(lambda f: read_job(*f), files))
+        for job in jobs:
+            run = job.get("run-name")
             cells, hours = row(job, measured.get(run, args.mfu), run in measured, args)
             rows.append(cells)
             if hours is not None:

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis import figures
+from analysis.describe import DEFAULTS  # sinklab-pretrain's defaults of what a job file may leave out
 from analysis.results import bos_attention, ini_settings, is_bbm, match_eps, tokens_at, tokens_text
 from analysis.sections.labels import run_labels
 from analysis.sections.paper_tables import cell_status
@@ -37,8 +38,6 @@ MOVED_SHARE = 50.0    # moved_to_bias: Sink_*^eps of at least this many % of the
 # (OPTIMISER_KEYS; a run made smaller or faster, e.g. with another batch, still finds its cell).
 CELL_KEYS = ("attn-sim", "attn-norm", "attn-bias", "document-rows", "attn-window", "n-layers")
 OPTIMISER_KEYS = ("weight-decay", "lr", "global-batch-tokens")
-# sinklab-pretrain's defaults of the keys a job file may leave out (a run's config attribute lists them all).
-DEFAULTS = {"attn-sim": "exp", "attn-norm": "sum", "attn-bias": "none", "attn-window": "0", "document-rows": "false"}
 
 # The agreement rule of each expect_kind, as the page states it ({eps}: the threshold; {ref}: the other cell).
 RULES = {

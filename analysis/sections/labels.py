@@ -4,6 +4,7 @@ a probed model's figures (model, input, domain, T, n_seq, BOS and the file's not
 """
 from pathlib import Path
 
+from analysis.describe import DEFAULTS
 from analysis.results import NOTE_ATTRS, attr_text
 
 INPUT_ORDER = ("natural", "random", "repeat")
@@ -139,18 +140,18 @@ def sinklab_checkpoint(e):
 def variant_text(settings):
     """A sinklab run's model as the page names it, from its settings (ini text read by
     results.ini_settings): attention, biases, the first token of its data, window, size."""
-    sim, norm = settings.get("attn-sim", "exp"), settings.get("attn-norm", "sum")
+    sim, norm = settings.get("attn-sim", DEFAULTS["attn-sim"]), settings.get("attn-norm", DEFAULTS["attn-norm"])
     if (sim, norm) == ("exp", "sum"):
         parts = ["softmax"]
     elif norm == "one":
         parts = [f"{sim} attention without normalisation"]
     else:
         parts = [f"{sim} attention, norm {norm}"]
-    if settings.get("attn-bias", "none") not in ("none", ""):
+    if settings.get("attn-bias", DEFAULTS["attn-bias"]) not in ("none", ""):
         parts.append(f"{settings['attn-bias']} bias")
-    if settings.get("fixed-token-position", "0") == "1":
+    if settings.get("fixed-token-position", DEFAULTS["fixed-token-position"]) == "1":
         parts.append(f"token {settings.get('fixed-token-id', '?')} first")
-    if settings.get("attn-window", "0") not in ("0", ""):
+    if settings.get("attn-window", DEFAULTS["attn-window"]) not in ("0", ""):
         parts.append(f"window {settings['attn-window']}")
     if "d-model" in settings:
         parts.append(f"d={settings['d-model']}, {settings.get('n-layers', '?')} layers, "

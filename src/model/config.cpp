@@ -314,10 +314,25 @@ ModelConfig ModelConfig::from_hf_config_json(const std::string& text, const std:
   return c;
 }
 
-int layer_of_param(const std::string& name) {
-  const std::string prefix = "model.layers.";
-  if (name.rfind(prefix, 0) != 0) return -1;
-  return std::stoi(name.substr(prefix.size()));
+int64_t count_parameters(const std::vector<ParamSpec>& specs) {
+  int64_t n = 0;
+  for (const auto& s : specs) n += s.numel;
+  return n;
+}
+
+int64_t count_parameters_non_embedding(const std::vector<ParamSpec>& specs) {
+  int64_t n = 0;
+  for (const auto& s : specs)
+    if (s.role != ParamRole::embed_tokens && s.role != ParamRole::head) n += s.numel;
+  return n;
+}
+
+double flops_per_token(const ModelConfig& cfg, const std::vector<ParamSpec>& specs, int64_t seq) {
+  int64_t multiplied = 0;  // the embedding tables are gathered, not multiplied
+  for (const auto& s : specs)
+    if (s.role != ParamRole::embed_tokens && s.role != ParamRole::embed_positions) multiplied += s.numel;
+  return 6.0 * double(multiplied) + 12.0 * double(cfg.n_layers) * double(cfg.n_heads) * double(cfg.head_dim()) *
+                                        double(seq + cfg.lead_positions());
 }
 
 std::vector<ParamSpec> param_layout(const ModelConfig& cfg, int64_t* total_elements) {
@@ -335,9 +350,12 @@ std::vector<ParamSpec> param_layout(const ModelConfig& cfg, int64_t* total_eleme
   int64_t offset = 0;
   // embedding: decayed like a matrix, but its starting law is std_embed whatever matrix-init says
   enum Kind { matrix, embedding, gain, bias };
-  auto add = [&](std::string name, std::vector<int64_t> shape, double init_std, Kind kind) {
+  int layer = -1;  // the layer whose parameters add() is laying out
+  auto add = [&](std::string name, ParamRole role, std::vector<int64_t> shape, double init_std, Kind kind) {
     ParamSpec p;
     p.name = std::move(name);
+    p.role = role;
+    p.layer = layer;
     p.shape = std::move(shape);
     p.numel = 1;
     for (int64_t s : p.shape) p.numel *= s;
@@ -356,71 +374,75 @@ std::vector<ParamSpec> param_layout(const ModelConfig& cfg, int64_t* total_eleme
   auto align = [&]() { offset = (offset + 15) / 16 * 16; };
 
   align();
-  add("model.embed_tokens.weight", {V, d}, std_embed, embedding);
+  add("model.embed_tokens.weight", ParamRole::embed_tokens, {V, d}, std_embed, embedding);
   if (cfg.pos_emb == PosEmb::learned) {
     align();
-    add("model.embed_positions.weight", {int64_t(cfg.context) + cfg.lead_positions(), d}, std_embed, embedding);
+    add("model.embed_positions.weight", ParamRole::embed_positions, {int64_t(cfg.context) + cfg.lead_positions(), d},
+        std_embed, embedding);
   }
   if (cfg.attn_bias == AttnBias::sink_token) {
     align();
-    add("model.sink_token", {d}, std_matrix, bias);
+    add("model.sink_token", ParamRole::sink_token, {d}, std_matrix, bias);
   }
   if (cfg.pos_emb == PosEmb::relative && cfg.relative_bias == RelativeBias::learned) {
     align();
-    add("model.relative_attention_bias.weight", {H, cfg.relative_buckets}, 0.0, bias);
+    add("model.relative_attention_bias.weight", ParamRole::relative_bias, {H, cfg.relative_buckets}, 0.0, bias);
   }
   const int64_t bias_heads = cfg.bias_per_head ? H : 1;
   const int64_t k_dims = cfg.k_bias_dims > 0 ? cfg.k_bias_dims : dh;
   for (int l = 0; l < cfg.n_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
+    layer = l;
     align();
-    add(p + "input_layernorm.weight", {d}, 0, gain);
-    if (layer_norm) add(p + "input_layernorm.bias", {d}, 0.0, bias);
+    add(p + "input_layernorm.weight", ParamRole::norm1, {d}, 0, gain);
+    if (layer_norm) add(p + "input_layernorm.bias", ParamRole::norm1_bias, {d}, 0.0, bias);
     align();
-    add(p + "self_attn.q_proj.weight", {H * dh, d}, std_matrix, matrix);
-    add(p + "self_attn.k_proj.weight", {Hkv * dh, d}, std_matrix, matrix);
-    add(p + "self_attn.v_proj.weight", {Hkv * dh, d}, std_matrix, matrix);
+    add(p + "self_attn.q_proj.weight", ParamRole::q, {H * dh, d}, std_matrix, matrix);
+    add(p + "self_attn.k_proj.weight", ParamRole::k, {Hkv * dh, d}, std_matrix, matrix);
+    add(p + "self_attn.v_proj.weight", ParamRole::v, {Hkv * dh, d}, std_matrix, matrix);
     if (cfg.qk_kernel == QkKernel::mlp) {
       align();
-      add(p + "self_attn.kernel_mlp1.weight", {dh, dh}, fan_in_std(dh), matrix);
+      add(p + "self_attn.kernel_mlp1.weight", ParamRole::kernel_mlp1, {dh, dh}, fan_in_std(dh), matrix);
       align();
-      add(p + "self_attn.kernel_mlp2.weight", {dh, dh}, fan_in_std(dh), matrix);
+      add(p + "self_attn.kernel_mlp2.weight", ParamRole::kernel_mlp2, {dh, dh}, fan_in_std(dh), matrix);
     }
     if (cfg.lead_keys() > 0) {
       align();
-      add(p + "self_attn.k_bias", {bias_heads, k_dims}, std_bias, bias);
+      add(p + "self_attn.k_bias", ParamRole::k_bias, {bias_heads, k_dims}, std_bias, bias);
     }
     if (cfg.attn_bias == AttnBias::kv || cfg.attn_bias == AttnBias::v) {
       align();
-      add(p + "self_attn.v_bias", {bias_heads, dh}, std_bias, bias);
+      add(p + "self_attn.v_bias", ParamRole::v_bias, {bias_heads, dh}, std_bias, bias);
     }
     if (cfg.sink_logit) {
       align();
-      add(p + "self_attn.sinks", {H}, 0.0, bias);
+      add(p + "self_attn.sinks", ParamRole::sinks, {H}, 0.0, bias);
     }
     if (cfg.attn_gate != AttnGate::none) {
       align();
-      add(p + "self_attn.gate_proj.weight", {cfg.attn_gate == AttnGate::headwise ? H : H * dh, d}, std_matrix, matrix);
+      add(p + "self_attn.gate_proj.weight", ParamRole::attn_gate, {cfg.attn_gate == AttnGate::headwise ? H : H * dh, d},
+          std_matrix, matrix);
     }
     const int64_t o_in = cfg.head_combine == HeadCombine::add ? dh : H * dh;
     align();
-    add(p + "self_attn.o_proj.weight", {d, o_in}, fan_in_std(o_in), matrix);
+    add(p + "self_attn.o_proj.weight", ParamRole::o, {d, o_in}, fan_in_std(o_in), matrix);
     align();
-    add(p + "post_attention_layernorm.weight", {d}, 0, gain);
-    if (layer_norm) add(p + "post_attention_layernorm.bias", {d}, 0.0, bias);
+    add(p + "post_attention_layernorm.weight", ParamRole::norm2, {d}, 0, gain);
+    if (layer_norm) add(p + "post_attention_layernorm.bias", ParamRole::norm2_bias, {d}, 0.0, bias);
     align();
-    if (cfg.gated_ffn()) add(p + "mlp.gate_proj.weight", {F, d}, std_matrix, matrix);
-    add(p + "mlp.up_proj.weight", {F, d}, std_matrix, matrix);
+    if (cfg.gated_ffn()) add(p + "mlp.gate_proj.weight", ParamRole::ffn_gate, {F, d}, std_matrix, matrix);
+    add(p + "mlp.up_proj.weight", ParamRole::ffn_up, {F, d}, std_matrix, matrix);
     align();
-    add(p + "mlp.down_proj.weight", {d, F}, std_mlp_out, matrix);
+    add(p + "mlp.down_proj.weight", ParamRole::ffn_down, {d, F}, std_mlp_out, matrix);
   }
+  layer = -1;
   if (cfg.norm_placement == NormPlacement::pre) {
     align();
-    add("model.norm.weight", {d}, 0, gain);
-    if (layer_norm) add("model.norm.bias", {d}, 0.0, bias);
+    add("model.norm.weight", ParamRole::final_norm, {d}, 0, gain);
+    if (layer_norm) add("model.norm.bias", ParamRole::final_norm_bias, {d}, 0.0, bias);
   }
   align();
-  add("lm_head.weight", {V, d}, std_matrix, matrix);
+  add("lm_head.weight", ParamRole::head, {V, d}, std_matrix, matrix);
   align();
   if (total_elements) *total_elements = offset;
   return specs;

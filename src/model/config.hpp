@@ -115,10 +115,21 @@ struct ModelConfig {
   static const char* axis_help(const std::string& flag);
 };
 
+// What a parameter is to the model: Transformer::index_parameters finds its tensors by role, so a name
+// is spelled once, in param_layout.
+enum class ParamRole : uint8_t {
+  embed_tokens, embed_positions, sink_token, relative_bias,  // before the layers
+  norm1, norm1_bias, q, k, v, kernel_mlp1, kernel_mlp2, k_bias, v_bias, sinks, attn_gate, o,  // a layer's
+  norm2, norm2_bias, ffn_gate, ffn_up, ffn_down,
+  final_norm, final_norm_bias, head,  // after them
+};
+
 // One parameter: tensor name (HF Llama names where Llama has the tensor), shape, where it sits in the
 // flat buffer, how it is initialised.
 struct ParamSpec {
   std::string name;
+  ParamRole role = ParamRole::embed_tokens;
+  int layer = -1;       // the layer it belongs to ("model.layers.<l>.*"), -1 for the others
   std::vector<int64_t> shape;
   int64_t offset = 0;   // element offset in the flat buffer (64-byte aligned)
   int64_t numel = 0;
@@ -145,8 +156,11 @@ struct ParamSpec {
 // post-norm models have no model.norm.
 std::vector<ParamSpec> param_layout(const ModelConfig& cfg, int64_t* total_elements);
 
-// The layer a parameter belongs to (its HF name "model.layers.<l>.*"), -1 for the others (embeddings,
-// shared tensors, final norm, head).
-int layer_of_param(const std::string& name);
+// Counts over a layout (Transformer's, and sinklab-pretrain --describe's without building a model): every
+// parameter (no padding); without the word embedding and the unembedding (the paper's count, Sec. 4); the
+// training FLOPs per token at sequence length seq (Transformer::flops_per_token says how they are counted).
+int64_t count_parameters(const std::vector<ParamSpec>& specs);
+int64_t count_parameters_non_embedding(const std::vector<ParamSpec>& specs);
+double flops_per_token(const ModelConfig& cfg, const std::vector<ParamSpec>& specs, int64_t seq);
 
 }  // namespace sinklab::model

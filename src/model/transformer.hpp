@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/attention_dispatch.hpp"
+#include "core/arena.hpp"
 #include "backend/memory.hpp"
 #include "backend/ops.hpp"
 #include "core/flat_range.hpp"
@@ -62,7 +63,29 @@ struct ActivationBytes {
   int64_t total(int layers) const { return kept_per_layer * layers + recomputed + rest; }
 };
 
-class Transformer {
+// The tensors of one micro-batch shape's activation buffer. One plan lays them out (transformer_setup.cpp):
+// Transformer::ensure_activations carves them out of its buffer, Transformer::activation_bytes only counts
+// them. The Transformer holds them as its base, so its passes name them as members.
+struct ActivationTensors {
+  struct LayerActs {  // what backward needs of layer l, all [N = B*T', ...] (T' = T + lead positions)
+    Tensor x_in, xn1, mean1, rstd1, mean2, qkv, feat_in, feat_hidden, feat_act, feat, k_ext, v_ext, att, att_biased, stats, gate_logits,
+        att_gated, att_sum, pre_norm1, x_mid, xn2, rstd2, ffn_in, ffn_h, pre_norm2;
+  };
+  std::vector<LayerActs> layers_;
+  Tensor x_final_in_, xf_, meanf_, rstdf_, logits_, losses_;
+  Tensor d_res_, d_tmp_, d_xn_, d_attn_in_, d_qkv_, d_feat_, d_feat_hidden_, d_k_ext_, d_v_ext_, d_att_, d_att_gated_,
+      d_att_sum_, d_gate_logits_, d_gate_small_, d_pre_, d_ffn_in_, d_ffn_h_, d_xf_, tmp_, d_sinks_,
+      d_relative_;
+  int64_t head_chunk_rows_ = 0;
+
+  // The plan: every tensor of a [batch, input_seq] micro-batch under `recompute`, kept per layer or
+  // recomputed (one copy, layer 0's, that every layer uses in turn). With an arena it carves them out of
+  // it; without, the tensors are null views and only their bytes (each rounded up to 64) are counted.
+  ActivationBytes lay_out(const ModelConfig& cfg, Recompute recompute, int64_t batch, int64_t input_seq,
+                          Device device, Arena* arena);
+};
+
+class Transformer : private ActivationTensors {
  public:
   Transformer(const ModelConfig& cfg, Device device = Device::cpu());
 
@@ -103,6 +126,9 @@ class Transformer {
   // Allocates the activations for micro-batches of [batch, seq] inputs (forward does it on a new shape) and
   // says how large they are.
   ActivationBytes prepare_activations(int64_t batch, int64_t seq);
+  // What prepare_activations(batch, seq) allocates under `recompute`, counted by the same plan without a
+  // model or an allocation (sinklab-pretrain --describe).
+  static ActivationBytes activation_bytes(const ModelConfig& cfg, Recompute recompute, int64_t batch, int64_t seq);
   // Rows of the sequence the model runs on per input row: T + cfg.lead_positions().
   int64_t model_seq(int64_t seq) const { return seq + cfg_.lead_positions(); }
 
@@ -133,10 +159,6 @@ class Transformer {
   struct LayerIndex {
     int64_t norm1 = -1, norm1_bias = -1, norm2_bias = -1, qkv = -1, kernel_mlp1 = -1, kernel_mlp2 = -1, k_bias = -1, v_bias = -1, sinks = -1,
             gate = -1, o = -1, norm2 = -1, ffn_in = -1, down = -1;
-  };
-  struct LayerActs {  // what backward needs of layer l, all [N = B*T', ...] (T' = T + lead positions)
-    Tensor x_in, xn1, mean1, rstd1, mean2, qkv, feat_in, feat_hidden, feat_act, feat, k_ext, v_ext, att, att_biased, stats, gate_logits,
-        att_gated, att_sum, pre_norm1, x_mid, xn2, rstd2, ffn_in, ffn_h, pre_norm2;
   };
   // Construction (transformer_setup.cpp).
   void index_parameters();
@@ -202,12 +224,7 @@ class Transformer {
   // Activations for the current (batch, seq) shape.
   int64_t batch_ = 0, seq_ = 0, input_seq_ = 0;  // seq_ = T' = input_seq_ + lead positions
   Buffer acts_buffer_, targets_buffer_;
-  std::vector<LayerActs> layers_;
-  Tensor x_final_in_, xf_, meanf_, rstdf_, logits_, losses_, targets_;
-  Tensor d_res_, d_tmp_, d_xn_, d_attn_in_, d_qkv_, d_feat_, d_feat_hidden_, d_k_ext_, d_v_ext_, d_att_, d_att_gated_,
-      d_att_sum_, d_gate_logits_, d_gate_small_, d_pre_, d_ffn_in_, d_ffn_h_, d_xf_, tmp_, d_sinks_,
-      d_relative_;
-  int64_t head_chunk_rows_ = 0;
+  Tensor targets_;  // the rest are ActivationTensors'
   Recompute recompute_ = Recompute::none;
   ActivationBytes activation_bytes_;
   Precision precision_ = Precision::fp32;

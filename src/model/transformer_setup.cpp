@@ -32,33 +32,43 @@ Transformer::Transformer(const ModelConfig& cfg, Device device) : cfg_(cfg), dev
   make_constants();
 }
 
-// Where each named parameter sits in specs_ (-1: this variant has none).
+// Where each parameter sits in specs_, by its role (-1: this variant has none). q and gate_proj (or up_proj
+// without a gate) start the fused q|k|v and gate|up matrices.
 void Transformer::index_parameters() {
-  embed_index_ = find("model.embed_tokens.weight");
-  positions_index_ = find("model.embed_positions.weight");
-  sink_token_index_ = find("model.sink_token");
-  relative_index_ = find("model.relative_attention_bias.weight");
-  final_norm_index_ = find("model.norm.weight");
-  final_norm_bias_index_ = find("model.norm.bias");
-  head_index_ = find("lm_head.weight");
-  for (int l = 0; l < cfg_.n_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    LayerIndex li;
-    li.norm1 = find(p + "input_layernorm.weight");
-    li.norm1_bias = find(p + "input_layernorm.bias");
-    li.qkv = find(p + "self_attn.q_proj.weight");
-    li.kernel_mlp1 = find(p + "self_attn.kernel_mlp1.weight");
-    li.kernel_mlp2 = find(p + "self_attn.kernel_mlp2.weight");
-    li.k_bias = find(p + "self_attn.k_bias");
-    li.v_bias = find(p + "self_attn.v_bias");
-    li.sinks = find(p + "self_attn.sinks");
-    li.gate = find(p + "self_attn.gate_proj.weight");
-    li.o = find(p + "self_attn.o_proj.weight");
-    li.norm2 = find(p + "post_attention_layernorm.weight");
-    li.norm2_bias = find(p + "post_attention_layernorm.bias");
-    li.ffn_in = find(p + (cfg_.gated_ffn() ? "mlp.gate_proj.weight" : "mlp.up_proj.weight"));
-    li.down = find(p + "mlp.down_proj.weight");
-    layer_index_.push_back(li);
+  layer_index_.assign(size_t(cfg_.n_layers), LayerIndex{});
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    const int64_t at = int64_t(i);
+    const ParamSpec& spec = specs_[i];
+    LayerIndex not_a_layer;
+    LayerIndex& li = spec.layer >= 0 ? layer_index_[size_t(spec.layer)] : not_a_layer;
+    switch (spec.role) {
+      case ParamRole::embed_tokens: embed_index_ = at; break;
+      case ParamRole::embed_positions: positions_index_ = at; break;
+      case ParamRole::sink_token: sink_token_index_ = at; break;
+      case ParamRole::relative_bias: relative_index_ = at; break;
+      case ParamRole::final_norm: final_norm_index_ = at; break;
+      case ParamRole::final_norm_bias: final_norm_bias_index_ = at; break;
+      case ParamRole::head: head_index_ = at; break;
+      case ParamRole::norm1: li.norm1 = at; break;
+      case ParamRole::norm1_bias: li.norm1_bias = at; break;
+      case ParamRole::q: li.qkv = at; break;
+      case ParamRole::k:
+      case ParamRole::v: break;  // in q's fused matrix
+      case ParamRole::kernel_mlp1: li.kernel_mlp1 = at; break;
+      case ParamRole::kernel_mlp2: li.kernel_mlp2 = at; break;
+      case ParamRole::k_bias: li.k_bias = at; break;
+      case ParamRole::v_bias: li.v_bias = at; break;
+      case ParamRole::sinks: li.sinks = at; break;
+      case ParamRole::attn_gate: li.gate = at; break;
+      case ParamRole::o: li.o = at; break;
+      case ParamRole::norm2: li.norm2 = at; break;
+      case ParamRole::norm2_bias: li.norm2_bias = at; break;
+      case ParamRole::ffn_gate: li.ffn_in = at; break;
+      case ParamRole::ffn_up:
+        if (li.ffn_in < 0) li.ffn_in = at;  // else in gate_proj's fused matrix
+        break;
+      case ParamRole::ffn_down: li.down = at; break;
+    }
   }
 }
 
@@ -71,7 +81,7 @@ void Transformer::make_backward_spans() {
   part_begin[size_t(L) + 2] = n_elements_;
   int part = 0;
   for (const ParamSpec& spec : specs_) {
-    const int l = layer_of_param(spec.name);
+    const int l = spec.layer;
     const int this_part = l >= 0 ? 1 + l : (part == 0 ? 0 : L + 1);
     SL_CHECK(this_part >= part, "param_layout: %s is out of backward's order", spec.name.c_str());
     if (part_begin[size_t(this_part)] < 0) part_begin[size_t(this_part)] = spec.offset;
@@ -137,26 +147,11 @@ int64_t Transformer::find(const std::string& name) const {
   return it == index_.end() ? -1 : int64_t(it->second);
 }
 
-int64_t Transformer::num_parameters() const {
-  int64_t n = 0;
-  for (const auto& s : specs_) n += s.numel;
-  return n;
-}
+int64_t Transformer::num_parameters() const { return count_parameters(specs_); }
 
-int64_t Transformer::num_parameters_non_embedding() const {
-  int64_t n = 0;
-  for (const auto& s : specs_)
-    if (s.name != "model.embed_tokens.weight" && s.name != "lm_head.weight") n += s.numel;
-  return n;
-}
+int64_t Transformer::num_parameters_non_embedding() const { return count_parameters_non_embedding(specs_); }
 
-double Transformer::flops_per_token(int64_t seq) const {
-  int64_t multiplied = 0;
-  for (const auto& s : specs_)
-    if (s.name != "model.embed_tokens.weight" && s.name != "model.embed_positions.weight") multiplied += s.numel;
-  return 6.0 * double(multiplied) +
-         12.0 * double(cfg_.n_layers) * double(cfg_.n_heads) * double(cfg_.head_dim()) * double(model_seq(seq));
-}
+double Transformer::flops_per_token(int64_t seq) const { return model::flops_per_token(cfg_, specs_, seq); }
 
 Tensor Transformer::at(int64_t param_index, bool grad) const {
   const ParamSpec& s = specs_[size_t(param_index)];
@@ -235,129 +230,130 @@ ActivationBytes Transformer::prepare_activations(int64_t batch, int64_t seq) {
 }
 
 void Transformer::ensure_activations(int64_t batch, int64_t input_seq) {
-  SL_CHECK(input_seq >= 1 && input_seq <= cfg_.context, "sequence length %lld outside [1, context=%d]",
-           (long long)input_seq, cfg_.context);
   if (batch == batch_ && input_seq == input_seq_) return;
+  // Two passes over the same plan: count the bytes, then carve the tensors out of one buffer.
+  activation_bytes_ = lay_out(cfg_, recompute_, batch, input_seq, device_, nullptr);
+  acts_buffer_ = Buffer(size_t(activation_bytes_.total(cfg_.n_layers)), device_);
+  Arena arena(acts_buffer_.data(), acts_buffer_.bytes(), device_);
+  lay_out(cfg_, recompute_, batch, input_seq, device_, &arena);
+  SL_CHECK(arena.used() == arena.capacity(), "activation plan: %zu bytes counted, %zu carved", arena.capacity(),
+           arena.used());
   const int64_t seq = model_seq(input_seq);
-  const int64_t N = batch * seq, d = cfg_.d_model, F = cfg_.ffn_hidden, V = cfg_.vocab_size;
-  const int64_t H = cfg_.n_heads, dh = cfg_.head_dim(), Hkv = cfg_.kv_heads();
+  targets_buffer_ = Buffer(size_t(batch * seq) * sizeof(int32_t), device_);
+  targets_ = targets_buffer_.view(DType::i32, {batch, seq});
+  batch_ = batch;
+  seq_ = seq;
+  input_seq_ = input_seq;
+}
+
+ActivationBytes Transformer::activation_bytes(const ModelConfig& cfg, Recompute recompute, int64_t batch, int64_t seq) {
+  ActivationTensors counted;
+  return counted.lay_out(cfg, recompute, batch, seq, Device::cpu(), nullptr);
+}
+
+ActivationBytes ActivationTensors::lay_out(const ModelConfig& cfg, Recompute recompute, int64_t batch,
+                                           int64_t input_seq, Device device, Arena* arena) {
+  SL_CHECK(input_seq >= 1 && input_seq <= cfg.context, "sequence length %lld outside [1, context=%d]",
+           (long long)input_seq, cfg.context);
+  const int64_t seq = input_seq + cfg.lead_positions();
+  const int64_t N = batch * seq, d = cfg.d_model, F = cfg.ffn_hidden, V = cfg.vocab_size;
+  const int64_t H = cfg.n_heads, dh = cfg.head_dim(), Hkv = cfg.kv_heads();
   const int64_t qkv_dim = (H + 2 * Hkv) * dh, feat_dim = (H + Hkv) * dh;
-  const int64_t ffn_in = cfg_.gated_ffn() ? 2 * F : F;
-  const int64_t S = cfg_.lead_keys() + seq;
-  const bool kernel = cfg_.qk_kernel != QkKernel::identity, mlp = cfg_.qk_kernel == QkKernel::mlp;
-  const bool lead = cfg_.lead_keys() > 0, post = cfg_.norm_placement == NormPlacement::post;
-  const bool gate = cfg_.attn_gate != AttnGate::none, add = cfg_.head_combine == HeadCombine::add;
-  const bool layer_norm = cfg_.norm_type == NormType::layer;
+  const int64_t ffn_in = cfg.gated_ffn() ? 2 * F : F;
+  const int64_t S = cfg.lead_keys() + seq;
+  const bool kernel = cfg.qk_kernel != QkKernel::identity, mlp = cfg.qk_kernel == QkKernel::mlp;
+  const bool lead = cfg.lead_keys() > 0, post = cfg.norm_placement == NormPlacement::post;
+  const bool gate = cfg.attn_gate != AttnGate::none, add = cfg.head_combine == HeadCombine::add;
+  const bool layer_norm = cfg.norm_type == NormType::layer;
   // Logits are produced and consumed in row chunks of at most ~16M floats: the [N, V] matrix of a
   // 50k vocabulary would otherwise dominate memory.
   head_chunk_rows_ = std::clamp<int64_t>((int64_t(16) << 20) / V, 1, N);
 
-  // Two passes over the same allocation plan: count the bytes, then carve them out of one buffer.
-  size_t total = 0;
   int64_t* bytes_to = nullptr;  // while counting: which ActivationBytes field the next tensor adds to
   ActivationBytes bytes;
   int64_t uncounted = 0;  // the layers after the first: layer 0's figures count them
-  Arena arena;
-  bool counting = true;
   std::function<Tensor(std::initializer_list<int64_t>)> alloc = [&](std::initializer_list<int64_t> dims) {
-    if (counting) {
-      Tensor t(nullptr, DType::f32, dims, device_);
-      const size_t rounded = (t.nbytes() + 63) / 64 * 64;
-      total += rounded;
-      if (bytes_to) *bytes_to += int64_t(rounded);
-      return t;
-    }
-    return arena.alloc(DType::f32, dims);
+    if (arena) return arena->alloc(DType::f32, dims);
+    Tensor t(nullptr, DType::f32, dims, device);
+    *bytes_to += int64_t((t.nbytes() + 63) / 64 * 64);
+    return t;
   };
   auto alloc_if = [&](bool needed, std::initializer_list<int64_t> dims) { return needed ? alloc(dims) : Tensor{}; };
   // --recompute: what backward rebuilds instead of reading it from the forward pass. Those tensors are
   // allocated once (layer 0's) and every layer uses them in turn; the rest once per layer.
   const bool pre_norm = !post;
   auto recomputed = [&](bool in_attention_mix) {
-    return recompute_ == Recompute::block || (recompute_ == Recompute::attention && in_attention_mix);
+    return recompute == Recompute::block || (recompute == Recompute::attention && in_attention_mix);
   };
-  auto plan = [&]() {
-    layers_.assign(size_t(cfg_.n_layers), LayerActs{});
-    for (size_t l = 0; l < layers_.size(); ++l) {
-      LayerActs& a = layers_[l];
-      auto slot = [&](Tensor LayerActs::*field, bool in_attention_mix, bool needed,
-                      std::initializer_list<int64_t> dims) {
-        const bool shared = recomputed(in_attention_mix);
-        if (shared && l > 0) {
-          a.*field = layers_[0].*field;
-          return;
-        }
-        bytes_to = shared ? &bytes.recomputed : (l == 0 ? &bytes.kept_per_layer : &uncounted);
-        a.*field = alloc_if(needed, dims);
-      };
-      bytes_to = l == 0 ? &bytes.kept_per_layer : &uncounted;
-      a.x_in = alloc({N, d});  // every mode keeps each layer's input: recomputation starts there
-      slot(&LayerActs::xn1, pre_norm, !post, {N, d});
-      slot(&LayerActs::rstd1, pre_norm, true, {N});
-      slot(&LayerActs::mean1, pre_norm, layer_norm, {N});
-      slot(&LayerActs::qkv, true, true, {N, qkv_dim});
-      slot(&LayerActs::feat_in, true, kernel, {N, feat_dim});
-      slot(&LayerActs::feat_hidden, true, mlp, {N, feat_dim});
-      slot(&LayerActs::feat_act, true, mlp, {N, feat_dim});
-      slot(&LayerActs::feat, true, kernel, {N, feat_dim});
-      slot(&LayerActs::k_ext, true, lead, {batch, S, Hkv, dh});
-      slot(&LayerActs::v_ext, true, lead, {batch, S, Hkv, dh});
-      slot(&LayerActs::att, true, true, {N, H * dh});
-      slot(&LayerActs::att_biased, true, cfg_.attn_bias == AttnBias::v, {N, H * dh});
-      slot(&LayerActs::stats, true, true, {batch, H, seq});
-      slot(&LayerActs::gate_logits, true, gate, {N, H * dh});
-      slot(&LayerActs::att_gated, true, gate, {N, H * dh});
-      slot(&LayerActs::att_sum, true, add, {N, dh});
-      slot(&LayerActs::pre_norm1, false, post, {N, d});
-      slot(&LayerActs::x_mid, false, true, {N, d});
-      slot(&LayerActs::xn2, false, !post, {N, d});
-      slot(&LayerActs::rstd2, false, true, {N});
-      slot(&LayerActs::mean2, false, layer_norm, {N});
-      slot(&LayerActs::ffn_in, false, true, {N, ffn_in});
-      slot(&LayerActs::ffn_h, false, true, {N, F});
-      slot(&LayerActs::pre_norm2, false, post, {N, d});
-    }
-    bytes_to = &bytes.rest;
-    x_final_in_ = alloc({N, d});
-    xf_ = post ? x_final_in_ : alloc({N, d});  // post-norm models have no final norm
-    rstdf_ = alloc({N});
-    meanf_ = alloc_if(layer_norm, {N});
-    logits_ = alloc({head_chunk_rows_, V});
-    losses_ = alloc({N});
-    tmp_ = alloc({N, d});
-    d_res_ = alloc({N, d});
-    d_tmp_ = alloc({N, d});
-    d_xn_ = alloc({N, d});
-    d_attn_in_ = alloc({N, d});
-    d_qkv_ = alloc({N, qkv_dim});
-    d_feat_ = alloc_if(kernel, {N, feat_dim});
-    d_feat_hidden_ = alloc_if(mlp, {N, feat_dim});
-    d_k_ext_ = alloc_if(lead, {batch, S, Hkv, dh});
-    d_v_ext_ = alloc_if(lead, {batch, S, Hkv, dh});
-    d_att_ = alloc({N, H * dh});
-    d_att_gated_ = alloc_if(gate, {N, H * dh});
-    d_att_sum_ = alloc_if(add, {N, dh});
-    d_gate_logits_ = alloc_if(gate, {N, H * dh});
-    d_gate_small_ = alloc_if(cfg_.attn_gate == AttnGate::headwise, {N, H});
-    d_pre_ = alloc_if(post, {N, d});
-    d_ffn_in_ = alloc({N, ffn_in});
-    d_ffn_h_ = alloc({N, F});
-    d_xf_ = alloc({N, d});
-    d_sinks_ = alloc({H});
-    d_relative_ = alloc({H, cfg_.relative_buckets});
-  };
-  plan();
-  activation_bytes_ = bytes;
-  acts_buffer_ = Buffer(total, device_);
-  arena = Arena(acts_buffer_.data(), acts_buffer_.bytes(), device_);
-  counting = false;
-  bytes_to = nullptr;
-  plan();
-  targets_buffer_ = Buffer(size_t(N) * sizeof(int32_t), device_);
-  targets_ = targets_buffer_.view(DType::i32, {batch, seq});
-  batch_ = batch;
-  seq_ = seq;
-  input_seq_ = input_seq;
+  layers_.assign(size_t(cfg.n_layers), LayerActs{});
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    LayerActs& a = layers_[l];
+    auto slot = [&](Tensor LayerActs::*field, bool in_attention_mix, bool needed,
+                    std::initializer_list<int64_t> dims) {
+      const bool shared = recomputed(in_attention_mix);
+      if (shared && l > 0) {
+        a.*field = layers_[0].*field;
+        return;
+      }
+      bytes_to = shared ? &bytes.recomputed : (l == 0 ? &bytes.kept_per_layer : &uncounted);
+      a.*field = alloc_if(needed, dims);
+    };
+    bytes_to = l == 0 ? &bytes.kept_per_layer : &uncounted;
+    a.x_in = alloc({N, d});  // every mode keeps each layer's input: recomputation starts there
+    slot(&LayerActs::xn1, pre_norm, !post, {N, d});
+    slot(&LayerActs::rstd1, pre_norm, true, {N});
+    slot(&LayerActs::mean1, pre_norm, layer_norm, {N});
+    slot(&LayerActs::qkv, true, true, {N, qkv_dim});
+    slot(&LayerActs::feat_in, true, kernel, {N, feat_dim});
+    slot(&LayerActs::feat_hidden, true, mlp, {N, feat_dim});
+    slot(&LayerActs::feat_act, true, mlp, {N, feat_dim});
+    slot(&LayerActs::feat, true, kernel, {N, feat_dim});
+    slot(&LayerActs::k_ext, true, lead, {batch, S, Hkv, dh});
+    slot(&LayerActs::v_ext, true, lead, {batch, S, Hkv, dh});
+    slot(&LayerActs::att, true, true, {N, H * dh});
+    slot(&LayerActs::att_biased, true, cfg.attn_bias == AttnBias::v, {N, H * dh});
+    slot(&LayerActs::stats, true, true, {batch, H, seq});
+    slot(&LayerActs::gate_logits, true, gate, {N, H * dh});
+    slot(&LayerActs::att_gated, true, gate, {N, H * dh});
+    slot(&LayerActs::att_sum, true, add, {N, dh});
+    slot(&LayerActs::pre_norm1, false, post, {N, d});
+    slot(&LayerActs::x_mid, false, true, {N, d});
+    slot(&LayerActs::xn2, false, !post, {N, d});
+    slot(&LayerActs::rstd2, false, true, {N});
+    slot(&LayerActs::mean2, false, layer_norm, {N});
+    slot(&LayerActs::ffn_in, false, true, {N, ffn_in});
+    slot(&LayerActs::ffn_h, false, true, {N, F});
+    slot(&LayerActs::pre_norm2, false, post, {N, d});
+  }
+  bytes_to = &bytes.rest;
+  x_final_in_ = alloc({N, d});
+  xf_ = post ? x_final_in_ : alloc({N, d});  // post-norm models have no final norm
+  rstdf_ = alloc({N});
+  meanf_ = alloc_if(layer_norm, {N});
+  logits_ = alloc({head_chunk_rows_, V});
+  losses_ = alloc({N});
+  tmp_ = alloc({N, d});
+  d_res_ = alloc({N, d});
+  d_tmp_ = alloc({N, d});
+  d_xn_ = alloc({N, d});
+  d_attn_in_ = alloc({N, d});
+  d_qkv_ = alloc({N, qkv_dim});
+  d_feat_ = alloc_if(kernel, {N, feat_dim});
+  d_feat_hidden_ = alloc_if(mlp, {N, feat_dim});
+  d_k_ext_ = alloc_if(lead, {batch, S, Hkv, dh});
+  d_v_ext_ = alloc_if(lead, {batch, S, Hkv, dh});
+  d_att_ = alloc({N, H * dh});
+  d_att_gated_ = alloc_if(gate, {N, H * dh});
+  d_att_sum_ = alloc_if(add, {N, dh});
+  d_gate_logits_ = alloc_if(gate, {N, H * dh});
+  d_gate_small_ = alloc_if(cfg.attn_gate == AttnGate::headwise, {N, H});
+  d_pre_ = alloc_if(post, {N, d});
+  d_ffn_in_ = alloc({N, ffn_in});
+  d_ffn_h_ = alloc({N, F});
+  d_xf_ = alloc({N, d});
+  d_sinks_ = alloc({H});
+  d_relative_ = alloc({H, cfg.relative_buckets});
+  return bytes;
 }
 
 }  // namespace sinklab::model

@@ -242,7 +242,7 @@ void check_train_config(TrainConfig& c, const FlagText& text, int world_size, bo
 // The effective configuration, every option with its value, as ini text (sorted by name); sinklab-sft's
 // model lines are the checkpoint's.
 std::string effective_config_text(const po::variables_map& vm, const model::ModelConfig& m, bool sft) {
-  std::string text = options_as_ini(vm, {"config", "help", "dry-run", "overwrite"});
+  std::string text = options_as_ini(vm, {"config", "help", "dry-run", "describe", "overwrite"});
   if (!sft) return text;
   std::vector<std::string> lines;
   std::set<std::string> model_flags;
@@ -278,6 +278,10 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, b
   add_optimizer_options(desc, c);
   add_evaluation_options(desc, c, text);
   add_output_options(desc, c, text);
+  if (!sft)
+    desc.add_options()("describe", po::value(&c.describe)->default_value(false)->implicit_value(true),
+                       "print what the job builds and holds as one JSON object (parameters, FLOPs per token, "
+                       "activation bytes under each --recompute mode, every setting; train/describe.hpp), then exit");
   desc.add(variant_desc);
 
   po::variables_map vm;

@@ -81,6 +81,7 @@ struct TrainConfig {
   std::string precision = "auto";     // auto | fp32 | bf16 (model::Precision); check_train_config resolves auto:
                                       // bf16 on cuda, fp32 on cpu
   bool dry_run = false;  // validate the configuration, print it, do nothing else
+  bool describe = false;  // sinklab-pretrain: print describe_json (train/describe.hpp), do nothing else
 
   std::string config_text;   // the effective configuration as ini text (stored in results)
   std::string command_line;

@@ -168,7 +168,7 @@ Trainer::Trainer(const TrainConfig& cfg, dist::World& world)
   validate(schedule_);
   norm_groups_.resize(size_t(cfg.model.n_layers) + 1);
   for (const model::ParamSpec& spec : model_.specs()) {
-    const int l = model::layer_of_param(spec.name);
+    const int l = spec.layer;
     norm_groups_[l >= 0 ? size_t(l) : size_t(cfg.model.n_layers)].push_back({spec.offset, spec.offset + spec.numel});
   }
   comm_ = dist::make_communicator(world, device_, backend_for(device_).compute_stream());

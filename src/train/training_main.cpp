@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "dist/mpi.hpp"
+#include "train/describe.hpp"
 #include "train/train_config.hpp"
 #include "train/trainer.hpp"
 
@@ -31,6 +32,10 @@ int training_main(const char* program, int argc, char** argv, bool sft) {
           if (!parse_train_config(argc, argv, cfg, world.size(), sft)) return 0;
           if (cfg.dry_run) {
             if (world.rank() == 0) std::fputs(cfg.config_text.c_str(), stdout);
+            return 0;
+          }
+          if (cfg.describe) {  // what the run builds and holds, as JSON (analysis.plan reads it)
+            if (world.rank() == 0) std::fputs(describe_json(cfg).c_str(), stdout);
             return 0;
           }
           return run_training(cfg, world);

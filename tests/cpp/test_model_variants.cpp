@@ -180,7 +180,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, ModelVariants, ::testing::ValuesIn(case_names())
 // --recompute (issue #27): recomputing the attention block's mixing or the whole layer in backward gives
 // the same loss and the same gradient bits as keeping every activation, for every variant case (each has
 // its own tensors to rebuild: kernels' features, lead keys, gates, post-norm's pre-norm sums), two
-// micro-batches accumulated, and with the same weights; and it needs less memory.
+// micro-batches accumulated, and with the same weights; and it needs less memory, as much as
+// Transformer::activation_bytes (sinklab-pretrain --describe) counts without a model.
 class Recomputation : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Recomputation, SameGradientBitsAsKeepingEveryActivation) {
@@ -203,6 +204,11 @@ TEST_P(Recomputation, SameGradientBitsAsKeepingEveryActivation) {
     m.set_precision(test::precision_of(c));
     Outcome out;
     out.bytes = m.prepare_activations(B, T);
+    // What sinklab-pretrain --describe reports: the same plan, counted without a model.
+    const model::ActivationBytes counted = Transformer::activation_bytes(cfg, mode, B, T);
+    EXPECT_EQ(counted.kept_per_layer, out.bytes.kept_per_layer);
+    EXPECT_EQ(counted.recomputed, out.bytes.recomputed);
+    EXPECT_EQ(counted.rest, out.bytes.rest);
     m.zero_grads();
     for (int micro = 0; micro < 2; ++micro) out.loss += m.forward_backward(inputs, targets, 0.5);
     Tensor flat = m.flat_grads();

@@ -1,7 +1,11 @@
-"""analysis.plan (sizing job files on paper) against figures worked out by hand here from the numbers of
-jobs/pretrain/60m_default.ini and 1b_default.ini, not from the module's code: FLOPs per token, tokens,
-memory per rank, GPU-hours at an MFU (given and read from a results file) and the all-reduce's traffic.
-Also: a folder prints one row per job file and the total; a bad path is one error line and a non-zero exit."""
+"""analysis.plan (sizing job files on paper, from `sinklab-pretrain --describe`) against figures worked out by
+hand here from the numbers of jobs/pretrain/60m_default.ini and 1b_default.ini, not from the module's code:
+FLOPs per token, tokens, memory per rank, GPU-hours at an MFU (given and read from a results file) and the
+all-reduce's traffic; and against its rows from before it read the binary (tests/fixtures/plan). Also: a
+folder prints one row per job file and the total; a bad path, a missing binary, a job the binary refuses are
+one error line and a non-zero exit; analysis/pretrain_defaults.json is what the binary says today."""
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,11 +14,14 @@ import h5py
 import numpy as np
 import pytest
 
-from analysis import plan
+from analysis import describe, plan
 from analysis.results import ini_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "jobs" / "pretrain"
+GOLDEN = ROOT / "tests" / "fixtures" / "plan"
+PRETRAIN = describe.pretrain_binary()
+pytestmark = pytest.mark.skipif(not PRETRAIN.is_file(), reason=f"{PRETRAIN} not built (set SINKLAB_BIN_DIR)")
 GIB = 2 ** 30
 PEAK = 989.4e12  # H100 bf16 dense, the default --peak-tflops
 
@@ -164,7 +171,55 @@ def test_a_bad_path_is_one_error_line(arg):
 
 
 def test_a_file_that_is_not_a_job_is_refused(capsys, tmp_path):
+    # The binary's own check, as one line naming the file and what is missing.
     bad = tmp_path / "x.ini"
     bad.write_text("d-model = 64\n")
     rc, lines, err = run_plan(capsys, bad)
-    assert rc != 0 and lines == [] and err.startswith(f"analysis.plan: error: {bad}: not a pre-training job file")
+    assert rc != 0 and lines == [] and err.count("\n") == 1
+    assert err.startswith(f"analysis.plan: error: {bad}: sinklab-pretrain: error: ") and "required" in err, err
+
+
+def test_the_rows_are_those_of_the_python_mirror(capsys):
+    # The rows analysis.plan printed when it rebuilt the layout, the defaults and the activation buffer in
+    # Python (tests/fixtures/plan/README.md): the binary's description gives the same, to the printed digit.
+    rc, lines, _ = run_plan(capsys, "jobs/pretrain/60m_default.ini", "jobs/pretrain/1b_default.ini")
+    assert rc == 0 and lines == (GOLDEN / "60m_1b_default.txt").read_text().splitlines()
+    # Every job file of then, compared cell by cell (a job file added since adds a row and changes the total).
+    rc, lines, _ = run_plan(capsys, JOBS)
+    rows = {ln.split()[0]: ln.split() for ln in lines[1:-1]}
+    golden = (GOLDEN / "jobs_pretrain.txt").read_text().splitlines()
+    assert rc == 0 and lines[0].split() == golden[0].split()
+    for line in golden[1:-1]:
+        assert rows.get(line.split()[0]) == line.split(), line
+    if len(rows) == len(golden) - 2:
+        assert lines[-1] == golden[-1]
+
+
+def test_a_missing_binary_is_one_line_naming_it(tmp_path):
+    env = {**os.environ, "SINKLAB_BIN_DIR": str(tmp_path)}
+    sub = subprocess.run([sys.executable, "-m", "analysis.plan", "jobs/pretrain/60m_default.ini"], cwd=ROOT, env=env,
+                         capture_output=True, text=True)
+    assert sub.returncode != 0 and sub.stdout == ""
+    assert sub.stderr == (f"analysis.plan: error: {tmp_path / 'sinklab-pretrain'}: no such binary (build the "
+                          "sinklab-pretrain target, or set SINKLAB_BIN_DIR)\n")
+
+
+def test_describe_counts_what_the_layout_holds():
+    # --describe's counts are sums over its own parameter layout, and the activation totals are their parts.
+    d = describe.describe(JOBS / "1b_default.ini")
+    numel = {p["name"]: p["numel"] for p in d["params"]}
+    assert all(p["numel"] == int(np.prod(p["shape"])) for p in d["params"])
+    assert d["n_params"] == sum(numel.values()) == N1B
+    assert d["n_params_non_embedding"] == N1B - numel["model.embed_tokens.weight"] - numel["lm_head.weight"]
+    assert d["flops_per_token"] == FPT1B
+    for mode, acts in d["activation_bytes"].items():
+        assert acts["total"] == 22 * acts["per_layer"] + acts["recomputed"] + acts["rest"], mode
+    assert d["activation_bytes"]["none"]["total"] == ACTS1B and d["activation_bytes"]["block"]["total"] == ACTS1B_BLOCK
+    assert d["axes"]["attn-sim"] == "exp" and d["settings"]["zero1"] == "true"
+
+
+def test_the_committed_defaults_are_the_binarys():
+    # analysis/pretrain_defaults.json (read by the report's labels, compare and bbm without a build) is the
+    # --describe of a job giving only the required options: regenerated here through the binary.
+    committed = json.loads(describe.DEFAULTS_FILE.read_text())["defaults"]
+    assert describe.defaults_from_binary() == committed == describe.DEFAULTS

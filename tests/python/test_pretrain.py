@@ -197,13 +197,13 @@ def test_zero1_and_buckets_equal_plain_data_parallel_bit_for_bit(corpus, tmp_pat
 @pytest.mark.parametrize("variant", [(), ("--norm-placement=post", "--norm-type=layer"),
                                      ("--attn-bias=kv", "--attn-gate=headwise", "--qk-kernel=mlp"),
                                      ("--attn-bias=sink-token", "--head-combine=add", "--pos-emb=learned")])
-def test_recompute_gives_the_same_run_in_less_memory_and_the_plan_agrees(corpus, tmp_path, variant):
+def test_recompute_gives_the_same_run_in_less_memory_and_describe_agrees(corpus, tmp_path, variant):
     # --recompute rebuilds activations in backward from each layer's input: the same ops on the same inputs,
-    # so the run is the same bits (losses, gradient norms, weights) while the trainer holds less. The
-    # activation bytes it reports are what analysis.plan computes on paper from the job file.
-    from analysis import plan
+    # so the run is the same bits (losses, gradient norms, weights) while the trainer holds less. What it
+    # reports holding is what --describe counts for the job without building the model (analysis.plan's figures).
+    from analysis.describe import describe
     runs = {}
-    for mode in plan.RECOMPUTE_MODES:
+    for mode in ("none", "attention", "block"):
         out = tmp_path / mode
         args = _args(corpus, out, "--steps=6", "--eval-every=6", "--checkpoint-every=6", *variant,
                      f"--recompute={mode}")
@@ -213,9 +213,16 @@ def test_recompute_gives_the_same_run_in_less_memory_and_the_plan_agrees(corpus,
             attrs = f["runs/t"].attrs
             assert attrs["recompute"] == mode
             reported = int(attrs["activation_bytes_total"])
+            stored = [int(attrs[k]) for k in ("activation_bytes_per_layer", "activation_bytes_recomputed",
+                                              "activation_bytes_total", "n_params", "n_params_non_embedding")]
+            flops = float(attrs["flops_per_token"])
         job_file = tmp_path / f"{mode}.ini"
         job_file.write_text("".join(f"{a[2:].split('=', 1)[0]} = {a.split('=', 1)[1]}\n" for a in args if "=" in a))
-        assert plan.activation_bytes(plan.read_job(job_file, job_file.name)) == reported, mode
+        described = describe(job_file)
+        acts = described["activation_bytes"][mode]
+        assert [acts["per_layer"], acts["recomputed"], acts["total"], described["n_params"],
+                described["n_params_non_embedding"]] == stored, mode
+        assert described["flops_per_token"] == flops
         runs[mode] = (_trajectory(out), reported)
     none, none_bytes = runs["none"]
     for mode in ("attention", "block"):

@@ -78,7 +78,7 @@ TEST(GradBuckets, TheModelsBackwardSpans) {
   EXPECT_EQ(spans.back().begin, 0);
   for (size_t i = 1; i < spans.size(); ++i) EXPECT_EQ(spans[i].end, spans[i - 1].begin);
   for (const model::ParamSpec& spec : m.specs()) {
-    const int l = model::layer_of_param(spec.name);
+    const int l = spec.layer;
     const bool top = spec.name == "model.norm.weight" || spec.name == "lm_head.weight";
     const FlatRange s = top ? spans.front() : l >= 0 ? spans[size_t(cfg.n_layers - l)] : spans.back();
     EXPECT_GE(spec.offset, s.begin) << spec.name;
