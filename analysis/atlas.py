@@ -92,9 +92,10 @@ class AtlasRun:
     stopped: str = ""         # atlas_status.json: "converged" | "cap"; "" when there is none
     status_steps: int = None
     status_rule: str = ""
+    boundary: float = None    # rows that start anywhere: attention to BOS / <d> inside the rows (best layer)
     settings: dict = field(default_factory=dict)  # the run's config (sinklab-pretrain's names)
     proxy: bool = False
-    notes: list = field(default_factory=list)
+    notes: list = field(default_factory=list)  # (what, why) left out or unknown
 
     @property
     def last_step(self):
@@ -122,16 +123,16 @@ def parse_run_name(name):
 
 
 def read_status(run_file):
-    """atlas_status.json beside a run's results file: (dict, note); ({}, why) when absent or unreadable."""
+    """atlas_status.json beside a run's results file: (dict, ""); ({}, why) when absent or unreadable."""
     path = Path(run_file).parent / STATUS_FILE
     if not path.is_file():
-        return {}, f"{path.parent.name}/{STATUS_FILE}: none (how the run stopped is unknown)"
+        return {}, f"no {STATUS_FILE} beside the results file (how the run stopped is unknown)"
     try:
         status = json.loads(path.read_text())
     except (OSError, ValueError) as e:
-        return {}, f"{path.parent.name}/{STATUS_FILE}: unreadable ({e})"
+        return {}, f"{STATUS_FILE} unreadable ({e})"
     if not isinstance(status, dict) or status.get("stopped") not in ("converged", "cap"):
-        return {}, f"{path.parent.name}/{STATUS_FILE}: no \"stopped\": \"converged\" | \"cap\""
+        return {}, f"{STATUS_FILE} without \"stopped\": \"converged\" | \"cap\""
     return status, ""
 
 
@@ -158,7 +159,7 @@ def measure_run(run, eps=DEFAULT_EPS):
             if raw is not None:
                 setattr(a, attr, float(raw[-1, a.layer, a.head, 0]))
     else:
-        a.notes.append(f"run {run.name}: no eval/first_attention (no BOS attention)")
+        a.notes.append((f"run {run.name}", "no eval/first_attention (no BOS attention): left out of the atlas"))
     if ev.copy_loss is not None:
         a.copy_loss = float(ev.copy_loss[-1])
     for first, rest, attr in ((ev.vnorm_first, ev.vnorm_rest, "value_ratio"),
@@ -170,7 +171,10 @@ def measure_run(run, eps=DEFAULT_EPS):
         a.sink_star = float(ev.sink_star[-1, i])
     status, note = read_status(run.file)
     if note:
-        a.notes.append(note)
+        a.notes.append((f"run {run.name}", note))
+    ba = ev.boundary_attention
+    if ba is not None and np.isfinite(ba[-1]).any():
+        a.boundary = float(np.nanmax(ba[-1]))
     a.stopped, a.status_rule = status.get("stopped", ""), str(status.get("rule", ""))
     a.status_steps = status.get("steps")
     return a
@@ -189,7 +193,8 @@ def wilson_interval(k, n, confidence=CONFIDENCE):
     z, p = _z(confidence), k / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # k = 0 and k = n: the ends are exactly 0 and 1 (rounding leaves them a hair off)
+    return (0.0 if k == 0 else centre - half), (1.0 if k == n else centre + half)
 
 
 def lower_median(values):
@@ -354,7 +359,7 @@ def atlas_cells(runs, specs, eps=DEFAULT_EPS):
             continue
         key = (a.scale, a.cell, a.seed)
         if key in seen:
-            notes.append(f"run {r.name}: given twice, the first one kept")
+            notes.append((f"run {r.name}", "given twice: the first one kept"))
             continue
         seen.add(key)
         notes += a.notes

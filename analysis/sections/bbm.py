@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis import figures
-from analysis.results import bos_attention, ini_settings, is_bbm, match_eps, tokens_at, tokens_text
+from analysis.results import bos_attention, ini_settings, is_atlas_run, is_bbm, match_eps, tokens_at, tokens_text
 from analysis.sections.labels import run_labels
 from analysis.sections.paper_tables import cell_status
 from analysis.tables import Table, plain_float
@@ -152,7 +152,7 @@ def study_runs(data):
             cells.append((cell, job, settings, name.split(".", 1)[1] if name.startswith(STUDY + ".") else name))
     out = []
     for label, r in zip(labels, data.runs):
-        if not is_bbm(r):
+        if not is_bbm(r) or is_atlas_run(r):  # the atlas's many seeds: their own section (sections/atlas.py)
             continue
         b = BbmRun(label=label, run=r, extra={"eps": eps})
         hit = [c for c in cells if c[2].get("run-name") == r.name]
