@@ -238,7 +238,9 @@ def _sigmoid_lines(cells, eps):
     for s in [s for s in cells if any(r.proxy for r in s.runs)]:
         bos, other = s.mean_of("bos_weight"), s.mean_of("other_weight")
         mean = s.converged[0]
-        text = (f"Sigmoid question ({_name(s)}): in proxy scores* (the paper's measure) BOS converges to "
+        sigmoid = all(r.setting("attn-sim") == "sigmoid" and r.setting("attn-norm") == "one" for r in s.runs)
+        head = "Sigmoid question" if sigmoid else "Absolute weights against proxy scores"
+        text = (f"{head} ({_name(s)}): in proxy scores* (the paper's measure) BOS converges to "
                 f"{_interval(*s.converged, '.2f')} of a non-trigger query's weight and {_fraction(s)} seeds have a "
                 f"sink at {eps:g}")
         if bos is not None and other is not None:
@@ -251,7 +253,7 @@ def _sigmoid_lines(cells, eps):
             else:
                 text += ": no sink in either measure"
         out.append(text + f". Verdict against '{expectation_text(s)}': {s.verdict}.")
-    if not out:
-        out.append("Sigmoid question: no atlas cell read through proxy scores (attention without normalisation) "
-                   "among the files' runs.")
+    if not any(line.startswith("Sigmoid question") for line in out):
+        out.insert(0, "Sigmoid question: no atlas cell of sigmoid attention without normalisation (attn-sim = "
+                      "sigmoid, attn-norm = one) among the files' runs.")
     return out
