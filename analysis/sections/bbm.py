@@ -1,5 +1,6 @@
-"""Section "Sink emergence (Bigram-Backcopy)", the page's first: sinklab's own study of the paper's axes on
-the Bigram-Backcopy task (data_prep bbm, Guo et al. 2024), where a sink emerges on a CPU in minutes. Every
+"""Section "Sink emergence (Bigram-Backcopy)", the page's first after the emergence atlas (sections/atlas.py, whose
+runs it leaves out): sinklab's own study of the paper's axes on the Bigram-Backcopy task (data_prep bbm, Guo et
+al. 2024), where a sink emerges on a CPU in minutes. Every
 Bigram-Backcopy run of the files (sinklab-pretrain --bbm-meta: eval/copy_loss, eval/first_attention by query
 group) is drawn on one plot of BOS attention against steps (the form of the paper's Fig. 4 middle) beside its
 copy and bigram validation losses, then the first token's residual (hidden-state) and value norms against
