@@ -362,8 +362,9 @@ def forest(path, title, rows, xlabel="emergence step", fraction_label="fraction 
         else:
             ax.plot([r["censor"]], [y], ">", ms=8, mfc="none", mew=1.6, color=colour,
                     label=f"median censored (> last step): {r['verdict']}")
-        fx.errorbar([r["fraction"]], [y], xerr=[[max(0.0, r["fraction"] - r["frac_lo"])], [max(0.0, r["frac_hi"] - r["fraction"])]],
-                    fmt="s", ms=5, color=colour, capsize=2, elinewidth=1.2)
+        below, above = max(0.0, r["fraction"] - r["frac_lo"]), max(0.0, r["frac_hi"] - r["fraction"])
+        fx.errorbar([r["fraction"]], [y], xerr=[[below], [above]], fmt="s", ms=5, color=colour, capsize=2,
+                    elinewidth=1.2)
     ax.set_yticks([-i for i in range(len(rows))])
     ax.set_yticklabels([r["label"] for r in rows], fontsize=7)
     ax.set_ylim(-len(rows) + 0.4, 0.7)

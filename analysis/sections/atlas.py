@@ -119,8 +119,9 @@ def _forest(rep, cells, eps):
                       "(grey dots; a seed without a sink as a hollow arrow at its last step). A median or interval "
                       "end past the last step of the cell's censored runs is an arrow (\"> last step\"). Right: the "
                       "fraction of seeds with a sink with its 95 % Wilson interval; dotted: 0.5, where the verdict "
-                      "rule reads it (for a cell expecting the sink on the bias position the verdict reads the share of seeds that moved it there instead, in the table). Colour: the cell's verdict (green agrees, red disagrees, grey inconclusive, "
-                      "blue no expectation). * = proxy scores.", figures.forest, rows)
+                      "rule reads it (for a cell expecting the sink on the bias position the verdict reads the share "
+                      "of seeds that moved it there instead, in the table). Colour: the cell's verdict (green agrees, "
+                      "red disagrees, grey inconclusive, blue no expectation). * = proxy scores.", figures.forest, rows)
 
 
 def _table(rep, cells, eps):

@@ -76,7 +76,9 @@ def test_wilson_interval_against_published_values():
                              (1, 29): (0.0061, 0.1718)}.items():
         got = atlas.wilson_interval(k, n)
         assert got == pytest.approx((lo, hi), abs=5e-5), (k, n)
-    assert atlas.wilson_interval(8, 8)[1] == 1.0 and atlas.wilson_interval(8, 8)[0] == pytest.approx(8 / (8 + 1.96 ** 2), abs=1e-3)
+    # k = n: the upper end is 1 and the lower one n / (n + z^2); k = 0 the mirror
+    assert atlas.wilson_interval(8, 8) == pytest.approx((8 / (8 + 1.96 ** 2), 1.0), abs=1e-3)
+    assert atlas.wilson_interval(0, 8)[0] == 0.0 and atlas.wilson_interval(8, 8)[1] == 1.0
 
 
 def test_mean_interval_is_seeded_and_near_the_exact_bootstrap():
