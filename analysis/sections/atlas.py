@@ -174,8 +174,8 @@ def _tally(cells):
     by = {}
     for s in cells:
         by.setdefault(s.verdict, []).append(_name(s))
-    parts = [f"{len(by[v])} {v}" + (f" ({', '.join(by[v])})" if v != "agrees" else "")
-             for v in ("agrees", "disagrees", "inconclusive", "no expectation") if v in by]
+    parts = [f"{len(by[v])} {v} ({', '.join(by[v])})" for v in ("agrees", "disagrees", "inconclusive", "no expectation")
+             if v in by]
     return (f"The emergence atlas: {len(cells)} cell(s), {sum(s.n for s in cells)} runs; against its expectation "
             f"each cell {'; '.join(parts)}.")
 

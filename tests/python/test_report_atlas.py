@@ -156,7 +156,8 @@ def test_section_first_and_findings_answer_the_questions(atlas_report):
     assert '<h2 id="atlas">1. Emergence atlas</h2>' in page
     assert 'id="bbm"' not in page  # the atlas's runs are not the Bigram-Backcopy study's
     findings = (out / "findings.md").read_text()
-    assert "each cell 3 agrees; 1 disagrees (small / the sigmoid cell *); 2 no expectation" in findings
+    assert ("each cell 3 agrees (small / the softmax cell, small / the kv_bias cell, small / the kv_bias_no_bos cell); "
+            "1 disagrees (small / the sigmoid cell *); 2 no expectation") in findings
     assert "KV biases (small / the kv_bias cell): does the sink move to k*/v*? yes: in 5/5 seeds" in findings
     assert "KV biases without BOS (small / the kv_bias_no_bos cell): does the sink move to k*/v*? yes" in findings
     assert "5 at the cap" in findings
@@ -165,6 +166,8 @@ def test_section_first_and_findings_answer_the_questions(atlas_report):
     sigmoid = next(line for line in findings.splitlines() if line.startswith("- Sigmoid question"))
     assert "in absolute weights BOS gets 0.0" in sigmoid and "a large share of a small total" in sigmoid
     assert "disagrees" in sigmoid
+    assert "- small / the sigmoid cell *: expected no sink (paper Table 6); 5/5 = 1.00 [0.57, 1.00] seeds with a " \
+           "sink, median emergence step 130 [90, 170]" in findings  # a disagreeing cell's own line
 
 
 def test_a_directory_without_results_is_one_line(tmp_path, capsys):
