@@ -197,6 +197,12 @@ def wilson_interval(k, n, confidence=CONFIDENCE):
     return (0.0 if k == 0 else centre - half), (1.0 if k == n else centre + half)
 
 
+def decisive_count(n, confidence=CONFIDENCE):
+    """The fewest of n seeds that must agree for a proportion's interval to clear 0.5 (VERDICT_RULES can then
+    decide); None when not even n of n do."""
+    return next((k for k in range(n + 1) if wilson_interval(k, n, confidence)[0] > 0.5), None)
+
+
 def lower_median(values):
     """The ceil(n/2)-th smallest value (+inf may stand for a censored run); nan for no values."""
     v = np.sort(np.asarray(values, dtype=float))

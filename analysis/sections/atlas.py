@@ -15,8 +15,8 @@ paper's proxy scores.
 import math
 
 from analysis import figures
-from analysis.atlas import (FRACTION_RULE, MEAN_RULE, MEDIAN_RULE, SINK_RULE, atlas_cells, step_text,
-                            verdict_rules)
+from analysis.atlas import (FRACTION_RULE, MEAN_RULE, MEDIAN_RULE, SINK_RULE, atlas_cells, decisive_count,
+                            step_text, verdict_rules)
 from analysis.results import is_atlas_run
 from analysis.sections.bbm import KIND_TEXT
 from analysis.tables import Table
@@ -95,7 +95,7 @@ def write_section(rep, data):
     rep.heading(3, "How the atlas's numbers and verdicts are computed")
     rules_text = verdict_rules(eps)
     rep.bullets([SINK_RULE.format(eps=f"{eps:g}"), FRACTION_RULE, MEDIAN_RULE, MEAN_RULE] +
-                [f"verdict, {rules_text[k]}" for k in kinds])
+                [f"verdict, {rules_text[k]}" for k in kinds] + [_resolution(seeds)])
     _long_forms(rep, cells, eps)
 
     rep.finding(_tally(cells), table, lead=True)
@@ -167,6 +167,16 @@ def _long_forms(rep, cells, eps):
              r.status_steps] for s in cells for r in s.runs]
     rep.table(Table("atlas_runs", "Emergence atlas: every run's measures (last evaluation unless said)", cols, rows,
                     inline=False))
+
+
+def _resolution(seeds):
+    """What the verdict rule can decide with the cells' seed counts."""
+    parts = []
+    for n in seeds:
+        k = decisive_count(n)
+        parts.append(f"with {n} seeds, never (the interval of {n}/{n} still holds 0.5)" if k is None else
+                     f"with {n} seeds, when at least {k} of them point the same way")
+    return "the rule can decide (agree or disagree) " + "; ".join(parts)
 
 
 def _tally(cells):

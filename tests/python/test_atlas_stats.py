@@ -81,6 +81,12 @@ def test_wilson_interval_against_published_values():
     assert atlas.wilson_interval(0, 8)[0] == 0.0 and atlas.wilson_interval(8, 8)[1] == 1.0
 
 
+def test_how_many_seeds_the_rule_needs():
+    # Wilson's lower end n / (n + z^2) of n/n passes 0.5 from n = 4 on; of 8 seeds 7 must agree (7/8: 0.53).
+    assert atlas.decisive_count(3) is None and atlas.decisive_count(4) == 4
+    assert atlas.decisive_count(8) == 7 and atlas.wilson_interval(6, 8)[0] < 0.5 < atlas.wilson_interval(7, 8)[0]
+
+
 def test_mean_interval_is_seeded_and_near_the_exact_bootstrap():
     x = [0.2, 0.5, 0.55, 0.9]
     assert atlas.mean_interval(x) == atlas.mean_interval(x)  # the same seed, the same interval

@@ -154,6 +154,8 @@ def test_section_first_and_findings_answer_the_questions(atlas_report):
     page = (out / "index.html").read_text()
     assert page.index('id="findings"') < page.index('id="atlas"')
     assert '<h2 id="atlas">1. Emergence atlas</h2>' in page
+    assert ("the rule can decide (agree or disagree) with 3 seeds, never (the interval of 3/3 still holds 0.5); "
+            "with 5 seeds, when at least 5 of them point the same way") in page
     assert 'id="bbm"' not in page  # the atlas's runs are not the Bigram-Backcopy study's
     findings = (out / "findings.md").read_text()
     assert ("each cell 3 agrees (small / the softmax cell, small / the kv_bias cell, small / the kv_bias_no_bos cell); "
