@@ -255,14 +255,16 @@ def _sigmoid_lines(cells, eps):
                 f"{_interval(*s.converged, '.2f')} of a non-trigger query's weight and {_fraction(s)} seeds have a "
                 f"sink at {eps:g}")
         if bos is not None and other is not None:
-            text += f"; in absolute weights BOS gets {bos:.3g} and an average other key {other:.3g} (means over seeds)"
+            text += (f"; in absolute weights BOS gets {bos:.3g} and an average other key {other:.3g} (means over "
+                     f"seeds, {bos / other:.3g}x)" if other > 0 else
+                     f"; in absolute weights BOS gets {bos:.3g} and an average other key 0 (means over seeds)")
             if mean >= eps and bos < eps:
                 text += (": a large share of a small total, not softmax's sink, where a row's weights sum to one and "
                          "a query that needs nothing must put them somewhere")
             elif mean >= eps:
                 text += ": a large absolute weight too, a sink in absolute terms as well as in shares"
             else:
-                text += ": no sink in either measure"
+                text += f": no sink in the paper's measure, the absolute weights as shown"
         out.append(text + f". Verdict against '{expectation_text(s)}': {s.verdict}.")
     if not any(line.startswith("Sigmoid question") for line in out):
         out.insert(0, "Sigmoid question: no atlas cell of sigmoid attention without normalisation (attn-sim = "
