@@ -264,7 +264,7 @@ def _sigmoid_lines(cells, eps):
             elif mean >= eps:
                 text += ": a large absolute weight too, a sink in absolute terms as well as in shares"
             else:
-                text += f": no sink in the paper's measure, the absolute weights as shown"
+                text += ": no sink in the paper's measure, the absolute weights as shown"
         out.append(text + f". Verdict against '{expectation_text(s)}': {s.verdict}.")
     if not any(line.startswith("Sigmoid question") for line in out):
         out.insert(0, "Sigmoid question: no atlas cell of sigmoid attention without normalisation (attn-sim = "
