@@ -12,7 +12,6 @@ cells (the fields of jobs/atlas/cells.py's Cell), given to the report as one dir
 import csv
 import json
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
