@@ -7,7 +7,8 @@ cells (the fields of jobs/atlas/cells.py's Cell), given to the report as one dir
 - the findings answer the KV-bias, no-BOS and sigmoid questions from the runs;
 - the atlas's runs stay out of the Bigram-Backcopy section;
 - a directory without results.h5 is one line and exit status 1;
-- the page in headless Chromium: no console errors, every image loads.
+- the page in headless Chromium: no console errors, every image loads;
+- the forest plot draws a censored median as a hollow arrow marker and a censored interval end as an arrow.
 """
 import csv
 import json
@@ -199,3 +200,23 @@ def test_atlas_section_in_headless_chromium(atlas_report):
     assert sorted(state["images"]) == sorted(p.name for p in (out / "figures").glob("*.png"))
     assert "atlas_forest.png" in state["images"]
     assert state["scrollWidth"] <= state["clientWidth"]
+
+
+def test_forest_draws_censored_medians_and_interval_ends_as_arrows(monkeypatch):
+    from analysis import figures
+    figs = []
+    monkeypatch.setattr(figures, "_save", lambda fig, path, title: figs.append(fig))
+    inf = float("inf")
+    rows = [dict(label="done", median=80.0, lo=40.0, hi=120.0, censor=None, seeds=[(40, False), (120, False)],
+                 fraction=1.0, frac_lo=0.57, frac_hi=1.0, verdict="agrees"),
+            dict(label="half", median=70.0, lo=50.0, hi=inf, censor=200, seeds=[(50, False), (200, True)],
+                 fraction=0.5, frac_lo=0.2, frac_hi=0.8, verdict="inconclusive"),
+            dict(label="none", median=inf, lo=inf, hi=inf, censor=200, seeds=[(200, True)], fraction=0.0,
+                 frac_lo=0.0, frac_hi=0.43, verdict="disagrees")]
+    figures.forest("unused.png", "t", rows)
+    ax = figs[0].axes[0]
+    arrows = [a for a in ax.texts if getattr(a, "arrow_patch", None) is not None]
+    assert len(arrows) == 1 and arrows[0].xy[1] == -1  # row "half": its interval's high end is censored
+    censored = [line for line in ax.lines if line.get_marker() == ">" and line.get_markersize() == 8]
+    assert [tuple(line.get_xydata()[0]) for line in censored] == [(200.0, -2.0)]  # row "none": its median
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["done", "half", "none"]
