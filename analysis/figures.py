@@ -325,3 +325,55 @@ def run_panels(path, title, panels, xlabel="step"):
         ax.set_title(p.get("title", ""), fontsize=9)
     _legend(fig, axes[0])
     return _save(fig, path, title)
+
+
+VERDICT_COLOURS = {"agrees": "#2a9d3a", "disagrees": "#c0392b", "inconclusive": "#7f7f7f",
+                   "no expectation": "#1f4e9c"}
+
+
+def forest(path, title, rows, xlabel="emergence step", fraction_label="fraction of seeds with a sink"):
+    """A forest plot, one row per cell (top to bottom): on the left its median emergence step with the 95 %
+    interval and each seed's step (grey dots), on the right the fraction of seeds with a sink with its interval
+    (dotted: 0.5). rows = [dict(label, median, lo, hi, censor, seeds = [(step, censored)], fraction, frac_lo,
+    frac_hi, verdict)]; +inf (a censored median or interval end) is drawn at `censor` (the earliest last step of
+    the row's censored runs) as a right-pointing arrow, "> censor"; the median's colour is its verdict."""
+    finite = [v for r in rows for v in (r["median"], r["lo"], r["hi"], r["censor"]) + tuple(s for s, _ in r["seeds"])
+              if v is not None and np.isfinite(v)]
+    right = (max(finite) if finite else 1.0) * 1.12 + 1
+    fig, (ax, fx) = _figure(1, 2, figsize=(9.5, 1.3 + 0.32 * len(rows)), sharey=True,
+                            gridspec_kw={"width_ratios": [3, 1.2]})
+    for i, r in enumerate(rows):
+        y = -i
+        colour = VERDICT_COLOURS.get(r["verdict"], "black")
+        done = [s for s, censored in r["seeds"] if not censored]
+        cut = [s for s, censored in r["seeds"] if censored]
+        ax.plot(done, [y + 0.18] * len(done), "o", ms=3, color="#999999", label="a seed's emergence step")
+        ax.plot(cut, [y + 0.18] * len(cut), ">", ms=4, mfc="none", color="#999999",
+                label="a seed without a sink (at its last step)")
+        lo, hi = r["lo"], r["hi"]
+        if lo is not None and np.isfinite(lo):
+            end = hi if np.isfinite(hi) else r["censor"]
+            ax.plot([lo, end], [y, y], "-", lw=1.6, color=colour)
+            if not np.isfinite(hi):  # the interval's high end is censored: an arrow past the last step
+                ax.annotate("", xy=(right, y), xytext=(end, y),
+                            arrowprops=dict(arrowstyle="->", color=colour, lw=1.2, ls="--"))
+        if np.isfinite(r["median"]):
+            ax.plot([r["median"]], [y], "D", ms=6, color=colour, label=f"median: {r['verdict']}")
+        else:
+            ax.plot([r["censor"]], [y], ">", ms=8, mfc="none", mew=1.6, color=colour,
+                    label=f"median censored (> last step): {r['verdict']}")
+        below, above = max(0.0, r["fraction"] - r["frac_lo"]), max(0.0, r["frac_hi"] - r["fraction"])
+        fx.errorbar([r["fraction"]], [y], xerr=[[below], [above]], fmt="s", ms=5, color=colour, capsize=2,
+                    elinewidth=1.2)
+    ax.set_yticks([-i for i in range(len(rows))])
+    ax.set_yticklabels([r["label"] for r in rows], fontsize=7)
+    ax.set_ylim(-len(rows) + 0.4, 0.7)
+    ax.set_xlim(0, right * 1.02)
+    ax.set_xlabel(xlabel)
+    fx.axvline(0.5, ls=":", color="black", lw=1)
+    fx.set_xlim(-0.03, 1.03)
+    fx.set_xlabel(fraction_label, fontsize=8)
+    for a in (ax, fx):
+        a.grid(axis="x", color="#e5e5e5", lw=0.6)
+    _legend(fig, [ax])
+    return _save(fig, path, title)

@@ -2,11 +2,15 @@
 and one HTML page (index.html) that shows them all.
 
     python -m analysis.report results/*.h5 -o report/ [--eps 0.3]
+    python -m analysis.report results/atlas/ -o report/     # a directory: every results.h5 under it
 
 The page opens with the findings: one sentence per finding (Report.finding, added by the sections as they
 measure it), each linked to its figure, also written to DIR/findings.md. Sections follow, numbered in page
 order (SECTIONS; one module each under analysis/sections/, each left out, or its missing parts listed at the
 end, when the files do not hold what it needs):
+  atlas           the emergence atlas (jobs/atlas; runs named atlas.<scale>.<cell>.s<seed>): per cell and scale
+                  a forest plot of the median emergence step and the sink fraction with their 95 % intervals, the
+                  table against each cell's expectation with a verdict from the intervals (analysis/atlas.py).
   bbm             sink emergence on Bigram-Backcopy (sinklab-pretrain --bbm-meta runs): BOS attention against
                   steps for every run on one plot (Fig. 4 middle's form) beside the copy / bigram losses, BOS
                   residual and value norms, raw weights of the proxy-score runs, and one table of each run
@@ -50,14 +54,14 @@ from pathlib import Path
 
 from analysis.job_index import JOBS_DIR, JobIndex
 from analysis.results import DEFAULT_EPS, ResultsError, open_results
-from analysis.sections import (ReportData, ablations, bbm, downstream, items, models, paper_figures, paper_tables,
-                               sft, training)
+from analysis.sections import (ReportData, ablations, atlas, bbm, downstream, items, models, paper_figures,
+                               paper_tables, sft, training)
 from analysis.sections.summary import summary_html
 from analysis.tables import INLINE_ROWS, PROXY_EXPLAINED, public_text
 
 PROG = "analysis.report"
 # The page's sections in order: each module's write_section(rep, data) adds its part.
-SECTIONS = (bbm, training, models, downstream, ablations, sft, paper_tables, paper_figures, items)
+SECTIONS = (atlas, bbm, training, models, downstream, ablations, sft, paper_tables, paper_figures, items)
 
 
 class Report:
@@ -240,14 +244,27 @@ def build_report(paths, out_dir, eps=DEFAULT_EPS, jobs_dir=JOBS_DIR):
             rf.close()
 
 
+def results_paths(paths):
+    """The files to read: each path as given, a directory as every results.h5 under it (sorted); ResultsError
+    for a directory without one."""
+    out = []
+    for p in map(Path, paths):
+        found = sorted(p.rglob("results.h5")) if p.is_dir() else [p]
+        if not found:
+            raise ResultsError(f"{p}: a directory without any results.h5 under it")
+        out += found
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0])
-    ap.add_argument("files", nargs="+", help="sinklab results files (HDF5)")
+    ap.add_argument("files", nargs="+", help="sinklab results files (HDF5), or directories: every results.h5 under "
+                                             "them (an atlas's runs)")
     ap.add_argument("-o", "--out", default="report", help="output directory (default: report)")
     ap.add_argument("--eps", type=float, default=DEFAULT_EPS, help="threshold of the main tables (default 0.3)")
     args = ap.parse_args(argv)
     try:
-        rep = build_report(args.files, args.out, args.eps)
+        rep = build_report(results_paths(args.files), args.out, args.eps)
     except ResultsError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1

@@ -589,6 +589,15 @@ def is_bbm(run):
     return ev is not None and (bool(ev.bbm_meta) or ev.copy_loss is not None)
 
 
+# The emergence atlas's runs are named atlas.<scale>.<cell>.s<seed> (jobs/atlas; analysis/atlas.py reads them).
+ATLAS_PREFIX = "atlas."
+
+
+def is_atlas_run(run):
+    """A run of the emergence atlas (run-name atlas.<scale>.<cell>.s<seed>): its own section, analysis/atlas.py."""
+    return run.name.startswith(ATLAS_PREFIX)
+
+
 def bos_attention(ev):
     """Guo et al.'s measure of a Bigram-Backcopy run: the mean attention of the non-trigger queries to BOS
     (eval/first_attention[..., 0]) at the layer and head where it is largest, per evaluation; and that

@@ -127,3 +127,20 @@ def _csv_cell(v):
 def plain_float(x):
     """A plain float (None stays None): numpy scalars from the files become table cells."""
     return None if x is None else float(x)
+
+
+def pivot(long, name, title, keys, across, value, label=lambda v: str(v)):
+    """The long table `long` (one row per key x `across` value) as a wide one for the page: one row per
+    distinct `keys` (columns of `long`, in order of first appearance), one column per distinct value of the
+    column `across` (headed label(value)), the cells from column `value` (empty where `long` has none). The
+    long form stays the CSV of `long`."""
+    at = {c: i for i, c in enumerate(long.columns)}
+    heads = list(dict.fromkeys(row[at[across]] for row in long.rows))
+    wide = {}
+    for row in long.rows:
+        key = tuple(row[at[k]] for k in keys)
+        wide.setdefault(key, {})[row[at[across]]] = row[at[value]]
+    rows = [list(key) + [cells.get(h) for h in heads] for key, cells in wide.items()]
+    fmt = long.formats.get(value)
+    columns = list(keys) + [label(h) for h in heads]
+    return Table(name, title, columns, rows, {c: fmt for c in columns[len(keys):]} if fmt else {}, note=long.note)

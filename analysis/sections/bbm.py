@@ -1,5 +1,6 @@
-"""Section "Sink emergence (Bigram-Backcopy)", the page's first: sinklab's own study of the paper's axes on
-the Bigram-Backcopy task (data_prep bbm, Guo et al. 2024), where a sink emerges on a CPU in minutes. Every
+"""Section "Sink emergence (Bigram-Backcopy)", the page's first after the emergence atlas (sections/atlas.py, whose
+runs it leaves out): sinklab's own study of the paper's axes on the Bigram-Backcopy task (data_prep bbm, Guo et
+al. 2024), where a sink emerges on a CPU in minutes. Every
 Bigram-Backcopy run of the files (sinklab-pretrain --bbm-meta: eval/copy_loss, eval/first_attention by query
 group) is drawn on one plot of BOS attention against steps (the form of the paper's Fig. 4 middle) beside its
 copy and bigram validation losses, then the first token's residual (hidden-state) and value norms against
@@ -26,7 +27,7 @@ import numpy as np
 
 from analysis import figures
 from analysis.describe import DEFAULTS  # sinklab-pretrain's defaults of what a job file may leave out
-from analysis.results import bos_attention, ini_settings, is_bbm, match_eps, tokens_at, tokens_text
+from analysis.results import bos_attention, ini_settings, is_atlas_run, is_bbm, match_eps, tokens_at, tokens_text
 from analysis.sections.labels import run_labels
 from analysis.sections.paper_tables import cell_status
 from analysis.tables import Table, plain_float
@@ -151,7 +152,7 @@ def study_runs(data):
             cells.append((cell, job, settings, name.split(".", 1)[1] if name.startswith(STUDY + ".") else name))
     out = []
     for label, r in zip(labels, data.runs):
-        if not is_bbm(r):
+        if not is_bbm(r) or is_atlas_run(r):  # the atlas's many seeds: their own section (sections/atlas.py)
             continue
         b = BbmRun(label=label, run=r, extra={"eps": eps})
         hit = [c for c in cells if c[2].get("run-name") == r.name]

@@ -14,7 +14,7 @@ from analysis.results import attr_text, ini_settings, match_eps, tokens_at, toke
 from analysis.sections.labels import (attr_value, eps_col, first_token, measured_by, model_labels, ordered_inputs,
                                       set_text, sinklab_checkpoint, variant_text)
 from analysis.sections.model_figures import map_figures, model_input_figures
-from analysis.tables import Table, plain_float
+from analysis.tables import Table, pivot, plain_float
 
 
 def write_section(rep, data):
@@ -249,9 +249,13 @@ def _sink_k_table(rep, labels, entries, eps):
             continue
         for k in range(sk.shape[0]):
             rows.append([label, e.input, e.domain, k + 1, plain_float(sk[k, i])])
-    if rows:
-        rep.table(Table("sink_k", f"Sink_k^{eps:g} (%) per token position k (1-based)",
-                        ["model", "input", "domain", "k", f"Sink_k^{eps:g}"], rows, {f"Sink_k^{eps:g}": ".2f"}))
+    if rows:  # on the page one row per model, input and domain, k across; the long form in the CSV
+        long = Table("sink_k", f"Sink_k^{eps:g} (%) per token position k (1-based), one row per model, input, domain "
+                     "and k", ["model", "input", "domain", "k", f"Sink_k^{eps:g}"], rows, {f"Sink_k^{eps:g}": ".2f"},
+                     inline=False)
+        rep.table(pivot(long, "sink_k_by_position", f"Sink_k^{eps:g} (%) per token position k (1-based; the long form "
+                        "in sink_k.csv)", ["model", "input", "domain"], "k", f"Sink_k^{eps:g}", lambda k: f"k = {k}"))
+        rep.table(long)
 
 
 def _intervention_table(rep, models, inputs, by, eps):

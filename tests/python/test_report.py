@@ -277,6 +277,15 @@ def test_table1_and_per_domain(full):
     got = {int(r["k"]): _num(r["Sink_k^0.3"]) for r in sk
            if r["model"] == "model_a" and r["input"] == "natural" and r["domain"] == "github"}
     assert got == {1: pytest.approx(a[0, 1]), 2: pytest.approx(a[1, 1])}
+    # On the page the pivot (k across), the long form in the CSV only.
+    wide = _csv(out / "tables" / "sink_k_by_position.csv")
+    row = next(r for r in wide if (r["model"], r["input"], r["domain"]) == ("model_a", "natural", "github"))
+    assert (_num(row["k = 1"]), _num(row["k = 2"])) == (pytest.approx(a[0, 1]), pytest.approx(a[1, 1]))
+    assert len(wide) * 2 == len(sk)
+    page = (out / "index.html").read_text()
+    shown = page.split('id="tab-sink_k"')[1].split("</div>")[0]
+    assert f"{len(sk)} rows: see the CSV." in shown and "<table>" not in shown
+    assert "<th>k = 2</th>" in page.split('id="tab-sink_k_by_position"')[1].split("</table>")[0]
 
 
 def test_figures_and_page(full):

@@ -1,0 +1,380 @@
+"""The emergence atlas's statistics (issue 42): every sink-related design on Bigram-Backcopy, many seeds each,
+run to convergence (jobs/atlas). The report's section "Emergence atlas" (analysis/sections/atlas.py) shows
+what this module computes.
+
+A run of the atlas is a sinklab-pretrain --bbm-meta run named atlas.<scale>.<cell>.s<seed>, its results file
+at <atlas>/<scale>/<cell>/seed<k>/results.h5 beside atlas_status.json ({"stopped": "converged" | "cap",
+"steps": N, "rule": "..."}, written by the atlas's runner).
+
+Per run (measure_run):
+  - the BOS attention: Guo's measure, the mean attention of the non-trigger queries to position 0 at the layer
+    and head where it is largest (analysis.results.bos_attention; proxy scores* where the rows are not
+    distributions);
+  - the emergence step: analysis.emergence.persistent_onset_step of the BOS attention at the threshold (0.3,
+    the report's --eps): the first evaluation from which it stays at or above the threshold to the run's last;
+    a run without one is censored at its last step (its sink, if any, comes later than that);
+  - the converged BOS attention: the mean over the last CONVERGED_SHARE of its evaluations (at least one);
+  - at the last evaluation: the copy loss, the raw weight on BOS and on an average other key (best layer and
+    head), the BOS value and residual norm ratios (best layer), Sink_*^eps (sink token / k*), and how the run
+    stopped (atlas_status.json).
+Per cell and scale (cell_stats): the fraction of seeds with a sink and its Wilson score interval; the median
+emergence step (the lower median, censored runs as +inf) with the percentile interval of its exact bootstrap
+distribution; the converged BOS attention's mean with a percentile bootstrap interval (seeded resampling); the
+verdict against the cell's expectation by VERDICT_RULES, which read the intervals, never one run.
+"""
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from statistics import NormalDist
+
+import numpy as np
+
+from analysis.emergence import RULE_TEXT, persistent_onset_step
+from analysis.results import DEFAULT_EPS, bos_attention, ini_settings, match_eps
+from analysis.sections.bbm import DEFAULTS, MOVED_SHARE, rule_text
+
+CONFIDENCE = 0.95
+CONVERGED_SHARE = 0.10     # the converged BOS attention: mean over this share of the last evaluations
+BOOTSTRAP_RESAMPLES = 10000
+BOOTSTRAP_SEED = 42        # fixed: the same files give the same intervals
+STATUS_FILE = "atlas_status.json"
+RUN_NAME = re.compile(r"^atlas\.(?P<scale>[^.]+)\.(?P<cell>.+)\.s(?P<seed>\d+)$")
+EXPECT_KINDS = ("sink", "no_sink", "moved_to_bias", "none")
+VERDICTS = ("agrees", "disagrees", "inconclusive", "no expectation")
+
+# The statistics as the report states them.
+SINK_RULE = ("a run has a sink when its BOS attention (best layer and head, non-trigger queries) has an "
+             "emergence step at {eps}: " + RULE_TEXT)
+MEDIAN_RULE = ("median emergence step: the lower median of the seeds' emergence steps (the smallest step by which at "
+               "least half of the seeds had their sink), a run without a sink counted as +inf (censored: its sink, if "
+               "any, comes after its last step); its 95 % interval is the 2.5 and 97.5 percentiles of the median's "
+               "exact bootstrap distribution (P(median* <= x_(j)) = P(Binomial(n, j/n) >= ceil(n/2)), the limit of "
+               "resampling the seeds), so an end that falls on a censored run reads \"> S\", S the earliest last "
+               "step of the cell's censored runs")
+FRACTION_RULE = "sink fraction: the share of seeds with a sink, with its 95 % Wilson score interval"
+MEAN_RULE = (f"converged BOS attention: each run's mean over the last {CONVERGED_SHARE:.0%} of its evaluations (at "
+             f"least one); per cell the mean over seeds with a 95 % percentile bootstrap interval "
+             f"({BOOTSTRAP_RESAMPLES} resamples of the seeds, seed {BOOTSTRAP_SEED})")
+VERDICT_RULES = {
+    "sink": "expected a sink: agrees when the sink fraction's 95 % interval lies above 0.5, disagrees when it lies "
+            "below 0.5, inconclusive when it holds 0.5",
+    "no_sink": "expected no sink: agrees when the sink fraction's 95 % interval lies below 0.5, disagrees when it "
+               "lies above 0.5, inconclusive when it holds 0.5",
+    "moved_to_bias": "expected the sink to move to the bias position (sink token / k*): a seed has moved it when "
+                     "{moved}; agrees when the 95 % Wilson interval of the share of seeds that moved it lies above "
+                     "0.5, disagrees when below 0.5, inconclusive when it holds 0.5 or without eval/sink_star",
+    "none": "no expectation stated: no verdict",
+}
+
+
+@dataclass
+class AtlasRun:
+    """One run of the atlas and what is measured of it (None: the file lacks the dataset)."""
+    run: object               # analysis.results.Run
+    scale: str
+    cell: str
+    seed: int
+    steps: np.ndarray = None
+    bos: np.ndarray = None    # [n] BOS attention, best layer and head
+    layer: int = 0
+    head: int = 0
+    onset: int = None         # the emergence step; None: censored at last_step
+    converged: float = None   # mean BOS attention over the last CONVERGED_SHARE of the evaluations
+    copy_loss: float = None
+    bos_weight: float = None  # raw weight on BOS, last evaluation, best layer and head
+    other_weight: float = None  # raw weight on an average other visible key
+    value_ratio: float = None   # ||v_BOS|| / mean ||v_other||, best layer, last evaluation
+    residual_ratio: float = None  # ||h_BOS|| / mean ||h_other||
+    sink_star: float = None   # Sink_*^eps (%), last evaluation
+    stopped: str = ""         # atlas_status.json: "converged" | "cap"; "" when there is none
+    status_steps: int = None
+    status_rule: str = ""
+    boundary: float = None    # rows that start anywhere: attention to BOS / <d> inside the rows (best layer)
+    settings: dict = field(default_factory=dict)  # the run's config (sinklab-pretrain's names)
+    proxy: bool = False
+    notes: list = field(default_factory=list)  # (what, why) left out or unknown
+
+    @property
+    def last_step(self):
+        return int(self.steps[-1])
+
+    @property
+    def has_sink(self):
+        return self.onset is not None
+
+    @property
+    def moved(self):
+        """The sink on the bias position (bbm's moved_to_bias rule for one run); None without Sink_*."""
+        if self.sink_star is None:
+            return None
+        return self.sink_star >= MOVED_SHARE and not self.has_sink
+
+    def setting(self, key):
+        return str(self.settings.get(key, DEFAULTS.get(key, ""))).strip().lower()
+
+
+def parse_run_name(name):
+    """(scale, cell, seed) of an atlas run-name atlas.<scale>.<cell>.s<seed>; None for other names."""
+    m = RUN_NAME.match(name)
+    return None if m is None else (m["scale"], m["cell"], int(m["seed"]))
+
+
+def read_status(run_file):
+    """atlas_status.json beside a run's results file: (dict, ""); ({}, why) when absent or unreadable."""
+    path = Path(run_file).parent / STATUS_FILE
+    if not path.is_file():
+        return {}, f"no {STATUS_FILE} beside the results file (how the run stopped is unknown)"
+    try:
+        status = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        return {}, f"{STATUS_FILE} unreadable ({e})"
+    if not isinstance(status, dict) or status.get("stopped") not in ("converged", "cap"):
+        return {}, f"{STATUS_FILE} without \"stopped\": \"converged\" | \"cap\""
+    return status, ""
+
+
+def converged_value(values, share=CONVERGED_SHARE):
+    """The mean of the last `share` of `values` (at least one value)."""
+    v = np.asarray(values, dtype=float)
+    return float(v[-max(1, math.ceil(share * len(v))):].mean())
+
+
+def measure_run(run, eps=DEFAULT_EPS):
+    """The AtlasRun of an atlas run (None for a run of another name or without evaluations)."""
+    parsed = parse_run_name(run.name)
+    ev = run.eval
+    if parsed is None or ev is None or not len(ev.step):
+        return None
+    a = AtlasRun(run=run, scale=parsed[0], cell=parsed[1], seed=parsed[2], steps=ev.step, proxy=bool(ev.proxy),
+                 settings=ini_settings(run.config))
+    a.bos, a.layer, a.head = bos_attention(ev)
+    if a.bos is not None:
+        a.onset = persistent_onset_step(ev.step, a.bos, eps)
+        a.converged = converged_value(a.bos)
+        for name, attr in (("first_weight_raw", "bos_weight"), ("rest_weight_raw", "other_weight")):
+            raw = getattr(ev, name)
+            if raw is not None:
+                setattr(a, attr, float(raw[-1, a.layer, a.head, 0]))
+    else:
+        a.notes.append((f"run {run.name}", "no eval/first_attention (no BOS attention): left out of the atlas"))
+    if ev.copy_loss is not None:
+        a.copy_loss = float(ev.copy_loss[-1])
+    for first, rest, attr in ((ev.vnorm_first, ev.vnorm_rest, "value_ratio"),
+                              (ev.hnorm_first, ev.hnorm_rest, "residual_ratio")):
+        if first is not None and rest is not None and a.layer < first.shape[1]:
+            setattr(a, attr, float(first[-1, a.layer] / rest[-1, a.layer]))
+    i = match_eps(ev.eps, eps)
+    if i is not None and ev.sink_star is not None:
+        a.sink_star = float(ev.sink_star[-1, i])
+    status, note = read_status(run.file)
+    if note:
+        a.notes.append((f"run {run.name}", note))
+    ba = ev.boundary_attention
+    if ba is not None and np.isfinite(ba[-1]).any():
+        a.boundary = float(np.nanmax(ba[-1]))
+    a.stopped, a.status_rule = status.get("stopped", ""), str(status.get("rule", ""))
+    a.status_steps = status.get("steps")
+    return a
+
+
+# -- statistics ----------------------------------------------------------------------------------------------
+
+def _z(confidence):
+    return NormalDist().inv_cdf(0.5 + confidence / 2)
+
+
+def wilson_interval(k, n, confidence=CONFIDENCE):
+    """The Wilson score interval of a proportion k / n; (nan, nan) for n = 0."""
+    if n == 0:
+        return float("nan"), float("nan")
+    z, p = _z(confidence), k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    # k = 0 and k = n: the ends are exactly 0 and 1 (rounding leaves them a hair off)
+    return (0.0 if k == 0 else centre - half), (1.0 if k == n else centre + half)
+
+
+def decisive_count(n, confidence=CONFIDENCE):
+    """The fewest of n seeds that must agree for a proportion's interval to clear 0.5 (VERDICT_RULES can then
+    decide); None when not even n of n do."""
+    return next((k for k in range(n + 1) if wilson_interval(k, n, confidence)[0] > 0.5), None)
+
+
+def lower_median(values):
+    """The ceil(n/2)-th smallest value (+inf may stand for a censored run); nan for no values."""
+    v = np.sort(np.asarray(values, dtype=float))
+    return float(v[math.ceil(len(v) / 2) - 1]) if len(v) else float("nan")
+
+
+def median_bootstrap_distribution(values):
+    """The exact bootstrap distribution of lower_median: [(value, P(median* <= value))] over the distinct
+    values, as exact fractions. A resample's median is <= x when at least ceil(n/2) of its n draws are <= x,
+    each draw with probability #{values <= x} / n."""
+    v = np.sort(np.asarray(values, dtype=float))
+    n = len(v)
+    k = math.ceil(n / 2)
+    out = []
+    for x in np.unique(v):
+        c = int(np.count_nonzero(v <= x))
+        ways = sum(math.comb(n, i) * c ** i * (n - c) ** (n - i) for i in range(k, n + 1))
+        out.append((float(x), Fraction(ways, n ** n)))
+    return out
+
+
+def median_interval(values, confidence=CONFIDENCE):
+    """The percentile interval of lower_median's exact bootstrap distribution: the smallest values whose
+    cumulative probability reaches (1 - confidence) / 2 and (1 + confidence) / 2; (nan, nan) for no values."""
+    if not len(values):
+        return float("nan"), float("nan")
+    dist = median_bootstrap_distribution(values)
+    tail = (1 - Fraction(confidence).limit_denominator(10 ** 6)) / 2
+    lo = next(x for x, p in dist if p >= tail)
+    hi = next(x for x, p in dist if p >= 1 - tail)
+    return lo, hi
+
+
+def mean_interval(values, confidence=CONFIDENCE, resamples=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED):
+    """(mean, low, high): the percentile bootstrap interval of the mean from `resamples` resamples drawn with
+    a fixed seed (deterministic); one value gives (x, x, x), none (nan, nan, nan)."""
+    x = np.asarray([v for v in values if v is not None], dtype=float)
+    if not len(x):
+        return float("nan"), float("nan"), float("nan")
+    if len(x) == 1:
+        return float(x[0]), float(x[0]), float(x[0])
+    idx = np.random.default_rng(seed).integers(0, len(x), size=(resamples, len(x)))
+    lo, hi = np.quantile(x[idx].mean(axis=1), [(1 - confidence) / 2, (1 + confidence) / 2])
+    return float(x.mean()), float(lo), float(hi)
+
+
+def interval_verdict(lo, hi, expect_above):
+    """agrees / disagrees / inconclusive of a proportion's interval against 0.5."""
+    if math.isnan(lo):
+        return "inconclusive"
+    if lo > 0.5:
+        return "agrees" if expect_above else "disagrees"
+    if hi < 0.5:
+        return "disagrees" if expect_above else "agrees"
+    return "inconclusive"
+
+
+@dataclass
+class CellStats:
+    """One cell of the atlas at one scale: its runs and their statistics."""
+    scale: str
+    cell: str
+    runs: list                # AtlasRun, by seed
+    spec: object = None       # jobs.atlas.cells.Cell, None when the table lacks the cell
+    sinks: int = 0
+    sink_ci: tuple = (float("nan"), float("nan"))
+    median: float = float("nan")          # +inf: censored
+    median_ci: tuple = (float("nan"), float("nan"))
+    censor_step: int = None   # the earliest last step of the censored runs
+    converged: tuple = (float("nan"), float("nan"), float("nan"))  # mean, low, high
+    moved: int = None         # seeds whose sink moved to the bias position (None without Sink_*)
+    moved_ci: tuple = (float("nan"), float("nan"))
+    verdict: str = ""
+    why: str = ""
+
+    @property
+    def n(self):
+        return len(self.runs)
+
+    @property
+    def expect(self):
+        return self.spec.expect if self.spec is not None else "none"
+
+    @property
+    def label(self):
+        return self.spec.label if self.spec is not None else self.cell
+
+    def stopped_text(self):
+        """How the runs stopped: "8 converged", "6 converged, 2 at the cap", "3 unknown"."""
+        counts = {}
+        for r in self.runs:
+            what = {"converged": "converged", "cap": "at the cap"}.get(r.stopped, "unknown")
+            counts[what] = counts.get(what, 0) + 1
+        return ", ".join(f"{n} {what}" for what, n in counts.items())
+
+    def mean_of(self, attr):
+        v = [getattr(r, attr) for r in self.runs if getattr(r, attr) is not None]
+        return float(np.mean(v)) if v else None
+
+
+def cell_stats(runs, spec=None, confidence=CONFIDENCE):
+    """The CellStats of one cell's runs (AtlasRun with a BOS attention, one scale) against `spec`."""
+    s = CellStats(scale=runs[0].scale, cell=runs[0].cell, runs=sorted(runs, key=lambda r: r.seed), spec=spec)
+    s.sinks = sum(r.has_sink for r in runs)
+    s.sink_ci = wilson_interval(s.sinks, s.n, confidence)
+    onsets = [r.onset if r.has_sink else math.inf for r in runs]
+    s.median, s.median_ci = lower_median(onsets), median_interval(onsets, confidence)
+    censored = [r.last_step for r in runs if not r.has_sink]
+    s.censor_step = min(censored) if censored else None
+    s.converged = mean_interval([r.converged for r in runs], confidence)
+    moved = [r.moved for r in runs]
+    if all(m is not None for m in moved):
+        s.moved = sum(moved)
+        s.moved_ci = wilson_interval(s.moved, s.n, confidence)
+    s.verdict, s.why = verdict(s)
+    return s
+
+
+def verdict(s):
+    """(verdict, what it read) of a cell against its expectation, by VERDICT_RULES."""
+    kind = s.expect
+    frac = f"{s.sinks}/{s.n} seeds with a sink, interval {s.sink_ci[0]:.2f}-{s.sink_ci[1]:.2f}"
+    if s.spec is None:
+        return "no expectation", "the cell is not in the atlas's table (jobs/atlas/cells.py)"
+    if kind == "sink":
+        return interval_verdict(*s.sink_ci, expect_above=True), frac
+    if kind == "no_sink":
+        return interval_verdict(*s.sink_ci, expect_above=False), frac
+    if kind == "moved_to_bias":
+        if s.moved is None:
+            return "inconclusive", "no eval/sink_star (Sink_*) in every run"
+        text = f"{s.moved}/{s.n} seeds moved it, interval {s.moved_ci[0]:.2f}-{s.moved_ci[1]:.2f}"
+        return interval_verdict(*s.moved_ci, expect_above=True), text
+    if kind == "none":
+        return "no expectation", "none stated"
+    return "inconclusive", f"unknown expectation '{kind}'"
+
+
+def verdict_rules(eps=DEFAULT_EPS):
+    """{kind: the rule's sentence} as the report states them."""
+    moved = rule_text("moved_to_bias", None, eps).rstrip(".").replace("moved to the bias position: ", "")
+    return {k: t.format(moved=moved) for k, t in VERDICT_RULES.items()}
+
+
+def step_text(x, censor_step):
+    """An emergence step as the page writes it: "240", or "> 1000" for a censored (+inf) one."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    return f"> {censor_step}" if math.isinf(x) else f"{int(x)}"
+
+
+def atlas_cells(runs, specs, eps=DEFAULT_EPS):
+    """The atlas's runs (analysis.results.Run) grouped into CellStats, in the order of `specs` ({name: Cell},
+    the table's order) within each scale (in order of appearance), cells not in the table last; and the notes
+    (runs left out, and why)."""
+    measured, notes, seen = [], [], set()
+    for r in runs:
+        a = measure_run(r, eps)
+        if a is None:
+            continue
+        key = (a.scale, a.cell, a.seed)
+        if key in seen:
+            notes.append((f"run {r.name}", "given twice: the first one kept"))
+            continue
+        seen.add(key)
+        notes += a.notes
+        if a.bos is not None:
+            measured.append(a)
+    scales = list(dict.fromkeys(a.scale for a in measured))
+    order = {name: i for i, name in enumerate(specs)}
+    groups = {}
+    for a in measured:
+        groups.setdefault((a.scale, a.cell), []).append(a)
+    keys = sorted(groups, key=lambda k: (scales.index(k[0]), order.get(k[1], len(order)), k[1]))
+    return [cell_stats(groups[k], specs.get(k[1])) for k in keys], notes

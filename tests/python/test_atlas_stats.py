@@ -1,0 +1,187 @@
+"""The emergence atlas's statistics (analysis/atlas.py) on constructed runs and cells:
+
+- the median emergence step and its interval against the bootstrap computed by brute force (every one of the
+  n^n resamples of a small sample) and against a hand-derived case; censored runs (+inf) in the median and
+  at an interval's end;
+- the Wilson score interval against published values (Newcombe 1998, Table II, method 3);
+- the seeded bootstrap of the mean: deterministic, and near the exact bootstrap of a small sample;
+- per run: the emergence step is the persistent onset (a transient crossing is none), the converged BOS
+  attention the mean of the last 10 % of evaluations, how the run stopped from atlas_status.json;
+- the verdict rule on constructed cells: each verdict reached for each expectation kind.
+"""
+import bisect
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+
+from analysis import atlas
+from analysis.results import EvalSeries, Run
+
+EPS = [0.2, 0.3, 0.4]
+INF = math.inf
+
+
+def brute_force_median_interval(values, confidence=0.95):
+    """The percentile interval of the lower median over all n^n equally likely resamples."""
+    n = len(values)
+    medians = sorted(sorted(values[i] for i in idx)[math.ceil(n / 2) - 1]
+                     for idx in itertools.product(range(n), repeat=n))
+    tail = (1 - confidence) / 2
+    # the smallest median whose share of resamples at or below it reaches the tail (and 1 - tail)
+    at_or_below = {m: bisect.bisect_right(medians, m) for m in set(medians)}
+    lo = min(m for m, c in at_or_below.items() if c >= tail * len(medians) - 1e-9)
+    hi = min(m for m, c in at_or_below.items() if c >= (1 - tail) * len(medians) - 1e-9)
+    return lo, hi
+
+
+@pytest.mark.parametrize("sample", [
+    [120, 80, 200, 160, 240],            # five seeds, all with a sink
+    [100, 100, 140, 300, 220, 180],      # ties and an even count
+    [60, 90, INF, 150, INF],             # two censored
+    [400, INF, INF, INF, 250],           # most censored: the median itself censored
+])
+def test_median_interval_is_the_brute_force_bootstrap(sample):
+    assert atlas.median_interval(sample) == brute_force_median_interval(sample)
+    assert atlas.lower_median(sample) == sorted(sample)[math.ceil(len(sample) / 2) - 1]
+
+
+def test_median_interval_of_a_hand_derived_case():
+    # n = 3, median = the 2nd smallest. P(median* <= 100) = P(Bin(3, 1/3) >= 2) = 7/27 >= 0.025, so the
+    # low end is 100; P(median* <= 200) = P(Bin(3, 2/3) >= 2) = 20/27 < 0.975, so the high end is 300.
+    dist = dict(atlas.median_bootstrap_distribution([300, 100, 200]))
+    assert dist[100.0] * 27 == 7 and dist[200.0] * 27 == 20 and dist[300.0] == 1
+    assert atlas.median_interval([300, 100, 200]) == (100.0, 300.0)
+    assert atlas.lower_median([300, 100, 200]) == 200.0
+    # Eight seeds with a sink at steps 10..80: P(median* <= 10) = P(Bin(8, 1/8) >= 4) ~ 0.0042 < 0.025 <=
+    # P(median* <= 20) = P(Bin(8, 2/8) >= 4) ~ 0.114; P(median* <= 60) = P(Bin(8, 6/8) >= 4) = 1 - 1789/65536
+    # ~ 0.9727 < 0.975 <= P(median* <= 70).
+    assert atlas.median_interval([10, 20, 30, 40, 50, 60, 70, 80]) == (20.0, 70.0)
+
+
+def test_censored_runs_in_the_median_and_its_interval():
+    s = [60, 90, INF, 150, INF]
+    assert atlas.lower_median(s) == 150  # 3 of 5 had their sink by step 150
+    lo, hi = atlas.median_interval(s)
+    assert lo == 60 and hi == INF        # the high end falls on a censored run
+    assert atlas.step_text(hi, 500) == "> 500" and atlas.step_text(lo, 500) == "60"
+    assert atlas.lower_median([INF, INF, 400]) == INF
+
+
+def test_wilson_interval_against_published_values():
+    # Newcombe (1998), Statistics in Medicine 17:857, Table II, method 3 (score interval, no correction).
+    for (k, n), (lo, hi) in {(81, 263): (0.2553, 0.3662), (15, 148): (0.0624, 0.1605), (0, 20): (0.0, 0.1611),
+                             (1, 29): (0.0061, 0.1718)}.items():
+        got = atlas.wilson_interval(k, n)
+        assert got == pytest.approx((lo, hi), abs=5e-5), (k, n)
+    # k = n: the upper end is 1 and the lower one n / (n + z^2); k = 0 the mirror
+    assert atlas.wilson_interval(8, 8) == pytest.approx((8 / (8 + 1.96 ** 2), 1.0), abs=1e-3)
+    assert atlas.wilson_interval(0, 8)[0] == 0.0 and atlas.wilson_interval(8, 8)[1] == 1.0
+
+
+def test_how_many_seeds_the_rule_needs():
+    # Wilson's lower end n / (n + z^2) of n/n passes 0.5 from n = 4 on; of 8 seeds 7 must agree (7/8: 0.53).
+    assert atlas.decisive_count(3) is None and atlas.decisive_count(4) == 4
+    assert atlas.decisive_count(8) == 7 and atlas.wilson_interval(6, 8)[0] < 0.5 < atlas.wilson_interval(7, 8)[0]
+
+
+def test_mean_interval_is_seeded_and_near_the_exact_bootstrap():
+    x = [0.2, 0.5, 0.55, 0.9]
+    assert atlas.mean_interval(x) == atlas.mean_interval(x)  # the same seed, the same interval
+    exact = sorted(np.mean([x[i] for i in idx]) for idx in itertools.product(range(4), repeat=4))
+    mean, lo, hi = atlas.mean_interval(x)
+    assert mean == pytest.approx(np.mean(x))
+    assert lo == pytest.approx(np.quantile(exact, 0.025), abs=0.02)
+    assert hi == pytest.approx(np.quantile(exact, 0.975), abs=0.02)
+    assert atlas.mean_interval([0.4]) == (0.4, 0.4, 0.4)
+
+
+def _run(name, bos, steps=None, star=None, proxy=False, tmp=None, status=None):
+    """An analysis.results.Run of an atlas run over constructed evaluations: `bos` the BOS attention per
+    evaluation (one layer, one head), a results file path under `tmp` with atlas_status.json `status`."""
+    n = len(bos)
+    steps = np.arange(n) * 10 if steps is None else np.asarray(steps)
+    fa = np.zeros((n, 1, 1, 2))
+    fa[:, 0, 0, 0] = bos
+    ev = EvalSeries(step=steps, valid_loss=np.ones(n), eps=EPS, sink=np.zeros((n, 3)), first_attention=fa,
+                    first_weight_raw=fa * 0.5, rest_weight_raw=np.full((n, 1, 1, 2), 0.01),
+                    copy_loss=np.linspace(3, 0.5, n), vnorm_first=np.full((n, 1), 0.2), vnorm_rest=np.ones((n, 1)),
+                    hnorm_first=np.full((n, 1), 30.0), hnorm_rest=np.full((n, 1), 3.0), proxy=proxy,
+                    bbm_meta="bbm.json")
+    if star is not None:
+        ev.sink_star = np.full((n, 3), star)
+    path = "results.h5"
+    if tmp is not None:
+        d = tmp / name
+        d.mkdir(parents=True, exist_ok=True)
+        path = str(d / "results.h5")
+        if status is not None:
+            (d / atlas.STATUS_FILE).write_text(json.dumps(status))
+    return Run(name=name, file=path, eval=ev, config="attn-bias = kv\n")
+
+
+def test_one_run_measured(tmp_path):
+    # A transient crossing at step 20 is no emergence; the sink stays from step 50 on.
+    bos = [0.0, 0.1, 0.35, 0.2, 0.25, 0.31, 0.4, 0.5, 0.6, 0.62, 0.64, 0.66]
+    r = _run("atlas.small.softmax.s3", bos, tmp=tmp_path, status={"stopped": "converged", "steps": 110, "rule": "r"})
+    a = atlas.measure_run(r)
+    assert (a.scale, a.cell, a.seed) == ("small", "softmax", 3)
+    assert a.onset == 50 and a.has_sink
+    assert a.converged == pytest.approx(np.mean(bos[-2:]))  # 10 % of 12 evaluations, rounded up: 2
+    assert a.copy_loss == pytest.approx(0.5) and a.bos_weight == pytest.approx(0.33) and a.other_weight == 0.01
+    assert a.value_ratio == pytest.approx(0.2) and a.residual_ratio == pytest.approx(10.0)
+    assert a.stopped == "converged" and a.status_steps == 110 and not a.notes
+    short = atlas.measure_run(_run("atlas.small.softmax.s4", [0.0, 0.5, 0.2], tmp=tmp_path))
+    assert short.onset is None and short.converged == pytest.approx(0.2) and short.stopped == ""
+    assert short.notes == [("run atlas.small.softmax.s4", "no atlas_status.json beside the results file (how the "
+                                                           "run stopped is unknown)")]
+    assert atlas.measure_run(_run("bbm.softmax", bos)) is None
+    assert atlas.parse_run_name("atlas.cheap.gated.headwise.s12") == ("cheap", "gated.headwise", 12)
+
+
+class Spec:
+    """A constructed cell of the atlas's table (the fields the statistics read)."""
+
+    def __init__(self, expect, name="x"):
+        self.name, self.label, self.expect, self.source, self.principal, self.settings = \
+            name, f"cell {name}", expect, "constructed", False, {}
+
+
+def _cell(expect, sinks, n=8, star=None, spec=True):
+    """CellStats of n seeds, the first `sinks` with a sink at step 40 (BOS attention 0.6), the rest without
+    (0.05); every run with Sink_* = star (None: no dataset)."""
+    runs = []
+    for k in range(n):
+        bos = [0.0, 0.1, 0.2, 0.25, 0.6, 0.6] if k < sinks else [0.0, 0.02, 0.03, 0.04, 0.05, 0.05]
+        runs.append(atlas.measure_run(_run(f"atlas.small.x.s{k}", bos, star=star)))
+    return atlas.cell_stats(runs, Spec(expect) if spec else None)
+
+
+def test_verdict_rule_reaches_every_verdict():
+    assert _cell("sink", 8).verdict == "agrees"          # 8/8: interval 0.68-1
+    assert _cell("sink", 0).verdict == "disagrees"       # 0/8: interval 0-0.32
+    assert _cell("sink", 6).verdict == "inconclusive"    # 6/8: 0.41-0.93 holds 0.5
+    assert _cell("sink", 3, n=3).verdict == "inconclusive"  # 3/3: three seeds cannot decide (0.44-1)
+    assert _cell("no_sink", 0).verdict == "agrees"
+    assert _cell("no_sink", 8).verdict == "disagrees"
+    assert _cell("no_sink", 4).verdict == "inconclusive"
+    assert _cell("moved_to_bias", 0, star=100.0).verdict == "agrees"     # no BOS sink, Sink_* 100 %
+    assert _cell("moved_to_bias", 8, star=100.0).verdict == "disagrees"  # BOS kept its sink
+    assert _cell("moved_to_bias", 0, star=10.0).verdict == "disagrees"   # nothing on k*
+    assert _cell("moved_to_bias", 4, star=100.0).verdict == "inconclusive"
+    assert _cell("moved_to_bias", 0).verdict == "inconclusive"           # no eval/sink_star
+    assert _cell("none", 8).verdict == "no expectation"
+    assert _cell("sink", 8, spec=False).verdict == "no expectation"      # a cell the table lacks
+
+
+def test_cell_statistics_of_constructed_seeds():
+    s = _cell("sink", 5)
+    assert (s.n, s.sinks) == (8, 5)
+    assert s.sink_ci == pytest.approx(atlas.wilson_interval(5, 8))
+    assert s.median == 40 and s.median_ci == atlas.median_interval([40] * 5 + [INF] * 3)
+    assert s.censor_step == 50 and atlas.step_text(s.median_ci[1], s.censor_step) == "> 50"
+    mean, lo, hi = s.converged
+    assert mean == pytest.approx((5 * 0.6 + 3 * 0.05) / 8) and lo < mean < hi
+    assert s.stopped_text() == "8 unknown"
