@@ -378,7 +378,7 @@ int run(const SurveyOptions& o, const dist::World& world) {
   const probe::MemoryBudget budget = probe::MemoryBudget::resolve(o.params.max_memory, world.local_size(), device);
   if (world.is_root() && budget.auto_)
     log::info("memory per rank: %.1f MiB (%s)", double(budget.bytes) / (1 << 20), budget.origin.c_str());
-  probe::ModelCache cache(budget, o.params.attention_kernel);
+  probe::ModelCache cache(budget, device, o.params.attention_kernel);
   probe::InputsFinder finder(o.params.survey_inputs_dir);
   probe::InputsFinder hellaswag_finder(o.params.hellaswag_dir, "hellaswag");
   const std::function<void()> progress = [&] {

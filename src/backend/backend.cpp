@@ -55,7 +55,11 @@ int cuda_device_count() {
 bool cuda_available() { return cuda_device_count() > 0; }
 
 Device device_from_flag(const std::string& value, const char* flag, const std::function<int(int)>& gpu_for) {
-  if (parse_device_kind(value, flag) == DeviceKind::cpu) return Device::cpu();
+  return resolve_device(parse_device_kind(value, flag), flag, gpu_for);
+}
+
+Device resolve_device(DeviceKind kind, const char* flag, const std::function<int(int)>& gpu_for) {
+  if (kind == DeviceKind::cpu) return Device::cpu();
 #if !SINKLAB_HAVE_CUDA
   SL_FAIL("%s cuda: this sinklab was built without CUDA (configure with -DSINKLAB_CUDA=ON)", flag);
 #endif

@@ -53,6 +53,9 @@ bool cuda_available();  // a CUDA build and at least one usable device
 // gpu_for(visible devices) (dist::World::local_gpu: one GPU per rank of the node). One line naming `flag`
 // when the value is neither, the build has no CUDA, or no GPU is visible.
 Device device_from_flag(const std::string& value, const char* flag, const std::function<int(int)>& gpu_for);
+// The same for a kind already parsed (sinklab-pretrain's and sinklab-sft's --device, read with the
+// other training settings): the one place a device request meets the machine.
+Device resolve_device(DeviceKind kind, const char* flag, const std::function<int(int)>& gpu_for);
 int cuda_device_count();  // usable CUDA devices (0 in a build without CUDA)
 // cudnnGetVersion() of the loaded cuDNN (e.g. 91900); 0 in a build without CUDA.
 int64_t cudnn_version();

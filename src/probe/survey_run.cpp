@@ -93,7 +93,6 @@ InputTokens read_natural_tokens(const std::string& path, const std::string& doma
 
 MemoryBudget MemoryBudget::resolve(int64_t max_memory_flag, int local_ranks, Device device) {
   MemoryBudget b;
-  b.device = device;
   if (max_memory_flag >= 0) {
     b.bytes = max_memory_flag;
     return b;
@@ -123,7 +122,7 @@ hf::HfModel& ModelCache::get(const SurveyModel& model) {
       hf::LoadOptions options;
       options.max_memory_bytes = budget_.bytes;
       options.resident_if_fits = budget_.auto_;
-      options.device = budget_.device;
+      options.device = device_;
       options.attention_kernel = attention_kernel_;
       model_ = load_any_model(model.dir, options);
     } catch (const Error& e) {

@@ -71,7 +71,7 @@ struct MemoryBudget {
   int64_t bytes = 0;    // 0 = unbounded
   bool auto_ = false;   // from the node (or the GPU): models that fit stay resident
   std::string origin;   // "auto: 23.5 GiB (MemTotal) / 2 ranks on this node", for messages
-  Device device;        // where the models run
+  // The budget on `device` (where the models will run): the node's memory, or the GPU's.
   static MemoryBudget resolve(int64_t max_memory_flag, int local_ranks, Device device = Device::cpu());
 };
 
@@ -79,8 +79,9 @@ struct MemoryBudget {
 // error, so its remaining items fail at once with the same line.
 class ModelCache {
  public:
-  explicit ModelCache(MemoryBudget budget, ops::AttnKernel attention_kernel = ops::AttnKernel::reference)
-      : budget_(std::move(budget)), attention_kernel_(attention_kernel) {}
+  // Models are loaded onto `device` (sinklab-survey's --device) within `budget`.
+  ModelCache(MemoryBudget budget, Device device, ops::AttnKernel attention_kernel = ops::AttnKernel::reference)
+      : budget_(std::move(budget)), device_(device), attention_kernel_(attention_kernel) {}
   hf::HfModel& get(const SurveyModel& model);
   // Releases the model (after a forward pass that did not finish: the next item loads it afresh).
   void drop() {
@@ -91,6 +92,7 @@ class ModelCache {
 
  private:
   MemoryBudget budget_;
+  Device device_;
   ops::AttnKernel attention_kernel_;
   std::string name_, error_;
   std::unique_ptr<hf::HfModel> model_;

@@ -7,6 +7,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "backend/memory.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/text.hpp"
@@ -89,7 +90,9 @@ std::vector<uint8_t> Evaluator::marked_keys(const Tensor& probe_inputs) const {
 // --probe-sequences rows cut to --probe-length tokens (held out), both split across ranks; for runs
 // with a data intervention, the probe again with it applied to those rows (resampled draws keyed by
 // kProbeSampleBase + row: fixed for the run, apart from every training sample's).
-Evaluation Evaluator::run(model::Transformer& model, const std::function<Tensor(Tensor, int)>& on_model_device) {
+Evaluation Evaluator::run(model::Transformer& model) {
+  const Device device = model.device();
+  auto on_model_device = [&](Tensor host_ids, int slot) { return staged_copy(ids_stage_[slot], host_ids, device); };
   const int64_t C = cfg_.model.context, rows = cfg_.micro_batch_rows;
   const int rank = world_.rank(), world_size = world_.size();
   Evaluation e;

@@ -58,8 +58,8 @@ class Evaluator {
   Evaluator(const TrainConfig& cfg, const dist::World& world);
   const ChunkSampler& valid_data() const { return valid_data_; }
 
-  // One evaluation of `model`; `on_model_device(host_ids, slot)` gives the model's view of a host batch.
-  Evaluation run(model::Transformer& model, const std::function<Tensor(Tensor, int)>& on_model_device);
+  // One evaluation of `model` (on its device: the host-built batches are staged there).
+  Evaluation run(model::Transformer& model);
   // The attributes of the eval group, once per run (rank 0).
   void describe(io::ResultsFile& results, const std::string& group) const;
   // The log line and the eval group's rows for an evaluation after n_done steps (rows: rank 0 only).
@@ -75,6 +75,7 @@ class Evaluator {
   ChunkSampler valid_data_;
   std::optional<BbmTask> bbm_;
   Buffer inputs_buf_, targets_buf_, losses_buf_, probe_buf_;
+  Buffer ids_stage_[2];  // a device model's copies of the inputs and targets (backend/memory.hpp staged_copy)
 };
 
 }  // namespace sinklab::train

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "backend/backend.hpp"
+#include "backend/memory.hpp"
 #include "backend/device_probe.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -117,8 +118,7 @@ class Trainer {
   std::vector<std::vector<FlatRange>> norm_groups_;
   Buffer inputs_buf_, targets_buf_;
   Tensor inputs_, targets_;
-  Buffer device_ids_buf_;  // batches are built on the host; a device model reads a copy
-  Tensor on_model_device(Tensor host_ids, int slot);
+  Buffer ids_stage_[2];  // batches are built on the host; a device model reads a copy (inputs, targets)
   double peak_flops_per_rank() const;
 };
 
@@ -127,7 +127,7 @@ Trainer::Trainer(const TrainConfig& cfg, dist::World& world)
       world_(world),
       rank_(world.rank()),
       world_size_(world.size()),
-      device_(cfg.device == DeviceKind::cuda ? Device::cuda(world.local_gpu(cuda_device_count())) : Device::cpu()),
+      device_(resolve_device(cfg.device, "--device", [&](int visible) { return world.local_gpu(visible); })),
       model_(cfg.model, device_),
       layout_(make_batch_layout(cfg.global_batch_tokens, cfg.model.context, cfg.micro_batch_rows, world.size())),
       train_data_(make_training_data(cfg)),
@@ -190,18 +190,6 @@ double Trainer::peak_flops_per_rank() const {
   if (cfg_.peak_tflops > 0) return cfg_.peak_tflops * 1e12;
   if (!device_.is_cpu()) return gpu_dense_bf16_peak_flops(backend_for(device_).device_name());
   return 0.0;
-}
-
-// The model's view of a host-built i32 batch: the batch itself on CPU, else a copy in device memory
-// (two slots, inputs and targets, each as large as the biggest batch).
-Tensor Trainer::on_model_device(Tensor host_ids, int slot) {
-  if (device_.is_cpu()) return host_ids;
-  const int64_t cap = cfg_.micro_batch_rows * std::max<int64_t>(cfg_.model.context, cfg_.probe_length);
-  if (!device_ids_buf_.data()) device_ids_buf_ = Buffer(size_t(2 * cap) * sizeof(int32_t), device_);
-  Tensor dev = Tensor::contiguous_view(device_ids_buf_.ptr_at(size_t(slot * cap) * sizeof(int32_t)), DType::i32,
-                                       host_ids.shape.data(), host_ids.ndim, device_);
-  ops::copy(dev, host_ids);
-  return dev;
 }
 
 void Trainer::resume_or_init() {
@@ -326,7 +314,7 @@ StepRecord Trainer::train_step(int64_t step) {
     int64_t counted = 0;
     // The last micro-batch's backward hands each finished part of the gradients to grad_sync_.
     const bool last = micro == layout_.accum - 1;
-    sums[0] += model_.forward_backward(on_model_device(inputs_, 0), on_model_device(targets_, 1), grad_scale, &counted,
+    sums[0] += model_.forward_backward(staged_copy(ids_stage_[0], inputs_, device_), staged_copy(ids_stage_[1], targets_, device_), grad_scale, &counted,
                                        &activations, last ? grad_sync_.get() : nullptr);
     sums[1] += double(counted);
   }
@@ -366,7 +354,7 @@ StepRecord Trainer::train_step(int64_t step) {
 
 // One evaluation after n_done steps: logged, and written by rank 0.
 void Trainer::evaluate(int64_t n_done) {
-  const Evaluation e = evaluator_.run(model_, [&](Tensor host_ids, int slot) { return on_model_device(host_ids, slot); });
+  const Evaluation e = evaluator_.run(model_);
   evaluator_.log(n_done, e);
   if (results_) evaluator_.write(*results_, "/runs/" + cfg_.run_name + "/eval", n_done, e);
 }

@@ -434,6 +434,15 @@ def test_bad_flags_give_one_clear_line(corpus, tmp_path):
     assert proc.returncode != 0 and "no-such-flag" in proc.stderr, proc.stderr
     proc = _run([str(PRETRAIN), "--config", str(tmp_path / "missing.ini")], check=False)
     assert proc.returncode != 0 and "missing.ini" in proc.stderr, proc.stderr
+    # --device cuda without a GPU (or without CUDA in the build): one line naming --device, as the survey's and
+    # the probe's (one resolution of the flag, backend.hpp resolve_device), before anything is written.
+    proc = _run([str(PRETRAIN), *_args(corpus, tmp_path / "on_cuda", "--device=cuda")], check=False)
+    if "no usable CUDA device" in proc.stderr or "built without CUDA" in proc.stderr:
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert proc.returncode != 0 and len(lines) == 1 and "--device cuda" in lines[0], proc.stderr
+        assert not (tmp_path / "on_cuda" / "results.h5").exists()
+    else:  # a machine with a GPU trains there
+        assert proc.returncode == 0, proc.stderr
     # --attn-kernel: a GPU kernel on the CPU is refused in one line (the CPU has only the reference kernel)
     for value, words in (("cudnn", "needs a CUDA device"), ("flash", "needs a CUDA device"), ("fast", "is not one of")):
         proc = _run([str(PRETRAIN), *_args(corpus, tmp_path / "y", f"--attn-kernel={value}")], check=False)

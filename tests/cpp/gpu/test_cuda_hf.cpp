@@ -206,9 +206,7 @@ io::ResultSet measure(const std::string& name, Device device, const probe::Surve
   params.batch = 2;
   params.qk_maps = {{0, 0}};
   params.attention_maps = {{-1, 0}};
-  probe::MemoryBudget budget;
-  budget.device = device;
-  probe::ModelCache cache(budget);
+  probe::ModelCache cache(probe::MemoryBudget{}, device);
   probe::InputsFinder inputs(""), hellaswag("", "hellaswag");
   return probe::measure_item(item, model, params, cache, inputs, hellaswag, [] {});
 }
