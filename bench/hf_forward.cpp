@@ -25,7 +25,7 @@
 #include <string>
 
 #include "backend/memory.hpp"
-#include "dist/mpi.hpp"
+#include "parallel/mpi.hpp"
 #include "core/error.hpp"
 #include "hf/hf_model.hpp"
 #include "io/safetensors.hpp"
@@ -57,7 +57,7 @@ long status_kb(const char* key) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto world = dist::World::init(argc, argv);
+  auto world = parallel::World::init(argc, argv);
   return run_main("hf_forward", [&]() {
     std::string model_dir, ids_path, mode = "probe", probe_kind = "survey";
     int64_t batch = 100, repeat = 3, max_memory = 0;

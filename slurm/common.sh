@@ -176,7 +176,7 @@ sinklab_submit() {
 #   cuda: one rank per GPU, --ntasks-per-node = the node's GPUs (the job must have as many tasks per
 #         node: sinklab_submit asks for that), --gpus-per-task=1. --gpu-bind=none (SINKLAB_GPU_BIND
 #         overrides) because the binaries take GPU <local rank> among those they see, or the only one
-#         they see (dist::World::local_gpu): every rank sees its node's GPUs and rank r of the node uses
+#         they see (parallel::World::local_gpu): every rank sees its node's GPUs and rank r of the node uses
 #         GPU r; SINKLAB_GPU_BIND=closest binds one GPU to each rank instead. NCCL_DEBUG=WARN (NCCL's
 #         errors in the log, not its info lines) and CUDA_DEVICE_ORDER=PCI_BUS_ID (CUDA numbers GPUs as
 #         Slurm and nvidia-smi do) unless set; every other NCCL_* of the submitting shell reaches the

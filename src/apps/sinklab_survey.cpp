@@ -1,7 +1,7 @@
 // sinklab-survey: the attention-sink survey of pretrained models (paper Sec. 3, App. B; the 32 models of
 // Table 8) over natural, random and repeated inputs, with the position interventions of Table 7.
 // Items (model, input, domain, intervention; probe/survey_plan.hpp) go through a dynamic MPI work
-// queue (dist/work_queue.hpp); rank 0 writes every result into one HDF5 file (docs/DESIGN.md, "HDF5 results"):
+// queue (parallel/work_queue.hpp); rank 0 writes every result into one HDF5 file (docs/DESIGN.md, "HDF5 results"):
 //   /models/<model>/<input>/<domain>/...   the measurements (probe/survey_run.hpp)
 //   /items/<id>                            attrs status (ok|failed), error, rank, seconds, model, input, domain
 // The file is committed atomically (io/h5.hpp) at most every --commit-every seconds and at the end, so a
@@ -27,8 +27,8 @@
 #include "core/options.hpp"
 #include "core/text.hpp"
 #include "core/timer.hpp"
-#include "dist/mpi.hpp"
-#include "dist/work_queue.hpp"
+#include "parallel/mpi.hpp"
+#include "parallel/work_queue.hpp"
 #include "io/h5.hpp"
 #include "io/result_set.hpp"
 #include "probe/survey_plan.hpp"
@@ -316,11 +316,8 @@ class SurveyWriter {
   Timer clock_, since_commit_;
 };
 
-int run(const SurveyOptions& o, const dist::World& world) {
-  log::info0("CPU BLAS: %s", cpu_blas_summary().c_str());
-  std::vector<probe::SurveyModel> catalogue;
-  for (const std::string& line : o.model_lines) catalogue.push_back(probe::parse_model_line(line, o.model_root));
-  const std::vector<probe::SurveyModel> models = probe::select_models(catalogue, o.models, o.model_root);
+// What the flags ask to measure, for probe::plan_items.
+probe::PlanOptions plan_options(const SurveyOptions& o) {
   probe::PlanOptions plan;
   plan.inputs = split_commas(o.inputs);
   plan.domains = split_commas(o.domains);
@@ -332,7 +329,15 @@ int run(const SurveyOptions& o, const dist::World& world) {
   plan.ablations = probe::parse_ablations(o.ablations, "--ablations");
   plan.ablation_inputs = split_commas(o.ablation_inputs);
   plan.seq_len = o.params.seq_len;
-  const std::vector<probe::SurveyItem> items = probe::plan_items(models, plan);
+  return plan;
+}
+
+int run(const SurveyOptions& o, const parallel::World& world) {
+  log::info0("CPU BLAS: %s", cpu_blas_summary().c_str());
+  std::vector<probe::SurveyModel> catalogue;
+  for (const std::string& line : o.model_lines) catalogue.push_back(probe::parse_model_line(line, o.model_root));
+  const std::vector<probe::SurveyModel> models = probe::select_models(catalogue, o.models, o.model_root);
+  const std::vector<probe::SurveyItem> items = probe::plan_items(models, plan_options(o));
   // A T beyond a model's positions: refused here when none exist beyond them, else said once per model and T.
   for (const std::string& warning : probe::check_position_limits(models, items, o.params.seq_len, o.params.long_len))
     if (world.is_root()) log::warn("%s", warning.c_str());
@@ -364,7 +369,7 @@ int run(const SurveyOptions& o, const dist::World& world) {
   }
   world.broadcast(done);
   std::vector<int64_t> pending;  // queue index -> item index
-  std::vector<dist::WorkItem> work;
+  std::vector<parallel::WorkItem> work;
   for (size_t i = 0; i < items.size(); ++i)
     if (done[i] == '0') {
       pending.push_back(int64_t(i));
@@ -374,7 +379,8 @@ int run(const SurveyOptions& o, const dist::World& world) {
     log::info("survey: %zu models, %zu items (%lld done before), %d ranks -> %s", models.size(), items.size(),
               (long long)writer->already(), world.size(), o.output.c_str());
 
-  dist::WorkQueue queue(world, work, [&](const dist::WorkResult& r) { writer->collect(pending[size_t(r.item)], r.rank, r.blob); });
+  parallel::WorkQueue queue(world, work,
+                            [&](const parallel::WorkResult& r) { writer->collect(pending[size_t(r.item)], r.rank, r.blob); });
   const probe::MemoryBudget budget = probe::MemoryBudget::resolve(o.params.max_memory, world.local_size(), device);
   if (world.is_root() && budget.auto_)
     log::info("memory per rank: %.1f MiB (%s)", double(budget.bytes) / (1 << 20), budget.origin.c_str());
@@ -421,7 +427,7 @@ int run(const SurveyOptions& o, const dist::World& world) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto world = dist::World::init(argc, argv);
+  auto world = parallel::World::init(argc, argv);
   return run_main(
       "sinklab-survey",
       [&] {

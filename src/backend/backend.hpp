@@ -31,7 +31,7 @@ class Backend {
   // MFU's peak is looked up by it.
   virtual std::string device_name() const { return name(); }
   // The stream the backend's ops run on (a cudaStream_t on CUDA, null on the CPU): what NCCL's
-  // collectives are ordered with (dist::make_communicator).
+  // collectives are ordered with (parallel::make_communicator).
   virtual void* compute_stream() const { return nullptr; }
 
   // Every op of the API (op_list.hpp), each a virtual whose default throws "no <op> kernel on <device>".
@@ -50,7 +50,7 @@ Backend& backend_for(Device device);
 Backend& backend_for(std::span<const Tensor> tensors, const char* op);
 bool cuda_available();  // a CUDA build and at least one usable device
 // The device a --device flag ("cpu" | "cuda") names for this process: the CPU, or CUDA device
-// gpu_for(visible devices) (dist::World::local_gpu: one GPU per rank of the node). One line naming `flag`
+// gpu_for(visible devices) (parallel::World::local_gpu: one GPU per rank of the node). One line naming `flag`
 // when the value is neither, the build has no CUDA, or no GPU is visible.
 Device device_from_flag(const std::string& value, const char* flag, const std::function<int(int)>& gpu_for);
 // The same for a kind already parsed (sinklab-pretrain's and sinklab-sft's --device, read with the

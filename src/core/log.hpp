@@ -1,4 +1,4 @@
-// Logging with a rank prefix ("[rank 1] ..."), printf-style. Rank is set once by dist/ at start-up;
+// Logging with a rank prefix ("[rank 1] ..."), printf-style. Rank is set once by parallel/ at start-up;
 // single-process runs print no prefix.
 #pragma once
 

@@ -54,7 +54,7 @@ BbmTask read_bbm_meta(const std::string& path, const ChunkSampler& valid_data) {
   return task;
 }
 
-Evaluator::Evaluator(const TrainConfig& cfg, const dist::World& world)
+Evaluator::Evaluator(const TrainConfig& cfg, const parallel::World& world)
     : cfg_(cfg),
       world_(world),
       train_data_config_(data_config(cfg, /*validation=*/false)),

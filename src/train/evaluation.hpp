@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/mpi.hpp"
+#include "parallel/mpi.hpp"
 #include "io/h5.hpp"
 #include "model/transformer.hpp"
 #include "probe/model_probe.hpp"
@@ -55,7 +55,7 @@ struct Evaluation {
 class Evaluator {
  public:
   // Opens the validation data (--valid-data, cut as the training rows are) and --bbm-meta.
-  Evaluator(const TrainConfig& cfg, const dist::World& world);
+  Evaluator(const TrainConfig& cfg, const parallel::World& world);
   const ChunkSampler& valid_data() const { return valid_data_; }
 
   // One evaluation of `model` (on its device: the host-built batches are staged there).
@@ -70,7 +70,7 @@ class Evaluator {
   std::vector<int8_t> query_groups(const Tensor& probe_inputs) const;
   std::vector<uint8_t> marked_keys(const Tensor& probe_inputs) const;
   const TrainConfig& cfg_;
-  const dist::World& world_;
+  const parallel::World& world_;
   DataConfig train_data_config_;  // the interventions the intervened probe applies
   ChunkSampler valid_data_;
   std::optional<BbmTask> bbm_;

@@ -21,7 +21,7 @@ std::vector<GradBucket> make_buckets(const std::vector<FlatRange>& spans, int64_
   return buckets;
 }
 
-GradientSync::GradientSync(dist::Communicator& comm, Tensor flat_grads, std::vector<FlatRange> spans,
+GradientSync::GradientSync(parallel::Communicator& comm, Tensor flat_grads, std::vector<FlatRange> spans,
                            int64_t bucket_elements, bool zero1)
     : comm_(comm), flat_grads_(flat_grads), spans_(std::move(spans)), buckets_(make_buckets(spans_, bucket_elements)),
       zero1_(zero1) {
@@ -41,7 +41,7 @@ void GradientSync::start_bucket(const FlatRange& bucket) {
   }
   std::vector<int64_t> begins;  // each rank's owned range, relative to the bucket
   for (int64_t b : rank_begins_) begins.push_back(b - bucket.begin);
-  comm_.start_reduce_scatter_sum(data, dist::piece_offsets(begins, bucket.size()));
+  comm_.start_reduce_scatter_sum(data, parallel::piece_offsets(begins, bucket.size()));
 }
 
 void GradientSync::on_grads_ready(int64_t begin, int64_t end) {
@@ -62,7 +62,7 @@ void GradientSync::finish() {
 void GradientSync::allgather_params(Tensor flat_params) {
   SL_CHECK(zero1_ && flat_params.numel() == flat_grads_.numel(), "allgather_params: ZeRO-1 over the model's %lld parameters",
            (long long)flat_grads_.numel());
-  comm_.start_allgather(flat_params.ptr<float>(), dist::piece_offsets(rank_begins_, flat_params.numel()));
+  comm_.start_allgather(flat_params.ptr<float>(), parallel::piece_offsets(rank_begins_, flat_params.numel()));
   comm_.wait_all();
 }
 

@@ -1,5 +1,5 @@
 // Data-parallel gradient reduction during backward, in buckets (PyTorch DDP's scheme, Li et al., VLDB
-// 2020), over dist::Communicator: MPI on host buffers, NCCL on device buffers, one piece of code.
+// 2020), over parallel::Communicator: MPI on host buffers, NCCL on device buffers, one piece of code.
 //
 // The model reports each span of its flat gradient buffer as backward finishes it: the head, the layers
 // from the last to the first, the embeddings (model::Transformer::backward_spans). Consecutive spans are
@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "backend/ops.hpp"
-#include "dist/comm.hpp"
+#include "parallel/comm.hpp"
 #include "model/transformer.hpp"
 #include "train/optimizer.hpp"
 
@@ -41,7 +41,7 @@ std::vector<GradBucket> make_buckets(const std::vector<FlatRange>& spans, int64_
 class GradientSync final : public model::GradReadyObserver {
  public:
   // flat_grads: the model's flat gradient buffer [n]; spans: its backward_spans().
-  GradientSync(dist::Communicator& comm, Tensor flat_grads, std::vector<FlatRange> spans,
+  GradientSync(parallel::Communicator& comm, Tensor flat_grads, std::vector<FlatRange> spans,
                int64_t bucket_elements, bool zero1);
 
   const std::vector<GradBucket>& buckets() const { return buckets_; }
@@ -62,7 +62,7 @@ class GradientSync final : public model::GradReadyObserver {
 
  private:
   void start_bucket(const FlatRange& bucket);
-  dist::Communicator& comm_;
+  parallel::Communicator& comm_;
   Tensor flat_grads_;
   std::vector<FlatRange> spans_;
   std::vector<GradBucket> buckets_;

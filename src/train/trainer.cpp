@@ -72,7 +72,7 @@ class ActivationMax : public LayerObserver {
 
 class Trainer {
  public:
-  Trainer(const TrainConfig& cfg, dist::World& world);
+  Trainer(const TrainConfig& cfg, parallel::World& world);
   int run();
 
  private:
@@ -91,7 +91,7 @@ class Trainer {
   void save_checkpoint_at(int64_t n_done);
 
   TrainConfig cfg_;  // sinklab-sft with --steps 0: steps resolved to one epoch
-  dist::World& world_;
+  parallel::World& world_;
   const int rank_, world_size_;
   Device device_;
   model::Transformer model_;
@@ -112,7 +112,7 @@ class Trainer {
   int64_t nonfinite_steps_ = 0;                    // so far, over the whole run (kept in checkpoints)
   SpikeDetector loss_spikes_, grad_norm_spikes_;  // rank 0
   int64_t nan_grad_step_ = -1, loss_spike_step_ = -1;  // test hooks (monitor.hpp)
-  std::unique_ptr<dist::Communicator> comm_;
+  std::unique_ptr<parallel::Communicator> comm_;
   std::unique_ptr<GradientSync> grad_sync_;  // gradients reduced in buckets during backward
   // [L + 1]: the flat ranges of layer l's parameters; [L]: the others' (gradient norms, update ratios).
   std::vector<std::vector<FlatRange>> norm_groups_;
@@ -122,7 +122,7 @@ class Trainer {
   double peak_flops_per_rank() const;
 };
 
-Trainer::Trainer(const TrainConfig& cfg, dist::World& world)
+Trainer::Trainer(const TrainConfig& cfg, parallel::World& world)
     : cfg_(cfg),
       world_(world),
       rank_(world.rank()),
@@ -171,7 +171,7 @@ Trainer::Trainer(const TrainConfig& cfg, dist::World& world)
     const int l = spec.layer;
     norm_groups_[l >= 0 ? size_t(l) : size_t(cfg.model.n_layers)].push_back({spec.offset, spec.offset + spec.numel});
   }
-  comm_ = dist::make_communicator(world, device_, backend_for(device_).compute_stream());
+  comm_ = parallel::make_communicator(world, device_, backend_for(device_).compute_stream());
   const int64_t bucket_elements = int64_t(cfg.grad_bucket_mb * double(1 << 20) / sizeof(float));
   grad_sync_ = std::make_unique<GradientSync>(*comm_, model_.flat_grads(), model_.backward_spans(), bucket_elements,
                                               cfg.zero1 && world_size_ > 1);
@@ -613,7 +613,7 @@ int Trainer::run() {
 
 }  // namespace
 
-int run_training(const TrainConfig& cfg, dist::World& world) {
+int run_training(const TrainConfig& cfg, parallel::World& world) {
   // Rank 0 claims --out-dir for the job's life before anything there is read (run_dir.hpp).
   std::optional<RunDirLock> lock;
   if (world.rank() == 0) {

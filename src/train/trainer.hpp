@@ -17,7 +17,7 @@
 
 #include <string>
 
-#include "dist/mpi.hpp"
+#include "parallel/mpi.hpp"
 #include "train/train_config.hpp"
 
 namespace sinklab::train {
@@ -28,7 +28,7 @@ namespace sinklab::train {
 double gpu_dense_bf16_peak_flops(const std::string& gpu_name);
 
 // Runs the configured training to the end (or to a requested stop). Returns the process exit status.
-int run_training(const TrainConfig& cfg, dist::World& world);
+int run_training(const TrainConfig& cfg, parallel::World& world);
 
 // The whole program of sinklab-pretrain (sft false) and sinklab-sft (true): MPI, the options, --dry-run,
 // the training; an error ends the job with one line, printed once per job (training_main.cpp).

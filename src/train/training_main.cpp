@@ -4,7 +4,7 @@
 #include <thread>
 
 #include "core/error.hpp"
-#include "dist/mpi.hpp"
+#include "parallel/mpi.hpp"
 #include "train/describe.hpp"
 #include "train/train_config.hpp"
 #include "train/trainer.hpp"
@@ -16,14 +16,14 @@ namespace {
 // Under MPI every rank meets most errors (a bad flag, a missing file, a refused --out-dir) at the same
 // point. Rank 0 reports at once and its abort (World::abort_hook) ends the job while the other ranks wait
 // here, so the job prints the line once; an error of another rank alone is reported after the wait.
-void let_rank0_report_first(const dist::World& world) {
+void let_rank0_report_first(const parallel::World& world) {
   if (world.size() > 1 && world.rank() != 0) std::this_thread::sleep_for(std::chrono::seconds(5));
 }
 
 }  // namespace
 
 int training_main(const char* program, int argc, char** argv, bool sft) {
-  auto world = dist::World::init(argc, argv);
+  auto world = parallel::World::init(argc, argv);
   return run_main(
       program,
       [&] {

@@ -1,13 +1,13 @@
-// The survey work queue's hand-out order (dist::WorkScheduler): stay with the group last worked on,
+// The survey work queue's hand-out order (parallel::WorkScheduler): stay with the group last worked on,
 // else start the costliest unstarted group, else join the group with the most cost left.
 #include <gtest/gtest.h>
 
 #include <vector>
 
 #include "core/error.hpp"
-#include "dist/work_queue.hpp"
+#include "parallel/work_queue.hpp"
 
-namespace sinklab::dist {
+namespace sinklab::parallel {
 namespace {
 
 // Items 0..9: group 0 = {0,1,2} cost 1 each (3), group 1 = {3,4} cost 10 each (20), group 2 = {5..9}
@@ -82,4 +82,4 @@ TEST(WorkScheduler, EmptyAndInvalid) {
 }
 
 }  // namespace
-}  // namespace sinklab::dist
+}  // namespace sinklab::parallel

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the CUDA backend's hand-written kernels on the CPU: every src/backend/cuda/*.cu (and src/dist/nccl.cu)
+# Runs the CUDA backend's hand-written kernels on the CPU: every src/backend/cuda/*.cu (and src/parallel/nccl.cu)
 # rewritten into C++ over a CPU model of the device (tests/gpu/emu: CUDA threads as cooperative fibers on
 # one OS thread, barriers, warp shuffles, WMMA, shared memory, launch limits) and stand-ins for the
 # libraries (cuBLAS/cuBLASLt, CUB's sort, cuDNN's SDPA graph, NCCL over MPI) that compute what each call's

@@ -8,7 +8,7 @@
   lists what following it really took. The commit check needs the git history; without it, it skips.
 - The floors table of "Architecture" holds: every `#include "..."` of src/ stays within what its
   folder may include, only backend/backend.cpp reaches into both backends, and CUDA headers stay in
-  src/backend/cuda and src/dist/nccl.*.
+  src/backend/cuda and src/parallel/nccl.*.
 - The statements the code can contradict: the CPU-only ops it names are the CPU_ONLY_OP lines of
   src/backend/op_list.hpp; the functions over the length limit of "Conventions" are those it names,
   with their lengths (to 10 %), and no file is over its file limit; every repository file it cites,
@@ -179,7 +179,7 @@ def test_includes_keep_to_the_floors():
                     wrong.append(f"src/{rel}:{line_no}: {inc} (only backend/backend.cpp knows both backends)")
             m = re.match(r"\s*#\s*include\s+<(cuda|cublas|cudnn|nccl|curand|cub/|mma)", line)
             if m and not (str(rel).startswith("backend/cuda/") or rel.name.startswith("nccl.")):
-                wrong.append(f"src/{rel}:{line_no}: a CUDA header outside src/backend/cuda and src/dist/nccl.*")
+                wrong.append(f"src/{rel}:{line_no}: a CUDA header outside src/backend/cuda and src/parallel/nccl.*")
     assert not wrong, "includes across the floors of docs/DESIGN.md:\n" + "\n".join(wrong)
 
 

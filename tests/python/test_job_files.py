@@ -9,7 +9,7 @@ dimension is 16 (or k-bias-dims when larger), so d-model = n-heads * 16. One tes
 files, one process each, and reports every file that failed, not just the first.
 
 The files run WORKERS processes at a time (each is a single process, started without mpirun: it runs
-without MPI, see dist/mpi.hpp).
+without MPI, see parallel/mpi.hpp).
 
 The binaries come from $SINKLAB_BIN_DIR (tests/run_all.sh builds them first); the tests that need them
 skip only when they are absent.

@@ -17,20 +17,20 @@
 #include "backend/backend.hpp"
 #include "backend/memory.hpp"
 #include "core/error.hpp"
-#include "dist/comm.hpp"
+#include "parallel/comm.hpp"
 #include "model/transformer.hpp"
 #include "train/grad_sync.hpp"
 #include "mpi/mpi_test_main.hpp"
 
 #if SINKLAB_HAVE_CUDA
 #include "backend/cuda/cuda_backend.hpp"
-#include "dist/nccl.hpp"
+#include "parallel/nccl.hpp"
 #endif
 
 namespace sinklab::train {
 namespace {
 
-dist::World* g_world = nullptr;
+parallel::World* g_world = nullptr;
 
 // Spans as backward gives them: [n - sizes[0], n), then downwards, covering [0, n).
 std::vector<FlatRange> spans_of(const std::vector<int64_t>& sizes) {
@@ -110,7 +110,7 @@ Grads random_grads(int64_t n, int rank, uint32_t seed) {
 }
 
 TEST(GradientSync, BucketedReductionEqualsOneAllReduce) {
-  const dist::World& w = *g_world;
+  const parallel::World& w = *g_world;
   const std::vector<std::vector<int64_t>> layouts = {{7, 97, 96, 301, 1, 499}, {1}, {5, 0, 11}};
   for (const auto& sizes : layouts) {
     const std::vector<FlatRange> spans = spans_of(sizes);
@@ -121,7 +121,7 @@ TEST(GradientSync, BucketedReductionEqualsOneAllReduce) {
       for (bool zero1 : {false, true}) {
         SCOPED_TRACE(testing::Message() << "n " << n << " bucket " << bucket << " zero1 " << zero1);
         Grads g = random_grads(n, w.rank(), 3);
-        dist::MpiComm comm(w);
+        parallel::MpiComm comm(w);
         GradientSync sync(comm, g.flat, spans, bucket, zero1);
         report_all(sync, spans);
         const FlatRange owned = zero1 ? sync.owned(w.rank()) : FlatRange{0, n};
@@ -135,7 +135,7 @@ TEST(GradientSync, BucketedReductionEqualsOneAllReduce) {
 }
 
 TEST(GradientSync, NormsAreTheSameWithAndWithoutZero1) {
-  const dist::World& w = *g_world;
+  const parallel::World& w = *g_world;
   const std::vector<FlatRange> spans = spans_of({40, 123, 77, 260});
   const int64_t n = spans.front().end;
   // Groups as the trainer's: parameter ranges with gaps (alignment padding) between them.
@@ -143,7 +143,7 @@ TEST(GradientSync, NormsAreTheSameWithAndWithoutZero1) {
   std::vector<double> sums[2];
   for (bool zero1 : {false, true}) {
     Grads g = random_grads(n, w.rank(), 11);
-    dist::MpiComm comm(w);
+    parallel::MpiComm comm(w);
     GradientSync sync(comm, g.flat, spans, 64, zero1);
     report_all(sync, spans);
     sums[zero1] = sync.sums_of_squares(groups);
@@ -162,10 +162,10 @@ TEST(GradientSync, NormsAreTheSameWithAndWithoutZero1) {
 }
 
 TEST(GradientSync, AllgatherGivesEveryRankTheOwnedRanges) {
-  const dist::World& w = *g_world;
+  const parallel::World& w = *g_world;
   for (int64_t n : {int64_t(1), int64_t(2), int64_t(1001)}) {
     Grads grads = random_grads(n, w.rank(), 5);
-    dist::MpiComm comm(w);
+    parallel::MpiComm comm(w);
     GradientSync sync(comm, grads.flat, {{0, n}}, 0, true);
     Buffer pb = Buffer::for_tensor(DType::f32, {n});
     Tensor params = pb.view(DType::f32, {n});
@@ -178,10 +178,10 @@ TEST(GradientSync, AllgatherGivesEveryRankTheOwnedRanges) {
 }
 
 TEST(GradientSync, RefusesSpansOutOfOrderOrMissing) {
-  const dist::World& w = *g_world;
+  const parallel::World& w = *g_world;
   const std::vector<FlatRange> spans = spans_of({10, 20, 30});
   Grads g = random_grads(60, w.rank(), 1);
-  dist::MpiComm comm(w);
+  parallel::MpiComm comm(w);
   GradientSync sync(comm, g.flat, spans, int64_t(1) << 30, false);
   EXPECT_THROW(sync.on_grads_ready(0, 30), Error);  // the embeddings before the head
   GradientSync partial(comm, g.flat, spans, int64_t(1) << 30, false);
@@ -196,11 +196,11 @@ TEST(GradientSync, OverNcclOnDeviceBuffers) {
 #if !SINKLAB_HAVE_CUDA
   GTEST_SKIP() << "built without CUDA";
 #else
-  const dist::World& w = *g_world;
+  const parallel::World& w = *g_world;
   const int64_t short_of_gpus = cuda_available() && cuda::device_count() >= w.local_size() ? 0 : 1;
   if (w.allreduce_sum(short_of_gpus) > 0) GTEST_SKIP() << "no usable CUDA device for every rank";
   const Device device = Device::cuda(w.local_rank());
-  dist::NcclComm comm(w, device.index, static_cast<cuda::CudaBackend&>(backend_for(device)).stream());
+  parallel::NcclComm comm(w, device.index, static_cast<cuda::CudaBackend&>(backend_for(device)).stream());
   const std::vector<FlatRange> spans = spans_of({7, 97, 96, 301, 1, 499});
   const int64_t n = spans.front().end;
   Grads expect = random_grads(n, w.rank(), 17);

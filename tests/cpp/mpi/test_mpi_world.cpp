@@ -11,10 +11,10 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "dist/mpi.hpp"
+#include "parallel/mpi.hpp"
 #include "mpi/mpi_test_main.hpp"
 
-namespace sinklab::dist {
+namespace sinklab::parallel {
 namespace {
 
 World* g_world = nullptr;
@@ -135,6 +135,6 @@ TEST(MpiWorld, GatherVariableLengthBlobs) {
 }
 
 }  // namespace
-}  // namespace sinklab::dist
+}  // namespace sinklab::parallel
 
-SINKLAB_MPI_TEST_MAIN(sinklab::dist::g_world)
+SINKLAB_MPI_TEST_MAIN(sinklab::parallel::g_world)

@@ -11,11 +11,11 @@
 #include <thread>
 #include <vector>
 
-#include "dist/mpi.hpp"
-#include "dist/work_queue.hpp"
+#include "parallel/mpi.hpp"
+#include "parallel/work_queue.hpp"
 #include "mpi/mpi_test_main.hpp"
 
-namespace sinklab::dist {
+namespace sinklab::parallel {
 namespace {
 
 World* g_world = nullptr;
@@ -145,6 +145,6 @@ TEST(WorkQueue, RanksStayWithTheirGroup) {
 }
 
 }  // namespace
-}  // namespace sinklab::dist
+}  // namespace sinklab::parallel
 
-SINKLAB_MPI_TEST_MAIN(sinklab::dist::g_world)
+SINKLAB_MPI_TEST_MAIN(sinklab::parallel::g_world)

@@ -1,5 +1,5 @@
 // The NCCL stand-in of the CPU emulation (tests/gpu/emu; shadow header nccl.h): the calls sinklab makes
-// (src/dist/nccl.cu) with NCCL's documented semantics, carried out over MPI_COMM_WORLD between the emulated
+// (src/parallel/nccl.cu) with NCCL's documented semantics, carried out over MPI_COMM_WORLD between the emulated
 // ranks' "device" buffers (host memory):
 //   - counts are elements of the datatype; every buffer range [ptr, ptr + count) must lie inside one device
 //     allocation of the calling rank;

@@ -3,7 +3,7 @@
 
     rewrite_cu.py --out-dir DIR [--plant NAME] SRC...   DIR/<stem>.cpp per source, DIR/backend/... per .cuh
                                                          (each written only when its text changes)
-    rewrite_cu.py --sources            the sources the emulation rewrites (src/backend/cuda, src/dist/*.cu)
+    rewrite_cu.py --sources            the sources the emulation rewrites (src/backend/cuda, src/parallel/*.cu)
     rewrite_cu.py --list               the planted bugs: "name|file|test|sources to rewrite" (for CMake)
     rewrite_cu.py --describe           the planted bugs, one per line, for people
     rewrite_cu.py --filter             "name test gtest-filter" per planted bug (for tests/gpu/emulate.sh)
@@ -200,10 +200,10 @@ PLANTS = [
          what='cuDNN graph: the sliding window\'s left bound off by one',
          old='a.set_diagonal_band_left_bound(int(key.window));', new='a.set_diagonal_band_left_bound(int(key.window) + 1);'),
     # nccl.cu: the collectives' counts and offsets (checked by the NCCL stand-in)
-    dict(name='nccl_reduce_offset', file='src/dist/nccl.cu', test='test_grad_sync', filter='GradientSync.OverNccl*',
+    dict(name='nccl_reduce_offset', file='src/parallel/nccl.cu', test='test_grad_sync', filter='GradientSync.OverNccl*',
          what='reduce-scatter: each rank\'s piece reduced from one element past its offset',
          old='ncclReduce(data + first, data + first, size_t(count)', new='ncclReduce(data + first + 1, data + first + 1, size_t(count)'),
-    dict(name='nccl_allreduce_count', file='src/dist/nccl.cu', test='test_grad_sync', filter='GradientSync.OverNccl*',
+    dict(name='nccl_allreduce_count', file='src/parallel/nccl.cu', test='test_grad_sync', filter='GradientSync.OverNccl*',
          what='all-reduce of n - 1 elements (the count off by one)',
          old='ncclAllReduce(data, data, size_t(n),', new='ncclAllReduce(data, data, size_t(n - 1),'),
     # mamba.cu (Jamba's ops)
@@ -294,7 +294,7 @@ def emulated_sources():
     """Every source the emulation rewrites, relative to the repository root."""
     import glob
     found = []
-    for pattern in ('src/backend/cuda/*.cu', 'src/backend/cuda/*.cuh', 'src/backend/cuda/*.cpp', 'src/dist/*.cu'):
+    for pattern in ('src/backend/cuda/*.cu', 'src/backend/cuda/*.cuh', 'src/backend/cuda/*.cpp', 'src/parallel/*.cu'):
         found += sorted(os.path.relpath(f, ROOT) for f in glob.glob(os.path.join(ROOT, pattern)))
     return found
 

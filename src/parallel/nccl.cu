@@ -1,4 +1,4 @@
-#include "dist/nccl.hpp"
+#include "parallel/nccl.hpp"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -7,7 +7,7 @@
 
 #include "core/error.hpp"
 
-namespace sinklab::dist {
+namespace sinklab::parallel {
 namespace {
 
 void cuda_check(cudaError_t e, const char* call) {
@@ -94,4 +94,4 @@ void NcclComm::wait_all() {
   cuda_check(cudaStreamWaitEvent(compute_, comm_done_, 0), "cudaStreamWaitEvent(compute)");
 }
 
-}  // namespace sinklab::dist
+}  // namespace sinklab::parallel

@@ -36,9 +36,9 @@
 #include <string>
 #include <vector>
 
-#include "dist/mpi.hpp"
+#include "parallel/mpi.hpp"
 
-namespace sinklab::dist {
+namespace sinklab::parallel {
 
 struct WorkItem {
   int group = 0;      // items of a group share a set-up (>= 0)
@@ -116,4 +116,4 @@ class WorkQueue {
   bool done_ = false;
 };
 
-}  // namespace sinklab::dist
+}  // namespace sinklab::parallel

@@ -1,13 +1,13 @@
-#include "dist/comm.hpp"
+#include "parallel/comm.hpp"
 
 #include <algorithm>
 #include <climits>
 #include <cstring>
 
 #include "core/error.hpp"
-#include "dist/nccl.hpp"  // declares NcclComm in CUDA builds only
+#include "parallel/nccl.hpp"  // declares NcclComm in CUDA builds only
 
-namespace sinklab::dist {
+namespace sinklab::parallel {
 
 std::vector<int64_t> piece_offsets(const std::vector<int64_t>& begins, int64_t n) {
   std::vector<int64_t> offsets(begins.size() + 1, n);
@@ -116,4 +116,4 @@ std::unique_ptr<Communicator> make_communicator(const World& world, Device devic
 #endif
 }
 
-}  // namespace sinklab::dist
+}  // namespace sinklab::parallel

@@ -1,6 +1,6 @@
 // The collectives of data-parallel training over flat f32 buffers, one interface for both backends:
 // MpiComm on host buffers (the CPU backend) and NcclComm on device buffers (the CUDA backend,
-// dist/nccl.hpp). The bucketing, ordering and ZeRO-1 logic above it (train/grad_sync.hpp) is written
+// parallel/nccl.hpp). The bucketing, ordering and ZeRO-1 logic above it (train/grad_sync.hpp) is written
 // once against this interface, so the 2-rank CPU tests exercise the code path the GPUs run.
 //
 // Every start_* call starts an operation and returns at once; its result may be read only after
@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "core/tensor.hpp"
-#include "dist/mpi.hpp"
+#include "parallel/mpi.hpp"
 
-namespace sinklab::dist {
+namespace sinklab::parallel {
 
 class Communicator {
  public:
@@ -78,4 +78,4 @@ class MpiComm final : public Communicator {
 // `compute_stream` (Backend::compute_stream(); CUDA builds only, else refused naming --device).
 std::unique_ptr<Communicator> make_communicator(const World& world, Device device, void* compute_stream);
 
-}  // namespace sinklab::dist
+}  // namespace sinklab::parallel

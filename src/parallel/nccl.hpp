@@ -4,7 +4,7 @@
 // Bootstrap: every rank selects its GPU (World::local_gpu, cudaSetDevice), rank 0 creates the ncclUniqueId and
 // MPI-broadcasts it, then all ranks ncclCommInitRank(size, id, rank).
 //
-// Streams (the dist::Communicator contract): collectives run on a communication stream of their own.
+// Streams (the parallel::Communicator contract): collectives run on a communication stream of their own.
 // Each start_* records an event on the compute stream and makes the communication stream wait for it,
 // so a collective reads what the compute stream wrote before the call and runs beside what it computes
 // after; wait_all makes the compute stream wait for the communication stream. The host never waits.
@@ -17,14 +17,14 @@
 
 #include <cstddef>
 
-#include "dist/comm.hpp"
-#include "dist/mpi.hpp"
+#include "parallel/comm.hpp"
+#include "parallel/mpi.hpp"
 
 struct CUstream_st;  // cudaStream_t is CUstream_st*
 struct CUevent_st;   // cudaEvent_t is CUevent_st*
 struct ncclComm;     // ncclComm_t is ncclComm*
 
-namespace sinklab::dist {
+namespace sinklab::parallel {
 
 class NcclComm final : public Communicator {
  public:
@@ -55,6 +55,6 @@ class NcclComm final : public Communicator {
   CUevent_st* comm_done_ = nullptr;
 };
 
-}  // namespace sinklab::dist
+}  // namespace sinklab::parallel
 
 #endif  // SINKLAB_HAVE_CUDA

@@ -1,4 +1,4 @@
-#include "dist/work_queue.hpp"
+#include "parallel/work_queue.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -6,7 +6,7 @@
 
 #include "core/error.hpp"
 
-namespace sinklab::dist {
+namespace sinklab::parallel {
 namespace {
 
 constexpr int kRequest = 7101;  // worker -> rank 0: [finished item | flags | blob]
@@ -157,4 +157,4 @@ void WorkQueue::finish(int64_t item, std::string blob) {
   pending_blob_ = std::move(blob);
 }
 
-}  // namespace sinklab::dist
+}  // namespace sinklab::parallel

@@ -3,7 +3,7 @@
 // without initialising MPI at all; its collectives are the identity (SINKLAB_MPI=1/0 overrides).
 //
 //   int main(int argc, char** argv) {
-//     auto world = sinklab::dist::World::init(argc, argv);
+//     auto world = sinklab::parallel::World::init(argc, argv);
 //     return sinklab::run_main("sinklab-x", [&] { ...; return 0; }, world.abort_hook());
 //   }
 //
@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-namespace sinklab::dist {
+namespace sinklab::parallel {
 
 class World {
  public:
@@ -89,4 +89,4 @@ class World {
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
 };
 
-}  // namespace sinklab::dist
+}  // namespace sinklab::parallel

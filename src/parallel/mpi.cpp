@@ -1,4 +1,4 @@
-#include "dist/mpi.hpp"
+#include "parallel/mpi.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -12,7 +12,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 
-namespace sinklab::dist {
+namespace sinklab::parallel {
 namespace {
 
 constexpr size_t kMaxCount = size_t(INT_MAX) / 2;
@@ -201,4 +201,4 @@ std::function<void(int)> World::abort_hook() const {
   };
 }
 
-}  // namespace sinklab::dist
+}  // namespace sinklab::parallel
