@@ -39,12 +39,12 @@ from jobs.atlas.cells import CELL_BY_NAME, CELLS, SCALES
 
 ROOT = Path(__file__).resolve().parents[2]
 # The hard cap of steps by scale (--cap-steps overrides) and the chunk between convergence checks.
-CAPS = {"cheap": 1500, "small": 1500, "ci": 60}
+CAPS = {"cheap": 1000, "small": 1000, "ci": 60}
 CHUNKS = {"cheap": 50, "small": 100, "ci": 20}
-# Seconds of one training step at one thread on this project's 2-core test machine (docs/DESIGN.md,
-# "The emergence atlas"): --plan's estimate until the out folder holds finished runs to measure.
-SECONDS_PER_STEP = {"cheap": 1.0, "small": 0.1, "ci": 0.02}
-
+# Seconds of one training step of one run, two runs at once with one thread each, on this project's 2-core
+# machine while other jobs loaded it (load 8-13): --plan's estimate until the out folder holds finished
+# runs to measure (docs/DESIGN.md, "The emergence atlas").
+SECONDS_PER_STEP = {"cheap": 11.0, "small": 0.5, "ci": 0.1}
 
 @dataclass(frozen=True)
 class Item:
@@ -85,9 +85,14 @@ def job_text(scale, item, run_dir, cap, data=None):
     return "\n".join(lines) + "\n"
 
 
+_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded here: a forked child of a threaded process must not dlopen
+PR_SET_PDEATHSIG = 1
+
+
 def _die_with_parent():
-    """In the child: SIGKILL when the runner dies (a kill -9 of it must not leave trainers writing)."""
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    """In the child: SIGKILL when the runner dies (a kill -9 of it must not leave trainers writing). Linux
+    ties this to the thread that started the child: a worker thread of the pool, alive until the run ends."""
+    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def steps_done(run_dir):
