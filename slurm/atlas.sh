@@ -32,7 +32,8 @@ refuse() { echo "slurm: atlas.sh: $*" >&2; exit 2; }
 # One array task: item SLURM_ARRAY_TASK_ID of the atlas the submission exported.
 if [ -n "${SLURM_ARRAY_TASK_ID:-}" ] && [ "${SINKLAB_ATLAS_TASK:-}" = 1 ]; then
   mapfile -t runner < <(printf '%s' "${SINKLAB_ATLAS_ARGS:-}" | sed '/^$/d')
-  echo "slurm: atlas array job ${SLURM_ARRAY_JOB_ID:-?} task $SLURM_ARRAY_TASK_ID (job ${SLURM_JOB_ID:-?}): ${runner[*]}"
+  echo "slurm: atlas array job ${SLURM_ARRAY_JOB_ID:-?} task $SLURM_ARRAY_TASK_ID (job ${SLURM_JOB_ID:-?}):" \
+    "${runner[*]}"
   exec "$python" -m jobs.atlas.run "${runner[@]}" --bin "$SINKLAB_BIN" --item "$SLURM_ARRAY_TASK_ID" \
     --parallel 1 --threads "$OMP_NUM_THREADS"
 fi
@@ -64,7 +65,8 @@ done
 
 [ "${SINKLAB_DRY_RUN:-0}" = 1 ] || mkdir -p logs || exit 1
 n=${#items[@]}
-out=$(sinklab_run_or_print env SINKLAB_ATLAS_TASK=1 SINKLAB_ATLAS_ARGS="$(printf '%s\n' "${runner[@]}")" sbatch --parsable \
+args_text=$(printf '%s\n' "${runner[@]}")
+out=$(sinklab_run_or_print env SINKLAB_ATLAS_TASK=1 SINKLAB_ATLAS_ARGS="$args_text" sbatch --parsable \
       --array="0-$((n - 1))${parallel:+%$parallel}" "${sbatch_opts[@]}" "$script") || exit $?
 [ "${SINKLAB_DRY_RUN:-0}" = 1 ] && { echo "$out"; job="(dry run)"; } || job=${out%%;*}
 echo "slurm: atlas: array job $job, $n task(s)${parallel:+, at most $parallel at a time}"

@@ -132,20 +132,23 @@ class Runner:
         log, start = run_dir / "train.log", time.monotonic()
         chunk, cap = self.args.chunk, self.args.cap_steps
         while True:
-            target = min(cap, (steps_done(run_dir) // chunk + 1) * chunk)
-            rc = self.train_chunk(run_dir, target, log)
-            if rc != 0:
-                return None, f"sinklab-pretrain exited with {rc} at the chunk to step {target}: see {log}"
-            if steps_done(run_dir) != target:
-                return None, f"stopped before step {target} (a signal?): rerun to resume; see {log}"
+            done = steps_done(run_dir)
+            target = max(done, min(cap, (done // chunk + 1) * chunk))  # a run past a lowered cap: judged as it is
+            if target > done:
+                rc = self.train_chunk(run_dir, target, log)
+                if rc != 0:
+                    return None, f"sinklab-pretrain exited with {rc} at the chunk to step {target}: see {log}"
+                if steps_done(run_dir) != target:
+                    return None, f"stopped before step {target} (a signal?): rerun to resume; see {log}"
             try:
                 converged, measured = convergence.check(*convergence.read_series(run_dir / "results.h5",
                                                                                  item.run_name(self.scale)))
             except ResultsError as e:
                 return None, f"{e}; see {log}"
             if converged or target >= cap:
+                # seconds: this runner's share of the run (a resumed run's earlier part is not counted)
                 status = {"stopped": "converged" if converged else "cap", "steps": target, "cap": cap,
-                          "rule": convergence.RULE, "seconds": round(time.monotonic() - start, 1), **measured}
+                          "rule": convergence.RULE, **measured, "seconds": round(time.monotonic() - start, 1)}
                 write_atomically(status_path, json.dumps(status, indent=1) + "\n")
                 return status, None
 
@@ -231,7 +234,8 @@ def parse(argv):
                     help="the folder of sinklab-pretrain (default $SINKLAB_BIN or build/bin)")
     ap.add_argument("--plan", action="store_true", help="write the job files and print the atlas' size; no training")
     ap.add_argument("--item", type=int, default=None, help="run only item I of the list (a Slurm array task)")
-    ap.add_argument("--list", action="store_true", help="print the items: index, cell, seed, run folder (tab-separated)")
+    ap.add_argument("--list", action="store_true",
+                    help="print the items: index, cell, seed, run folder (tab-separated)")
     args = ap.parse_args(argv)
     args.cap_steps = args.cap_steps or CAPS[args.scale]
     args.chunk = args.chunk or CHUNKS[args.scale]

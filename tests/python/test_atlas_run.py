@@ -78,8 +78,8 @@ def test_every_cell_is_a_valid_job_at_every_scale(scale, data, tmp_path):
         run_dir = tmp_path / it.cell.name
         run_dir.mkdir()
         (run_dir / "job.ini").write_text(job_text(scale, it, run_dir, 10, data))
-        proc = subprocess.run([str(PRETRAIN), "--config", str(run_dir / "job.ini"), "--dry-run"], env=dict(ENV, SINKLAB_MPI="0"),
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run([str(PRETRAIN), "--config", str(run_dir / "job.ini"), "--dry-run"],
+                              env=dict(ENV, SINKLAB_MPI="0"), capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0, (scale, it.cell.name, proc.stdout[-500:], proc.stderr[-500:])
 
 
