@@ -25,7 +25,7 @@ import pytest
 
 from jobs.atlas import convergence
 from jobs.atlas.cells import CELLS, EXPECT, SCALES
-from jobs.atlas.run import job_text, items_of
+from jobs.atlas.run import CAPS, CHUNKS, items_of, job_text
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(os.environ.get("SINKLAB_BIN_DIR", ROOT / "build" / "bin"))
@@ -112,11 +112,17 @@ def test_convergence_rule_on_constructed_series():
     assert not convergence.check(steps[:5], copy[:5] * 0, bos[:5])[0]  # too few evaluations for two windows
 
 
+def _newest_checkpoint(run_dir):
+    steps = [int(c.name[5:13]) for c in (run_dir / "checkpoints").glob("step_*") if not c.name.endswith(".tmp")]
+    return max(steps, default=0)
+
+
 def _checkpointed_unfinished(root):
-    """A run folder with a checkpoint after step 0 but no atlas_status.json (a run in flight), or None."""
+    """A run in flight with a checkpoint after step 0 and its last chunk still to train (so that a rerun must
+    resume it, not only judge it), or None."""
     for run_dir in root.glob("*/seed*"):
-        if not (run_dir / "atlas_status.json").exists() and any(not c.name.endswith(".tmp") and int(c.name[5:13]) > 0
-                                                                   for c in (run_dir / "checkpoints").glob("step_*")):
+        newest = _newest_checkpoint(run_dir)
+        if not (run_dir / "atlas_status.json").exists() and 0 < newest <= CAPS["ci"] - CHUNKS["ci"]:
             return run_dir
     return None
 
@@ -138,7 +144,7 @@ def test_runner_end_to_end_with_a_kill_and_a_resume(data, tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     log_at_kill = len((killed / "train.log").read_text())
-    newest = max(int(c.name[5:13]) for c in (killed / "checkpoints").glob("step_*") if not c.name.endswith(".tmp"))
+    newest = _newest_checkpoint(killed)
     finished_before = {p.parent for p in root.glob("*/seed*/atlas_status.json")}
     time.sleep(1)  # the trainers died with the runner: nothing writes to the folders any more
     trainers = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p).count(str(out))]
