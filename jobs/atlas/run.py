@@ -24,6 +24,7 @@ import argparse
 import ctypes
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -96,11 +97,20 @@ def _die_with_parent():
 
 
 def steps_done(run_dir):
-    """The steps of the last finished chunk (the trainer's DONE file), 0 when none."""
+    """The steps the trainer's last invocation finished (its DONE file: "<N>" or "steps <N> of <target>"), 0
+    when none (the trainer removes DONE when it starts)."""
     try:
-        return int((Path(run_dir) / "DONE").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
+        found = re.search(r"\d+", (Path(run_dir) / "DONE").read_text())
+    except OSError:
         return 0
+    return int(found.group()) if found else 0
+
+
+def steps_reached(run_dir):
+    """How far the run got: DONE's steps or its newest checkpoint's (a run killed mid-chunk has no DONE)."""
+    steps = [int(m.group(1)) for c in (Path(run_dir) / "checkpoints").glob("step_*")
+             if (m := re.fullmatch(r"step_(\d+)", c.name))]
+    return max([steps_done(run_dir), *steps])
 
 
 class Runner:
@@ -132,7 +142,7 @@ class Runner:
         log, start = run_dir / "train.log", time.monotonic()
         chunk, cap = self.args.chunk, self.args.cap_steps
         while True:
-            done = steps_done(run_dir)
+            done = steps_reached(run_dir)
             target = max(done, min(cap, (done // chunk + 1) * chunk))  # a run past a lowered cap: judged as it is
             if target > done:
                 rc = self.train_chunk(run_dir, target, log)
