@@ -184,9 +184,8 @@ def _one_run(rep, label, r, eps):
     """One run's tables and figures; returns the anchor of its loss and Sink curves."""
     rep.heading(3, f"Run {label}")
     where = f"run {label}"
-    for note in r.notes:
+    for note in r.notes:  # also in the page's notes (report.build_report)
         rep.para(f"Note: {note}.", cls="note")
-        rep.notes.append(f"{where}: {note}")
     tr, ev = r.train, r.eval
     caption = f"Run {label}, file {Path(r.file).name}"
     if tr is not None and "step" in tr:
@@ -194,8 +193,6 @@ def _one_run(rep, label, r, eps):
         rows = [[_csv_num(tr[c][k]) for c in cols] for k in range(len(tr["step"]))]
         rep.table(Table(f"run_{label}_train", f"Run {label}: training log, one row per step", cols, rows,
                         inline=False))
-    elif tr is None:
-        rep.para(f"{where}: no training log (/runs/<run>/train).", cls="note")
     if ev is None:
         rep.skipped(where, "no /runs/<run>/eval with step, valid_loss, sink (evaluation table and figures)")
         if tr is not None and "loss" in tr and "step" in tr:
