@@ -561,7 +561,8 @@ def nothing_to_report(rf):
     if not top:
         return "not a sinklab results file: an empty HDF5 file (no /runs, /models or /items group)"
     if all(isinstance(rf._h5[k], h5py.Group) and "tokens" in rf._h5[k] for k in top):
-        return "not a sinklab results file: data_prep's survey inputs (/<domain>/tokens), the survey's input, not its results"
+        return ("not a sinklab results file: data_prep's survey inputs (/<domain>/tokens), the survey's input, "
+                "not its results")
     return f"not a sinklab results file: no /runs, /models or /items group (it holds /{', /'.join(top[:4])})"
 
 
