@@ -49,7 +49,7 @@ def read_runs(path, eps):
                 continue
             matches = [i for i, e in enumerate(ev.eps) if abs(e - eps) < 1e-9]
             if not matches:
-                raise ResultsError(f"{path}: run {run.name} has Sink_1 at eps {ev.eps}, not at --eps {eps:g}")
+                raise SystemExit(f"{path}: run {run.name} has Sink_1 at eps {ev.eps}, not at --eps {eps:g}")
             cfg = ini_settings(run.config)
             sim, norm = cfg.get("attn-sim", DEFAULTS["attn-sim"]), cfg.get("attn-norm", DEFAULTS["attn-norm"])
             # The probe measures proxy scores whenever the weights are not a distribution (probe/model_probe).
