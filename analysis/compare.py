@@ -7,7 +7,8 @@ sink grows above it long before a thresholded Sink_1 moves off 0%; results.mean_
 
 Every run in every file is a column group, named by its run name and attention operation. A run whose
 attention weights are not a distribution (normaliser other than the plain sum, or rows summing to
-alpha != 1) has its Sink_1 from the paper's proxy scores (Sec. 7.4): marked with *.
+alpha != 1) has its Sink_1 from the paper's proxy scores (Sec. 7.4): marked with *. A file without a run with
+evaluations (an empty HDF5 file, a survey's results) is refused in one line naming it, exit status 1.
 """
 import argparse
 import sys
@@ -16,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis.describe import DEFAULTS
-from analysis.results import ResultsError, bos_attention, ini_settings, is_bbm, mean_alpha1, open_results
+from analysis.results import (ResultsError, bos_attention, ini_settings, is_bbm, mean_alpha1, nothing_to_report,
+                              open_results)
 
 
 @dataclass
@@ -34,9 +36,13 @@ class Run:
 
 
 def read_runs(path, eps):
-    """The runs of one results file that have evaluations, Sink_1 at `eps` (through analysis.results)."""
+    """The runs of one results file that have evaluations, Sink_1 at `eps` (through analysis.results);
+    ResultsError when it has none (a file given to compare must add a column)."""
     runs = []
     with open_results(path) as rf:
+        if not any(run.eval is not None for run in rf.runs):
+            why = nothing_to_report(rf) or "no training run with evaluations (/runs/<run>/eval)"
+            raise ResultsError(f"{path}: {why}")
         for run in rf.runs:
             ev = run.eval
             if ev is None:
@@ -125,9 +131,6 @@ def main(argv):
         runs = [r for path in args.results for r in read_runs(path, args.eps)]
     except ResultsError as e:
         print(f"analysis.compare: {e}", file=sys.stderr)
-        return 1
-    if not runs:
-        print("analysis.compare: no run with evaluations in " + ", ".join(args.results), file=sys.stderr)
         return 1
     print(compare_table(runs, args.eps))
     return 0

@@ -30,6 +30,13 @@ def persistent_onset_step(steps, values, threshold, strict=False):
     return None if i is None else int(np.asarray(steps)[i])
 
 
-RULE_TEXT = ("a sink has emerged at the first evaluation from which the measure stays at or above its threshold "
-             "to the run's last evaluation (a transient crossing is not an emergence; a run below the threshold "
-             "at its last evaluation has none, censored at its last step)")
+def rule_text(measure="the measure", threshold="its threshold", strict=False):
+    """The rule in words for one measure and threshold, as a report states it: rule_text("Sink_1^0.3", "0 %",
+    strict=True) for the training runs' Sink_1^eps > 0; RULE_TEXT is its general form."""
+    above, below = ("above", "not above") if strict else ("at or above", "below")
+    return (f"a sink has emerged at the first evaluation from which {measure} stays {above} {threshold} to the "
+            f"run's last evaluation (a transient crossing is not an emergence; a run {below} it at its last "
+            "evaluation has none, censored at its last step)")
+
+
+RULE_TEXT = rule_text()

@@ -44,7 +44,9 @@ No text of the page names a path of the machine: absolute paths are shown relati
 their last component (analysis.tables.public_text).
 Tables are analysis.tables.Table, figures are drawn by analysis.figures.
 Output: DIR/index.html, DIR/tables/*.md + *.csv, DIR/figures/*.png. A bad input file ends the program
-with one line naming it and exit status 1.
+with one line naming it and exit status 1, before anything is written: one that is not HDF5, and one that holds
+nothing to show (an empty HDF5 file, data_prep's survey_inputs.h5; results.nothing_to_report). What a run lacks
+(no train/loss, a malformed dataset) is a note naming the run and the dataset, whichever section shows it.
 """
 import argparse
 import html
@@ -53,9 +55,10 @@ import sys
 from pathlib import Path
 
 from analysis.job_index import JOBS_DIR, JobIndex
-from analysis.results import DEFAULT_EPS, ResultsError, open_results
+from analysis.results import DEFAULT_EPS, ResultsError, nothing_to_report, open_results
 from analysis.sections import (ReportData, ablations, atlas, bbm, downstream, items, models, paper_figures,
                                paper_tables, sft, training)
+from analysis.sections.labels import run_labels
 from analysis.sections.summary import summary_html
 from analysis.tables import INLINE_ROWS, PROXY_EXPLAINED, public_text
 
@@ -224,6 +227,9 @@ def build_report(paths, out_dir, eps=DEFAULT_EPS, jobs_dir=JOBS_DIR):
     try:
         for p in paths:
             files.append(open_results(p))
+            why = nothing_to_report(files[-1])
+            if why:
+                raise ResultsError(f"{p}: {why}")
         data = ReportData(files=files, runs=[r for rf in files for r in rf.runs],
                           entries=[e for rf in files for e in rf.entries],
                           items=[it for rf in files for it in rf.items],
@@ -234,6 +240,9 @@ def build_report(paths, out_dir, eps=DEFAULT_EPS, jobs_dir=JOBS_DIR):
             rep = Report(out_dir)
         except OSError as e:
             raise ResultsError(f"-o {out_dir}: cannot create the directory: {e.strerror or e}") from None
+        # What the reader found missing or malformed in a run (no train/loss, a dataset of the wrong rank) is
+        # listed whichever section shows the run.
+        rep.notes += [f"run {label}: {note}" for label, r in zip(run_labels(data.runs), data.runs) for note in r.notes]
         for section in SECTIONS:
             section.write_section(rep, data)
         rep.write_html(summary_html(rep, data))

@@ -8,7 +8,9 @@ analysis.summary and analysis.report.
 
 Every dataset but a few core ones is optional: a missing or malformed one reads as None and adds a line
 to the owner's `notes`, so the callers can skip what is not there and say why. Errors a user can cause
-(no such file, not HDF5) raise ResultsError with one line naming the file.
+(no such file, not HDF5) raise ResultsError with one line naming the file; a file that opens but holds nothing
+to show (an empty HDF5 file, data_prep's survey inputs) is for the callers to refuse, with nothing_to_report's
+reason.
 """
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +28,9 @@ NOTE_ATTRS = ("variant", "file_type", "quantization", "quantisation", "dtype", "
 DEFAULT_EPS = 0.3
 
 TRAIN_COLUMNS = ("step", "tokens", "loss", "lr", "grad_norm", "tokens_per_s", "mfu")
+# The train columns every writer writes and the readers draw from: a run without one gets a note saying what
+# is left out, rather than a blank cell.
+TRAIN_NEEDED = {"step": "the training log", "loss": "the training loss"}
 MONITOR_DATASETS = {"step": 1, "skipped": 1, "nonfinite_steps": 1, "layer_grad_norm": 2, "update_ratio": 2,
                     "max_abs_activation": 2}
 EVENT_COLUMNS = ("step", "kind", "value", "window_mean", "window_std")
@@ -280,6 +285,9 @@ def _read_train(g, notes, where):
         a = _numeric(g, name, 1, notes, where)
         if a is not None:
             cols[name] = a
+    for name in TRAIN_NEEDED:
+        if name not in g:  # a malformed one has its note from _numeric
+            notes.append(f"{where}: no {name} dataset ({TRAIN_NEEDED[name]} left out)")
     if not cols:
         return None
     n = min(len(a) for a in cols.values())
@@ -497,6 +505,8 @@ def open_results(path):
                           attrs={k: g.attrs[k] for k in g.attrs})
                 if isinstance(g.get("train"), h5py.Group):
                     run.train = _read_train(g["train"], run.notes, g["train"].name)
+                else:
+                    run.notes.append(f"{g.name}: no train group (the training log and loss left out)")
                 if isinstance(g.get("eval"), h5py.Group):
                     run.eval = _read_eval(g["eval"], run.notes, g["eval"].name)
                 if isinstance(g.get("monitor"), h5py.Group):
@@ -532,10 +542,28 @@ def open_results(path):
     tool = writer_of(attrs.get("command_line", ""))
     for e in entries:
         e.tool = tool
-    if not runs and not entries and not items and not scores and not ablation_losses:
-        notes.append(f"{path}: no /runs, /models or /items: nothing to report")
     return ResultsFile(path=str(path), attrs=attrs, runs=runs, entries=entries, items=items, notes=notes,
                        _h5=f, scores=scores, ablation_losses=ablation_losses)
+
+
+def nothing_to_report(rf):
+    """Why the open results file `rf` holds nothing a reader can show (a clause for a one-line refusal), or None
+    when it holds something: a run with a training log or evaluations, a model's measurement, a survey item, a
+    multiple-choice score or an ablation loss."""
+    if rf.items or rf.scores or rf.ablation_losses or any(len(e.sink) or e.arrays for e in rf.entries) or \
+            any(r.train or r.eval or r.monitor or r.events for r in rf.runs):
+        return None
+    empty = [f"/runs/{r.name}" for r in rf.runs] + [f"/models/{e.model}/{e.input}/{e.domain}" for e in rf.entries]
+    if empty:
+        more = f" and {len(empty) - 3} more" if len(empty) > 3 else ""
+        return f"nothing to show: {', '.join(empty[:3])}{more} hold(s) no training log, evaluation or measurement"
+    top = list(rf._h5.keys()) if rf._h5 is not None else []
+    if not top:
+        return "not a sinklab results file: an empty HDF5 file (no /runs, /models or /items group)"
+    if all(isinstance(rf._h5[k], h5py.Group) and "tokens" in rf._h5[k] for k in top):
+        return ("not a sinklab results file: data_prep's survey inputs (/<domain>/tokens), the survey's input, "
+                "not its results")
+    return f"not a sinklab results file: no /runs, /models or /items group (it holds /{', /'.join(top[:4])})"
 
 
 def uniform_alpha1(T):

@@ -4,13 +4,15 @@ model the Sink_1^eps per input mode (the paper's Table 1 layout).
 
     python -m analysis.summary results/run/results.h5 [more.h5 ...]
 
-analysis.report makes the same tables (and the figures) as Markdown/CSV/PNG in one HTML page.
+analysis.report makes the same tables (and the figures) as Markdown/CSV/PNG in one HTML page. A file that
+is not a results file or holds nothing to show (an empty HDF5 file, data_prep's survey inputs) is refused in
+one line naming it, exit status 1, before anything is printed.
 """
 import sys
 
 import numpy as np
 
-from analysis.results import ResultsError, open_results
+from analysis.results import ResultsError, nothing_to_report, open_results
 
 
 def _eval_table(run):
@@ -44,9 +46,19 @@ def _models_table(entries):
               f"(n_seq={e.attrs.get('n_seq', '?')}, T={e.attrs.get('T', '?')})")
 
 
+def open_with_content(path):
+    """open_results, refusing a file that holds nothing to show (results.nothing_to_report)."""
+    rf = open_results(path)
+    why = nothing_to_report(rf)
+    if why:
+        rf.close()
+        raise ResultsError(f"{path}: {why}")
+    return rf
+
+
 def summarize(path):
     print(f"== {path}")
-    with open_results(path) as rf:
+    with open_with_content(path) as rf:
         for run in rf.runs:
             if run.train:
                 _train_line(run)
@@ -65,6 +77,8 @@ def main(argv):
         print(__doc__)
         return 2
     try:
+        for path in argv:  # every file checked before anything is printed
+            open_with_content(path).close()
         for path in argv:
             summarize(path)
     except ResultsError as e:

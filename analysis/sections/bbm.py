@@ -5,8 +5,9 @@ Bigram-Backcopy run of the files (sinklab-pretrain --bbm-meta: eval/copy_loss, e
 group) is drawn on one plot of BOS attention against steps (the form of the paper's Fig. 4 middle) beside its
 copy and bigram validation losses, then the first token's residual (hidden-state) and value norms against
 the others', the raw weights of the runs whose attention rows are not distributions, and one table: per run
-its variant, final Sink_1^eps, the step at which the BOS attention first reached eps, the copy loss, the
-paper's expectation for the cell and whether the run agrees.
+its variant, final Sink_1^eps, the step from which the BOS attention stays at or above eps to the last
+evaluation (where a sink emerged: analysis/emergence.py's rule; a crossing that falls back is none), the copy
+loss, the paper's expectation for the cell and whether the run agrees.
 
 Runs are matched to the study's cells (jobs/pretrain/make_jobs.py, group "bbm", through analysis.job_index)
 by their job file's run-name, else by their settings (CELL_KEYS, then the closest OPTIMISER_KEYS) when they
@@ -27,6 +28,7 @@ import numpy as np
 
 from analysis import figures
 from analysis.describe import DEFAULTS  # sinklab-pretrain's defaults of what a job file may leave out
+from analysis.emergence import persistent_onset_step
 from analysis.results import bos_attention, ini_settings, is_atlas_run, is_bbm, match_eps, tokens_at, tokens_text
 from analysis.sections.labels import run_labels
 from analysis.sections.paper_tables import cell_status
@@ -58,7 +60,8 @@ RULES = {
                                  "here: only the first w of T queries see BOS, so it averages in zeros.",
     "more_than": "larger than in {ref}: the BOS attention at the last evaluation step both runs have is larger.",
     "less_than": "smaller than in {ref}: the BOS attention at the last evaluation step both runs have is smaller.",
-    "later_than": "later than in {ref}: the BOS attention first reaches {eps} at a later evaluation step than in "
+    "later_than": "later than in {ref}: the BOS attention reaches {eps} for good (stays there to the last "
+                  "evaluation) at a later evaluation step than in "
                   "{ref}, or not at all in a run at least as long as the step where {ref}'s did.",
 }
 KIND_TEXT = {"sink": "a sink", "no_sink": "no sink", "moved_to_bias": "the sink moved to the bias position",
@@ -88,11 +91,11 @@ class BbmRun:
         return bool(self.run.eval.proxy)
 
     def cross(self, eps):
-        """The first evaluation step at which the BOS attention reached eps, None if none did."""
+        """The evaluation step from which the BOS attention stays at or above eps to the last evaluation (where
+        the sink emerged, analysis/emergence.py's rule), None if it is below eps at the last one."""
         if self.bos is None:
             return None
-        at = np.nonzero(self.bos >= eps)[0]
-        return int(self.steps[at[0]]) if len(at) else None
+        return persistent_onset_step(self.steps, self.bos, eps)
 
     def last_step(self):
         return int(self.steps[-1])
@@ -372,7 +375,7 @@ def _table(rep, cells, bs, by_key, eps):
     settings_of = {id(cell): settings for cell, job, settings, key in cells}
     rows, stars, verdicts, seen = [], set(), [], set()
     cols = ["variant", "run", "the paper's expectation", "rule", f"Sink_1^{eps:g} (%)", "BOS attention",
-            f"first step with BOS attention >= {eps:g}", "copy loss", "measured", "agrees"]
+            f"step from which BOS attention stays >= {eps:g}", "copy loss", "measured", "agrees"]
 
     def add(variant, b, expect, kind):
         if b is None:

@@ -4,7 +4,8 @@ axis): one row per run at its last evaluation (the layout of the paper's Tables 
 valid loss and Sink_1^eps side by side over steps, mean alpha_1 against uniform attention and the
 massive-activation ratio per layer; per run its training log and evaluations, loss and Sink curves (Fig. 4),
 massive-activation ratio per layer (Fig. 7), alpha_1 and alpha_* per layer and head (Figs. 19-24) and mean
-alpha_1 over training. Each run adds a finding: whether and when a thresholded sink emerged.
+alpha_1 over training. Each run adds a finding: whether and when a thresholded sink emerged, by the persistent
+rule of analysis/emergence.py (Sink_1^eps above 0 % from that evaluation to the last one), stated on the page.
 """
 import math
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis import figures
+from analysis.emergence import persistent_onset, rule_text
 from analysis.results import (eps_index, ini_settings, is_bbm, is_finetuning, match_eps, mean_alpha1,
                               probe_length, tokens_at, tokens_text)
 from analysis.sections.labels import eps_col, run_labels
@@ -33,6 +35,8 @@ def write_section(rep, data):
     if not pairs:
         return  # only Bigram-Backcopy and fine-tuning runs: their own sections
     rep.section("Training runs", anchor="runs")
+    rule = rule_text(f"Sink_1^{eps:g}", "0 %", strict=True)
+    rep.para(f"When a thresholded sink emerged (the findings): {rule}.")
     others = [what for what, n in (("Bigram-Backcopy", sum(is_bbm(r) for r in data.runs)),
                                    ("fine-tuning", sum(is_finetuning(r) for r in data.runs))) if n]
     if others:
@@ -101,24 +105,31 @@ def sink_series(r, eps):
 
 
 def emergence_finding(label, r, eps):
-    """The finding of one pre-training run: whether and when Sink_1^eps first rose above 0 % (some head's
-    alpha_1 above eps), or that it did not in the steps and tokens run, with mean alpha_1 against uniform
-    attention and the paper's reference."""
+    """The finding of one pre-training run: whether and when a thresholded sink emerged by emergence.py's
+    persistent rule (Sink_1^eps above 0 %, some head's alpha_1 above eps, from some evaluation to the last one;
+    a crossing that falls back to 0 % is named, not counted), or that none did in the steps and tokens run, with
+    mean alpha_1 against uniform attention and the paper's reference."""
     got = sink_series(r, eps)
     if got is None:
         return None
     steps, sink, fed = got
     star = "*" if r.eval.proxy else ""
     last, n_last = int(steps[-1]), tokens_at(r, int(steps[-1]))
+    at_last = f"{float(sink[-1]):.2f} %{star} at step {last}"
     where = f", measured {fed}" if fed else ""
+    onset = persistent_onset(sink, 0.0, strict=True)
     above = np.nonzero(sink > 0)[0]
-    if len(above) and int(steps[above[0]]) == 0:
-        text = (f"{label}: Sink_1^{eps:g} above 0 from initialisation (step 0), {float(sink[-1]):.2f} %{star} at step "
-                f"{last} ({tokens_text(n_last)} tokens){where}")
+    if onset == 0 and int(steps[0]) == 0:
+        text = (f"{label}: Sink_1^{eps:g} above 0 from initialisation (step 0) to the last evaluation, {at_last} "
+                f"({tokens_text(n_last)} tokens){where}")
+    elif onset is not None:
+        s = int(steps[onset])
+        text = (f"{label}: a thresholded sink emerged at step {s} ({tokens_text(tokens_at(r, s))} tokens): "
+                f"Sink_1^{eps:g} above 0 from there to the last evaluation, {at_last}{where}")
     elif len(above):
-        s = int(steps[above[0]])
-        text = (f"{label}: a thresholded sink emerged: Sink_1^{eps:g} first above 0 at step {s} "
-                f"({tokens_text(tokens_at(r, s))} tokens), {float(sink[-1]):.2f} %{star} at step {last}{where}")
+        text = (f"{label}: no thresholded sink emerged in {last} steps ({tokens_text(n_last)} tokens): "
+                f"Sink_1^{eps:g} was above 0 at {len(above)} of {len(steps)} evaluations (first at step "
+                f"{int(steps[above[0]])}) but is {at_last}, a transient crossing{where}")
     else:
         text = (f"{label}: no thresholded sink emerged in {last} steps ({tokens_text(n_last)} tokens): "
                 f"Sink_1^{eps:g} = 0.00 %{star} at every evaluation{where}")
@@ -184,9 +195,8 @@ def _one_run(rep, label, r, eps):
     """One run's tables and figures; returns the anchor of its loss and Sink curves."""
     rep.heading(3, f"Run {label}")
     where = f"run {label}"
-    for note in r.notes:
+    for note in r.notes:  # also in the page's notes (report.build_report)
         rep.para(f"Note: {note}.", cls="note")
-        rep.notes.append(f"{where}: {note}")
     tr, ev = r.train, r.eval
     caption = f"Run {label}, file {Path(r.file).name}"
     if tr is not None and "step" in tr:
@@ -194,8 +204,6 @@ def _one_run(rep, label, r, eps):
         rows = [[_csv_num(tr[c][k]) for c in cols] for k in range(len(tr["step"]))]
         rep.table(Table(f"run_{label}_train", f"Run {label}: training log, one row per step", cols, rows,
                         inline=False))
-    elif tr is None:
-        rep.para(f"{where}: no training log (/runs/<run>/train).", cls="note")
     if ev is None:
         rep.skipped(where, "no /runs/<run>/eval with step, valid_loss, sink (evaluation table and figures)")
         if tr is not None and "loss" in tr and "step" in tr:

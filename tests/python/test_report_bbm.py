@@ -23,6 +23,7 @@ import pytest
 h5py = pytest.importorskip("h5py")
 pytest.importorskip("matplotlib")
 
+from analysis.emergence import persistent_onset_step  # noqa: E402
 from analysis.results import EvalSeries, Run  # noqa: E402
 from analysis.sections import bbm  # noqa: E402
 from jobs.pretrain import make_jobs  # noqa: E402
@@ -109,6 +110,20 @@ def test_rules_agree_disagree_and_undecided():
     assert _verdict("later_than:ref", _run("a", flat), [_run("ref", flat)]) == "undecided"
 
 
+def test_a_sink_emerged_where_the_bos_attention_stays_above_eps():
+    """emergence.py's rule (issue 44, item 7): a crossing of 0.3 that falls back is no emergence, and a run that
+    crossed, fell back and crossed again emerged at its second crossing; the tally and the findings count it so."""
+    steps = (0, 10, 20, 30)
+    blip, dip, rising = _run("a", [0.0, 0.35, 0.1, 0.1], steps), _run("b", [0.0, 0.4, 0.2, 0.5], steps), \
+        _run("c", [0.0, 0.2, 0.3, 0.5], steps)
+    assert (blip.cross(0.3), dip.cross(0.3), rising.cross(0.3)) == (None, 30, 20)
+    assert bbm._tally([blip, dip, rising], [], [], 0.3).startswith("A sink (BOS attention >= 0.3) emerged in 2 of 3 ")
+    assert bbm._run_finding(blip, None, "", 0.3).startswith("bbm.a: no sink in 30 steps (")
+    assert bbm._run_finding(dip, None, "", 0.3).startswith("bbm.b: a sink emerged at step 30 (")
+    # later_than: the reference's sink is dated from 30, so a run that keeps it from 20 is earlier, not later.
+    assert _verdict("later_than:b", rising, [dip]) == "disagrees"
+
+
 def test_a_run_short_of_its_steps_cannot_disagree_yet():
     b = _run("a", [0.0, 0.01, 0.02], config_steps=400)  # stopped at step 20 of 400 (in progress or cut)
     b.cell = _cell("sink")
@@ -193,9 +208,9 @@ def test_section_table_holds_the_files_numbers(bbm_report):
             assert float(row["Sink_1^0.3 (%)"]) == pytest.approx(ev["sink"][-1, 1], abs=0)
             assert float(row["BOS attention"]) == pytest.approx(bos[-1], abs=0)
             assert float(row["copy loss"]) == pytest.approx(ev["copy_loss"][-1], abs=0)
-            crossed = np.nonzero(bos >= 0.3)[0]
-            want = str(int(ev["step"][crossed[0]])) if len(crossed) else f"not in {int(ev['step'][-1])} steps"
-            assert row["first step with BOS attention >= 0.3"] == want
+            onset = persistent_onset_step(ev["step"][...], bos, 0.3)
+            want = str(onset) if onset is not None else f"not in {int(ev['step'][-1])} steps"
+            assert row["step from which BOS attention stays >= 0.3"] == want
             assert row["agrees"] in ("agrees", "disagrees", "undecided")
             if name == "bbm.sigmoid":  # proxy scores, with the raw weights beside them
                 assert int(ev.attrs["proxy_scores"]) == 1 and "raw weight on BOS" in row["measured"]
