@@ -1,9 +1,9 @@
 #include "train/describe.hpp"
 
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "model/transformer.hpp"
+#include "train/run_dir.hpp"
 
 namespace sinklab::train {
 
@@ -13,17 +13,6 @@ nlohmann::json pairs_object(const std::vector<std::pair<std::string, std::string
   nlohmann::json out = nlohmann::json::object();
   for (const auto& [key, value] : pairs) out[key] = value;
   return out;
-}
-
-// The effective configuration's `name = value` lines (TrainConfig::config_text) as an object.
-nlohmann::json settings_object(const std::string& config_text) {
-  std::vector<std::pair<std::string, std::string>> pairs;
-  std::istringstream ini(config_text);
-  for (std::string line; std::getline(ini, line);) {
-    const size_t eq = line.find(" = ");
-    if (eq != std::string::npos) pairs.emplace_back(line.substr(0, eq), line.substr(eq + 3));
-  }
-  return pairs_object(pairs);
 }
 
 }  // namespace
@@ -44,7 +33,7 @@ std::string describe_json(const TrainConfig& cfg) {
                                                {"total", bytes.total(m.n_layers)}};
   }
   const nlohmann::json out = {
-      {"settings", settings_object(cfg.config_text)},
+      {"settings", fingerprint_of_text(cfg.config_text)},  // the same `name = value` lines
       {"axes", pairs_object(m.axes())},
       {"axis_defaults", pairs_object(model::ModelConfig{}.axes())},
       {"params", params},
