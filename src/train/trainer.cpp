@@ -314,7 +314,8 @@ StepRecord Trainer::train_step(int64_t step) {
     int64_t counted = 0;
     // The last micro-batch's backward hands each finished part of the gradients to grad_sync_.
     const bool last = micro == layout_.accum - 1;
-    sums[0] += model_.forward_backward(staged_copy(ids_stage_[0], inputs_, device_), staged_copy(ids_stage_[1], targets_, device_), grad_scale, &counted,
+    sums[0] += model_.forward_backward(staged_copy(ids_stage_[0], inputs_, device_),
+                                       staged_copy(ids_stage_[1], targets_, device_), grad_scale, &counted,
                                        &activations, last ? grad_sync_.get() : nullptr);
     sums[1] += double(counted);
   }
