@@ -9,7 +9,7 @@
 // call: the f32 -> bf16 conversions of the fast kernels (the CUDA backend is f32 until bf16 --precision).
 // Each time is the median of `reps` timed calls after 2 warm-up calls, the device synchronised around each.
 //
-// Usage: bench_attention_gpu [reps] [reference_reps]   (needs a CUDA device; a CPU-only build says so)
+// Usage: bench_attention_gpu [reps] [reference_reps] [dh]   (dh 128 by default; needs a CUDA device)
 // Output, one line per kernel: "attention_gpu kernel=<> sim=<> fwd_ms=<> bwd_ms=<> fwd_tflops=<> bwd_tflops=<>"
 #include <algorithm>
 #include <chrono>
@@ -43,8 +43,8 @@ double median_ms(Backend& be, int reps, F&& f) {
   return t[t.size() / 2];
 }
 
-void run(ops::AttnKernel kernel, ops::AttnSim sim, int reps) {
-  const int64_t B = 8, H = 16, T = 2048, dh = 128;
+void run(ops::AttnKernel kernel, ops::AttnSim sim, int reps, int64_t dh) {
+  const int64_t B = 8, H = 16, T = 2048;
   const Device dev = Device::cuda(0);
   Backend& be = backend_for(dev);
   auto make = [&](std::initializer_list<int64_t> shape) {
@@ -96,14 +96,19 @@ void run(ops::AttnKernel kernel, ops::AttnSim sim, int reps) {
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 20;
   const int ref_reps = argc > 2 ? std::atoi(argv[2]) : 1;
+  const int64_t dh = argc > 3 ? std::atoll(argv[3]) : 128;
+  if (reps < 1 || ref_reps < 1 || dh < 1) {
+    std::fprintf(stderr, "bench_attention_gpu: reps, reference_reps and dh must be positive\n");
+    return 2;
+  }
   if (!cuda_available()) {
     std::fprintf(stderr, "bench_attention_gpu: no usable CUDA device (or a build without CUDA)\n");
     return 3;
   }
   try {
-    run(ops::AttnKernel::cudnn, ops::AttnSim::exp, reps);
-    run(ops::AttnKernel::flash, ops::AttnSim::sigmoid, reps);
-    run(ops::AttnKernel::reference, ops::AttnSim::exp, ref_reps);
+    run(ops::AttnKernel::cudnn, ops::AttnSim::exp, reps, dh);
+    run(ops::AttnKernel::flash, ops::AttnSim::sigmoid, reps, dh);
+    run(ops::AttnKernel::reference, ops::AttnSim::exp, ref_reps, dh);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_attention_gpu: error: %s\n", e.what());
     return 1;

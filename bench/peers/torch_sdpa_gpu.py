@@ -1,7 +1,7 @@
 """PyTorch's SDPA on the GPU at issue #14's shape (B=8, H=16, T=2048, dh=128, causal, bf16), forward and
 backward, timed with CUDA events (median of `reps` after 2 warm-up calls), FLOPs counted as
 bench/bench_attention_gpu.cpp counts them. Prints one line in its format (kernel=torch_sdpa).
-Usage: python torch_sdpa_gpu.py [reps]"""
+Usage: python torch_sdpa_gpu.py [reps] [dh]   (dh 128 by default)"""
 import sys
 
 import torch
@@ -23,7 +23,8 @@ def median_ms(fn, reps):
 
 def main():
     reps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
-    B, H, T, dh = 8, 16, 2048, 128
+    dh = int(sys.argv[2]) if len(sys.argv) > 2 else 128
+    B, H, T = 8, 16, 2048
     g = torch.Generator(device="cuda").manual_seed(7)
     q, k, v, go = (torch.randn(B, H, T, dh, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
     q.requires_grad_(True), k.requires_grad_(True), v.requires_grad_(True)

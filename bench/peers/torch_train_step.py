@@ -5,6 +5,11 @@ SwiGLU, untied head, no biases) in float32, one optimizer step = forward + backw
     python torch_train_step.py --vocab V --d D --layers L --heads H --ffn F --seq T --rows B --threads N
         [--pos-emb rope|learned] [--ffn-act swiglu|relu]
 
+On a GPU (the peer of `sinklab-pretrain --device cuda --precision bf16`, bench/run_train_gpu.sh):
+    --device cuda [--bf16] [--compile] [--accum A]: bf16 autocast (float32 master weights), SDPA,
+    torch.compile, A micro-batches of --rows rows per optimizer step, fused AdamW; times taken after
+    torch.cuda.synchronize(); also prints the peak memory PyTorch allocated.
+
 --pos-emb learned --ffn-act relu is the Bigram-Backcopy model (Guo et al. 2024; bench_train_step --set
 pos-emb=learned --set ffn=relu): a learned [T, d] position table added to the token embedding, no
 RoPE, and a plain FFN down(relu(up(x))).
@@ -79,24 +84,43 @@ def main():
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--pos-emb", choices=("rope", "learned"), default="rope")
     p.add_argument("--ffn-act", choices=("swiglu", "relu"), default="swiglu")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast (cuda)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    model = Model(a.vocab, a.d, a.layers, a.heads, a.ffn, a.seq, a.pos_emb, a.ffn_act)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, foreach=True)
-    ids = torch.randint(0, a.vocab, (a.rows, a.seq))
-    tgt = torch.randint(0, a.vocab, (a.rows, a.seq))
+    dev = torch.device(a.device)
+    model = Model(a.vocab, a.d, a.layers, a.heads, a.ffn, a.seq, a.pos_emb, a.ffn_act).to(dev)
+    fused = a.device == "cuda"
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1,
+                            foreach=not fused, fused=fused)
+    run = torch.compile(model) if a.compile else model
+    ids = torch.randint(0, a.vocab, (a.rows, a.seq), device=dev)
+    tgt = torch.randint(0, a.vocab, (a.rows, a.seq), device=dev)
+    autocast = torch.autocast(device_type=a.device, dtype=torch.bfloat16, enabled=a.bf16)
+    sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
     total = 0.0
     for s in range(a.warmup + a.steps):
+        sync()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(ids).view(-1, a.vocab), tgt.view(-1))
-        loss.backward()
+        for _ in range(a.accum):
+            with autocast:
+                logits = run(ids)
+            loss = F.cross_entropy(logits.float().view(-1, a.vocab), tgt.view(-1)) / a.accum
+            loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        sync()
         if s >= a.warmup:
             total += time.perf_counter() - t0
-    print(f"torch tokens_per_s {a.rows * a.seq * a.steps / total:.1f} step_ms {1e3 * total / a.steps:.2f}")
+    tokens = a.rows * a.seq * a.accum * a.steps
+    extra = ""
+    if a.device == "cuda":
+        extra = f" peak_mem_gib {torch.cuda.max_memory_allocated() / 2**30:.2f} bf16 {int(a.bf16)} compile {int(a.compile)}"
+    print(f"torch tokens_per_s {tokens / total:.1f} step_ms {1e3 * total / a.steps:.2f}{extra}")
 
 
 if __name__ == "__main__":

@@ -6,9 +6,11 @@
 #
 #   tests/gpu/run.sh                         build everything, run the gpu tests
 #   SINKLAB_GPU_TARGETS="test_cuda_attention test_cuda_rope" tests/gpu/run.sh   build only these
+#   tests/gpu/run.sh --prebuilt              no build: run the binaries env/gpu_prebuilt.sh packed
+#                                            elsewhere (.gpu_bundle/sinklab-gpu-prebuilt.tar.xz)
 #
 # Environment: SINKLAB_GPU_BUNDLE (default .gpu_bundle), SINKLAB_GPU_BUILD (default build-gpu), JOBS
-# (default: all cores). With the device tool: carry [".gpu_bundle"] and run `tests/gpu/run.sh`; the
+# (default: all cores), CTEST_JOBS (gpu tests at once, default 8). With the device tool: carry [".gpu_bundle"] and run `tests/gpu/run.sh`; the
 # log and the summary are also copied to $OUT when that is set.
 # cuDNN and NCCL (linked by the CUDA build) come from the CUDA toolkit, the system, or PyTorch's pip
 # packages (nvidia-cudnn-*, nvidia-nccl-*), in that order.
@@ -23,7 +25,58 @@ jobs=${JOBS:-$(nproc)}
 log="$build/gpu_run.log"
 say() { echo "tests/gpu/run.sh: $*"; }
 
+prebuilt=0
+[ "${1:-}" = "--prebuilt" ] && prebuilt=1
+
+# ---- CUDA's libraries on this machine: the toolkit's, the system's, or PyTorch's pip packages
+site_dirs=$(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null || true)
+find_first() {  # find_first <file pattern> <dirs...>: the first match, shortest name first (libx.so before libx.so.9)
+  local pat=$1; shift
+  for d in "$@"; do
+    [ -d "$d" ] || continue
+    local hit
+    hit=$(find "$d" -maxdepth 4 -name "$pat" \( -type f -o -type l \) 2>/dev/null | awk '{print length, $0}' | sort -n |
+          head -n1 | cut -d' ' -f2-)
+    if [ -n "$hit" ]; then echo "$hit"; return 0; fi
+  done
+  return 1
+}
+lib_dirs=(/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu)
+py_dirs=()
+for s in $site_dirs; do py_dirs+=("$s/nvidia"); done
+
+if [ "$prebuilt" = 1 ]; then
+  # ---- a build made elsewhere: unpack it where its absolute paths point, find its libraries
+  archive="$bundle_dir/sinklab-gpu-prebuilt.tar.xz"
+  [ -f "$archive" ] || { say "no prebuilt archive at $archive: run env/gpu_prebuilt.sh where the build is, then carry .gpu_bundle"; exit 2; }
+  unpacked="$root/.gpu_prebuilt"
+  rm -rf "$unpacked" && mkdir -p "$unpacked"
+  tar -C "$unpacked" --strip-components=1 -xJf "$archive" || { say "cannot unpack $archive"; exit 1; }
+  { read -r origin_root; read -r origin_build; read -r origin_commit; } < "$unpacked/ORIGIN"
+  if [ "$(cd "$origin_root" 2>/dev/null && pwd -P)" != "$(cd "$root" && pwd -P)" ]; then
+    [ -e "$origin_root" ] && { say "the build's source root $origin_root exists here and is not this checkout"; exit 1; }
+    mkdir -p "$(dirname "$origin_root")" && ln -s "$root" "$origin_root"
+    say "linked $origin_root -> $root (the prebuilt binaries' paths)"
+  fi
+  build=$origin_build
+  mkdir -p "$build" && cp -a "$unpacked/build/." "$build/"
+  log="$build/gpu_run.log"
+  : > "$log"
+  ld_dirs="$unpacked/lib"
+  for so in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2 libnvrtc.so.13; do
+    hit=$(find_first "$so" "${lib_dirs[@]}" "${py_dirs[@]}") || { say "no $so found (CUDA toolkit, system, PyTorch's nvidia-*)"; exit 1; }
+    ld_dirs="$ld_dirs:$(dirname "$hit")"
+    say "$so: $hit"
+  done
+  export LD_LIBRARY_PATH="$ld_dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" > "$build/gpu_ld_path"  # for the benchmarks run after this script
+  say "prebuilt at commit $origin_commit, unpacked into $build"
+  missing=$(for b in "$build"/bin/*; do ldd "$b" | grep 'not found'; done | sort -u)
+  [ -z "$missing" ] || { say "libraries not found: $missing"; exit 1; }
+fi
+
 archive="$bundle_dir/sinklab-gpu-bundle.tar.xz"
+if [ "$prebuilt" = 0 ]; then
 if [ ! -f "$archive" ]; then
   say "no bundle at $archive: run env/gpu_bundle.sh on a machine with the dev packages, then carry .gpu_bundle"
   exit 2
@@ -41,21 +94,6 @@ if [ "$(cat "$bundle/.stamp" 2>/dev/null)" != "$stamp" ]; then
 fi
 
 # ---- cuDNN and NCCL libraries, nccl.h
-site_dirs=$(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null || true)
-find_first() {  # find_first <file pattern> <dirs...>: the first match, shortest name first (libx.so before libx.so.9)
-  local pat=$1; shift
-  for d in "$@"; do
-    [ -d "$d" ] || continue
-    local hit
-    hit=$(find "$d" -maxdepth 4 -name "$pat" \( -type f -o -type l \) 2>/dev/null | awk '{print length, $0}' | sort -n |
-          head -n1 | cut -d' ' -f2-)
-    if [ -n "$hit" ]; then echo "$hit"; return 0; fi
-  done
-  return 1
-}
-lib_dirs=(/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu)
-py_dirs=()
-for s in $site_dirs; do py_dirs+=("$s/nvidia"); done
 cudnn=$(find_first 'libcudnn.so*' "${lib_dirs[@]}" "${py_dirs[@]}") || { say "no libcudnn.so found (CUDA toolkit, system, PyTorch's nvidia-cudnn)"; exit 1; }
 nccl=$(find_first 'libnccl.so*' "${lib_dirs[@]}" "${py_dirs[@]}") || { say "no libnccl.so found (CUDA toolkit, system, PyTorch's nvidia-nccl)"; exit 1; }
 nccl_inc=""
@@ -99,6 +137,7 @@ say "building${SINKLAB_GPU_TARGETS:+ $SINKLAB_GPU_TARGETS} with $jobs jobs"
 start=$(date +%s)
 cmake --build "$build" -j "$jobs" "${targets[@]}" >> "$log" 2>&1 || { grep -E "error|Error" "$log" | head -n 30; tail -n 20 "$log"; say "FAILED: build"; exit 1; }
 say "built in $(( $(date +%s) - start )) s"
+fi  # the build (not --prebuilt)
 
 # ---- the device and the gpu tests
 device="none seen by nvidia-smi"
@@ -112,7 +151,7 @@ if [ -x "$build/bin/sinklab-gpuinfo" ]; then
   "$build/bin/sinklab-gpuinfo" 2>&1 | tee -a "$log" | sed 's/^/  /'
 fi
 ctest_out="$build/gpu_ctest.log"
-(cd "$build" && ctest -L gpu --output-on-failure --timeout 600) > "$ctest_out" 2>&1
+(cd "$build" && ctest -L gpu -j "${CTEST_JOBS:-8}" --output-on-failure --timeout 600) > "$ctest_out" 2>&1
 ctest_rc=$?
 cat "$ctest_out" >> "$log"
 passed=$(grep -cE ' Passed +[0-9.]+ sec' "$ctest_out")
@@ -122,6 +161,7 @@ failed=$(sed -nE 's/.*tests passed, ([0-9]+) tests failed out of ([0-9]+).*/\1/p
 summary="$build/gpu_summary.txt"
 commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo "unknown (no git checkout)")
 dirty=$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo " + local changes" || true)
+if [ "$prebuilt" = 1 ]; then commit="${origin_commit:0:7} (prebuilt; checkout here $commit)"; fi
 {
 echo "==== sinklab gpu tests, commit $commit$dirty, $(date -u +%FT%TZ)"
 echo "==== device: $device"

@@ -18,6 +18,8 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 
@@ -138,7 +140,20 @@ void launch_scale_rows(CudaBackend& be, const RowMajorGemm& g, float beta, const
 }
 
 // The cuBLAS path (any layout cuBLAS takes): the same column-major mapping, bias rows written first.
-void gemm_cublas(CudaBackend& be, GemmContext& ctx, const RowMajorGemm& g) {
+// SINKLAB_GEMM_FALLBACK_LOG=<file> appends one line per call that lands here (why, shape, dtypes, leading
+// dimensions; "-" writes to stderr): how a GPU run checks that cuBLASLt serves the model's layouts.
+void gemm_cublas(CudaBackend& be, GemmContext& ctx, const RowMajorGemm& g, const char* why) {
+  static const char* log_path = std::getenv("SINKLAB_GEMM_FALLBACK_LOG");
+  if (log_path && *log_path) {
+    const bool to_stderr = std::strcmp(log_path, "-") == 0;
+    if (std::FILE* f = to_stderr ? stderr : std::fopen(log_path, "a")) {
+      std::fprintf(f, "sinklab gemm fallback to cuBLAS (%s): M %lld N %lld K %lld batch %lld ta %d tb %d a %s ld %lld "
+                   "b %s ld %lld c %s ld %lld bias %d beta %g\n", why, (long long)g.M, (long long)g.N, (long long)g.K,
+                   (long long)g.batch, int(g.ta), int(g.tb), dtype_name(g.a.dt), (long long)g.a.ld, dtype_name(g.b.dt),
+                   (long long)g.b.ld, dtype_name(g.c.dt), (long long)g.c.ld, int(g.bias != nullptr), double(g.beta));
+      if (!to_stderr) std::fclose(f);
+    }
+  }
   float beta = g.beta;
   if (g.bias) {  // only linear_forward has a bias, with beta 0: rows start as the bias, the product adds
     launch_scale_rows(be, g, 0.0f, g.bias);
@@ -165,7 +180,7 @@ void gemm(CudaBackend& be, const RowMajorGemm& g) {
   }
   GemmContext& ctx = be.gemm_context();
   if (g.bias && g.bias_stride != 1) {  // cuBLASLt's bias must be packed: rows start as the bias instead
-    gemm_cublas(be, ctx, g);
+    gemm_cublas(be, ctx, g, "strided bias");
     return;
   }
 
@@ -209,14 +224,14 @@ void gemm(CudaBackend& be, const RowMajorGemm& g) {
   // No algorithm for this layout (odd alignments, bias type, ...): cuBLAS takes any layout, and a real
   // argument error shows there with its own status.
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-    gemm_cublas(be, ctx, g);
+    gemm_cublas(be, ctx, g, "no cuBLASLt algorithm");
     return;
   }
   const cublasStatus_t run = cublasLtMatmul(ctx.lt, desc.h, &g.alpha, g.b.ptr, lay_a.h, g.a.ptr, lay_b.h, &g.beta,
                                             g.c.ptr, lay_c.h, g.c.ptr, lay_c.h, &result.algo, ctx.workspace,
                                             ctx.workspace_bytes, be.stream());
   if (run == CUBLAS_STATUS_NOT_SUPPORTED) {  // refused before launching anything
-    gemm_cublas(be, ctx, g);
+    gemm_cublas(be, ctx, g, "cuBLASLt refused the algorithm");
     return;
   }
   CUBLAS_CHECK(run);
