@@ -9,7 +9,7 @@
 # Data: uniform random token ids in a shard written here (data_prep.shards): throughput depends on the
 # shapes only, and a GPU machine has no corpus. The global batch is smaller than the job's 1M tokens so
 # that 50 steps fit a short GPU slot; the micro-batch (rows x context per forward) is the job's, so each
-# micro-step is the job's. Figures: the median over steps after the first 10 of the per-step tok/s and MFU
+# micro-step is the job's. Figures: the median over steps after the first 10 (a third of the steps when fewer than 30) of the per-step tok/s and MFU
 # sinklab logs, and the peak of nvidia-smi's memory.used (sampled every 0.5 s) during each run.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -63,18 +63,19 @@ mem=$(peak_mem "$pid")
 wait "$pid" || { cat "$work/sinklab.log"; echo "run_train_gpu: sinklab-pretrain failed" >&2; exit 1; }
 grep -vE '^.*step [0-9]+/' "$work/sinklab.log" | head -n 20
 grep -E 'step [0-9]+/' "$work/sinklab.log" | sed -n '1p;10p;$p'
+skip=$(( steps >= 30 ? 10 : steps / 3 ))  # warm-up steps left out of the medians
 sed -nE 's/.*step ([0-9]+)\/[0-9]+ .* ([0-9.]+) tok\/s \| MFU ([0-9.]+)%.*/\1 \2 \3/p' "$work/sinklab.log" |
-  awk '$1 > 10' > "$work/steps.txt"
+  awk -v skip="$skip" '$1 > skip' > "$work/steps.txt"
 n=$(wc -l < "$work/steps.txt")
-[ "$n" -gt 0 ] || { echo "run_train_gpu: no steps after the 10th logged" >&2; exit 1; }
+[ "$n" -gt 0 ] || { echo "run_train_gpu: no steps after the first $skip logged" >&2; exit 1; }
 median() { cut -d' ' -f"$1" "$work/steps.txt" | sort -g | sed -n "$(( (n + 1) / 2 ))p"; }
-printf 'sinklab tokens_per_s %.0f mfu_pct %s peak_mem_gib %.2f (median of %d steps after the 10th)\n' \
-  "$(median 2)" "$(median 3)" "$(echo "$mem" | awk '{print $1 / 1024}')" "$n"
+printf 'sinklab tokens_per_s %.0f mfu_pct %s peak_mem_gib %.2f (median of %d steps after the first %d)\n' \
+  "$(median 2)" "$(median 3)" "$(echo "$mem" | awk '{print $1 / 1024}')" "$n" "$skip"
 
 peer_steps=$(( steps < 20 ? steps : 20 ))
 [ "${PEER:-1}" = 1 ] || exit 0
 for mode in --compile ""; do
-  "$python" "$root/bench/peers/torch_train_step.py" --vocab "$vocab" --d "$d" --layers "$layers" --heads "$heads" \
+  timeout "${PEER_TIMEOUT:-180}" "$python" "$root/bench/peers/torch_train_step.py" --vocab "$vocab" --d "$d" --layers "$layers" --heads "$heads" \
     --ffn "$ffn" --seq "$ctx" --rows "$rows" --accum "$accum" --threads 8 --device cuda --bf16 $mode \
     --steps "$peer_steps" --warmup 3 > "$work/torch.log" 2>&1 && { tail -n 1 "$work/torch.log"; break; }
   echo "# PyTorch ${mode:-eager} failed: $(tail -n 1 "$work/torch.log")"
