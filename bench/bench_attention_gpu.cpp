@@ -83,6 +83,16 @@ void run(ops::AttnKernel kernel, ops::AttnSim sim, int reps, int64_t dh) {
   const double fwd = median_ms(be, reps, [&] { ops::attention_forward(o, st, q, k, v, spec); });
   const double bwd = median_ms(be, reps, [&] { ops::attention_backward(dq, dk, dv, go, q, k, v, o, st, spec); });
   const double flops_fwd = 4.0 * double(B * H) * double(T) * double(T) * double(dh) / 2.0;
+  if (kernel == ops::AttnKernel::cudnn) {  // what the f32 <-> bf16 copies around the fast kernels cost
+    Buffer hb(size_t(B * T * H * dh) * 2, dev);
+    const int64_t dims[4] = {B, T, H, dh};
+    Tensor q16 = Tensor::contiguous_view(hb.data(), DType::bf16, dims, 4, dev);
+    const double convert = median_ms(be, reps, [&] { ops::copy(q16, q); });
+    std::printf("attention_gpu_copy f32->bf16 of q [%lld,%lld,%lld,%lld]: %.3f ms (%.0f GB/s read + write); the "
+                "cuDNN forward makes 4 such copies and 1 of the stats, the backward 6 and 2\n",
+                (long long)B, (long long)T, (long long)H, (long long)dh, convert,
+                double(B * T * H * dh) * 6.0 / (convert * 1e-3) / 1e9);
+  }
   std::printf("attention_gpu kernel=%s sim=%s B=%lld H=%lld T=%lld dh=%lld fwd_ms=%.3f bwd_ms=%.3f fwd_tflops=%.1f "
               "bwd_tflops=%.1f\n",
               ops::attn_kernel_name(c.kernel), sim == ops::AttnSim::exp ? "softmax" : "sigmoid", (long long)B,

@@ -10,7 +10,7 @@
 # shapes only, and a GPU machine has no corpus. The global batch is smaller than the job's 1M tokens so
 # that 50 steps fit a short GPU slot; the micro-batch (rows x context per forward) is the job's, so each
 # micro-step is the job's. Figures: the median over steps after the first 10 (a third of the steps when fewer than 30) of the per-step tok/s and MFU
-# sinklab logs, and the peak of nvidia-smi's memory.used (sampled every 0.5 s) during each run.
+# sinklab logs (SINKLAB_PROFILE=1 adds its per-op time table), and the peak of nvidia-smi's memory.used (sampled every 0.5 s) during each run.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-gpu}
@@ -57,12 +57,11 @@ peak_mem() {  # peak_mem <pid>: max memory.used (MiB) while the process runs
 
 "$build/bin/sinklab-pretrain" --config "$config" --device "$device" --precision "$precision" --steps "$steps" ${PRETRAIN_ARGS:-} \
   --global-batch-tokens "$gbt" --train-data "$work/train.bin" --valid-data "$work/valid.bin" --out-dir "$work/run" \
-  --eval-every 0 --eval-rows 8 --probe-sequences 8 --log-every 1 --checkpoint-every 0 > "$work/sinklab.log" 2>&1 &
+  --eval-every 0 --eval-rows 8 --probe-sequences 8 --log-every 1 --checkpoint-every 0 \
+  > >(tee "$work/sinklab.log") 2>&1 &  # shown as it runs: a run stopped by a time limit still says how far it got
 pid=$!
 mem=$(peak_mem "$pid")
-wait "$pid" || { cat "$work/sinklab.log"; echo "run_train_gpu: sinklab-pretrain failed" >&2; exit 1; }
-grep -vE '^.*step [0-9]+/' "$work/sinklab.log" | head -n 20
-grep -E 'step [0-9]+/' "$work/sinklab.log" | sed -n '1p;10p;$p'
+wait "$pid" || { echo "run_train_gpu: sinklab-pretrain failed" >&2; exit 1; }
 skip=$(( steps >= 30 ? 10 : steps / 3 ))  # warm-up steps left out of the medians
 sed -nE 's/.*step ([0-9]+)\/[0-9]+ .* ([0-9.]+) tok\/s \| MFU ([0-9.]+)%.*/\1 \2 \3/p' "$work/sinklab.log" |
   awk -v skip="$skip" '$1 > skip' > "$work/steps.txt"

@@ -39,6 +39,8 @@ std::string cudnn_unfit(const AttentionSpec& s, const AttnCall& call) {
   if (s.lead_keys > 0) return "lead keys (K/KV biases) seen by every query are no cuDNN mask";
   if (s.sink_logit.defined() && call.cudnn_version < 91300)
     return strfmt("the sink logit needs cuDNN >= 9.13 (loaded: %lld)", (long long)call.cudnn_version);
+  // Seen on an H200 (cuDNN 9.14): "decode only mode, i.e. s_q == 1, not supported with sink_token".
+  if (s.sink_logit.defined() && call.queries == 1) return "cuDNN refuses a sink logit with one query (T = 1)";
   return "";
 }
 
@@ -68,7 +70,9 @@ AttnCall attn_call(const Device& device, DType dtype, int64_t head_dim, bool pro
 }
 
 AttnCall attn_call_of(const Tensor& q, bool probs) {
-  return attn_call(q.device, q.dtype, q.ndim == 4 ? q.shape[3] : 0, probs);
+  AttnCall c = attn_call(q.device, q.dtype, q.ndim == 4 ? q.shape[3] : 0, probs);
+  c.queries = q.ndim == 4 ? q.shape[1] : 0;
+  return c;
 }
 
 AttnKernel parse_attn_kernel(const std::string& text) { return parse_enum(kAttnKernelNames, text, "attn-kernel"); }

@@ -34,6 +34,7 @@ struct AttnCall {
   int64_t head_dim = 0;
   bool probs = false;            // the call also writes probs [B,H,T,S]
   int64_t cudnn_version = 0;     // cudnnGetVersion() of the loaded library (e.g. 91900), 0: none
+  int64_t queries = 0;           // T of the call's q; 0: not known (the model-level choice)
 };
 
 struct AttnKernelChoice {

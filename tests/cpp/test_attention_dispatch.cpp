@@ -245,6 +245,12 @@ TEST(AttentionDispatch, HeadlineModels) {
   EXPECT_EQ(c.reason,
             "cudnn: the sink logit needs cuDNN >= 9.13 (loaded: 91200); flash: the flash kernel computes sim sigmoid, "
             "elu-plus-one or identity, not exp");
+  // a sink logit with one query: cuDNN refuses it (its decode mode), seen on an H200 with cuDNN 9.14
+  EXPECT_EQ(ops::choose_attention_kernel(s, AttnCall{DeviceKind::cuda, DType::f32, 128, false, 91900, 8}).kernel,
+            AttnKernel::cudnn);
+  c = ops::choose_attention_kernel(s, AttnCall{DeviceKind::cuda, DType::f32, 128, false, 91900, 1});
+  EXPECT_EQ(c.kernel, AttnKernel::reference);
+  EXPECT_EQ(c.reason.substr(0, 58), "cudnn: cuDNN refuses a sink logit with one query (T = 1); ");
 }
 
 // On the CPU backend: the model's own choice, the op's refusal, the flag's parser.

@@ -6,7 +6,9 @@
 #
 #   device run, carry [".gpu_bundle"]:  bash tests/gpu/first_run.sh [budget_s]     (default 420)
 #
-# The optional parts start only while budget_s has room for them (their sizes measured on a first try).
+# PARTS (default "tests attention 60m 1b") chooses the parts; TRAIN_60M (default "50 262144": steps, tokens
+# per step) sizes the 60M run; PROFILE_60M=1 adds a short 60M run under SINKLAB_PROFILE (per-op times).
+# The optional parts start only while budget_s has room for them.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -22,6 +24,9 @@ part "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
 nproc; python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda, torch.backends.cudnn.version())'
 
+parts=" ${PARTS:-tests attention 60m 1b} "
+want() { [[ "$parts" == *" $1 "* ]]; }
+if want tests; then
 part "1. the gpu tests (tests/gpu/run.sh --prebuilt)"
 SINKLAB_GEMM_FALLBACK_LOG="$out/gemm_fallbacks.txt" CTEST_JOBS=${CTEST_JOBS:-12} bash tests/gpu/run.sh --prebuilt
 tests_rc=$?
@@ -32,22 +37,39 @@ echo "cuBLAS fallbacks logged during the tests (distinct layouts):"
 [ -f "$out/gemm_fallbacks.txt" ] && sed -E 's/^sinklab gemm fallback to cuBLAS //' "$out/gemm_fallbacks.txt" | sort | uniq -c | sort -rn | head -n 40
 echo "(end of fallbacks)"
 grep -E '\*\*\*(Failed|Exception|Timeout)|Failed +[0-9.]+ sec' "$build/gpu_ctest.log" | head -n 40
+else
+  bash tests/gpu/run.sh --prebuilt --unpack-only
+  tests_rc=0
+  build=$(sed -n 2p .gpu_prebuilt/ORIGIN)
+fi
 # run.sh's library path (its environment does not come back): for the binaries below
 LD_LIBRARY_PATH=$(sed -n 's/^LD_LIBRARY_PATH=//p' "$build/gpu_ld_path" 2>/dev/null)
 export LD_LIBRARY_PATH
 
+if want attention; then
 part "2. attention: cuDNN softmax, flash sigmoid, reference vs PyTorch SDPA (bench/run_attention_gpu.sh)"
 [ "$(left)" -gt 60 ] && timeout $(( $(left) - 30 )) bash bench/run_attention_gpu.sh "$build" 20
+fi
 
-part "3. 60M training step, bf16, 50 steps, beside PyTorch (bench/run_train_gpu.sh)"
-[ "$(left)" -gt 120 ] && timeout $(( $(left) - 20 )) bash bench/run_train_gpu.sh "$build" jobs/pretrain/60m_default.ini 50 262144
+if want 60m; then
+read -r steps_60m tokens_60m <<< "${TRAIN_60M:-50 262144}"
+if [ "${PROFILE_60M:-0}" = 1 ] && [ "$(left)" -gt 120 ]; then
+  part "3a. 60M under SINKLAB_PROFILE (per-op times, each op synchronised), 6 steps of $tokens_60m tokens"
+  SINKLAB_PROFILE=1 PEER=0 timeout 90 bash bench/run_train_gpu.sh "$build" jobs/pretrain/60m_default.ini 6 "$tokens_60m" 2>&1 |
+    grep -vE 'step [0-9]+/'
+fi
+part "3. 60M training step, bf16, $steps_60m steps of $tokens_60m tokens, beside PyTorch (bench/run_train_gpu.sh)"
+[ "$(left)" -gt 120 ] && timeout $(( $(left) - 20 )) bash bench/run_train_gpu.sh "$build" jobs/pretrain/60m_default.ini "$steps_60m" "$tokens_60m"
+fi
 
+if want 1b; then
 part "4. 1B shape, bf16, 15 steps of 131072 tokens (bench/run_train_gpu.sh; PyTorch only with time left)"
 if [ "$(left)" -gt 150 ]; then
   PEER=$([ "$(left)" -gt 240 ] && echo 1 || echo 0) timeout $(( $(left) - 10 )) \
     bash bench/run_train_gpu.sh "$build" jobs/pretrain/1b_default.ini 15 131072
 else
   echo "skipped: too little of the budget left"
+fi
 fi
 part "done (run.sh exit status $tests_rc)"
 exit "$tests_rc"

@@ -8,6 +8,7 @@
 #   SINKLAB_GPU_TARGETS="test_cuda_attention test_cuda_rope" tests/gpu/run.sh   build only these
 #   tests/gpu/run.sh --prebuilt              no build: run the binaries env/gpu_prebuilt.sh packed
 #                                            elsewhere (.gpu_bundle/sinklab-gpu-prebuilt.tar.xz)
+#   tests/gpu/run.sh --prebuilt --unpack-only   only put them in place (for the benchmarks)
 #
 # Environment: SINKLAB_GPU_BUNDLE (default .gpu_bundle), SINKLAB_GPU_BUILD (default build-gpu), JOBS
 # (default: all cores), CTEST_JOBS (gpu tests at once, default 8). With the device tool: carry [".gpu_bundle"] and run `tests/gpu/run.sh`; the
@@ -27,6 +28,8 @@ say() { echo "tests/gpu/run.sh: $*"; }
 
 prebuilt=0
 [ "${1:-}" = "--prebuilt" ] && prebuilt=1
+unpack_only=0  # --prebuilt --unpack-only: the binaries in place and gpu_ld_path written, no tests
+[ "${2:-}" = "--unpack-only" ] && unpack_only=1
 
 # ---- CUDA's libraries on this machine: the toolkit's, the system's, or PyTorch's pip packages
 site_dirs=$(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null || true)
@@ -73,6 +76,7 @@ if [ "$prebuilt" = 1 ]; then
   say "prebuilt at commit $origin_commit, unpacked into $build"
   missing=$(for b in "$build"/bin/*; do ldd "$b" | grep 'not found'; done | sort -u)
   [ -z "$missing" ] || { say "libraries not found: $missing"; exit 1; }
+  [ "$unpack_only" = 1 ] && exit 0
 fi
 
 archive="$bundle_dir/sinklab-gpu-bundle.tar.xz"

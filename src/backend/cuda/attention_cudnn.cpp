@@ -16,12 +16,14 @@
 // into contiguous scratch [B,H,T,1], copied into the op's (possibly strided) stats [B,H,T]; the backward
 // reads stats the same way. So a forward on one kernel and a backward on another agree.
 //
-// Sink logit: cuDNN's sink token, a [1,H,1,1] f32 tensor. Its gradient: the frontend's backward graph
-// (node/scaled_dot_product_flash_attention.h, "dSink") reduces exp(S_h - stats_i) * (dO_i . O_i) over b
-// and i, which is sum_i P_i,sink D_i. The gradient of the loss is the negative of that: with
-// Z = e^S + sum_j e^{s_j}, dP_j/dS = -P_j P_sink, so dL/dS = sum_j (dO.v_j)(-P_j P_sink) = -P_sink D
-// (attention_math.hpp's attn_dscore with dP = 0). d_sink_logit is therefore minus cuDNN's dSink.
-// NEVER RUN: the sign is read from the frontend's graph, not measured; test_cuda_attention_fast checks it.
+// Sink logit: cuDNN's sink token, a [1,H,1,1] f32 tensor. Its gradient dSink is the loss gradient
+// dL/dS = -sum_{b,i} P_i,sink D_i (with Z = e^S + sum_j e^{s_j}, dP_j/dS = -P_j P_sink; attention_math.hpp's
+// attn_dscore with dP = 0), copied as it is. Measured, not read: the frontend's graph
+// (node/scaled_dot_product_flash_attention.h) reads like +sum P_sink D, and the first version here
+// negated it; on an H200 with cuDNN 9.14 (2026-11-28) test_cuda_attention_fast's sink cases then came out
+// with the sign flipped (error 2.0 of the largest |d_sink_logit|), and without the negation they pass.
+// cuDNN refuses a sink token with one query (its decode mode, s_q = 1): attention_dispatch.cpp does not
+// pick cuDNN for such a call.
 //
 // Graphs are built once per shape and options (the key below) and cached for the backend's life; the
 // tensors are bound by uid at every execution. The backward runs cuDNN's deterministic algorithm when
@@ -310,8 +312,7 @@ void cudnn_attention_backward(CudaBackend& be, Tensor d_q, Tensor d_k, Tensor d_
   if (d_k.defined()) be.copy(d_k, sc.d_k);
   if (d_v.defined()) be.copy(d_v, sc.d_v);
   if (key.sink && spec.d_sink_logit.defined()) {
-    be.scale(sc.d_sink, -1.0);  // cuDNN's dSink is sum_i P_sink D_i; dL/dS is its negative (see the top)
-    be.copy(spec.d_sink_logit, sc.d_sink);
+    be.copy(spec.d_sink_logit, sc.d_sink);  // cuDNN's dSink is dL/dS itself (see the top)
   }
 }
 

@@ -26,6 +26,10 @@ using test::rel_error;
 
 constexpr double kTolF32 = 1e-5;
 constexpr double kTolBf16Out = 4e-3;
+// A bf16 output with the bias in cuBLASLt's epilogue: measured 4.85e-3 (M 37 K 53 N 29) and 4.74e-3 (M 300
+// K 128 N 64) on an H200 with cuBLASLt 13.1 (2026-11-28), over the 4e-3 of one rounding: consistent with
+// the product rounded to bf16 before the bias is added and the sum rounded again. Three half-ulps.
+constexpr double kTolBf16OutBias = 6e-3;
 
 struct Shape {
   int64_t M, K, N;
@@ -49,6 +53,7 @@ void check_linear(const Shape& s, DType dt, DType out_dt, bool with_bias, uint64
   Owned bias = input({s.N}, seed + 2);
   Owned d_out = input({s.M, s.N}, seed + 3);
   const double tol = out_dt == DType::bf16 ? kTolBf16Out : kTolF32;
+  const double tol_forward = out_dt == DType::bf16 && with_bias ? kTolBf16OutBias : tol;
 
   Dev din_wide = to_device(in_wide.t, dt), dweight = to_device(weight.t, dt), dd_out = to_device(d_out.t, dt);
   Dev dbias = to_device(bias.t, out_dt);
@@ -61,7 +66,7 @@ void check_linear(const Shape& s, DType dt, DType out_dt, bool with_bias, uint64
   poison(dout.t);
   ops::linear_forward(dout.t, dev_in, dweight.t, with_bias ? dbias.t : Tensor{});
   Owned got = to_host(dout.t, DType::f32);
-  EXPECT_LE(rel_error(got.t, out.t), tol) << "linear_forward";
+  EXPECT_LE(rel_error(got.t, out.t), tol_forward) << "linear_forward";
   Dev dout2(out_dt, {s.M, s.N});
   ops::linear_forward(dout2.t, dev_in, dweight.t, with_bias ? dbias.t : Tensor{});
   EXPECT_TRUE(same_bits(to_host(dout2.t).t, to_host(dout.t).t)) << "linear_forward, second run";

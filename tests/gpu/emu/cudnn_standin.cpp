@@ -193,6 +193,8 @@ error_t Graph::validate() {
       return bad(E::INVALID_VALUE, "the sink token must be f32 [1, h_q, 1, 1]");
   }
   if (sq != skv) return bad(E::GRAPH_NOT_SUPPORTED, "the stand-in covers s_q == s_kv (sinklab's graphs)");
+  if (sink && sq == 1)
+    return bad(E::GRAPH_NOT_SUPPORTED, "decode only mode, i.e. s_q == 1, not supported with sink_token");
   validated = true;
   return {};
 }
@@ -287,7 +289,7 @@ error_t Graph::execute(cudnnHandle_t h, std::unordered_map<int64_t, void*>& pack
         const double stat = st.get(b, h, i, 0);
         double Di = 0.0;
         for (int64_t e = 0; e < D; ++e) Di += dout.get(b, h, i, e) * o.get(b, h, i, e);
-        if (sink_t) dsink_acc[size_t(h)] += std::exp(sink.get(0, h, 0, 0) - stat) * Di;
+        if (sink_t) dsink_acc[size_t(h)] -= std::exp(sink.get(0, h, 0, 0) - stat) * Di;
         std::vector<double> dq_row(size_t(D), 0.0);
         for (int64_t j = 0; j < S; ++j) {
           if (s_row[size_t(j)] == -INFINITY) continue;

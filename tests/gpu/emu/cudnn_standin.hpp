@@ -12,7 +12,9 @@
 //     (natural log); O in the io type;
 //   - backward from the given O, dO, Stats: P = exp(S - Stats), D = rowsum(dO * O), dS = P (dO V^T - D),
 //     dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO (summed over a key/value head's query heads),
-//     dSink_h = sum over b, i of exp(sink_h - Stats) D (the frontend's "dSink" node, not the loss gradient).
+//     dSink_h = -sum over b, i of exp(sink_h - Stats) D: the loss gradient, as cuDNN 9.14 gave it on an
+//     H200 (2026-11-28; the first stand-in had the opposite sign, read from the frontend's graph). A sink
+//     token with s_q == 1 is refused, as the library refuses it ("decode only mode").
 // validate() checks what the frontend's validation does for these graphs (4-D tensors with dims and strides,
 // consistent b / h / s / d, h_q a multiple of h_kv, d a multiple of 8 and <= 128, a contiguous d, unique
 // uids); execute() checks that every bound tensor lies inside one device allocation.
