@@ -160,17 +160,20 @@ ctest_rc=$?
 cat "$ctest_out" >> "$log"
 passed=$(grep -cE ' Passed +[0-9.]+ sec' "$ctest_out")
 skipped=$(grep -cE '\*\*\*Skipped|Skipped +[0-9.]+ sec' "$ctest_out")
-total=$(sed -nE 's/.*tests passed, ([0-9]+) tests failed out of ([0-9]+).*/\2/p' "$ctest_out" | tail -n1)
-failed=$(sed -nE 's/.*tests passed, ([0-9]+) tests failed out of ([0-9]+).*/\1/p' "$ctest_out" | tail -n1)
+# ctest's last line: "99% tests passed, 2 tests failed out of 190", or "100% tests passed out of 190"
+total=$(sed -nE 's/.*% tests passed.* out of ([0-9]+).*/\1/p' "$ctest_out" | tail -n1)
+failed=$(sed -nE 's/.*% tests passed, ([0-9]+) tests failed out of.*/\1/p' "$ctest_out" | tail -n1)
+[ -n "$total" ] && [ -z "$failed" ] && failed=0
 summary="$build/gpu_summary.txt"
 commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo "unknown (no git checkout)")
 dirty=$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo " + local changes" || true)
-if [ "$prebuilt" = 1 ]; then commit="${origin_commit:0:7} (prebuilt; checkout here $commit)"; fi
+if [ "$prebuilt" = 1 ]; then commit="${origin_commit:0:7} (the prebuilt binaries' commit)"; dirty=""; fi
 {
 echo "==== sinklab gpu tests, commit $commit$dirty, $(date -u +%FT%TZ)"
 echo "==== device: $device"
 # ctest's per-test lines: "  3/24 Test  #7: CudaRope.MatchesCpu ......   Passed    0.21 sec"
-sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) \.*[ *]*([A-Za-z][A-Za-z ()]*[A-Za-z)]) +[0-9.]+ sec.*/\2\t\1/p' "$ctest_out" |
+# (a parameterised case carries "  # GetParam() = ..." after its name)
+sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+)( +# GetParam\(\) = [^ ]*)? \.*[ *]*([A-Za-z][A-Za-z ()]*[A-Za-z)]) +[0-9.]+ sec.*/\3\t\1/p' "$ctest_out" |
   awk -F'\t' '{printf "  %-10s %s\n", $1, $2}'
 echo "==== ${total:-0} gpu tests: $passed passed, ${failed:-?} failed, $skipped skipped (full log: $log)"
 } | tee "$summary"
