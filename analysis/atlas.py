@@ -68,6 +68,12 @@ VERDICT_RULES = {
                      "0.5, disagrees when below 0.5, inconclusive when it holds 0.5 or without eval/sink_star",
     "none": "no expectation stated: no verdict",
 }
+# A run learned the copy rule when its last copy loss is at most this many nats: the runner's convergence margin
+# (jobs/atlas/convergence.py COPY_MARGIN; tests/python/test_atlas_stats.py checks they agree).
+LEARNED_COPY_LOSS = 0.1
+UNLEARNED_RULE = ("every expectation: inconclusive when more than half of the seeds stopped at the step cap without "
+                  f"learning the copy rule (copy loss > {LEARNED_COPY_LOSS:g} nats at the last evaluation): the "
+                  "expectations are about trained models, and such a model's attention is not yet the one they mean")
 
 
 @dataclass
@@ -327,6 +333,10 @@ def verdict(s):
     frac = f"{s.sinks}/{s.n} seeds with a sink, interval {s.sink_ci[0]:.2f}-{s.sink_ci[1]:.2f}"
     if s.spec is None:
         return "no expectation", "the cell is not in the atlas's table (jobs/atlas/cells.py)"
+    unlearned = sum(r.stopped == "cap" and r.copy_loss is not None and r.copy_loss > LEARNED_COPY_LOSS for r in s.runs)
+    if kind != "none" and 2 * unlearned > s.n:
+        return "inconclusive", (f"{unlearned}/{s.n} seeds stopped at the cap without learning the copy rule "
+                                f"(copy loss > {LEARNED_COPY_LOSS:g})")
     if kind == "sink":
         return interval_verdict(*s.sink_ci, expect_above=True), frac
     if kind == "no_sink":

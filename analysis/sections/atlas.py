@@ -15,8 +15,8 @@ paper's proxy scores.
 import math
 
 from analysis import figures
-from analysis.atlas import (FRACTION_RULE, MEAN_RULE, MEDIAN_RULE, SINK_RULE, atlas_cells, decisive_count,
-                            step_text, verdict_rules)
+from analysis.atlas import (FRACTION_RULE, LEARNED_COPY_LOSS, MEAN_RULE, MEDIAN_RULE, SINK_RULE, UNLEARNED_RULE,
+                            atlas_cells, decisive_count, step_text, verdict_rules)
 from analysis.results import is_atlas_run
 from analysis.sections.bbm import KIND_TEXT
 from analysis.tables import Table
@@ -95,11 +95,11 @@ def write_section(rep, data):
     rep.heading(3, "How the atlas's numbers and verdicts are computed")
     rules_text = verdict_rules(eps)
     rep.bullets([SINK_RULE.format(eps=f"{eps:g}"), FRACTION_RULE, MEDIAN_RULE, MEAN_RULE] +
-                [f"verdict, {rules_text[k]}" for k in kinds] + [_resolution(seeds)])
+                [f"verdict, {rules_text[k]}" for k in kinds] + [f"verdict, {UNLEARNED_RULE}", _resolution(seeds)])
     _long_forms(rep, cells, eps)
 
     rep.finding(_tally(cells), table, lead=True)
-    for line in _kv_lines(cells, eps) + _no_bos_lines(cells, eps) + _sigmoid_lines(cells, eps):
+    for line in _kv_lines(cells, eps) + _no_bos_lines(cells, eps) + _sigmoid_lines(cells, eps) + _unlearned_lines(cells):
         rep.finding(line, fig)
     for s in cells:
         if s.verdict == "disagrees":
@@ -188,6 +188,17 @@ def _tally(cells):
              if v in by]
     return (f"The emergence atlas: {len(cells)} cell(s), {sum(s.n for s in cells)} runs; against its expectation "
             f"each cell {'; '.join(parts)}.")
+
+
+def _unlearned_lines(cells):
+    """Cells whose verdict the task decided: most seeds stopped at the cap without learning the copy rule."""
+    out = []
+    for s in cells:
+        if s.why.endswith(f"without learning the copy rule (copy loss > {LEARNED_COPY_LOSS:g})"):
+            out.append(f"{_name(s)}: {s.why}; mean copy loss {_mean(s, 'copy_loss', '.2f')} at the last evaluation "
+                       f"(the cap, step {max(r.last_step for r in s.runs)}), converged BOS attention "
+                       f"{_interval(*s.converged, '.2f')}: no verdict at this scale and cap.")
+    return out
 
 
 def _setting_cells(cells, test):

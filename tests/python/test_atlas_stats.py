@@ -19,6 +19,7 @@ import pytest
 
 from analysis import atlas
 from analysis.results import EvalSeries, Run
+from jobs.atlas import convergence
 
 EPS = [0.2, 0.3, 0.4]
 INF = math.inf
@@ -174,6 +175,21 @@ def test_verdict_rule_reaches_every_verdict():
     assert _cell("moved_to_bias", 0).verdict == "inconclusive"           # no eval/sink_star
     assert _cell("none", 8).verdict == "no expectation"
     assert _cell("sink", 8, spec=False).verdict == "no expectation"      # a cell the table lacks
+
+
+def test_seeds_that_did_not_learn_the_task_make_the_verdict_inconclusive(tmp_path):
+    # 5 of 8 seeds at the cap with a copy loss of 0.5 (the helper's last evaluation): more than half unlearned.
+    def cell(capped):
+        runs = []
+        for k in range(8):
+            status = {"stopped": "cap" if k < capped else "converged", "steps": 50, "rule": "r"}
+            runs.append(atlas.measure_run(_run(f"atlas.small.x.s{k}", [0.0, 0.1, 0.2, 0.25, 0.6, 0.6],
+                                               tmp=tmp_path / f"c{capped}", status=status)))
+        return atlas.cell_stats(runs, Spec("sink"))
+    assert cell(5).verdict == "inconclusive"
+    assert cell(5).why == "5/8 seeds stopped at the cap without learning the copy rule (copy loss > 0.1)"
+    assert cell(4).verdict == "agrees"   # half is not more than half: the intervals decide
+    assert atlas.LEARNED_COPY_LOSS == convergence.COPY_MARGIN
 
 
 def test_cell_statistics_of_constructed_seeds():

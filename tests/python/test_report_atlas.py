@@ -88,7 +88,7 @@ def write_atlas_run(root, scale, cell, seed, config, onset, proxy, star, stopped
             ev.attrs["proxy_scores"] = np.int64(1)
         data = {"step": STEPS.astype(np.int64), "valid_loss": np.linspace(3, 1, n), "sink": np.zeros((n, 3)),
                 "first_attention": fa, "first_weight_raw": raw, "rest_weight_raw": np.full((n, 1, 2, 2), 0.001),
-                "copy_loss": np.linspace(3, 0.1 + 0.01 * seed, n), "bigram_loss": np.linspace(3, 2, n),
+                "copy_loss": np.linspace(3, 0.04 + 0.01 * seed, n), "bigram_loss": np.linspace(3, 2, n),
                 "vnorm_first": np.full((n, 1), 0.25), "vnorm_rest": np.ones((n, 1)),
                 "hnorm_first": np.full((n, 1), 20.0), "hnorm_rest": np.full((n, 1), 2.0)}
         if star is not None:
