@@ -10,7 +10,8 @@
 #                                            elsewhere (.gpu_bundle/sinklab-gpu-prebuilt.tar.xz)
 #   tests/gpu/run.sh --prebuilt --unpack-only   only put them in place (for the benchmarks)
 #
-# Environment: SINKLAB_GPU_BUNDLE (default .gpu_bundle), SINKLAB_GPU_BUILD (default build-gpu), JOBS
+# Environment: SINKLAB_GPU_BUNDLE (default .gpu_bundle), SINKLAB_GPU_BUILD (default build-gpu),
+# SINKLAB_GPU_PREBUILT_DIR (--prebuilt: where to unpack, default .gpu_prebuilt), JOBS
 # (default: all cores), CTEST_JOBS (gpu tests at once, default 8). With the device tool: carry [".gpu_bundle"] and run `tests/gpu/run.sh`; the
 # log and the summary are also copied to $OUT when that is set.
 # cuDNN and NCCL (linked by the CUDA build) come from the CUDA toolkit, the system, or PyTorch's pip
@@ -52,7 +53,7 @@ if [ "$prebuilt" = 1 ]; then
   # ---- a build made elsewhere: unpack it where its absolute paths point, find its libraries
   archive="$bundle_dir/sinklab-gpu-prebuilt.tar.xz"
   [ -f "$archive" ] || { say "no prebuilt archive at $archive: run env/gpu_prebuilt.sh where the build is, then carry .gpu_bundle"; exit 2; }
-  unpacked="$root/.gpu_prebuilt"
+  unpacked=${SINKLAB_GPU_PREBUILT_DIR:-$root/.gpu_prebuilt}  # where the archive is unpacked
   rm -rf "$unpacked" && mkdir -p "$unpacked"
   tar -C "$unpacked" --strip-components=1 -xJf "$archive" || { say "cannot unpack $archive"; exit 1; }
   { read -r origin_root; read -r origin_build; read -r origin_commit; } < "$unpacked/ORIGIN"
