@@ -331,7 +331,7 @@ VERDICT_COLOURS = {"agrees": "#2a9d3a", "disagrees": "#c0392b", "inconclusive": 
                    "no expectation": "#1f4e9c"}
 
 
-def forest(path, title, rows, xlabel="emergence step", fraction_label="fraction of seeds with a sink"):
+def forest(path, title, rows, xlabel="emergence step", fraction_label="sink fraction"):
     """A forest plot, one row per cell (top to bottom): on the left its median emergence step with the 95 %
     interval and each seed's step (grey dots), on the right the fraction of seeds with a sink with its interval
     (dotted: 0.5). rows = [dict(label, median, lo, hi, censor, seeds = [(step, censored)], fraction, frac_lo,
@@ -340,8 +340,8 @@ def forest(path, title, rows, xlabel="emergence step", fraction_label="fraction 
     finite = [v for r in rows for v in (r["median"], r["lo"], r["hi"], r["censor"]) + tuple(s for s, _ in r["seeds"])
               if v is not None and np.isfinite(v)]
     right = (max(finite) if finite else 1.0) * 1.12 + 1
-    fig, (ax, fx) = _figure(1, 2, figsize=(9.5, 1.3 + 0.32 * len(rows)), sharey=True,
-                            gridspec_kw={"width_ratios": [3, 1.2]})
+    fig, (ax, fx) = _figure(1, 2, figsize=(11, 1.3 + 0.32 * len(rows)), sharey=True,
+                            gridspec_kw={"width_ratios": [3, 1.4]})
     for i, r in enumerate(rows):
         y = -i
         colour = VERDICT_COLOURS.get(r["verdict"], "black")
