@@ -35,6 +35,7 @@ __global__ void convert_kernel(void* dst, DType ddt, TensorRows rd, const void* 
 // per row instead of per element. Why: on an H200 the element-wise kernels above (TensorRows::offset, 64-bit
 // divisions for both layouts at every element) copied a [8, 2048, 16, 64] head view at ~100 GB/s, 57 % of a
 // 60M training step (bench/README.md, 2026-11-28). Not yet measured on a GPU itself.
+
 // Row r's first element in a layout that is strided (its own rows) or contiguous (rows of `cols`, the strided
 // side's: launch_copy's dense staging buffers are one long row).
 __device__ int64_t row_start(const TensorRows& t, int64_t r, int64_t cols) {
