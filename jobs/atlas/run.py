@@ -43,8 +43,9 @@ ROOT = Path(__file__).resolve().parents[2]
 CAPS = {"cheap": 1000, "small": 1000, "ci": 60}
 CHUNKS = {"cheap": 50, "small": 100, "ci": 20}
 # Seconds of one training step of one run, two runs at once with one thread each, on this project's 2-core
-# machine: --plan's estimate until the out folder holds finished runs to measure (docs/DESIGN.md, "The
-# emergence atlas"). small: the first full atlas (2026-11-28, 0.114 s); cheap: two 10-step runs under load 8.
+# machine: --plan's estimate until the out folder holds finished runs to measure
+# (docs/DESIGN.md, "The emergence atlas"). small: the first full atlas (2026-11-28, 0.114 s); cheap: two
+# 10-step runs under load 8.
 SECONDS_PER_STEP = {"cheap": 11.0, "small": 0.12, "ci": 0.1}
 
 @dataclass(frozen=True)
