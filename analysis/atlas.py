@@ -304,6 +304,17 @@ class CellStats:
             counts[what] = counts.get(what, 0) + 1
         return ", ".join(f"{n} {what}" for what, n in counts.items())
 
+    @property
+    def unlearned(self):
+        """Seeds that stopped at the cap without learning the copy rule (UNLEARNED_RULE)."""
+        return sum(r.stopped == "cap" and r.copy_loss is not None and r.copy_loss > LEARNED_COPY_LOSS
+                   for r in self.runs)
+
+    @property
+    def task_not_learned(self):
+        """UNLEARNED_RULE decides the cell: more than half of its seeds never learned the task."""
+        return self.spec is not None and self.expect != "none" and 2 * self.unlearned > self.n
+
     def mean_of(self, attr):
         v = [getattr(r, attr) for r in self.runs if getattr(r, attr) is not None]
         return float(np.mean(v)) if v else None
@@ -333,9 +344,8 @@ def verdict(s):
     frac = f"{s.sinks}/{s.n} seeds with a sink, interval {s.sink_ci[0]:.2f}-{s.sink_ci[1]:.2f}"
     if s.spec is None:
         return "no expectation", "the cell is not in the atlas's table (jobs/atlas/cells.py)"
-    unlearned = sum(r.stopped == "cap" and r.copy_loss is not None and r.copy_loss > LEARNED_COPY_LOSS for r in s.runs)
-    if kind != "none" and 2 * unlearned > s.n:
-        return "inconclusive", (f"{unlearned}/{s.n} seeds stopped at the cap without learning the copy rule "
+    if s.task_not_learned:
+        return "inconclusive", (f"{s.unlearned}/{s.n} seeds stopped at the cap without learning the copy rule "
                                 f"(copy loss > {LEARNED_COPY_LOSS:g})")
     if kind == "sink":
         return interval_verdict(*s.sink_ci, expect_above=True), frac

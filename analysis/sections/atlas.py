@@ -15,8 +15,8 @@ paper's proxy scores.
 import math
 
 from analysis import figures
-from analysis.atlas import (FRACTION_RULE, LEARNED_COPY_LOSS, MEAN_RULE, MEDIAN_RULE, SINK_RULE, UNLEARNED_RULE,
-                            atlas_cells, decisive_count, step_text, verdict_rules)
+from analysis.atlas import (FRACTION_RULE, MEAN_RULE, MEDIAN_RULE, SINK_RULE, UNLEARNED_RULE, atlas_cells,
+                            decisive_count, step_text, verdict_rules)
 from analysis.results import is_atlas_run
 from analysis.sections.bbm import KIND_TEXT
 from analysis.tables import Table
@@ -194,7 +194,7 @@ def _unlearned_lines(cells):
     """Cells whose verdict the task decided: most seeds stopped at the cap without learning the copy rule."""
     out = []
     for s in cells:
-        if s.why.endswith(f"without learning the copy rule (copy loss > {LEARNED_COPY_LOSS:g})"):
+        if s.task_not_learned:
             out.append(f"{_name(s)}: {s.why}; mean copy loss {_mean(s, 'copy_loss', '.2f')} at the last evaluation "
                        f"(the cap, step {max(r.last_step for r in s.runs)}), converged BOS attention "
                        f"{_interval(*s.converged, '.2f')}: no verdict at this scale and cap.")
