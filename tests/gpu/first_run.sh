@@ -30,18 +30,17 @@ if want tests; then
 part "1. the gpu tests (tests/gpu/run.sh --prebuilt)"
 SINKLAB_GEMM_FALLBACK_LOG="$out/gemm_fallbacks.txt" CTEST_JOBS=${CTEST_JOBS:-12} bash tests/gpu/run.sh --prebuilt
 tests_rc=$?
-build=$(sed -n 2p .gpu_prebuilt/ORIGIN)
 echo "run.sh exit status $tests_rc"
 # cuBLASLt's algorithms: every product that fell back to cuBLAS, by layout (the check of tests/cpp/gpu/README.md)
 echo "cuBLAS fallbacks logged during the tests (distinct layouts):"
 [ -f "$out/gemm_fallbacks.txt" ] && sed -E 's/^sinklab gemm fallback to cuBLAS //' "$out/gemm_fallbacks.txt" | sort | uniq -c | sort -rn | head -n 40
 echo "(end of fallbacks)"
-grep -E '\*\*\*(Failed|Exception|Timeout)|Failed +[0-9.]+ sec' "$build/gpu_ctest.log" | head -n 40
 else
   bash tests/gpu/run.sh --prebuilt --unpack-only
   tests_rc=0
-  build=$(sed -n 2p .gpu_prebuilt/ORIGIN)
 fi
+build=$(sed -n 2p "${SINKLAB_GPU_PREBUILT_DIR:-.gpu_prebuilt}/ORIGIN")  # the build dir run.sh unpacked into
+want tests && grep -E '\*\*\*(Failed|Exception|Timeout)|Failed +[0-9.]+ sec' "$build/gpu_ctest.log" | head -n 40
 # run.sh's library path (its environment does not come back): for the binaries below
 LD_LIBRARY_PATH=$(sed -n 's/^LD_LIBRARY_PATH=//p' "$build/gpu_ld_path" 2>/dev/null)
 export LD_LIBRARY_PATH
