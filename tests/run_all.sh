@@ -39,7 +39,7 @@ echo "== CUDA kernels under the CPU emulation (tests/gpu/emulate.sh: every hand-
 emu_start=$(date +%s)
 JOBS="$jobs" bash tests/gpu/emulate.sh
 # The tool still catches bugs: one planted bug per kernel file must turn its test red (tests/cpp/gpu/README.md
-# lists all 58; `--plant all` builds each planted copy one after another, about half a minute each on two
+# lists all 56; `--plant all` builds each planted copy one after another, about half a minute each on two
 # cores, too long for CI). memory.cu: a block tree without its barrier; elementwise.cu: AdamW's m store;
 # embedding.cu: the sort's row values; norms.cu: the warp butterfly; rope.cu: backward's sin sign;
 # cross_entropy.cu: the block tree; linear.cu: a wrong cuBLASLt leading dimension; attention.cu: the block

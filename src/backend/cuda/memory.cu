@@ -1,6 +1,5 @@
 // Memory-level CUDA ops: fill, copy/convert between any devices, residual add, accumulate, scale,
 // sum of squares, column sums, Philox random fills (bit-identical to the CPU backend's).
-#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -29,39 +28,6 @@ __global__ void copy_raw_kernel(W* dst, TensorRows rd, const W* src, TensorRows 
 __global__ void convert_kernel(void* dst, DType ddt, TensorRows rd, const void* src, DType sdt, TensorRows rs) {
   SL_GRID_LOOP(i, rd.numel) store_from_double(dst, ddt, rd.offset(i), load_as_double(src, sdt, rs.offset(i)));
 }
-
-// The same two copies row by row, for strided layouts with rows of >= 32 elements: a block per row (grid-
-// stride over rows), its threads over the contiguous last dimension, each layout's row offset computed once
-// per row instead of per element. Why: on an H200 the element-wise kernels above (TensorRows::offset, 64-bit
-// divisions for both layouts at every element) copied a [8, 2048, 16, 64] head view at ~100 GB/s, 57 % of a
-// 60M training step (bench/README.md, 2026-11-28). Not yet measured on a GPU itself.
-
-// Row r's first element in a layout that is strided (its own rows) or contiguous (rows of `cols`, the strided
-// side's: launch_copy's dense staging buffers are one long row).
-__device__ int64_t row_start(const TensorRows& t, int64_t r, int64_t cols) {
-  return t.contiguous ? r * cols : t.row_offset(r);
-}
-
-template <class W>
-__global__ void copy_raw_rows_kernel(W* dst, TensorRows rd, const W* src, TensorRows rs, int64_t rows, int64_t cols) {
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const int64_t od = row_start(rd, r, cols), os = row_start(rs, r, cols);
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) dst[od + c] = src[os + c];
-  }
-}
-
-__global__ void convert_rows_kernel(void* dst, DType ddt, TensorRows rd, const void* src, DType sdt, TensorRows rs,
-                                    int64_t rows, int64_t cols) {
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const int64_t od = row_start(rd, r, cols), os = row_start(rs, r, cols);
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-      store_from_double(dst, ddt, od + c, load_as_double(src, sdt, os + c));
-  }
-}
-
-// Threads per block of the row kernels: the row length rounded up to whole warps, at most kThreads.
-int row_threads(int64_t cols) { return int(std::min<int64_t>(kThreads, (cols + 31) / 32 * 32)); }
-unsigned row_blocks(int64_t rows) { return unsigned(std::clamp<int64_t>(rows, 1, int64_t(1) << 20)); }
 
 __global__ void add_kernel(float* out, TensorRows ro, const float* a, TensorRows ra, const float* b, TensorRows rb) {
   SL_GRID_LOOP(i, ro.numel) out[ro.offset(i)] = a[ra.offset(i)] + b[rb.offset(i)];
@@ -179,20 +145,6 @@ void unpack_host_rows(const Tensor& t, const TensorRows& r, const void* dense) {
                 static_cast<const char*>(dense) + size_t(row) * row_bytes, row_bytes);
 }
 
-// The same-dtype copy of launch_copy: by the rows of *by_rows, or (null) by elements.
-template <class W>
-void launch_copy_raw(W* dst, const TensorRows& rd, const W* src, const TensorRows& rs, const TensorRows* by_rows,
-                     cudaStream_t stream) {
-  if (by_rows) {
-    copy_raw_rows_kernel<<<row_blocks(by_rows->rows), row_threads(by_rows->cols), 0, stream>>>(
-        dst, rd, src, rs, by_rows->rows, by_rows->cols);
-    CUDA_CHECK_LAUNCH("copy_raw_rows");
-  } else {
-    copy_raw_kernel<<<grid_for(rd.numel), kThreads, 0, stream>>>(dst, rd, src, rs);
-    CUDA_CHECK_LAUNCH("copy_raw");
-  }
-}
-
 // Device-to-device copy of same-shaped layouts on the current device (dtype conversion if needed).
 void launch_copy(void* dst, DType ddt, const TensorRows& rd, const void* src, DType sdt, const TensorRows& rs,
                  cudaStream_t stream) {
@@ -202,32 +154,26 @@ void launch_copy(void* dst, DType ddt, const TensorRows& rd, const void* src, DT
     CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(n) * size_t(dtype_size(ddt)), cudaMemcpyDeviceToDevice, stream));
     return;
   }
-  // Strided rows long enough to fill a warp: the row kernels (offsets once per row), over the strided
-  // side's rows (both sides' when both are strided: the same shape gives the same rows).
-  const TensorRows& strided = rd.contiguous ? rs : rd;
-  const TensorRows* by_rows = !strided.contiguous && strided.cols >= 32 ? &strided : nullptr;
   if (ddt == sdt) {
     switch (dtype_size(ddt)) {
       case 2:
-        launch_copy_raw(static_cast<uint16_t*>(dst), rd, static_cast<const uint16_t*>(src), rs, by_rows, stream);
+        copy_raw_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<uint16_t*>(dst), rd,
+                                                              static_cast<const uint16_t*>(src), rs);
         break;
       case 4:
-        launch_copy_raw(static_cast<uint32_t*>(dst), rd, static_cast<const uint32_t*>(src), rs, by_rows, stream);
+        copy_raw_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<uint32_t*>(dst), rd,
+                                                              static_cast<const uint32_t*>(src), rs);
         break;
       default:
-        launch_copy_raw(static_cast<uint64_t*>(dst), rd, static_cast<const uint64_t*>(src), rs, by_rows, stream);
+        copy_raw_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<uint64_t*>(dst), rd,
+                                                              static_cast<const uint64_t*>(src), rs);
         break;
     }
+    CUDA_CHECK_LAUNCH("copy_raw");
     return;
   }
-  if (by_rows) {
-    convert_rows_kernel<<<row_blocks(by_rows->rows), row_threads(by_rows->cols), 0, stream>>>(
-        dst, ddt, rd, src, sdt, rs, by_rows->rows, by_rows->cols);
-    CUDA_CHECK_LAUNCH("convert_rows");
-  } else {
-    convert_kernel<<<grid_for(n), kThreads, 0, stream>>>(dst, ddt, rd, src, sdt, rs);
-    CUDA_CHECK_LAUNCH("convert");
-  }
+  convert_kernel<<<grid_for(n), kThreads, 0, stream>>>(dst, ddt, rd, src, sdt, rs);
+  CUDA_CHECK_LAUNCH("convert");
 }
 
 TensorRows dense_rows(int64_t n) {

@@ -83,16 +83,6 @@ TEST(CudaBackend, CopyRoundTripsAndConversions) {
   ops::fill(wide16.t, 0.0);
   ops::copy(wide16.t.slice(1, 0, 53), right);
   EXPECT_TRUE(same_bits(to_host(wide16.t.slice(1, 0, 53), DType::f16).t, Owned::copy_of(x.t, DType::f16).t));
-
-  // Narrow strided rows (5 elements: the element-wise copy kernels; rows of 53 above take the row kernels):
-  // contiguous -> strided of the same dtype, strided -> contiguous converting.
-  Owned narrow = random_host(DType::f32, {37, 5}, 2, 3.0);
-  Dev wide10(DType::f32, {37, 10}), narrow_dev = to_device(narrow.t, DType::f32), narrow16(DType::bf16, {37, 5});
-  ops::fill(wide10.t, 0.0);
-  ops::copy(wide10.t.slice(1, 5, 5), narrow_dev.t);
-  EXPECT_TRUE(same_bits(to_host(wide10.t.slice(1, 5, 5), DType::f32).t, narrow.t));
-  ops::copy(narrow16.t, wide10.t.slice(1, 5, 5));
-  EXPECT_TRUE(same_bits(to_host(narrow16.t, DType::bf16).t, Owned::copy_of(narrow.t, DType::bf16).t));
 }
 
 TEST(CudaBackend, FillAddAccumulateScaleSumSquares) {

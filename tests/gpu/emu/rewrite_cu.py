@@ -52,13 +52,6 @@ PLANTS = [
          what='fill_uniform scales by (high + low) instead of (high - low)',
          old='low + (high - low) * u', new='low + (high + low) * u'),
     # elementwise.cu
-    dict(name='convert_rows_stride', file='src/backend/cuda/memory.cu', test='test_cuda_backend', filter='CudaBackend.CopyRoundTrips*',
-         what='the row-wise converting copy reads the source with the destination\'s row offsets',
-         old='const int64_t od = row_start(rd, r, cols), os = row_start(rs, r, cols);\n    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)\n      store_from_double',
-         new='const int64_t od = row_start(rd, r, cols), os = row_start(rd, r, cols);\n    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)\n      store_from_double'),
-    dict(name='copy_raw_rows_stride', file='src/backend/cuda/memory.cu', test='test_cuda_backend', filter='CudaBackend.CopyRoundTrips*',
-         what='the row-wise same-dtype copy reads the source through the destination\'s row offsets',
-         old='dst[od + c] = src[os + c];', new='dst[od + c] = src[od + c];'),
     dict(name='copy_raw_stride', file='src/backend/cuda/memory.cu', test='test_cuda_backend', filter='CudaBackend.CopyRoundTrips*',
          what='the same-dtype strided copy reads the source through the destination\'s layout',
          old='SL_GRID_LOOP(i, rd.numel) dst[rd.offset(i)] = src[rs.offset(i)];', new='SL_GRID_LOOP(i, rd.numel) dst[rd.offset(i)] = src[rd.offset(i)];'),
