@@ -327,6 +327,39 @@ def run_panels(path, title, panels, xlabel="step"):
     return _save(fig, path, title)
 
 
+def band_panels(path, title, panels, xlabel="tokens seen"):
+    """Means over seeds with their intervals as shaded bands, one line per group in the same colour and line
+    style on every panel, one legend: panels = [dict(ylabel, series = [(label, x, mean, low, high, linestyle)],
+    hlines = [(label, y)], title, logx (default True), ylim)]. A band is drawn where both ends are finite."""
+    plt = _pyplot()
+    labels = list(dict.fromkeys(s[0] for p in panels for s in p["series"]))
+    cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
+    colour = {lab: cmap(i % cmap.N) for i, lab in enumerate(labels)}
+    fig, axes = _figure(1, len(panels), figsize=(4.2 * len(panels) + 2.6, 3.6), squeeze=False)
+    for ax, p in zip(axes[0], panels):
+        for lab, x, y, lo, hi, ls in p["series"]:
+            x, lo, hi = (np.asarray(v, dtype=float) for v in (x, lo, hi))
+            _plot_series(ax, lab, x, y, "o" + ls, color=colour[lab])
+            ok = np.isfinite(lo) & np.isfinite(hi)
+            if ok.any():
+                ax.fill_between(x[ok], lo[ok], hi[ok], color=colour[lab], alpha=0.15, lw=0)
+        drawn = set()
+        for label, y in p.get("hlines", ()):
+            _reference(ax, y, label, drawn, ls=":", lw=1.2, color="black")
+        if p.get("logx", True):
+            from matplotlib.ticker import NullFormatter
+
+            ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(NullFormatter())  # the decades only: minor labels overlap
+        if p.get("ylim") is not None:
+            ax.set_ylim(*p["ylim"])
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(p["ylabel"], fontsize=8)
+        ax.set_title(p.get("title", ""), fontsize=9)
+    _legend(fig, axes[0])
+    return _save(fig, path, title)
+
+
 VERDICT_COLOURS = {"agrees": "#2a9d3a", "disagrees": "#c0392b", "inconclusive": "#7f7f7f",
                    "no expectation": "#1f4e9c"}
 

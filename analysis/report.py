@@ -11,6 +11,10 @@ end, when the files do not hold what it needs):
   atlas           the emergence atlas (jobs/atlas; runs named atlas.<scale>.<cell>.s<seed>): per cell and scale
                   a forest plot of the median emergence step and the sink fraction with their 95 % intervals, the
                   table against each cell's expectation with a verdict from the intervals (analysis/atlas.py).
+  bridge          from the toy to text (jobs/bridge; runs named bridge.<scale>.<size>_<rows>_lr<lr>.s<seed>): small
+                  models on real text, several seeds a cell, Sink_1^eps and mean alpha_1 against tokens seen with
+                  intervals, onsets in tokens, BOS first against packed, onset against size beside the 60M plan
+                  (analysis/bridge.py).
   bbm             sink emergence on Bigram-Backcopy (sinklab-pretrain --bbm-meta runs): BOS attention against
                   steps for every run on one plot (Fig. 4 middle's form) beside the copy / bigram losses, BOS
                   residual and value norms, raw weights of the proxy-score runs, and one table of each run
@@ -56,15 +60,15 @@ from pathlib import Path
 
 from analysis.job_index import JOBS_DIR, JobIndex
 from analysis.results import DEFAULT_EPS, ResultsError, nothing_to_report, open_results
-from analysis.sections import (ReportData, ablations, atlas, bbm, downstream, items, models, paper_figures,
-                               paper_tables, sft, training)
+from analysis.sections import (ReportData, ablations, atlas, bbm, bridge, downstream, items, models,
+                               paper_figures, paper_tables, sft, training)
 from analysis.sections.labels import run_labels
 from analysis.sections.summary import summary_html
 from analysis.tables import INLINE_ROWS, PROXY_EXPLAINED, public_text
 
 PROG = "analysis.report"
 # The page's sections in order: each module's write_section(rep, data) adds its part.
-SECTIONS = (atlas, bbm, training, models, downstream, ablations, sft, paper_tables, paper_figures, items)
+SECTIONS = (atlas, bridge, bbm, training, models, downstream, ablations, sft, paper_tables, paper_figures, items)
 
 
 class Report:

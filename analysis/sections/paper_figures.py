@@ -25,6 +25,7 @@ import math
 import numpy as np
 
 from analysis import figures
+from analysis.bridge import is_bridge_run
 from analysis.results import ini_settings, is_bbm, is_finetuning, match_eps
 from analysis.tables import Table
 
@@ -61,8 +62,8 @@ def _with_eval(cells, eps):
 def fig4_left(rep, runs, entries, eps):
     rows = []  # [name, kind, n_params, n_params_non_embedding, Sink_1]
     for r in runs:
-        if is_bbm(r) or is_finetuning(r):  # another task; a fine-tuned model is its base model's size
-            continue
+        if is_bbm(r) or is_finetuning(r) or is_bridge_run(r):  # another task; a fine-tuned model is its base
+            continue                                              # model's size; the toy-to-text set: its section
         n, ev = _int_attr(r.attrs, "n_params"), r.eval
         i = None if ev is None or not len(ev.step) else match_eps(ev.eps, eps)
         if n is not None and i is not None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis import figures
+from analysis.bridge import is_bridge_run
 from analysis.emergence import persistent_onset, rule_text
 from analysis.results import (eps_index, ini_settings, is_bbm, is_finetuning, match_eps, mean_alpha1,
                               probe_length, tokens_at, tokens_text)
@@ -27,7 +28,8 @@ def write_section(rep, data):
     """The runs' overview table, the side-by-side comparison (two or more runs with evaluations), then
     each run's tables and figures."""
     labels_all = run_labels(data.runs)
-    pairs = [(label, r) for label, r in zip(labels_all, data.runs) if not is_bbm(r) and not is_finetuning(r)]
+    pairs = [(label, r) for label, r in zip(labels_all, data.runs)
+             if not is_bbm(r) and not is_finetuning(r) and not is_bridge_run(r)]
     eps = data.eps
     if not data.runs:
         rep.skipped("training runs", "no /runs/<run> group in the files")
@@ -38,9 +40,11 @@ def write_section(rep, data):
     rule = rule_text(f"Sink_1^{eps:g}", "0 %", strict=True)
     rep.para(f"When a thresholded sink emerged (the findings): {rule}.")
     others = [what for what, n in (("Bigram-Backcopy", sum(is_bbm(r) for r in data.runs)),
-                                   ("fine-tuning", sum(is_finetuning(r) for r in data.runs))) if n]
+                                   ("fine-tuning", sum(is_finetuning(r) for r in data.runs)),
+                                   ("toy-to-text", sum(is_bridge_run(r) for r in data.runs))) if n]
     if others:
-        rep.para(f"Pre-training runs other than the {' and '.join(others)} runs, which have their own sections.")
+        named = others[0] if len(others) == 1 else f"{', '.join(others[:-1])} and {others[-1]}"
+        rep.para(f"Pre-training runs other than the {named} runs, which have their own sections.")
     labels, runs = [label for label, _ in pairs], [r for _, r in pairs]
     all_eps = sorted({e for r in runs if r.eval for e in r.eval.eps if not math.isnan(e)})
     any_star = any(r.eval is not None and r.eval.sink_star is not None for r in runs)

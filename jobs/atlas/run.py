@@ -44,20 +44,21 @@ CAPS = {"cheap": 1000, "small": 1000, "ci": 60}
 CHUNKS = {"cheap": 50, "small": 100, "ci": 20}
 # Seconds of one training step of one run, two runs at once with one thread each, on this project's 2-core
 # machine: --plan's estimate until the out folder holds finished runs to measure
-# (docs/DESIGN.md, "The emergence atlas"). small: the first full atlas (2026-11-28, 0.114 s); cheap: two
-# 10-step runs under load 8.
-SECONDS_PER_STEP = {"cheap": 11.0, "small": 0.12, "ci": 0.1}
+# (docs/DESIGN.md, "The emergence atlas"). small: the first full atlas (2026-11-28, 0.114 s); cheap: the principal
+# cells' first chunks (2026-11-28, softmax and sigmoid seed 1 together: 50 steps in 2 min 23-29 s, ~3.0 s).
+SECONDS_PER_STEP = {"cheap": 3.0, "small": 0.12, "ci": 0.1}
 
 @dataclass(frozen=True)
 class Item:
     cell: object   # cells.Cell
     seed: int
+    prefix = "atlas"  # of the run-name (analysis reads runs by it); jobs/bridge's items say "bridge"
 
     def run_dir(self, out, scale):
         return Path(out) / scale / self.cell.name / f"seed{self.seed}"
 
     def run_name(self, scale):
-        return f"atlas.{scale}.{self.cell.name}.s{self.seed}"
+        return f"{self.prefix}.{scale}.{self.cell.name}.s{self.seed}"
 
 
 def items_of(cells, seeds):
@@ -71,20 +72,24 @@ def write_atomically(path, text):
     os.replace(tmp, path)
 
 
+def ini_text(title, base, tables, own):
+    """A run's job file: `title`, the base file's settings, then the cell's and the run's own (`own`, which win)."""
+    lines = [f"# {title}", f"# Written by {tables[0]} from {base.name} and {tables[1]}: edit those.", "",
+             f"# {base.name}"]
+    lines += [f"{k} = {v}" for k, v in ini_settings(base.read_text()).items() if k not in own]
+    lines += ["", "# this cell and run"] + [f"{k} = {v}" for k, v in own.items()]
+    return "\n".join(lines) + "\n"
+
+
 def job_text(scale, item, run_dir, cap, data=None):
     """The run's job file: the scale's base settings, then the cell's and the run's own."""
-    base = Path(SCALES[scale])
     own = {**item.cell.settings, "seed": str(item.seed), "steps": str(cap), "out-dir": str(run_dir),
            "run-name": item.run_name(scale)}
     if data:
         own.update({"train-data": str(Path(data) / "train.bin"), "valid-data": str(Path(data) / "valid.bin"),
                     "bbm-meta": str(Path(data) / "bbm.json")})
-    lines = [f"# The emergence atlas, scale {scale}: {item.cell.label}, seed {item.seed}.",
-             f"# Written by python -m jobs.atlas.run from {base.name} and jobs/atlas/cells.py: edit those.", "",
-             f"# {base.name}"]
-    lines += [f"{k} = {v}" for k, v in ini_settings(base.read_text()).items() if k not in own]
-    lines += ["", "# this cell and run"] + [f"{k} = {v}" for k, v in own.items()]
-    return "\n".join(lines) + "\n"
+    return ini_text(f"The emergence atlas, scale {scale}: {item.cell.label}, seed {item.seed}.", Path(SCALES[scale]),
+                    ("python -m jobs.atlas.run", "jobs/atlas/cells.py"), own)
 
 
 _LIBC = ctypes.CDLL(None, use_errno=True)  # loaded here: a forked child of a threaded process must not dlopen
@@ -132,19 +137,46 @@ class Runner:
             return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=os.getcwd(),
                                   preexec_fn=_die_with_parent).returncode
 
+    # What a study overrides (jobs/bridge/run.py trains to a budget of tokens on a log-spaced grid): the run's
+    # job file, the next step to train to, and whether to stop there; the status file's name and summary.
+    tag = "atlas"
+    status_name = "atlas_status.json"
+
+    def job_text(self, item, run_dir):
+        return job_text(self.scale, item, run_dir, self.args.cap_steps, self.args.data)
+
+    def next_target(self, done):
+        """The step the next chunk trains to: the next multiple of --chunk, at most the cap."""
+        chunk, cap = self.args.chunk, self.args.cap_steps
+        return max(done, min(cap, (done // chunk + 1) * chunk))  # a run past a lowered cap: judged as it is
+
+    def judge(self, run_dir, item, target):
+        """The run's status when it stops at `target` (converged or at the cap), else None. ResultsError when
+        its results file cannot be read."""
+        converged, measured = convergence.check(*convergence.read_series(run_dir / "results.h5",
+                                                                         item.run_name(self.scale)))
+        if not (converged or target >= self.args.cap_steps):
+            return None
+        return {"stopped": "converged" if converged else "cap", "steps": target, "cap": self.args.cap_steps,
+                "rule": convergence.RULE, **measured}
+
+    def summary(self, status):
+        """The runner's line about a finished run (after "<cell> seed <k>: ")."""
+        return (f"{status['stopped']} at step {status['steps']}, BOS attention {status['bos_attention']:.3f}, copy "
+                f"loss {status['copy_loss']:.3f}")
+
     def run_one(self, item):
-        """Trains one run to convergence or the cap; returns (status dict or None, error text or None)."""
+        """Trains one run until judge() stops it; returns (status dict or None, error text or None)."""
         run_dir = item.run_dir(self.args.out, self.scale)
-        status_path = run_dir / "atlas_status.json"
+        status_path = run_dir / self.status_name
         if status_path.exists():
             return json.loads(status_path.read_text()), None
         run_dir.mkdir(parents=True, exist_ok=True)
-        write_atomically(run_dir / "job.ini", job_text(self.scale, item, run_dir, self.args.cap_steps, self.args.data))
+        write_atomically(run_dir / "job.ini", self.job_text(item, run_dir))
         log, start = run_dir / "train.log", time.monotonic()
-        chunk, cap = self.args.chunk, self.args.cap_steps
         while True:
             done = steps_reached(run_dir)
-            target = max(done, min(cap, (done // chunk + 1) * chunk))  # a run past a lowered cap: judged as it is
+            target = self.next_target(done)
             if target > done:
                 rc = self.train_chunk(run_dir, target, log)
                 if rc != 0:
@@ -152,14 +184,12 @@ class Runner:
                 if steps_done(run_dir) != target:
                     return None, f"stopped before step {target} (a signal?): rerun to resume; see {log}"
             try:
-                converged, measured = convergence.check(*convergence.read_series(run_dir / "results.h5",
-                                                                                 item.run_name(self.scale)))
+                status = self.judge(run_dir, item, target)
             except ResultsError as e:
                 return None, f"{e}; see {log}"
-            if converged or target >= cap:
+            if status is not None:
                 # seconds: this runner's share of the run (a resumed run's earlier part is not counted)
-                status = {"stopped": "converged" if converged else "cap", "steps": target, "cap": cap,
-                          "rule": convergence.RULE, **measured, "seconds": round(time.monotonic() - start, 1)}
+                status["seconds"] = round(time.monotonic() - start, 1)
                 write_atomically(status_path, json.dumps(status, indent=1) + "\n")
                 return status, None
 
@@ -169,22 +199,21 @@ class Runner:
             what = f"{item.cell.name} seed {item.seed}"
             if error:
                 self.failed += 1
-                print(f"atlas: FAILED {what}: {error}", flush=True)
+                print(f"{self.tag}: FAILED {what}: {error}", flush=True)
             else:
                 if seconds is not None:
                     self.seconds.append(seconds)
-                print(f"atlas: {what}: {'already finished: ' if seconds is None else ''}{status['stopped']} at "
-                      f"step {status['steps']}, BOS attention {status['bos_attention']:.3f}, copy loss "
-                      f"{status['copy_loss']:.3f}", flush=True)
+                print(f"{self.tag}: {what}: {'already finished: ' if seconds is None else ''}{self.summary(status)}",
+                      flush=True)
             left = self.total - self.done
             eta = "?" if not self.seconds else _hms(sum(self.seconds) / len(self.seconds) * left / self.args.parallel)
-            print(f"atlas: {self.done}/{self.total} runs done ({self.failed} failed), ETA {eta}", flush=True)
+            print(f"{self.tag}: {self.done}/{self.total} runs done ({self.failed} failed), ETA {eta}", flush=True)
 
     def run_all(self, items):
         self.total = len(items)
 
         def one(item):
-            finished = (item.run_dir(self.args.out, self.scale) / "atlas_status.json").exists()
+            finished = (item.run_dir(self.args.out, self.scale) / self.status_name).exists()
             t = time.monotonic()
             try:
                 status, error = self.run_one(item)
@@ -228,6 +257,17 @@ def plan(args, items):
     return 0
 
 
+def add_runner_options(ap):
+    """The options every study's runner has (this one's and jobs/bridge/run.py's)."""
+    ap.add_argument("--parallel", type=int, default=2, help="runs at once (default 2)")
+    ap.add_argument("--threads", type=int, default=1, help="OpenMP threads of each run (default 1)")
+    ap.add_argument("--bin", default=os.environ.get("SINKLAB_BIN", str(ROOT / "build" / "bin")),
+                    help="the folder of sinklab-pretrain (default $SINKLAB_BIN or build/bin)")
+    ap.add_argument("--item", type=int, default=None, help="run only item I of the list (a Slurm array task)")
+    ap.add_argument("--list", action="store_true",
+                    help="print the items: index, cell, seed, run folder (tab-separated)")
+
+
 def parse(argv):
     ap = argparse.ArgumentParser(prog="python -m jobs.atlas.run", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -238,15 +278,9 @@ def parse(argv):
     ap.add_argument("--principal", action="store_true", help="only the principal cells (cells.py)")
     ap.add_argument("--cap-steps", type=int, default=None, help="hard cap of steps a run (default by scale: CAPS)")
     ap.add_argument("--chunk", type=int, default=None, help="steps between convergence checks (default: CHUNKS)")
-    ap.add_argument("--parallel", type=int, default=2, help="runs at once (default 2)")
-    ap.add_argument("--threads", type=int, default=1, help="OpenMP threads of each run (default 1)")
     ap.add_argument("--data", default=None, help="a data_prep bbm folder in place of the base file's data/bbm")
-    ap.add_argument("--bin", default=os.environ.get("SINKLAB_BIN", str(ROOT / "build" / "bin")),
-                    help="the folder of sinklab-pretrain (default $SINKLAB_BIN or build/bin)")
     ap.add_argument("--plan", action="store_true", help="write the job files and print the atlas' size; no training")
-    ap.add_argument("--item", type=int, default=None, help="run only item I of the list (a Slurm array task)")
-    ap.add_argument("--list", action="store_true",
-                    help="print the items: index, cell, seed, run folder (tab-separated)")
+    add_runner_options(ap)
     args = ap.parse_args(argv)
     args.cap_steps = args.cap_steps or CAPS[args.scale]
     args.chunk = args.chunk or CHUNKS[args.scale]
@@ -267,24 +301,31 @@ def parse(argv):
     return args, items
 
 
-def main(argv):
-    args, items = parse(argv)
+def run_main(args, items, runner, plan_fn, header):
+    """What a study's main() does once its arguments are parsed: --list, --plan (plan_fn(args, items)), or train
+    the items (only --item's with --item) with `runner`, after printing `header`."""
     if args.list:
         for i, it in enumerate(items):
             print(f"{i}\t{it.cell.name}\t{it.seed}\t{it.run_dir(args.out, args.scale)}")
         return 0
     if args.plan:
-        return plan(args, items)
-    runner = Runner(args)
+        return plan_fn(args, items)
     if not runner.binary.exists():
-        print(f"atlas: error: {runner.binary} not found (build it, or --bin / SINKLAB_BIN)", file=sys.stderr)
+        print(f"{runner.tag}: error: {runner.binary} not found (build it, or --bin / SINKLAB_BIN)", file=sys.stderr)
         return 2
     if args.item is not None:
         items = [items[args.item]]
-    print(f"atlas: scale {args.scale}, {len(items)} run(s) into {Path(args.out) / args.scale}, "
-          f"{args.parallel} at once x {args.threads} thread(s); {convergence.RULE}; cap {args.cap_steps} steps",
-          flush=True)
-    return runner.run_all(items)
+    print(f"{runner.tag}: scale {args.scale}, {len(items)} run(s) into {Path(args.out) / args.scale}, "
+          f"{args.parallel} at once x {args.threads} thread(s); {header}", flush=True)
+    start = time.monotonic()
+    rc = runner.run_all(items)
+    print(f"{runner.tag}: wall time {_hms(time.monotonic() - start)}", flush=True)
+    return rc
+
+
+def main(argv):
+    args, items = parse(argv)
+    return run_main(args, items, Runner(args), plan, f"{convergence.RULE}; cap {args.cap_steps} steps")
 
 
 if __name__ == "__main__":

@@ -473,8 +473,12 @@ void Trainer::open_results(double flops_per_token, double peak_flops) {
   // One train row (and batches row) per completed step, eval rows for step counts <= the checkpoint's.
   if (results_->exists(train_group)) results_->truncate_rows(train_group, start_step_);
   if (results_->exists(eval_group + "/step")) {
+    // A run that starts over (--resume without a checkpoint: killed before its first one) evaluates step 0
+    // again, so it keeps no row of the attempt before; a resumed one keeps the rows up to its checkpoint's step.
     std::vector<int64_t> steps = results_->read_column_int(eval_group + "/step");
-    int64_t keep = std::count_if(steps.begin(), steps.end(), [&](int64_t s) { return s <= start_step_; });
+    const bool starts_over = resumed_from_.empty();
+    const int64_t keep =
+        starts_over ? 0 : std::count_if(steps.begin(), steps.end(), [&](int64_t s) { return s <= start_step_; });
     results_->truncate_rows(eval_group, keep);
   }
   restart_monitor();

@@ -7,6 +7,7 @@ they are absent.
 """
 import os
 import signal
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -130,6 +131,20 @@ RUN_CHANGES = [
     (("--global-batch-tokens=256",), "global-batch-tokens", "128", "256"),
     (("--seed=7",), "seed", "1234", "7"),
 ]
+
+
+def test_a_run_that_starts_over_keeps_no_evaluation_of_the_attempt_before(corpus, tmp_path):
+    """--resume without a checkpoint (a run killed after its step-0 evaluation, before its first checkpoint:
+    the atlas runner's kill test met it under load) starts over and evaluates step 0 again: the attempt
+    before leaves no row behind, so no step is evaluated twice."""
+    out = tmp_path / "run"
+    _pretrain(corpus, out, 1, "--steps=4", "--eval-every=2")
+    shutil.rmtree(out / "checkpoints")  # as if killed before the first checkpoint: nothing to resume from
+    proc = _pretrain(corpus, out, 1, "--steps=4", "--eval-every=2", "--resume")
+    assert "resumed from" not in proc.stdout
+    with h5py.File(out / "results.h5", "r") as f:
+        assert list(f["runs/t/eval/step"][:]) == [0, 2, 4]
+        assert list(f["runs/t/train/step"][:]) == [0, 1, 2, 3]
 
 
 def test_resume_into_another_run_is_refused(corpus, tmp_path):
