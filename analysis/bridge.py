@@ -34,7 +34,7 @@ import numpy as np
 
 from analysis.atlas import lower_median, median_interval, wilson_interval
 from analysis.emergence import persistent_onset, rule_text
-from analysis.results import DEFAULT_EPS, ini_settings, match_eps, mean_alpha1, probe_length, tokens_at, uniform_alpha1
+from analysis.results import DEFAULT_EPS, mean_alpha1, probe_length, sink_series, tokens_at, uniform_alpha1
 
 STATUS_FILE = "bridge_status.json"
 ONSET_SHARE = 1.0  # % of (sequence, layer, head) triples: the onset's threshold (see the module's docstring)
@@ -134,18 +134,14 @@ def is_bridge_run(run):
 
 
 def _series(run, eps):
-    """(Sink_1^eps per evaluation, mean alpha_1 per evaluation, what the probe fed), as the run was trained."""
-    ev = run.eval
-    i = match_eps(ev.eps, eps)
-    fixed_first = ini_settings(run.config).get("fixed-token-position", "0") == "1"
-    if i is None:
+    """(Sink_1^eps per evaluation, mean alpha_1 per evaluation, what the probe fed), as the run was trained
+    (results.sink_series and results.mean_alpha1: a BOS-first run on inputs that start with BOS)."""
+    got, m = sink_series(run, eps), mean_alpha1(run)
+    if got is None:
         return None, None, ""
-    if fixed_first and ev.sink_k_intervened is not None:
-        sink, fed = ev.sink_k_intervened[:, 0, i], "inputs that start with BOS"
-    else:
-        sink, fed = ev.sink[:, i], "the probe's inputs"
-    m = mean_alpha1(run)
-    return np.asarray(sink, dtype=float), (None if m is None else np.asarray(m[2], dtype=float)), fed
+    _, sink, fed = got
+    return (np.asarray(sink, dtype=float), None if m is None else np.asarray(m[2], dtype=float),
+            "inputs that start with BOS" if fed else "the probe's inputs")
 
 
 def measure_run(run, eps=DEFAULT_EPS):

@@ -610,6 +610,21 @@ def mean_alpha1(run):
     return what, ev.step, a1.reshape(len(ev.step), -1).mean(axis=1), uniform_alpha1(T)
 
 
+def sink_series(r, eps):
+    """(steps, Sink_1^eps per evaluation, what the probe fed) of a run: for a run trained with a fixed first
+    token (--fixed-token-position 1, e.g. BOS) the probe inputs that start with it (eval/sink_k_intervened,
+    as its data did), else eval/sink; None without evaluations at eps."""
+    ev = r.eval
+    i = None if ev is None or not len(ev.step) else match_eps(ev.eps, eps)
+    if i is None:
+        return None
+    settings = ini_settings(r.config)
+    if settings.get("fixed-token-position", "0") == "1" and ev.sink_k_intervened is not None:
+        return ev.step, ev.sink_k_intervened[:, 0, i], \
+            f"on inputs that start with token {settings.get('fixed-token-id', '?')} as it was trained"
+    return ev.step, ev.sink[:, i], ""
+
+
 def is_bbm(run):
     """A Bigram-Backcopy run (sinklab-pretrain --bbm-meta): its evaluations split the loss into copy and
     bigram positions and the first token's attention by query kind."""

@@ -17,7 +17,7 @@ import numpy as np
 
 from analysis import figures
 from analysis.bridge import (COMPARE_RULE, CURVE_RULE, ONSET_RULE, ONSET_SHARE, bridge_cells, compare_rows,
-                             fit_onsets)
+                             difference_interval, fit_onsets)
 from analysis.results import tokens_text
 from analysis.tables import Table
 
@@ -284,8 +284,6 @@ def _comparison_lines(comparisons):
 
 def _lr_lines(cells):
     """The larger learning rate against the smaller at the same size and rows, at the last common evaluation."""
-    from analysis.bridge import difference_interval
-
     lrs = sorted(dict.fromkeys(s.lr for s in cells), key=float)
     if len(lrs) < 2:
         return []

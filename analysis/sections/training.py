@@ -15,8 +15,8 @@ import numpy as np
 from analysis import figures
 from analysis.bridge import is_bridge_run
 from analysis.emergence import persistent_onset, rule_text
-from analysis.results import (eps_index, ini_settings, is_bbm, is_finetuning, match_eps, mean_alpha1,
-                              probe_length, tokens_at, tokens_text)
+from analysis.results import (eps_index, is_bbm, is_finetuning, match_eps, mean_alpha1,
+                              probe_length, sink_series, tokens_at, tokens_text)
 from analysis.sections.labels import eps_col, run_labels
 from analysis.tables import Table, plain_float
 
@@ -91,21 +91,6 @@ def write_section(rep, data):
         text = emergence_finding(label, r, eps)
         if text:
             rep.finding(text, compare or curves)
-
-
-def sink_series(r, eps):
-    """(steps, Sink_1^eps per evaluation, what the probe fed) of a run: for a run trained with a fixed first
-    token (--fixed-token-position 1, e.g. BOS) the probe inputs that start with it (eval/sink_k_intervened,
-    as its data did), else eval/sink; None without evaluations at eps."""
-    ev = r.eval
-    i = None if ev is None or not len(ev.step) else match_eps(ev.eps, eps)
-    if i is None:
-        return None
-    settings = ini_settings(r.config)
-    if settings.get("fixed-token-position", "0") == "1" and ev.sink_k_intervened is not None:
-        return ev.step, ev.sink_k_intervened[:, 0, i], \
-            f"on inputs that start with token {settings.get('fixed-token-id', '?')} as it was trained"
-    return ev.step, ev.sink[:, i], ""
 
 
 def emergence_finding(label, r, eps):

@@ -48,8 +48,7 @@ def batch_tokens(scale):
 
 def budget_steps(scale):
     """Steps of the scale's token budget (the budget is a whole number of batches)."""
-    base, budget = SCALES[scale]
-    return max(1, budget // batch_tokens(scale))
+    return max(1, SCALES[scale][1] // batch_tokens(scale))
 
 
 def grid(last):
@@ -81,6 +80,7 @@ class BridgeRunner(Runner):
         super().__init__(args)
         self.steps = budget_steps(args.scale)
         self.grid = grid(self.steps)
+        self.batch = batch_tokens(args.scale)  # read once, not at every chunk's end
 
     def job_text(self, item, run_dir):
         return job_text(self.scale, item, run_dir, self.steps, self.args.data)
@@ -91,7 +91,7 @@ class BridgeRunner(Runner):
     def judge(self, run_dir, item, target):
         if target < self.steps:
             return None
-        return {"stopped": "budget", "steps": target, "tokens": target * batch_tokens(self.scale),
+        return {"stopped": "budget", "steps": target, "tokens": target * self.batch,
                 "budget_tokens": SCALES[self.scale][1], "grid": self.grid,
                 "rule": f"trained to the budget of {SCALES[self.scale][1]:,} tokens, evaluated at steps "
                         f"{', '.join(map(str, self.grid))}"}
@@ -104,7 +104,8 @@ def plan(args, items):
     """Writes every run's job file and prints the set's size: tokens, and time at measured or assumed rates."""
     import json
 
-    steps, tokens = budget_steps(args.scale), budget_steps(args.scale) * batch_tokens(args.scale)
+    steps = budget_steps(args.scale)
+    tokens = steps * batch_tokens(args.scale)
     measured, left = {}, {}
     for it in items:
         run_dir = it.run_dir(args.out, args.scale)
