@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs, on this machine (which has the dev packages of env/apt-packages.txt), what a CUDA build of
 # sinklab needs on a GPU machine that has nvcc, CMake and PyTorch but no network and likely no MPI /
-# HDF5 / Boost / OpenBLAS / GoogleTest dev files: their headers, their shared libraries with every
+# HDF5 / Boost / OpenBLAS / oneDNN / GoogleTest dev files: their headers, their shared libraries with every
 # library those load (glibc and the compiler's runtime excepted: the GPU machine's own), GoogleTest's
 # static libraries, and CMake find modules that point at them. tests/gpu/run.sh unpacks and uses it.
 #
@@ -28,10 +28,13 @@ hdf5_lib=$libdir/hdf5/serial/libhdf5.so
 boost_lib=$(ls "$libdir"/libboost_program_options.so.1.* 2>/dev/null | head -n1 || true)
 blas_inc=/usr/include/$arch/openblas-openmp
 blas_lib=$libdir/openblas-openmp/libopenblas.so
+dnnl_inc=/usr/include/oneapi
+dnnl_lib=$libdir/libdnnl.so
 zlib_lib=$libdir/libz.so
 gtest_libs=("$libdir/libgtest.a" "$libdir/libgtest_main.a")
 nccl_h=$(ls /usr/local/cuda/include/nccl.h /usr/include/nccl.h 2>/dev/null | head -n1 || true)
 for p in "$mpi_inc/mpi.h" "${mpi_libs[@]}" "$hdf5_inc/hdf5.h" "$hdf5_lib" "$boost_lib" "$blas_inc/cblas.h" "$blas_lib" \
+         "$dnnl_inc/dnnl/dnnl.h" "$dnnl_lib" \
          "$zlib_lib" /usr/include/zlib.h /usr/include/nlohmann/json.hpp /usr/include/gtest/gtest.h "${gtest_libs[@]}"; do
   [ -n "$p" ] && [ -e "$p" ] || die "missing $p (install the packages of env/apt-packages.txt)"
 done
@@ -46,6 +49,7 @@ cp -a "$mpi_inc" "$b/include/mpi"
 mkdir -p "$b/include/hdf5" "$b/include/openblas" "$b/include/zlib" "$b/include/json" "$b/include/gtest" "$b/include/boost"
 cp -a "$hdf5_inc"/*.h "$b/include/hdf5/"
 cp -a "$blas_inc"/*.h "$b/include/openblas/"
+mkdir -p "$b/include/dnnl" && cp -a "$dnnl_inc" "$b/include/dnnl/"  # keeps <oneapi/dnnl/dnnl.h>
 cp -a /usr/include/zlib.h /usr/include/zconf.h "$b/include/zlib/"
 cp -a /usr/include/nlohmann "$b/include/json/"
 cp -a /usr/include/gtest "$b/include/gtest/"
@@ -72,12 +76,13 @@ add_lib() {  # add_lib <path> [link name]: copied under its soname, plus the lin
   [ -e "$b/lib/$soname" ] || cp "$real" "$b/lib/$soname"
   if [ -n "${2:-}" ] && [ "$2" != "$soname" ]; then ln -sf "$soname" "$b/lib/$2"; fi
 }
-direct=("${mpi_libs[@]}" "$hdf5_lib" "$boost_lib" "$blas_lib" "$zlib_lib")
+direct=("${mpi_libs[@]}" "$hdf5_lib" "$boost_lib" "$blas_lib" "$dnnl_lib" "$zlib_lib")
 add_lib "$libdir/openmpi/lib/libmpi.so" libmpi.so
 add_lib "$libdir/openmpi/lib/libmpi_cxx.so" libmpi_cxx.so
 add_lib "$hdf5_lib" libhdf5.so
 add_lib "$boost_lib" libboost_program_options.so
 add_lib "$blas_lib" libopenblas.so
+add_lib "$dnnl_lib" libdnnl.so
 add_lib "$zlib_lib" libz.so
 for lib in "${direct[@]}"; do
   ldd "$lib" | awk '/=> \// {print $1, $3}' | while read -r name path; do

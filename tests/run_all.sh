@@ -23,12 +23,12 @@ echo "== C++ tests (CTest: cpu, mpi; gpu tests skip without a device)"
 echo "== Python tests (pytest)"
 SINKLAB_BUILD_DIR="$root/build" SINKLAB_BIN_DIR="$root/build/bin" .venv/bin/python -m pytest tests/python -q
 
-# OpenBLAS picks other kernels on AVX2 and AVX-512 CPUs, with other last bits: the tests that claim
-# bit-identity (resume, rank counts) run again on the AVX2 kernels, so an AVX-512 machine catches what
-# would fail on AVX2 nodes. (The C++ tests do the same as their ".blas_haswell" copies in CTest.)
+# OpenBLAS and oneDNN pick other kernels on AVX2 and AVX-512 CPUs, with other last bits: the tests that
+# claim bit-identity (resume, rank counts) run again on the AVX2 kernels, so an AVX-512 machine catches
+# what would fail on AVX2 nodes. (The C++ tests do the same as their ".blas_haswell" copies in CTest.)
 if grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
-  echo "== Bit-identity tests again on OpenBLAS's AVX2 kernels (OPENBLAS_CORETYPE=Haswell pytest -m identity)"
-  OPENBLAS_CORETYPE=Haswell SINKLAB_BUILD_DIR="$root/build" SINKLAB_BIN_DIR="$root/build/bin" \
+  echo "== Bit-identity tests again on the AVX2 kernels (OPENBLAS_CORETYPE=Haswell ONEDNN_MAX_CPU_ISA=AVX2 pytest -m identity)"
+  OPENBLAS_CORETYPE=Haswell ONEDNN_MAX_CPU_ISA=AVX2 SINKLAB_BUILD_DIR="$root/build" SINKLAB_BIN_DIR="$root/build/bin" \
     .venv/bin/python -m pytest tests/python -q -m identity
 fi
 

@@ -1,7 +1,8 @@
 // Standalone sgemm throughput probe used to pick the CPU BLAS (bench/blas_choice/blas_choice.sh compiles
 // it once per library). Row-major C[M,N] = op(A) . op(B), the shapes one GPT-2-small training step
-// issues with B*T = 4096 tokens, the 1024^3 square, and two small ones (a single T = 64 sequence of
-// the survey through a QKV projection; one head's q.k^T at T = 1024, dh = 64). Prints one line per shape: best GFLOP/s.
+// issues with B*T = 4096 tokens, the 1024^3 square, two small ones (a single T = 64 sequence of the
+// survey through a QKV projection; one head's q.k^T at T = 1024, dh = 64) and four of the emergence
+// atlas's small scale (d = 64). Prints one line per shape: best GFLOP/s.
 // Not a CMake target (it includes either cblas.h or dnnl.h, whichever library it is built against).
 #include <chrono>
 #include <cstdio>
@@ -44,6 +45,12 @@ int main(int argc, char** argv) {
       {"bwd  dW=dY^T.X 2304x768   TN", 2304, 768, 4096, true, false},
       {"small x.W^T T=64 (survey) NT", 64, 2304, 768, false, true},
       {"small q.k^T T=1024 dh=64  NT", 1024, 1024, 64, false, true},
+      // the emergence atlas's small scale (d 64, FFN 256, 8192 tokens a step): the QKV and FFN-up
+      // products forward, the FFN-down input gradient, the FFN-up weight gradient
+      {"atlas fwd x.W^T N=192 (qkv) NT", 8192, 192, 64, false, true},
+      {"atlas fwd x.W^T N=256 (up) NT", 8192, 256, 64, false, true},
+      {"atlas bwd dX=dY.W K=64    NN", 8192, 256, 64, false, false},
+      {"atlas bwd dW=dY^T.X 256x64 TN", 256, 64, 8192, true, false},
   };
   for (const Shape& s : shapes) {
     long a_rows = s.ta ? s.K : s.M, a_cols = s.ta ? s.M : s.K;

@@ -1,11 +1,9 @@
 // Per-row math of RMSNorm and LayerNorm, shared by the CPU backend and the CUDA kernels.
 //
 // T is the storage type (float, or double on the CPU); A is the accumulator type of the row reductions
-// (the CPU backend uses double for both f32 and f64, a CUDA kernel would use float). Two layers:
-// - scalar pieces (rstd from a sum, one output element, one input-gradient element) that a kernel
-//   doing its reductions with warp shuffles calls directly;
-// - whole-row loops built from them, which the CPU backend (one row per OpenMP iteration) and a simple
-//   one-thread-per-row kernel use.
+// (the CPU backend uses double for both f32 and f64, a CUDA kernel would use float). Scalar pieces
+// (rstd from a sum, one output element, one input-gradient element): the CUDA kernels call them around
+// their warp-shuffle reductions, the CPU backend (cpu/norms.cpp) around its `omp simd` row sums.
 //
 // Derivations (d = row length, g = upstream gradient, w = weight or 1 when absent):
 //   RMSNorm  y_i = x_i r w_i, r = (sum_j x_j^2 / d + eps)^(-1/2)
@@ -61,60 +59,5 @@ template <class T> SL_HD T ln_y(T x, T mean_hi, T mean_lo, T rstd, T w, T b) {
 // LayerNorm dw_i += g_i (x_i - mu) r (and db_i += g_i).
 template <class A> SL_HD A rms_dw_term(A g, A x, A r) { return g * x * r; }
 template <class A> SL_HD A ln_dw_term(A g, A x, A mu, A r) { return g * (x - mu) * r; }
-
-// ---- whole rows -----------------------------------------------------------------------------------
-
-// RMSNorm forward of one row; returns rstd (saved for backward). w may be null (no scale).
-template <class A, class T> SL_HD A rmsnorm_row_forward(T* out, const T* x, const T* w, int64_t d, A eps) {
-  A ss = A(0);
-  for (int64_t i = 0; i < d; ++i) ss += A(x[i]) * A(x[i]);
-  A r = rms_rstd(ss, d, eps);
-  for (int64_t i = 0; i < d; ++i) out[i] = T(A(x[i]) * r * (w ? A(w[i]) : A(1)));
-  return r;
-}
-
-// RMSNorm input gradient of one row (written, not accumulated). dx may alias dy.
-template <class A, class T> SL_HD void rmsnorm_row_backward(T* dx, const T* dy, const T* x, const T* w, int64_t d, A r) {
-  A dot = A(0);
-  for (int64_t i = 0; i < d; ++i) dot += A(dy[i]) * (w ? A(w[i]) : A(1)) * A(x[i]);
-  const A dot_over_d = dot / A(d);
-  for (int64_t i = 0; i < d; ++i) dx[i] = T(rms_dx(r, A(dy[i]) * (w ? A(w[i]) : A(1)), A(x[i]), dot_over_d));
-}
-
-// LayerNorm forward of one row: writes out, returns mean and rstd. w, b may be null.
-// Two passes (mean, then squared deviations): the one-pass E[x^2]-E[x]^2 cancels badly for rows with a
-// large mean.
-template <class A, class T>
-SL_HD void layernorm_row_forward(T* out, A* mean_out, A* rstd_out, const T* x, const T* w, const T* b, int64_t d,
-                                 A eps) {
-  A s = A(0);
-  for (int64_t i = 0; i < d; ++i) s += A(x[i]);
-  const A mu = s / A(d);
-  A ss = A(0);
-  for (int64_t i = 0; i < d; ++i) ss += (A(x[i]) - mu) * (A(x[i]) - mu);
-  const A r = ln_rstd(ss, d, eps);
-  for (int64_t i = 0; i < d; ++i) {
-    A y = (A(x[i]) - mu) * r * (w ? A(w[i]) : A(1)) + (b ? A(b[i]) : A(0));
-    out[i] = T(y);
-  }
-  *mean_out = mu;
-  *rstd_out = r;
-}
-
-// LayerNorm input gradient of one row (written). dx may alias dy.
-template <class A, class T>
-SL_HD void layernorm_row_backward(T* dx, const T* dy, const T* x, const T* w, int64_t d, A mu, A r) {
-  A sum_gh = A(0), sum_gh_xh = A(0);
-  for (int64_t i = 0; i < d; ++i) {
-    A gh = A(dy[i]) * (w ? A(w[i]) : A(1));
-    sum_gh += gh;
-    sum_gh_xh += gh * (A(x[i]) - mu) * r;
-  }
-  const A mean_gh = sum_gh / A(d), mean_gh_xh = sum_gh_xh / A(d);
-  for (int64_t i = 0; i < d; ++i) {
-    A gh = A(dy[i]) * (w ? A(w[i]) : A(1));
-    dx[i] = T(ln_dx(r, gh, (A(x[i]) - mu) * r, mean_gh, mean_gh_xh));
-  }
-}
 
 }  // namespace sinklab::math

@@ -19,6 +19,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/cpu/blas_kernels.hpp"
+#include "core/error.hpp"
 
 namespace sinklab {
 namespace {
@@ -53,6 +54,18 @@ TEST(BlasKernels, ForcedCoreTypeIsInEffect) {
   // (When the start-up check replaced a forced pre-AVX2 set, it set OPENBLAS_CORETYPE to its choice.)
   EXPECT_EQ(lower(core_in_use()), lower(forced)) << "OPENBLAS_CORETYPE=" << forced << " is not in effect: "
                                                  << cpu_blas_description();
+}
+
+// The f32 GEMM is oneDNN's (SINKLAB_SGEMM=onednn): the .blas_haswell copies also set
+// ONEDNN_MAX_CPU_ISA=AVX2, and its description must then name AVX2, so an AVX-512 machine runs the
+// bit-identity claims on oneDNN's AVX2 kernels as well.
+TEST(BlasKernels, OneDnnIsaLimitIsInEffect) {
+  const std::string description = cpu_blas_description();
+  if (description.find("f32 GEMM oneDNN") == std::string::npos) GTEST_SKIP() << "f32 GEMM not oneDNN: " << description;
+  const char* limit = std::getenv("ONEDNN_MAX_CPU_ISA");
+  if (!limit || !*limit) GTEST_SKIP() << "ONEDNN_MAX_CPU_ISA not set (the .blas_haswell copy checks it)";
+  EXPECT_NE(description.find(strfmt("(%s)", limit)), std::string::npos)
+      << "ONEDNN_MAX_CPU_ISA=" << limit << " is not in effect: " << description;
 }
 
 // The acceptance check of the kernel choice: on a CPU with AVX2 or AVX-512, the BLAS never multiplies

@@ -288,8 +288,9 @@ TEST(Matmul, RejectsMismatchedShapes) {
 }
 
 // cpu::gemm clears C itself when beta = 0 and asks the BLAS to accumulate (backend/cpu/blas.hpp): the
-// result must be the BLAS's own beta = 0 bits, whatever C held before (NaN here), with the columns past N
-// of a strided C untouched; at a size that clears rows in parallel and at a small one.
+// result must be the library's own beta = 0 bits (cblas_sgemm / cblas_dgemm; dnnl_sgemm for float when
+// built with SINKLAB_SGEMM=onednn), whatever C held before (NaN here), with the columns past N of a
+// strided C untouched; at a size that clears rows in parallel and at a small one.
 template <class T>
 void expect_zero_beta_matches_the_blas(int64_t M, int64_t N, int64_t K) {
   const DType dt = std::is_same_v<T, float> ? DType::f32 : DType::f64;
@@ -300,15 +301,30 @@ void expect_zero_beta_matches_the_blas(int64_t M, int64_t N, int64_t K) {
   ops::fill(c, std::numeric_limits<double>::quiet_NaN());
   ops::fill(ref, std::numeric_limits<double>::quiet_NaN());
   cpu::gemm<T>(false, true, M, N, K, T(1), a.data<T>(), K, b.data<T>(), K, T(0), c.data<T>(), ldc);
-  if constexpr (std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, float>) {
+#if SINKLAB_SGEMM_ONEDNN
+    ASSERT_EQ(dnnl_sgemm('N', 'T', M, N, K, 1.0f, a.data<float>(), K, b.data<float>(), K, 0.0f, ref.data<float>(), ldc),
+              dnnl_success);
+#else
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(N), int(K), 1.0f, a.data<T>(), int(K),
                 b.data<T>(), int(K), 0.0f, ref.data<T>(), int(ldc));
-  else
+#endif
+  } else {
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(N), int(K), 1.0, a.data<T>(), int(K),
                 b.data<T>(), int(K), 0.0, ref.data<T>(), int(ldc));
+  }
   for (int64_t i = 0; i < M; ++i) {
     ASSERT_EQ(std::memcmp(c.data<T>() + i * ldc, ref.data<T>() + i * ldc, size_t(N) * sizeof(T)), 0) << "row " << i;
     for (int64_t j = N; j < ldc; ++j) ASSERT_TRUE(std::isnan(c.data<T>()[i * ldc + j])) << "row " << i;
+  }
+}
+
+// K = 0 (an empty sum): C = beta * C, in either library.
+TEST(Gemm, EmptySumScalesC) {
+  for (float beta : {0.0f, 1.0f, 0.5f}) {
+    float c[6] = {1, 2, 3, 4, 5, 6}, a[1] = {7}, b[1] = {8};
+    cpu::gemm<float>(false, false, 2, 3, 0, 1.0f, a, 1, b, 3, beta, c, 3);
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(c[i], beta * float(i + 1)) << "beta " << beta << " element " << i;
   }
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check in one command, for a GPU machine without network (nvcc, CMake and PyTorch there; no
-# MPI / HDF5 / Boost / OpenBLAS / GoogleTest dev files): configures sinklab with SINKLAB_CUDA=ON over
+# MPI / HDF5 / Boost / OpenBLAS / oneDNN / GoogleTest dev files): configures sinklab with SINKLAB_CUDA=ON over
 # the bundle env/gpu_bundle.sh made elsewhere, builds, runs `ctest -L gpu` and prints a summary (the
 # device, then each gpu test's result), also written to $build/gpu_summary.txt with the commit.
 #
@@ -132,6 +132,7 @@ say "configuring $build (log: $log)"
 cmake -S "$root" -B "$build" "${generator[@]}" -DSINKLAB_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_MODULE_PATH="$bundle/cmake" \
   -DSINKLAB_BLAS_LIB="$bundle/lib/libopenblas.so" -DSINKLAB_BLAS_INCLUDE="$bundle/include/openblas" \
+  -DSINKLAB_DNNL_LIB="$bundle/lib/libdnnl.so" -DSINKLAB_DNNL_INCLUDE="$bundle/include/dnnl" \
   -DSINKLAB_CUDNN_LIB="$cudnn" -DSINKLAB_NCCL_LIB="$nccl" \
   -DSINKLAB_CUDNN_FRONTEND_DIR="$bundle/include/cudnn_frontend" \
   -DCMAKE_BUILD_RPATH="$rpath" -DCMAKE_EXE_LINKER_FLAGS="-Wl,--disable-new-dtags" \

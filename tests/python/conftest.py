@@ -18,12 +18,16 @@ def pytest_configure(config):
 
 
 def check_blas_in_effect(cpu_blas):
-    """cpu_blas (a run's recorded BLAS, e.g. 'OpenBLAS 0.3.21 (Haswell kernels, 1 threads)') uses the kernels
-    OPENBLAS_CORETYPE forces, when it forces any: the forced runs must not silently use the native ones."""
+    """cpu_blas (a run's recorded BLAS, e.g. 'OpenBLAS 0.3.21 (Haswell kernels, 1 threads); f32 GEMM oneDNN
+    2.6.3 (AVX2)') uses the kernels OPENBLAS_CORETYPE and ONEDNN_MAX_CPU_ISA force, when they force any: the
+    forced runs must not silently use the native ones."""
     import os
     forced = os.environ.get("OPENBLAS_CORETYPE", "")
     if forced and cpu_blas.startswith("OpenBLAS"):
         assert f"({forced.lower()} kernels" in cpu_blas.lower(), (forced, cpu_blas)
+    limit = os.environ.get("ONEDNN_MAX_CPU_ISA", "")
+    if limit and "f32 GEMM oneDNN" in cpu_blas:
+        assert f"({limit})" in cpu_blas, (limit, cpu_blas)
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 

@@ -15,15 +15,45 @@
 
 namespace sinklab {
 
+namespace {
+
+#if SINKLAB_SGEMM_ONEDNN
+// oneDNN's widest instruction set in use (the CPU's, or less under ONEDNN_MAX_CPU_ISA), in the spelling
+// of that variable, for the description: its sgemm kernels, like OpenBLAS's, give other last bits per
+// instruction set.
+const char* onednn_isa_name(dnnl_cpu_isa_t isa) {
+  switch (isa) {
+    case dnnl_cpu_isa_sse41: return "SSE41";
+    case dnnl_cpu_isa_avx: return "AVX";
+    case dnnl_cpu_isa_avx2: return "AVX2";
+    case dnnl_cpu_isa_avx2_vnni: return "AVX2_VNNI";
+    case dnnl_cpu_isa_avx512_core: return "AVX512_CORE";
+    case dnnl_cpu_isa_avx512_core_vnni: return "AVX512_CORE_VNNI";
+    case dnnl_cpu_isa_avx512_core_bf16: return "AVX512_CORE_BF16";
+    case dnnl_cpu_isa_avx512_core_amx: return "AVX512_CORE_AMX";
+    default: return "other";
+  }
+}
+#endif
+
+}  // namespace
+
 std::string cpu_blas_description() {
 #if SINKLAB_BLAS_OPENBLAS
   // openblas_get_config() starts with "OpenBLAS <version> ..."; the core name is the kernel set in use.
   std::string config = openblas_get_config();
   std::string version = config.substr(0, config.find(' ', config.find(' ') + 1));
-  return strfmt("%s (%s kernels, %d threads)", version.c_str(), openblas_get_corename(), omp_get_max_threads());
+  std::string blas = strfmt("%s (%s kernels, %d threads)", version.c_str(), openblas_get_corename(),
+                            omp_get_max_threads());
 #else
-  return strfmt("BLIS (%d threads)", omp_get_max_threads());
+  std::string blas = strfmt("BLIS (%d threads)", omp_get_max_threads());
 #endif
+#if SINKLAB_SGEMM_ONEDNN
+  const dnnl_version_t* v = dnnl_version();
+  blas += strfmt("; f32 GEMM oneDNN %d.%d.%d (%s)", v->major, v->minor, v->patch,
+                 onednn_isa_name(dnnl_get_effective_cpu_isa()));
+#endif
+  return blas;
 }
 
 std::string cpu_blas_summary() {

@@ -1,9 +1,18 @@
-// The one BLAS entry point of the CPU backend: row-major gemm in float (cblas_sgemm) or double
-// (cblas_dgemm), so every op that multiplies matrices is templated on its float type alike.
+// The one BLAS entry point of the CPU backend: row-major gemm in float or double, so every op that
+// multiplies matrices is templated on its float type alike. double goes to the BLAS (cblas_dgemm); float
+// to oneDNN's dnnl_sgemm when built with SINKLAB_SGEMM=onednn (the default), else to cblas_sgemm.
+// Why oneDNN for float: at the emergence atlas's shapes (d = 64, 8192 rows, K or N of 64-256) its sgemm
+// is ~1.3x OpenBLAS's and the whole training step ~1.2x, with the larger shapes unchanged
+// (bench/README.md, "f32 GEMM: oneDNN or the BLAS").
 #pragma once
 
 #include <cblas.h>
 #include <omp.h>
+#if SINKLAB_SGEMM_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+
+#include "core/error.hpp"
+#endif
 
 #include <cstdint>
 #include <cstring>
@@ -16,6 +25,24 @@ template <class T>
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
           int64_t ldb, T beta, T* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
+  if (K == 0) {  // an empty sum: C = beta * C (oneDNN 2.6's sgemm returns without touching C; tested)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == T(0) ? T(0) : beta * C[i * ldc + j];
+    return;
+  }
+#if SINKLAB_SGEMM_ONEDNN
+  if constexpr (std::is_same_v<T, float>) {
+    // oneDNN threads with OpenMP like the rest of the backend, and runs on one thread when called inside a
+    // parallel region; it clears C itself for beta = 0.
+    const dnnl_status_t status = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta,
+                                            C, ldc);
+    // Fails only for arguments the callers' shape checks already refuse.
+    SL_CHECK(status == dnnl_success, "dnnl_sgemm(%c%c, M %lld, N %lld, K %lld, lda %lld, ldb %lld, ldc %lld) failed "
+             "with status %d", ta ? 'T' : 'N', tb ? 'T' : 'N', (long long)M, (long long)N, (long long)K,
+             (long long)lda, (long long)ldb, (long long)ldc, int(status));
+    return;
+  }
+#endif
   // beta = 0: zero C here and let the BLAS accumulate into it (beta = 1). OpenBLAS 0.3.21 clears C with
   // its generic scalar beta loop, ~1/5 of a [4096, 768] x K=128 product; rows zeroed in parallel take less
   // than half of that, and the result is the same bits (OpenBLAS also adds the product to a zeroed C).
