@@ -52,8 +52,9 @@ MEDIAN_RULE = ("median emergence step: the lower median of the seeds' emergence 
                "least half of the seeds had their sink), a run without a sink counted as +inf (censored: its sink, if "
                "any, comes after its last step); its 95 % interval is the 2.5 and 97.5 percentiles of the median's "
                "exact bootstrap distribution (P(median* <= x_(j)) = P(Binomial(n, j/n) >= ceil(n/2)), the limit of "
-               "resampling the seeds), so an end that falls on a censored run reads \"> S\", S the earliest last "
-               "step of the cell's censored runs")
+               "resampling the seeds), so an end that falls on a censored run reads \"> S\", S the later of the "
+               "earliest last step of the cell's censored runs and its latest observed emergence step (censored "
+               "runs rank after every observed one)")
 FRACTION_RULE = "sink fraction: the share of seeds with a sink, with its 95 % Wilson score interval"
 MEAN_RULE = (f"converged BOS attention: each run's mean over the last {CONVERGED_SHARE:.0%} of its evaluations (at "
              f"least one); per cell the mean over seeds with a 95 % percentile bootstrap interval "
@@ -277,7 +278,7 @@ class CellStats:
     sink_ci: tuple = (float("nan"), float("nan"))
     median: float = float("nan")          # +inf: censored
     median_ci: tuple = (float("nan"), float("nan"))
-    censor_step: int = None   # the earliest last step of the censored runs
+    censor_step: int = None   # a censored end reads "> censor_step" (cell_stats says which step)
     converged: tuple = (float("nan"), float("nan"), float("nan"))  # mean, low, high
     moved: int = None         # seeds whose sink moved to the bias position (None without Sink_*)
     moved_ci: tuple = (float("nan"), float("nan"))
@@ -328,7 +329,11 @@ def cell_stats(runs, spec=None, confidence=CONFIDENCE):
     onsets = [r.onset if r.has_sink else math.inf for r in runs]
     s.median, s.median_ci = lower_median(onsets), median_interval(onsets, confidence)
     censored = [r.last_step for r in runs if not r.has_sink]
-    s.censor_step = min(censored) if censored else None
+    # A censored end is known to lie past the earliest censored run's last step and, as the ranking puts
+    # censored runs after every observed emergence, past the latest observed one too: the later of the two
+    # (else an interval [450, > 300] would end before it starts).
+    observed = [o for o in onsets if math.isfinite(o)]
+    s.censor_step = max([min(censored)] + [int(o) for o in observed]) if censored else None
     s.converged = mean_interval([r.converged for r in runs], confidence)
     moved = [r.moved for r in runs]
     if all(m is not None for m in moved):

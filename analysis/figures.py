@@ -368,8 +368,9 @@ def forest(path, title, rows, xlabel="emergence step", fraction_label="sink frac
     """A forest plot, one row per cell (top to bottom): on the left its median emergence step with the 95 %
     interval and each seed's step (grey dots), on the right the fraction of seeds with a sink with its interval
     (dotted: 0.5). rows = [dict(label, median, lo, hi, censor, seeds = [(step, censored)], fraction, frac_lo,
-    frac_hi, verdict)]; +inf (a censored median or interval end) is drawn at `censor` (the earliest last step of
-    the row's censored runs) as a right-pointing arrow, "> censor"; the median's colour is its verdict."""
+    frac_hi, verdict)]; +inf (a censored median or interval end) is drawn at `censor` (CellStats.censor_step: the
+    earliest last step of the row's censored runs, or its latest observed emergence if later) as a right-pointing
+    arrow, "> censor"; the median's colour is its verdict."""
     finite = [v for r in rows for v in (r["median"], r["lo"], r["hi"], r["censor"]) + tuple(s for s, _ in r["seeds"])
               if v is not None and np.isfinite(v)]
     right = (max(finite) if finite else 1.0) * 1.12 + 1

@@ -117,7 +117,8 @@ def _forest(rep, cells, eps):
                       f"One row per cell and scale. Left: the median emergence step (the first evaluation from which "
                       f"the BOS attention stays >= {eps:g}) with its 95 % bootstrap interval, and each seed's step "
                       "(grey dots; a seed without a sink as a hollow arrow at its last step). A median or interval "
-                      "end past the last step of the cell's censored runs is an arrow (\"> last step\"). Right: the "
+                      "end that falls on a censored run is an arrow (\"> S\", the rule below the table says which S). "
+                      "Right: the "
                       "fraction of seeds with a sink with its 95 % Wilson interval; dotted: 0.5, where the verdict "
                       "rule reads it (for a cell expecting the sink on the bias position the verdict reads the share "
                       "of seeds that moved it there instead, in the table). Colour: the cell's verdict (green agrees, "
@@ -139,7 +140,7 @@ def _table(rep, cells, eps):
     return rep.table(Table("atlas", f"Emergence atlas: each cell against its expectation (eps = {eps:g})", cols, rows,
                            {"copy loss (mean)": ".4f", cols[8]: ".1f"}, stars,
                            note="Intervals are 95 %. A step \"> S\": censored, after the last step S of the cell's "
-                                "runs without a sink. The rules are below the table; every cell's and every run's "
+                                "runs without a sink (or after its latest observed emergence, if later). The rules are below the table; every cell's and every run's "
                                 "numbers are in atlas_cells.csv and atlas_runs.csv."))
 
 

@@ -192,6 +192,20 @@ def test_seeds_that_did_not_learn_the_task_make_the_verdict_inconclusive(tmp_pat
     assert atlas.LEARNED_COPY_LOSS == convergence.COPY_MARGIN
 
 
+def test_a_censored_end_never_reads_before_an_observed_emergence(tmp_path):
+    """Seeds with sinks at 40 and runs without one stopped at 30 (converged early): the censored end reads
+    "> 40", not "> 30", so the interval cannot end before it starts."""
+    runs = []
+    for k in range(6):
+        late = k < 4   # four runs emerge at step 40; two converge without a sink at step 30
+        bos = [0.0, 0.1, 0.2, 0.25, 0.6, 0.6] if late else [0.0, 0.1, 0.1, 0.1]
+        status = {"stopped": "converged", "steps": 50 if late else 30, "rule": "r"}
+        runs.append(atlas.measure_run(_run(f"atlas.small.x.s{k}", bos, tmp=tmp_path, status=status)))
+    s = atlas.cell_stats(runs, Spec("sink"))
+    assert s.censor_step == 40, s.censor_step
+    assert atlas.step_text(s.median_ci[1], s.censor_step) == "> 40"
+
+
 def test_cell_statistics_of_constructed_seeds():
     s = _cell("sink", 5)
     assert (s.n, s.sinks) == (8, 5)
