@@ -2,8 +2,8 @@
 # The f32 GEMM of the CPU backend (SINKLAB_SGEMM, src/backend/cpu/blas.hpp) measured where it counts: the
 # whole training step (bench_train_step: forward + backward + clipping + AdamW) built once with oneDNN's
 # dnnl_sgemm (BUILD_DIR, the default build) and once with the BLAS's cblas_sgemm (BLAS_BUILD_DIR, built
-# here with -DSINKLAB_SGEMM=blas when missing), at the emergence atlas's small scale, the tiny shape and a
-# 60M-wide one; then the survey's forward (hf_forward, probe mode, batches of 20 x 64 tokens) on random
+# here with -DSINKLAB_SGEMM=blas when missing), at the emergence atlas's small and cheap scales, the tiny
+# shape and a 60M-wide one; then the survey's forward (hf_forward, probe mode, batches of 20 x 64 tokens) on random
 # Pythia-14M and -160M models (bench/peers/transformers_forward.py makes them once in MODELS_DIR, as
 # run_hf_survey.sh does). The two builds alternate over ROUNDS rounds (a burst of foreign load hits both)
 # and each keeps its best round; prints each side and the ratio (above 1: oneDNN is faster).
@@ -52,6 +52,7 @@ while IFS=: read -r name args; do
   awk -v n="$name" -v o="$o" -v b="$b" 'BEGIN {printf "%-7s %14.1f %12.1f %7.2f\n", n, o, b, b / o}'
 done <<SHAPES
 small:--vocab 85 --d 64 --layers 1 --heads 1 --ffn 256 --seq 64 --rows 128 --set pos-emb=learned --set ffn=relu --steps 20 --warmup 1
+cheap:--vocab 85 --d 256 --layers 1 --heads 1 --ffn 1024 --seq 256 --rows 128 --set pos-emb=learned --set ffn=relu --steps 3 --warmup 1
 tiny:--vocab 4096 --d 128 --layers 4 --heads 4 --ffn 384 --seq 256 --rows 16 --steps 10 --warmup 2
 60M-r4:--vocab 50432 --d 768 --layers 10 --heads 8 --ffn 1536 --seq 256 --rows 4 --steps 2 --warmup 1
 SHAPES

@@ -291,27 +291,37 @@ TEST(Matmul, RejectsMismatchedShapes) {
 // result must be the library's own beta = 0 bits (cblas_sgemm / cblas_dgemm; dnnl_sgemm for float when
 // built with SINKLAB_SGEMM=onednn), whatever C held before (NaN here), with the columns past N of a
 // strided C untouched; at a size that clears rows in parallel and at a small one.
+// ta: A is given as [K, M] and multiplied transposed (the weight-gradient form), which for large products
+// goes to the BLAS even when the f32 GEMM is oneDNN's (cpu::onednn_takes).
 template <class T>
-void expect_zero_beta_matches_the_blas(int64_t M, int64_t N, int64_t K) {
+void expect_zero_beta_matches_the_blas(int64_t M, int64_t N, int64_t K, bool ta = false) {
   const DType dt = std::is_same_v<T, float> ? DType::f32 : DType::f64;
-  const int64_t ldc = N + 5;
-  Owned a(dt, {M, K}), b(dt, {N, K}), c(dt, {M, ldc}), ref(dt, {M, ldc});
+  const int64_t ldc = N + 5, lda = ta ? M : K;
+  Owned a(dt, {ta ? K : M, ta ? M : K}), b(dt, {N, K}), c(dt, {M, ldc}), ref(dt, {M, ldc});
   test::randn(a, 1);
   test::randn(b, 2);
   ops::fill(c, std::numeric_limits<double>::quiet_NaN());
   ops::fill(ref, std::numeric_limits<double>::quiet_NaN());
-  cpu::gemm<T>(false, true, M, N, K, T(1), a.data<T>(), K, b.data<T>(), K, T(0), c.data<T>(), ldc);
-  if constexpr (std::is_same_v<T, float>) {
+  cpu::gemm<T>(ta, true, M, N, K, T(1), a.data<T>(), lda, b.data<T>(), K, T(0), c.data<T>(), ldc);
+  const CBLAS_TRANSPOSE op_a = ta ? CblasTrans : CblasNoTrans;
+  bool onednn = false;
 #if SINKLAB_SGEMM_ONEDNN
-    ASSERT_EQ(dnnl_sgemm('N', 'T', M, N, K, 1.0f, a.data<float>(), K, b.data<float>(), K, 0.0f, ref.data<float>(), ldc),
-              dnnl_success);
-#else
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(N), int(K), 1.0f, a.data<T>(), int(K),
-                b.data<T>(), int(K), 0.0f, ref.data<T>(), int(ldc));
+  onednn = std::is_same_v<T, float> && cpu::onednn_takes(ta, M, N, K);
 #endif
+  if constexpr (std::is_same_v<T, float>) {
+    if (onednn) {
+#if SINKLAB_SGEMM_ONEDNN
+      ASSERT_EQ(dnnl_sgemm(ta ? 'T' : 'N', 'T', M, N, K, 1.0f, a.data<float>(), lda, b.data<float>(), K, 0.0f,
+                           ref.data<float>(), ldc),
+                dnnl_success);
+#endif
+    } else {
+      cblas_sgemm(CblasRowMajor, op_a, CblasTrans, int(M), int(N), int(K), 1.0f, a.data<T>(), int(lda),
+                  b.data<T>(), int(K), 0.0f, ref.data<T>(), int(ldc));
+    }
   } else {
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(N), int(K), 1.0, a.data<T>(), int(K),
-                b.data<T>(), int(K), 0.0, ref.data<T>(), int(ldc));
+    cblas_dgemm(CblasRowMajor, op_a, CblasTrans, int(M), int(N), int(K), 1.0, a.data<T>(), int(lda), b.data<T>(),
+                int(K), 0.0, ref.data<T>(), int(ldc));
   }
   for (int64_t i = 0; i < M; ++i) {
     ASSERT_EQ(std::memcmp(c.data<T>() + i * ldc, ref.data<T>() + i * ldc, size_t(N) * sizeof(T)), 0) << "row " << i;
@@ -333,6 +343,19 @@ TEST(Gemm, ZeroBetaGivesTheBlasOwnBitsAndIgnoresWhatCHeld) {
   expect_zero_beta_matches_the_blas<float>(5, 3, 7);
   expect_zero_beta_matches_the_blas<double>(300, 257, 130);
   expect_zero_beta_matches_the_blas<double>(1, 1, 1);
+}
+
+// The f32 products cpu::gemm hands to each library, by their bits: a large weight gradient (A transposed,
+// 4096 rows summed into 256 x 256) is the BLAS's, a small one oneDNN's when the f32 GEMM is oneDNN's.
+TEST(Gemm, EachProductGoesToItsLibrary) {
+  expect_zero_beta_matches_the_blas<float>(256, 256, 4096, true);
+  expect_zero_beta_matches_the_blas<float>(64, 48, 4096, true);
+  expect_zero_beta_matches_the_blas<float>(300, 257, 130, true);
+#if SINKLAB_SGEMM_ONEDNN
+  EXPECT_FALSE(cpu::onednn_takes(true, 256, 256, 4096));
+  EXPECT_TRUE(cpu::onednn_takes(true, 64, 48, 4096));
+  EXPECT_TRUE(cpu::onednn_takes(false, 4096, 4096, 4096));
+#endif
 }
 
 }  // namespace
