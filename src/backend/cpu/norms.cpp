@@ -96,8 +96,9 @@ void layernorm_row_forward(T* out, Acc* mean_out, Acc* rstd_out, const T* x, con
 }
 
 // The backward rows, with `omp simd` row sums for the same reason (the Bigram-Backcopy atlas's d = 64
-// RMSNorm backward, 8192 rows, spent ~1.2 ms a call in dependent double adds). dx may alias dy: each
-// element is read before it is written.
+// RMSNorm backward over 8192 rows: 0.87-0.91 ms a call in its row loop, 0.49-0.50 ms with them; one
+// thread, a scratch benchmark of the two loops). dx may alias dy: each element is read before it is
+// written.
 template <class T>
 void rmsnorm_row_backward(T* dx, const T* dy, const T* x, const T* w, int64_t d, Acc r) {
   Acc dot = 0.0;
@@ -105,7 +106,8 @@ void rmsnorm_row_backward(T* dx, const T* dy, const T* x, const T* w, int64_t d,
   for (int64_t i = 0; i < d; ++i) dot += Acc(dy[i]) * (w ? Acc(w[i]) : Acc(1)) * Acc(x[i]);
   const Acc dot_over_d = dot / Acc(d);
 #pragma omp simd
-  for (int64_t i = 0; i < d; ++i) dx[i] = T(math::rms_dx(r, Acc(dy[i]) * (w ? Acc(w[i]) : Acc(1)), Acc(x[i]), dot_over_d));
+  for (int64_t i = 0; i < d; ++i)
+    dx[i] = T(math::rms_dx(r, Acc(dy[i]) * (w ? Acc(w[i]) : Acc(1)), Acc(x[i]), dot_over_d));
 }
 
 template <class T>
