@@ -243,6 +243,17 @@ def median_interval(values, confidence=CONFIDENCE):
     return lo, hi
 
 
+def censored_end(onsets, lasts):
+    """S of a censored median or interval end, which reads "> S": `onsets` per run (+inf: censored), `lasts`
+    each run's last step (or tokens). A censored end lies past the earliest censored run's last and, as the
+    ranking puts censored runs after every observed onset, past the latest observed one too: the later of the
+    two (else an interval [450, > 300] would end before it starts). None when no run is censored."""
+    censored = [last for o, last in zip(onsets, lasts) if math.isinf(o)]
+    if not censored:
+        return None
+    return max([min(censored)] + [int(o) for o in onsets if math.isfinite(o)])
+
+
 def mean_interval(values, confidence=CONFIDENCE, resamples=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED):
     """(mean, low, high): the percentile bootstrap interval of the mean from `resamples` resamples drawn with
     a fixed seed (deterministic); one value gives (x, x, x), none (nan, nan, nan)."""
@@ -278,7 +289,7 @@ class CellStats:
     sink_ci: tuple = (float("nan"), float("nan"))
     median: float = float("nan")          # +inf: censored
     median_ci: tuple = (float("nan"), float("nan"))
-    censor_step: int = None   # a censored end reads "> censor_step" (cell_stats says which step)
+    censor_step: int = None   # a censored end reads "> censor_step" (censored_end)
     converged: tuple = (float("nan"), float("nan"), float("nan"))  # mean, low, high
     moved: int = None         # seeds whose sink moved to the bias position (None without Sink_*)
     moved_ci: tuple = (float("nan"), float("nan"))
@@ -328,12 +339,7 @@ def cell_stats(runs, spec=None, confidence=CONFIDENCE):
     s.sink_ci = wilson_interval(s.sinks, s.n, confidence)
     onsets = [r.onset if r.has_sink else math.inf for r in runs]
     s.median, s.median_ci = lower_median(onsets), median_interval(onsets, confidence)
-    censored = [r.last_step for r in runs if not r.has_sink]
-    # A censored end is known to lie past the earliest censored run's last step and, as the ranking puts
-    # censored runs after every observed emergence, past the latest observed one too: the later of the two
-    # (else an interval [450, > 300] would end before it starts).
-    observed = [o for o in onsets if math.isfinite(o)]
-    s.censor_step = max([min(censored)] + [int(o) for o in observed]) if censored else None
+    s.censor_step = censored_end(onsets, [r.last_step for r in runs])
     s.converged = mean_interval([r.converged for r in runs], confidence)
     moved = [r.moved for r in runs]
     if all(m is not None for m in moved):

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.atlas import lower_median, median_interval, wilson_interval
+from analysis.atlas import censored_end, lower_median, median_interval, wilson_interval
 from analysis.emergence import persistent_onset, rule_text
 from analysis.results import DEFAULT_EPS, mean_alpha1, probe_length, sink_series, tokens_at, uniform_alpha1
 
@@ -185,6 +185,7 @@ class BridgeCell:
     sink_ci: tuple = (float("nan"), float("nan"))
     median_onset: float = float("nan")   # tokens; inf: censored
     median_ci: tuple = (float("nan"), float("nan"))
+    censor_tokens: int = None            # a censored end reads "> censor_tokens" (atlas.censored_end)
 
     @property
     def n(self):
@@ -205,12 +206,6 @@ class BridgeCell:
     @property
     def uniform(self):
         return self.runs[0].uniform
-
-    @property
-    def censor_tokens(self):
-        """The earliest last tokens of the cell's runs without an onset (None: every run has one)."""
-        c = [r.last_tokens for r in self.runs if not r.has_sink]
-        return min(c) if c else None
 
     def at(self, tokens):
         """Index of `tokens` among the common evaluations, or None."""
@@ -238,6 +233,7 @@ def cell_stats(runs):
     onsets = [float(r.onset_tokens) if r.has_sink else math.inf for r in runs]
     s.median_onset = lower_median(onsets)
     s.median_ci = median_interval(onsets)
+    s.censor_tokens = censored_end(onsets, [r.last_tokens for r in runs])
     return s
 
 

@@ -47,7 +47,7 @@ def _signed(d, lo, hi, fmt=".3f"):
 
 
 def _tokens(x, censor):
-    """A median or interval end in tokens; +inf: censored, after the earliest last tokens of the censored runs."""
+    """A median or interval end in tokens; +inf: censored, "> censor" (BridgeCell.censor_tokens)."""
     if math.isnan(x):
         return "—"
     return f"> {tokens_text(censor)}" if math.isinf(x) else tokens_text(int(x))

@@ -268,6 +268,23 @@ def add_runner_options(ap):
                     help="print the items: index, cell, seed, run folder (tab-separated)")
 
 
+def runner_items(ap, args, counts, cell_by_name, default_cells, make_items, what):
+    """The checks every study's parse() makes, then its items: each (flag, value) of `counts`, --seeds,
+    --parallel and --threads >= 1; the --cells names known to `cell_by_name` (default: `default_cells`);
+    make_items(cells, seeds); --item within them (`what` names the set in the message)."""
+    for flag, value in (("--seeds", args.seeds), *counts, ("--parallel", args.parallel), ("--threads", args.threads)):
+        if value < 1:
+            ap.error(f"{flag} must be >= 1 (got {value})")
+    names = [n for n in args.cells.split(",") if n]
+    unknown = [n for n in names if n not in cell_by_name]
+    if unknown:
+        ap.error(f"--cells: no cell {', '.join(unknown)} (cells: {', '.join(cell_by_name)})")
+    items = make_items([cell_by_name[n] for n in names] if names else default_cells, args.seeds)
+    if args.item is not None and not 0 <= args.item < len(items):
+        ap.error(f"--item {args.item}: {what} has items 0..{len(items) - 1}")
+    return items
+
+
 def parse(argv):
     ap = argparse.ArgumentParser(prog="python -m jobs.atlas.run", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -284,18 +301,8 @@ def parse(argv):
     args = ap.parse_args(argv)
     args.cap_steps = args.cap_steps or CAPS[args.scale]
     args.chunk = args.chunk or CHUNKS[args.scale]
-    for flag, value in (("--seeds", args.seeds), ("--cap-steps", args.cap_steps), ("--chunk", args.chunk),
-                        ("--parallel", args.parallel), ("--threads", args.threads)):
-        if value < 1:
-            ap.error(f"{flag} must be >= 1 (got {value})")
-    names = [n for n in args.cells.split(",") if n]
-    unknown = [n for n in names if n not in CELL_BY_NAME]
-    if unknown:
-        ap.error(f"--cells: no cell {', '.join(unknown)} (cells: {', '.join(CELL_BY_NAME)})")
-    cells = [CELL_BY_NAME[n] for n in names] if names else [c for c in CELLS if c.principal or not args.principal]
-    items = items_of(cells, args.seeds)
-    if args.item is not None and not 0 <= args.item < len(items):
-        ap.error(f"--item {args.item}: the atlas has items 0..{len(items) - 1}")
+    items = runner_items(ap, args, (("--cap-steps", args.cap_steps), ("--chunk", args.chunk)), CELL_BY_NAME,
+                         [c for c in CELLS if c.principal or not args.principal], items_of, "the atlas")
     if args.data and not (Path(args.data) / "bbm.json").is_file():
         ap.error(f"--data {args.data}: no bbm.json there (python -m data_prep bbm --out DIR)")
     return args, items

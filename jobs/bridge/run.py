@@ -22,7 +22,8 @@ import sys
 from pathlib import Path
 
 from analysis.results import ini_settings
-from jobs.atlas.run import Item, Runner, _hms, add_runner_options, ini_text, run_main, write_atomically
+from jobs.atlas.run import (Item, Runner, _hms, add_runner_options, ini_text, run_main, runner_items,
+                            write_atomically)
 from jobs.bridge.cells import CELL_BY_NAME, CELLS, CI_CELL, SCALES
 
 GRID_FIRST_STEP = 4
@@ -142,16 +143,8 @@ def parse(argv):
     ap.add_argument("--plan", action="store_true", help="write the job files and print the set's size; no training")
     add_runner_options(ap)
     args = ap.parse_args(argv)
-    for flag, value in (("--seeds", args.seeds), ("--parallel", args.parallel), ("--threads", args.threads)):
-        if value < 1:
-            ap.error(f"{flag} must be >= 1 (got {value})")
-    names = [n for n in args.cells.split(",") if n] or ([CI_CELL] if args.scale == "ci" else [])
-    unknown = [n for n in names if n not in CELL_BY_NAME]
-    if unknown:
-        ap.error(f"--cells: no cell {', '.join(unknown)} (cells: {', '.join(CELL_BY_NAME)})")
-    items = items_of([CELL_BY_NAME[n] for n in names] if names else CELLS, args.seeds)
-    if args.item is not None and not 0 <= args.item < len(items):
-        ap.error(f"--item {args.item}: the set has items 0..{len(items) - 1}")
+    items = runner_items(ap, args, (), CELL_BY_NAME, [CELL_BY_NAME[CI_CELL]] if args.scale == "ci" else CELLS,
+                         items_of, "the set")
     if args.data and not all((Path(args.data) / f).is_file() for f in ("train.bin", "valid.bin")):
         ap.error(f"--data {args.data}: no train.bin and valid.bin there")
     return args, items

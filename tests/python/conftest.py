@@ -28,6 +28,19 @@ def check_blas_in_effect(cpu_blas):
     limit = os.environ.get("ONEDNN_MAX_CPU_ISA", "")
     if limit and "f32 GEMM oneDNN" in cpu_blas:
         assert f"({limit})" in cpu_blas, (limit, cpu_blas)
+def assert_jobs_pass_dry_run(pretrain, env, items, job_text_of, tmp_path):
+    """Each item's job file as its runner writes it, job_text_of(item, run_dir), passes the trainer's own checks
+    (sinklab-pretrain --dry-run); items have .cell.name (jobs/atlas and jobs/bridge items)."""
+    import subprocess
+    for it in items:
+        run_dir = tmp_path / it.cell.name
+        run_dir.mkdir()
+        (run_dir / "job.ini").write_text(job_text_of(it, run_dir))
+        proc = subprocess.run([str(pretrain), "--config", str(run_dir / "job.ini"), "--dry-run"],
+                              env=dict(env, SINKLAB_MPI="0"), capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, (it.cell.name, proc.stdout[-500:], proc.stderr[-500:])
+
+
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 

@@ -23,6 +23,7 @@ import h5py
 import numpy as np
 import pytest
 
+from conftest import assert_jobs_pass_dry_run
 from jobs.atlas import convergence
 from jobs.atlas.cells import CELLS, EXPECT, SCALES
 from jobs.atlas.run import CAPS, CHUNKS, items_of, job_text
@@ -74,13 +75,8 @@ def test_cells_are_the_issues_table():
 @pytest.mark.parametrize("scale", sorted(SCALES))
 def test_every_cell_is_a_valid_job_at_every_scale(scale, data, tmp_path):
     """Each cell's job file as the runner writes it passes the trainer's own checks (--dry-run)."""
-    for it in items_of(CELLS, 1):
-        run_dir = tmp_path / it.cell.name
-        run_dir.mkdir()
-        (run_dir / "job.ini").write_text(job_text(scale, it, run_dir, 10, data))
-        proc = subprocess.run([str(PRETRAIN), "--config", str(run_dir / "job.ini"), "--dry-run"],
-                              env=dict(ENV, SINKLAB_MPI="0"), capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 0, (scale, it.cell.name, proc.stdout[-500:], proc.stderr[-500:])
+    assert_jobs_pass_dry_run(PRETRAIN, ENV, items_of(CELLS, 1),
+                             lambda it, run_dir: job_text(scale, it, run_dir, 10, data), tmp_path)
 
 
 def test_convergence_rule_on_constructed_series():

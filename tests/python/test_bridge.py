@@ -28,6 +28,7 @@ from analysis.bridge import (ONSET_SHARE, BridgeRun, cell_stats, compare_rows, d
                              t_interval)
 from analysis.emergence import persistent_onset
 from jobs.bridge.cells import CELLS, CI_CELL, LRS, ROWS, SCALES, SIZES
+from conftest import assert_jobs_pass_dry_run
 from jobs.bridge.run import budget_steps, grid, items_of, job_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,13 +74,8 @@ def test_cells_and_grid():
 @needs_binary
 @pytest.mark.parametrize("scale", sorted(SCALES))
 def test_every_cell_is_a_valid_job_at_every_scale(scale, corpus, tmp_path):
-    for it in items_of(CELLS, 1):
-        run_dir = tmp_path / it.cell.name
-        run_dir.mkdir()
-        (run_dir / "job.ini").write_text(job_text(scale, it, run_dir, budget_steps(scale), corpus))
-        proc = subprocess.run([str(PRETRAIN), "--config", str(run_dir / "job.ini"), "--dry-run"],
-                              env=dict(ENV, SINKLAB_MPI="0"), capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 0, (scale, it.cell.name, proc.stdout[-500:], proc.stderr[-500:])
+    assert_jobs_pass_dry_run(PRETRAIN, ENV, items_of(CELLS, 1),
+                             lambda it, run_dir: job_text(scale, it, run_dir, budget_steps(scale), corpus), tmp_path)
 
 
 def test_t_interval_and_difference_against_hand_computed_values():
