@@ -21,6 +21,8 @@ Per cell and scale (cell_stats): the fraction of seeds with a sink and its Wilso
 emergence step (the lower median, censored runs as +inf) with the percentile interval of its exact bootstrap
 distribution; the converged BOS attention's mean with a percentile bootstrap interval (seeded resampling); the
 verdict against the cell's expectation by VERDICT_RULES, which read the intervals, never one run.
+Across scales (compare_scales): a cell run at two scales (the principal cells at the small and the cheap one)
+has the counts its verdict reads compared by Fisher's exact test, and both scales' seeds pooled (SCALE_RULE).
 """
 import json
 import math
@@ -69,6 +71,13 @@ VERDICT_RULES = {
                      "0.5, disagrees when below 0.5, inconclusive when it holds 0.5 or without eval/sink_star",
     "none": "no expectation stated: no verdict",
 }
+SCALE_RULE = ("a cell run at two scales: the seeds its verdict counts (with a sink; for an expected move to the "
+              "bias position, those that moved it) at the scale with fewer seeds against the one with more, by "
+              "Fisher's exact test (two-sided); the scales differ when p < 0.05, else the smaller one is "
+              "consistent with the larger (a weak statement with few seeds: the least p their counts allow is in "
+              "the table). Both scales' seeds together give a fraction, its Wilson interval and a verdict by the "
+              "rules above; that reading treats the two scales as one population, which a consistent test does not "
+              "prove, so the per-scale verdicts stay the atlas's")
 # A run learned the copy rule when its last copy loss is at most this many nats: the runner's convergence margin
 # (jobs/atlas/convergence.py COPY_MARGIN; tests/python/test_atlas_stats.py checks they agree).
 LEARNED_COPY_LOSS = 0.1
@@ -267,6 +276,24 @@ def mean_interval(values, confidence=CONFIDENCE, resamples=BOOTSTRAP_RESAMPLES, 
     return float(x.mean()), float(lo), float(hi)
 
 
+def fisher_exact(k1, n1, k2, n2):
+    """Two-sided p of Fisher's exact test that k1 of n1 and k2 of n2 seeds come from one probability: the
+    hypergeometric probability (margins fixed) of every table no more likely than the one seen, summed, in
+    exact fractions (so a tie is a tie)."""
+    total, hits = n1 + n2, k1 + k2
+
+    def chance(k):   # k of the hits among the first sample's n1 seeds
+        return Fraction(math.comb(n1, k) * math.comb(n2, hits - k), math.comb(total, hits))
+
+    seen = chance(k1)
+    return float(sum(c for c in map(chance, range(max(0, hits - n2), min(n1, hits) + 1)) if c <= seen))
+
+
+def least_fisher_p(n1, n2):
+    """The smallest two-sided p fisher_exact can give n1 and n2 seeds: what the test can show at all."""
+    return min(fisher_exact(a, n1, b, n2) for a in range(n1 + 1) for b in range(n2 + 1))
+
+
 def interval_verdict(lo, hi, expect_above):
     """agrees / disagrees / inconclusive of a proportion's interval against 0.5."""
     if math.isnan(lo):
@@ -370,6 +397,47 @@ def verdict(s):
     if kind == "none":
         return "no expectation", "none stated"
     return "inconclusive", f"unknown expectation '{kind}'"
+
+
+def counted(s):
+    """(k, its Wilson interval, what) of a cell: the seeds its verdict counts (those that moved the sink to the
+    bias position where that is expected, else those with a sink)."""
+    if s.expect == "moved_to_bias" and s.moved is not None:
+        return s.moved, s.moved_ci, "seeds that moved it"
+    return s.sinks, s.sink_ci, "seeds with a sink"
+
+
+@dataclass
+class ScaleComparison:
+    """One cell at two scales: the reference (the scale with more seeds) against the other (SCALE_RULE)."""
+    ref: CellStats
+    other: CellStats
+    what: str                 # what both counts are: counted()
+    p: float                  # Fisher's exact test, two-sided
+    least_p: float            # the smallest p the two seed counts allow
+    pooled: CellStats         # both scales' seeds as one cell (its fraction and verdict; steps not comparable)
+
+    @property
+    def differs(self):
+        return self.p < 1 - CONFIDENCE
+
+
+def compare_scales(cells, confidence=CONFIDENCE):
+    """The ScaleComparison of every cell found at more than one scale, in the order of `cells`: each other
+    scale against the one with the most seeds (the first of them on a tie)."""
+    by_cell = {}
+    for s in cells:
+        by_cell.setdefault(s.cell, []).append(s)
+    out = []
+    for group in by_cell.values():
+        ref = max(group, key=lambda s: s.n)   # max keeps the first of equals
+        for other in (s for s in group if s.scale != ref.scale):
+            (k1, _, what), (k2, _, _) = counted(ref), counted(other)
+            pooled = cell_stats(ref.runs + other.runs, ref.spec, confidence)
+            pooled.scale = f"{ref.scale} + {other.scale}"
+            out.append(ScaleComparison(ref, other, what, fisher_exact(k1, ref.n, k2, other.n),
+                                       least_fisher_p(ref.n, other.n), pooled))
+    return out
 
 
 def verdict_rules(eps=DEFAULT_EPS):

@@ -10,13 +10,15 @@ the runs stopped, the verdict). The long forms (every cell's numbers with separa
 measures) are linked CSVs. The findings quote the verdicts, and answer in lines generated from the runs the
 questions the atlas was built for: does the sink move to k*/v* with KV biases (with and without BOS), is
 there a sink without BOS, and what does sigmoid without normalisation show in absolute weights beside the
-paper's proxy scores.
+paper's proxy scores. A cell run at two scales (the principal cells: small and cheap) gets a row in a second
+table, atlas_scales (Fisher's exact test of the two scales' counts, both scales' seeds together), and findings
+that say which cells differ across scales.
 """
 import math
 
 from analysis import figures
-from analysis.atlas import (FRACTION_RULE, MEAN_RULE, MEDIAN_RULE, SINK_RULE, UNLEARNED_RULE, atlas_cells,
-                            decisive_count, step_text, verdict_rules)
+from analysis.atlas import (FRACTION_RULE, MEAN_RULE, MEDIAN_RULE, SCALE_RULE, SINK_RULE, UNLEARNED_RULE,
+                            atlas_cells, compare_scales, counted, decisive_count, step_text, verdict_rules)
 from analysis.results import is_atlas_run
 from analysis.sections.bbm import KIND_TEXT
 from analysis.tables import Table
@@ -91,14 +93,19 @@ def write_section(rep, data):
         rep.para(f"No expectations: {why}; every cell reads 'no expectation'.", cls="note")
     fig = _forest(rep, cells, eps)
     table = _table(rep, cells, eps)
+    pairs = compare_scales(cells)
+    scales_table = _scales_table(rep, pairs) if pairs else None
     kinds = [k for k in ("sink", "no_sink", "moved_to_bias", "none") if any(s.expect == k for s in cells)]
     rep.heading(3, "How the atlas's numbers and verdicts are computed")
     rules_text = verdict_rules(eps)
     rep.bullets([SINK_RULE.format(eps=f"{eps:g}"), FRACTION_RULE, MEDIAN_RULE, MEAN_RULE] +
-                [f"verdict, {rules_text[k]}" for k in kinds] + [f"verdict, {UNLEARNED_RULE}", _resolution(seeds)])
+                [f"verdict, {rules_text[k]}" for k in kinds] + [f"verdict, {UNLEARNED_RULE}", _resolution(seeds)] +
+                ([f"across scales, {SCALE_RULE}"] if pairs else []))
     _long_forms(rep, cells, eps)
 
     rep.finding(_tally(cells), table, lead=True)
+    for line in _scale_lines(pairs):
+        rep.finding(line, scales_table)
     for line in _kv_lines(cells, eps) + _no_bos_lines(cells, eps) + _sigmoid_lines(cells, eps) + _unlearned_lines(cells):
         rep.finding(line, fig)
     for s in cells:
@@ -142,6 +149,60 @@ def _table(rep, cells, eps):
                            note="Intervals are 95 %. A step \"> S\": censored, after the last step S of the cell's "
                                 "runs without a sink (or after its latest observed emergence, if later). The rules are below the table; every cell's and every run's "
                                 "numbers are in atlas_cells.csv and atlas_runs.csv."))
+
+
+def _scales_table(rep, pairs):
+    """One row per cell found at two scales: each scale's numbers, Fisher's p, both scales together."""
+    cols = ["cell", "scales (more seeds / fewer)", "counted", "fraction (more seeds)", "fraction (fewer seeds)",
+            "Fisher's exact p (two-sided)", "least p these seeds allow", "the scales",
+            "median emergence step (more / fewer)", "converged BOS attention (more seeds)",
+            "converged BOS attention (fewer seeds)", "verdicts (more / fewer)", "both together [95 % Wilson]",
+            "verdict of both together"]
+    rows = []
+    for c in pairs:
+        rows.append([c.ref.label, f"{c.ref.scale} / {c.other.scale}", c.what, _counted(c.ref), _counted(c.other),
+                     c.p, c.least_p, "differ" if c.differs else "consistent",
+                     f"{_steps(c.ref)} / {_steps(c.other)}", _interval(*c.ref.converged, ".3f"),
+                     _interval(*c.other.converged, ".3f"), f"{c.ref.verdict} / {c.other.verdict}",
+                     _counted(c.pooled), c.pooled.verdict])
+    return rep.table(Table("atlas_scales", "Emergence atlas: the cells run at two scales", cols, rows,
+                           {cols[5]: ".3f", cols[6]: ".3f"},
+                           note="The scale with more seeds first. 'counted' is what the verdict counts; the rule "
+                                "(Fisher's exact test, both scales together) is below. Steps are each scale's own "
+                                "(its tokens a step differ)."))
+
+
+def _counted(s):
+    k, (lo, hi), _ = counted(s)
+    return f"{k}/{s.n} = {k / s.n:.2f} [{lo:.2f}, {hi:.2f}]"
+
+
+def _scale_lines(pairs):
+    """The findings of the cells at two scales: which differ, which are consistent, what both together say."""
+    if not pairs:
+        return []
+    scales = sorted({(c.ref.scale, c.ref.n, c.other.scale, c.other.n) for c in pairs})
+    names = lambda group: ", ".join(c.ref.label for c in group) or "none"   # noqa: E731
+    differ = [c for c in pairs if c.differs]
+    same = [c for c in pairs if not c.differs]
+    where = "; ".join(f"{a} with {na} seeds against {b} with {nb}" for a, na, b, nb in scales)
+    least = sorted({f"{c.least_p:.3f}" for c in pairs}, key=float)
+    out = [f"Across scales ({where}), by Fisher's exact test on the counts each verdict reads: {len(differ)} of "
+           f"{len(pairs)} cells differ at p < 0.05 ({names(differ)}); {len(same)} of {len(pairs)} are consistent "
+           f"({names(same)}). "
+           f"With these seeds the test sees only large differences (the least p the counts allow: "
+           f"{' to '.join(dict.fromkeys((least[0], least[-1])))})."]
+    for c in differ:
+        out.append(f"{c.ref.label}: {c.ref.scale} {_counted(c.ref)} {c.what}, {c.other.scale} {_counted(c.other)} "
+                   f"(Fisher's p = {c.p:.3f}); converged BOS attention {_interval(*c.ref.converged, '.2f')} against "
+                   f"{_interval(*c.other.converged, '.2f')}: the design's effect depends on the scale here.")
+    moved = [c for c in same if c.pooled.verdict != c.ref.verdict]
+    if same:
+        text = "; ".join(f"{c.ref.label} {_counted(c.pooled)}, {c.pooled.verdict}" for c in same)
+        out.append(f"Both scales' seeds together, for the consistent cells (one population assumed, not proven): "
+                   f"{text}" + (f"; the verdict changes from the larger scale's alone in {names(moved)}." if moved
+                                else "; no verdict changes from the larger scale's alone."))
+    return out
 
 
 def _long_forms(rep, cells, eps):

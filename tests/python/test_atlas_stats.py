@@ -7,7 +7,9 @@
 - the seeded bootstrap of the mean: deterministic, and near the exact bootstrap of a small sample;
 - per run: the emergence step is the persistent onset (a transient crossing is none), the converged BOS
   attention the mean of the last 10 % of evaluations, how the run stopped from atlas_status.json;
-- the verdict rule on constructed cells: each verdict reached for each expectation kind.
+- the verdict rule on constructed cells: each verdict reached for each expectation kind;
+- across scales: Fisher's exact test against enumeration and published values, and the comparison and pooling
+  of one cell at two scales.
 """
 import bisect
 import itertools
@@ -150,14 +152,61 @@ class Spec:
             name, f"cell {name}", expect, "constructed", False, {}
 
 
-def _cell(expect, sinks, n=8, star=None, spec=True):
+def _cell(expect, sinks, n=8, star=None, spec=True, scale="small"):
     """CellStats of n seeds, the first `sinks` with a sink at step 40 (BOS attention 0.6), the rest without
     (0.05); every run with Sink_* = star (None: no dataset)."""
     runs = []
     for k in range(n):
         bos = [0.0, 0.1, 0.2, 0.25, 0.6, 0.6] if k < sinks else [0.0, 0.02, 0.03, 0.04, 0.05, 0.05]
-        runs.append(atlas.measure_run(_run(f"atlas.small.x.s{k}", bos, star=star)))
+        runs.append(atlas.measure_run(_run(f"atlas.{scale}.x.s{k}", bos, star=star)))
     return atlas.cell_stats(runs, Spec(expect) if spec else None)
+
+
+def enumerated_fisher_p(k1, n1, k2, n2):
+    """Fisher's two-sided p by enumeration: every way to pick the first sample's n1 seeds out of all n1 + n2
+    (hits = the first k1 + k2 of them) is equally likely under the null; p is the share of picks whose hit
+    count is no more frequent than the one seen."""
+    hits = k1 + k2
+    ways = {}
+    for pick in itertools.combinations(range(n1 + n2), n1):
+        k = sum(i < hits for i in pick)
+        ways[k] = ways.get(k, 0) + 1
+    return sum(w for w in ways.values() if w <= ways[k1]) / math.comb(n1 + n2, n1)
+
+
+@pytest.mark.parametrize("counts", [(8, 8, 3, 3), (8, 8, 0, 3), (2, 8, 3, 3), (5, 8, 1, 3), (0, 8, 0, 1),
+                                    (4, 9, 2, 6), (3, 4, 1, 4)])
+def test_fisher_exact_is_the_enumerated_test(counts):
+    assert atlas.fisher_exact(*counts) == pytest.approx(enumerated_fisher_p(*counts), rel=1e-12)
+    k1, n1, k2, n2 = counts
+    assert atlas.fisher_exact(k2, n2, k1, n1) == pytest.approx(atlas.fisher_exact(*counts), rel=1e-12)
+
+
+def test_fisher_exact_against_published_values():
+    # Fisher's lady tasting tea (The Design of Experiments, 1935): 3 of 4 cups right, two-sided p = 34/70.
+    assert atlas.fisher_exact(3, 4, 1, 4) == pytest.approx(34 / 70, rel=1e-12)
+    # 8/8 against 0/3: the one table of its margins with nothing less likely, 1 / C(11, 3).
+    assert atlas.fisher_exact(8, 8, 0, 3) == pytest.approx(1 / 165, rel=1e-12)
+    assert atlas.least_fisher_p(8, 3) == pytest.approx(1 / 165, rel=1e-12)
+    assert atlas.least_fisher_p(8, 1) == pytest.approx(1 / 9, rel=1e-12)   # one seed: never below 0.05
+
+
+def test_cells_at_two_scales_are_compared_and_pooled():
+    big, same, other = _cell("sink", 8), _cell("sink", 3, n=3, scale="cheap"), _cell("sink", 0, n=3, scale="cheap")
+    (c,) = atlas.compare_scales([same, big])      # the scale with more seeds is the reference, given second
+    assert c.ref is big and c.other is same and c.what == "seeds with a sink"
+    assert c.p == 1.0 and not c.differs and c.least_p == pytest.approx(1 / 165)
+    assert (c.pooled.n, c.pooled.sinks, c.pooled.verdict) == (11, 11, "agrees")
+    assert c.pooled.scale == "small + cheap" and c.pooled.sink_ci == pytest.approx(atlas.wilson_interval(11, 11))
+    assert (same.verdict, big.verdict) == ("inconclusive", "agrees")  # the per-scale verdicts are untouched
+    (d,) = atlas.compare_scales([big, other])
+    assert d.differs and d.p == pytest.approx(1 / 165)
+    # An expected move to the bias position compares the seeds that moved it, not the sinks.
+    moved = _cell("moved_to_bias", 0, star=100.0)                     # 8/8 moved
+    stayed = _cell("moved_to_bias", 0, n=3, star=10.0, scale="cheap")  # 0/3 moved, and 0/3 sinks as above
+    (m,) = atlas.compare_scales([moved, stayed])
+    assert m.what == "seeds that moved it" and m.differs and m.pooled.moved == 8
+    assert atlas.compare_scales([big, _cell("sink", 2)]) == []  # one scale: nothing to compare
 
 
 def test_verdict_rule_reaches_every_verdict():

@@ -9,6 +9,7 @@ cells (the fields of jobs/atlas/cells.py's Cell), given to the report as one dir
 - a directory without results.h5 is one line and exit status 1;
 - the page in headless Chromium: no console errors, every image loads;
 - the forest plot draws a censored median as a hollow arrow marker and a censored interval end as an arrow.
+- a cell at two scales: the atlas_scales table (Fisher's p, both scales together) and its findings.
 """
 import csv
 import json
@@ -180,11 +181,17 @@ def test_a_directory_without_results_is_one_line(tmp_path, capsys):
 
 
 def test_atlas_section_in_headless_chromium(atlas_report):
+    _, out = atlas_report
+    assert_page_renders(out)
+
+
+def assert_page_renders(out):
+    """The report page in headless Chromium: no console errors, every image loads, the atlas first, no
+    sideways scrolling."""
     if find_chromium() is None:
         if os.environ.get("CI"):
             pytest.fail("no chromium on PATH: env/setup.sh installs Debian's chromium (env/apt-packages.txt)")
         pytest.skip("no chromium on PATH (env/setup.sh installs it)")
-    _, out = atlas_report
     with Browser() as browser:
         page = browser.open((out / "index.html").as_uri(), width=1400, height=900)
         state = page.evaluate("""(() => ({
@@ -220,3 +227,41 @@ def test_forest_draws_censored_medians_and_interval_ends_as_arrows(monkeypatch):
     censored = [line for line in ax.lines if line.get_marker() == ">" and line.get_markersize() == 8]
     assert [tuple(line.get_xydata()[0]) for line in censored] == [(200.0, -2.0)]  # row "none": its median
     assert [t.get_text() for t in ax.get_yticklabels()] == ["done", "half", "none"]
+
+
+def test_cells_at_two_scales_get_their_comparison(tmp_path, monkeypatch):
+    """softmax at two scales that differ (5/5 small, 0/3 cheap: Fisher's p = 1/56), sigmoid at two that agree
+    (5/5, 3/3): the table atlas_scales, the rule, and the findings that say which differ and what both
+    together read."""
+    root = tmp_path / "atlas"
+    for scale, cell, config, onsets, proxy in (
+            ("small", "softmax", BOS_ROWS, [40, 120, 80, 60, 100], False),
+            ("cheap", "softmax", BOS_ROWS, [None] * 3, False),
+            ("small", "sigmoid", BOS_ROWS + "attn-sim = sigmoid\nattn-norm = one\n", [150, 90, 110, 130, 170], True),
+            ("cheap", "sigmoid", BOS_ROWS + "attn-sim = sigmoid\nattn-norm = one\n", [60, 70, 80], True)):
+        for seed, onset in enumerate(onsets):
+            write_atlas_run(root, scale, cell, seed, config, onset, proxy, None, "converged")
+    monkeypatch.setattr(section, "known_cells", lambda: (SPECS, ""))
+    out = tmp_path / "report"
+    assert report.main([str(root), "-o", str(out)]) == 0
+    rows = _csv(out / "tables" / "atlas_scales.csv")
+    softmax, sigmoid = rows["the softmax cell"], rows["the sigmoid cell"]
+    assert softmax["scales (more seeds / fewer)"] == "small / cheap" and softmax["the scales"] == "differ"
+    assert float(softmax["Fisher's exact p (two-sided)"]) == pytest.approx(1 / 56)
+    assert softmax["fraction (fewer seeds)"] == "0/3 = 0.00 [0.00, 0.56]"
+    assert sigmoid["the scales"] == "consistent" and float(sigmoid["Fisher's exact p (two-sided)"]) == 1.0
+    assert sigmoid["both together [95 % Wilson]"] == "8/8 = 1.00 [0.68, 1.00]"
+    assert sigmoid["verdicts (more / fewer)"] == "disagrees / inconclusive"
+    assert sigmoid["verdict of both together"] == "disagrees"
+    page = (out / "index.html").read_text()
+    assert "across scales, a cell run at two scales" in page
+    findings = (out / "findings.md").read_text()
+    assert ("Across scales (small with 5 seeds against cheap with 3), by Fisher's exact test on the counts each "
+            "verdict reads: 1 of 2 cells differ at p < 0.05 (the softmax cell); 1 of 2 are consistent (the "
+            "sigmoid cell)") in findings
+    assert ("the softmax cell: small 5/5 = 1.00 [0.57, 1.00] seeds with a sink, cheap 0/3 = 0.00 [0.00, "
+            "0.56]") in findings
+    assert ("Both scales' seeds together, for the consistent cells (one population assumed, not proven): the "
+            "sigmoid cell 8/8 = 1.00 [0.68, 1.00], disagrees; no verdict changes") in findings
+    assert 'id="tab-atlas_scales"' in page
+    assert_page_renders(out)
