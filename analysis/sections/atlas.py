@@ -182,7 +182,10 @@ def _scale_lines(pairs):
     if not pairs:
         return []
     scales = sorted({(c.ref.scale, c.ref.n, c.other.scale, c.other.n) for c in pairs})
-    names = lambda group: ", ".join(c.ref.label for c in group) or "none"   # noqa: E731
+
+    def names(group):
+        return ", ".join(c.ref.label for c in group) or "none"
+
     differ = [c for c in pairs if c.differs]
     same = [c for c in pairs if not c.differs]
     where = "; ".join(f"{a} with {na} seeds against {b} with {nb}" for a, na, b, nb in scales)
@@ -195,7 +198,7 @@ def _scale_lines(pairs):
     for c in differ:
         out.append(f"{c.ref.label}: {c.ref.scale} {_counted(c.ref)} {c.what}, {c.other.scale} {_counted(c.other)} "
                    f"(Fisher's p = {c.p:.3f}); converged BOS attention {_interval(*c.ref.converged, '.2f')} against "
-                   f"{_interval(*c.other.converged, '.2f')}: the design's effect depends on the scale here.")
+                   f"{_interval(*c.other.converged, '.2f')}: at these two scales the design does not act alike.")
     moved = [c for c in same if c.pooled.verdict != c.ref.verdict]
     if same:
         text = "; ".join(f"{c.ref.label} {_counted(c.pooled)}, {c.pooled.verdict}" for c in same)

@@ -44,9 +44,9 @@ CAPS = {"cheap": 1000, "small": 1000, "ci": 60}
 CHUNKS = {"cheap": 50, "small": 100, "ci": 20}
 # Seconds of one training step of one run, two runs at once with one thread each, on this project's 2-core
 # machine: --plan's estimate until the out folder holds finished runs to measure
-# (docs/DESIGN.md, "The emergence atlas"). small: the first full atlas (2026-11-28, 0.114 s); cheap: the principal
-# cells' first chunks (2026-11-28, softmax and sigmoid seed 1 together: 50 steps in 2 min 23-29 s, ~3.0 s).
-SECONDS_PER_STEP = {"cheap": 3.0, "small": 0.12, "ci": 0.1}
+# (docs/DESIGN.md, "The emergence atlas"). small: the first full atlas (2026-11-28, 0.114 s); cheap: its 24
+# principal runs (2026-11-29, 2.38 s a step over 7,450 steps).
+SECONDS_PER_STEP = {"cheap": 2.4, "small": 0.12, "ci": 0.1}
 
 @dataclass(frozen=True)
 class Item:
