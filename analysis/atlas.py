@@ -412,10 +412,15 @@ class ScaleComparison:
     """One cell at two scales: the reference (the scale with more seeds) against the other (SCALE_RULE)."""
     ref: CellStats
     other: CellStats
-    what: str                 # what both counts are: counted()
     p: float                  # Fisher's exact test, two-sided
     least_p: float            # the smallest p the two seed counts allow
     pooled: CellStats         # both scales' seeds as one cell (its fraction and verdict; steps not comparable)
+
+    @property
+    def what(self):
+        """What the counts are: counted() of the reference scale (the other scale counts alike when its runs
+        hold Sink_* too)."""
+        return counted(self.ref)[2]
 
     @property
     def differs(self):
@@ -432,10 +437,10 @@ def compare_scales(cells, confidence=CONFIDENCE):
     for group in by_cell.values():
         ref = max(group, key=lambda s: s.n)   # max keeps the first of equals
         for other in (s for s in group if s.scale != ref.scale):
-            (k1, _, what), (k2, _, _) = counted(ref), counted(other)
+            k1, k2 = counted(ref)[0], counted(other)[0]
             pooled = cell_stats(ref.runs + other.runs, ref.spec, confidence)
             pooled.scale = f"{ref.scale} + {other.scale}"
-            out.append(ScaleComparison(ref, other, what, fisher_exact(k1, ref.n, k2, other.n),
+            out.append(ScaleComparison(ref, other, fisher_exact(k1, ref.n, k2, other.n),
                                        least_fisher_p(ref.n, other.n), pooled))
     return out
 

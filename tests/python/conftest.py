@@ -3,6 +3,7 @@
 `python -m pytest` from the root already has it on sys.path; this makes plain `pytest` work too.
 """
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -28,10 +29,11 @@ def check_blas_in_effect(cpu_blas):
     limit = os.environ.get("ONEDNN_MAX_CPU_ISA", "")
     if limit and "f32 GEMM oneDNN" in cpu_blas:
         assert f"({limit})" in cpu_blas, (limit, cpu_blas)
+
+
 def assert_jobs_pass_dry_run(pretrain, env, items, job_text_of, tmp_path):
     """Each item's job file as its runner writes it, job_text_of(item, run_dir), passes the trainer's own checks
     (sinklab-pretrain --dry-run); items have .cell.name (jobs/atlas and jobs/bridge items)."""
-    import subprocess
     for it in items:
         run_dir = tmp_path / it.cell.name
         run_dir.mkdir()

@@ -27,8 +27,8 @@ import pytest
 from analysis.bridge import (ONSET_SHARE, BridgeRun, cell_stats, compare_rows, difference_interval, fit_onsets, parse_run_name,
                              t_interval)
 from analysis.emergence import persistent_onset
-from jobs.bridge.cells import CELLS, CI_CELL, LRS, ROWS, SCALES, SIZES
 from conftest import assert_jobs_pass_dry_run
+from jobs.bridge.cells import CELLS, CI_CELL, LRS, ROWS, SCALES, SIZES
 from jobs.bridge.run import budget_steps, grid, items_of, job_text
 
 ROOT = Path(__file__).resolve().parents[2]
