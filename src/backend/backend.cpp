@@ -1,6 +1,6 @@
 #include "backend/backend.hpp"
 
-#include "backend/cpu/cpu_backend.hpp"
+#include "backend/cpu/bf16_storage.hpp"
 #include "backend/device_probe.hpp"
 #include "core/error.hpp"
 
@@ -16,7 +16,7 @@ void Backend::no_kernel(const char* op) const {
 
 Backend& backend_for(Device device) {
   if (device.is_cpu()) {
-    static CpuBackend cpu;
+    static CpuBf16Storage cpu;  // CpuBackend, with bf16 storage for every op
     return cpu;
   }
 #if SINKLAB_HAVE_CUDA

@@ -18,6 +18,8 @@ namespace sinklab {
 using ops::Activation;
 using ops::AdamWStep;
 using ops::AttentionSpec;
+using ops::FlatRanges;
+using ops::Reduction;
 using ops::RopeConfig;
 
 class Backend {

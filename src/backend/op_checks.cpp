@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <utility>
+#include <vector>
 
 #include "backend/attention_math.hpp"
 
@@ -318,6 +319,27 @@ IndexAddRows check_index_add_rows(const Tensor& out, const Tensor& src, const Te
   check_vector(scale, M, out.dtype, op, "scale");
   SL_CHECK(!tensors_overlap(out, src), "%s: src must not overlap out", op);
   return r;
+}
+
+int32_t check_flat_ranges(const ops::FlatRanges& ranges, int64_t n, int32_t max_tag, const char* op) {
+  SL_CHECK(ranges.tags.size() == ranges.ranges.size(), "%s: %zu ranges but %zu tags", op, ranges.ranges.size(),
+           ranges.tags.size());
+  std::vector<FlatRange> sorted = ranges.ranges;
+  std::sort(sorted.begin(), sorted.end(), [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    SL_CHECK(sorted[i].begin >= 0 && sorted[i].begin <= sorted[i].end && sorted[i].end <= n,
+             "%s: range [%lld, %lld) outside [0, %lld)", op, (long long)sorted[i].begin, (long long)sorted[i].end,
+             (long long)n);
+    SL_CHECK(i == 0 || sorted[i - 1].end <= sorted[i].begin, "%s: ranges [%lld, %lld) and [%lld, %lld) overlap", op,
+             (long long)sorted[i - 1].begin, (long long)sorted[i - 1].end, (long long)sorted[i].begin,
+             (long long)sorted[i].end);
+  }
+  int32_t top = -1;
+  for (int32_t t : ranges.tags) {
+    SL_CHECK(t >= 0 && (max_tag < 0 || t < max_tag), "%s: tag %d outside [0, %d)", op, t, max_tag < 0 ? 1 << 30 : max_tag);
+    top = std::max(top, t);
+  }
+  return top + 1;
 }
 
 }  // namespace sinklab

@@ -34,6 +34,18 @@ inline int64_t check_column_sum(const Tensor& out, const Tensor& in) {
   return rows;
 }
 
+// reduce_into's operands: out f64 [1] (one element, contiguous) on x's device.
+inline void check_reduce_into(const Tensor& out, const Tensor& x) {
+  SL_CHECK(out.defined() && out.dtype == DType::f64 && out.numel() == 1,
+           "reduce_into: out must be one f64 element, got %s %s", dtype_name(out.dtype), out.shape_str().c_str());
+  SL_CHECK(out.device == x.device, "reduce_into: out is on %s, x on %s", out.device.name().c_str(),
+           x.device.name().c_str());
+}
+
+// The multi-tensor ops' ranges (ops.hpp FlatRanges) over flat tensors of n elements: one tag per range,
+// tags >= 0 (and < max_tag when max_tag >= 0), ranges within [0, n), disjoint. Returns 1 + the largest tag.
+int32_t check_flat_ranges(const ops::FlatRanges& ranges, int64_t n, int32_t max_tag, const char* op);
+
 // A named operand of an op, for checks over a list of them.
 struct NamedTensor {
   const Tensor& t;

@@ -7,6 +7,14 @@
 //   "strided"; otherwise the op requires contiguous rows.
 // - Arithmetic dtype: f32 everywhere; the CPU backend also runs every op in f64 (the finite-difference
 //   checks use it). Integer ids are i32.
+// - bf16 storage (--precision bf16, docs/DESIGN.md "The bf16 step"): every op also takes bf16 tensors
+//   wherever its comment allows an activation (its inputs, outputs and their gradients), alone or mixed
+//   with f32 ones. It computes what it computes on f32 tensors holding their values (widened exactly),
+//   reads every input before it writes any output (in-place calls stay valid) and rounds each output it
+//   writes to bf16 (round to nearest even). Statistics (rstd, mean, attention stats, losses), parameters
+//   other than the matmuls' weights, parameter gradients and reductions stay f32 / f64. copy and the fills
+//   convert between dtypes themselves. The CPU backend implements this once, for every op
+//   (cpu/bf16_storage.hpp); the CUDA kernels read and write bf16 directly.
 // - Gradients: activation gradients (d_in, d_q, ...) are written (=). Parameter gradients (d_weight,
 //   d_bias, d_table) are accumulated (+=), so gradient accumulation over micro-batches is free.
 // - Optional arguments are an undefined Tensor{} (e.g. no bias).
@@ -17,8 +25,10 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "core/enum_names.hpp"
+#include "core/flat_range.hpp"
 #include "core/tensor.hpp"
 
 namespace sinklab::ops {
@@ -32,6 +42,12 @@ void accumulate(Tensor dst, Tensor src, double alpha = 1.0);  // dst += alpha * 
 void scale(Tensor x, double factor);          // x *= factor
 double sum_squares(Tensor x);                 // sum of x^2, accumulated in double (grad norm pieces)
 double max_abs(Tensor x);                     // max |x| (NaN if any element is NaN; 0 for an empty x): monitors
+// The same reductions into a device scalar, without waiting for the device: out f64 [1] on x's device
+// receives r (or combines r with its value when accumulate: + for the sums, max for max_abs, a NaN
+// staying). r is formed in double in a fixed order (the CPU: logical index order, as sum_squares), so
+// a training step can sum its losses and watch its activations without a host synchronisation.
+enum class Reduction : uint8_t { sum, sum_squares, max_abs };
+void reduce_into(Tensor out, Tensor x, Reduction kind, bool accumulate = false);
 // Sum over the leading dimensions of `in` that `out` lacks: in [L..., out...] -> out [out...] (written, or
 // added to when accumulate). out [C], in [R, C]: column sums (the gradient of a bias added to every row);
 // out [H, C], in [B, T, H, C]: per-head sums over batch and positions. in and out strided rows.
@@ -70,7 +86,14 @@ void embedding_backward(Tensor d_table, Tensor d_out, Tensor ids);
 // RMSNorm over the last dim: out = in * rstd * weight, rstd = 1/sqrt(mean(in^2) + eps).
 // in/out [*, d]; weight [d] or undefined (no scale); rstd [*] saved for backward.
 void rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor weight, double eps);
-void rmsnorm_backward(Tensor d_in, Tensor d_weight, Tensor d_out, Tensor in, Tensor weight, Tensor rstd);
+// accumulate: d_in += dx (one rounding of the f32 sum), the residual stream's gradient; d_in may alias
+// d_out only without it.
+void rmsnorm_backward(Tensor d_in, Tensor d_weight, Tensor d_out, Tensor in, Tensor weight, Tensor rstd,
+                      bool accumulate = false);
+// A pre-norm block's residual add fused with the next RMSNorm: sum_out = a + b (stored in sum_out's
+// dtype; sum_out may alias a), then out, rstd = rmsnorm_forward of sum_out as stored. Equal to add
+// followed by rmsnorm_forward, in one pass over the rows.
+void add_rmsnorm_forward(Tensor sum_out, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor weight, double eps);
 
 // LayerNorm over the last dim: out = (in - mean) * rstd * weight + bias. mean/rstd [*] saved.
 void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight, Tensor bias,
@@ -117,11 +140,28 @@ void cross_entropy(Tensor losses, Tensor d_logits, Tensor logits, Tensor targets
 // AdamW (torch.optim.AdamW semantics, decoupled weight decay), one step t >= 1 for one tensor:
 //   param *= 1 - lr*weight_decay;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
 //   param -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
+// grad_scale multiplies each gradient first, as scale(grad, grad_scale) would (the clipping factor).
 struct AdamWStep {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
   int64_t step = 1;
+  double grad_scale = 1.0;
 };
 void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& s);
+
+// Multi-tensor ops over a flat buffer (the model's parameters and gradients live in one each): ranges of
+// it, each with a tag, in one call (one or two kernels on a GPU instead of one per tensor).
+struct FlatRanges {
+  std::vector<FlatRange> ranges;  // within [0, n) of the flat tensors; disjoint
+  std::vector<int32_t> tags;      // one per range, >= 0
+};
+// out f64 [S] (S > every tag; written): out[t] = the sum over the ranges tagged t, in table order, of
+// sum_squares of the range (the CPU: each as sum_squares forms it). flat f32 [n].
+void sum_squares_ranges(Tensor out, Tensor flat, const FlatRanges& ranges);
+// adamw_update over each range of param, grad, m, v (f32 [n]) with weight decay s.weight_decay where its
+// tag is 1 and none where it is 0; param_lp (bf16 [n], optional) receives each updated element rounded
+// (the bf16 weights the next forward reads). Elements outside every range are not touched.
+void adamw_update_ranges(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lp, const FlatRanges& ranges,
+                         const AdamWStep& s);
 
 // Global gradient norm sqrt(sum over tensors of sum g^2), then clipping as torch.nn.utils.clip_grad_norm_:
 // when norm > max_norm every gradient is scaled by max_norm / (norm + 1e-6). Returns the norm before

@@ -138,6 +138,33 @@ double CpuBackend::max_abs(Tensor x) {
   });
 }
 
+// reduce_into: r over the logical elements in index order, in double (a row at a time, as sum_squares and
+// max_abs), combined with out's value when accumulating.
+void CpuBackend::reduce_into(Tensor out, Tensor x, Reduction kind, bool accumulate) {
+  check_reduce_into(out, x);
+  double r = 0.0;
+  switch (kind) {
+    case Reduction::sum_squares: r = sum_squares(x); break;
+    case Reduction::max_abs: r = max_abs(x); break;
+    case Reduction::sum:
+      r = dispatch_float(x.dtype, "reduce_into", [&](auto zero) {
+        using T = decltype(zero);
+        TensorRows rx = rows_of(x, "reduce_into", "x");
+        double s = 0.0;
+        for (int64_t row = 0; row < rx.rows; ++row) {
+          const T* p = x.ptr<T>() + rx.row_offset(row);
+          for (int64_t c = 0; c < rx.cols; ++c) s += double(p[c]);
+        }
+        return s;
+      });
+      break;
+  }
+  double& o = *out.ptr<double>();
+  if (!accumulate) o = r;
+  else if (kind != Reduction::max_abs) o += r;
+  else o = (std::isnan(o) || std::isnan(r)) ? std::numeric_limits<double>::quiet_NaN() : std::max(o, r);
+}
+
 // out[o, c] (= or +=) sum over l < L of in[l*O + o, c]: out read as O rows of C, in as L*O rows of C.
 // The work is cut into tiles of (out row, up to 64 columns); a tile walks its L rows in order into
 // double accumulators (one per column: the inner loop vectorises over contiguous columns), so every

@@ -98,13 +98,19 @@ void layernorm_row_forward(T* out, Acc* mean_out, Acc* rstd_out, const T* x, con
 // The backward rows, with `omp simd` row sums for the same reason (the Bigram-Backcopy atlas's d = 64
 // RMSNorm backward over 8192 rows: 0.87-0.91 ms a call in its row loop, 0.49-0.50 ms with them; one
 // thread, a scratch benchmark of the two loops). dx may alias dy: each element is read before it is
-// written.
+// written (not with accumulate, which adds dx to what dx holds).
 template <class T>
-void rmsnorm_row_backward(T* dx, const T* dy, const T* x, const T* w, int64_t d, Acc r) {
+void rmsnorm_row_backward(T* dx, const T* dy, const T* x, const T* w, int64_t d, Acc r, bool accumulate) {
   Acc dot = 0.0;
 #pragma omp simd reduction(+ : dot)
   for (int64_t i = 0; i < d; ++i) dot += Acc(dy[i]) * (w ? Acc(w[i]) : Acc(1)) * Acc(x[i]);
   const Acc dot_over_d = dot / Acc(d);
+  if (accumulate) {
+#pragma omp simd
+    for (int64_t i = 0; i < d; ++i)
+      dx[i] += T(math::rms_dx(r, Acc(dy[i]) * (w ? Acc(w[i]) : Acc(1)), Acc(x[i]), dot_over_d));
+    return;
+  }
 #pragma omp simd
   for (int64_t i = 0; i < d; ++i)
     dx[i] = T(math::rms_dx(r, Acc(dy[i]) * (w ? Acc(w[i]) : Acc(1)), Acc(x[i]), dot_over_d));
@@ -151,8 +157,11 @@ void CpuBackend::rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor weig
 
 // d_in [*, d] written (skipped if undefined); d_weight [d] += sum_rows d_out * in * rstd (skipped if
 // undefined; must be undefined when weight is).
-void CpuBackend::rmsnorm_backward(Tensor d_in, Tensor d_weight, Tensor d_out, Tensor in, Tensor weight, Tensor rstd) {
+void CpuBackend::rmsnorm_backward(Tensor d_in, Tensor d_weight, Tensor d_out, Tensor in, Tensor weight, Tensor rstd,
+                                  bool accumulate) {
   const char* op = "rmsnorm_backward";
+  SL_CHECK(!(accumulate && d_in.defined() && tensors_overlap(d_in, d_out)),
+           "%s: d_in may not overlap d_out when accumulating", op);
   check_like_in(d_out, in, op, "d_out");
   TensorRows ri = rows_of(in, op, "in"), rg = rows_of(d_out, op, "d_out");
   check_norm_operands(op, ri, {{rstd, "rstd"}}, {{weight, "weight"}, {d_weight, "d_weight"}},
@@ -178,9 +187,17 @@ void CpuBackend::rmsnorm_backward(Tensor d_in, Tensor d_weight, Tensor d_out, Te
 #pragma omp parallel for schedule(static) if (ri.rows * ri.cols > 16384)
       for (int64_t r = 0; r < ri.rows; ++r)
         rmsnorm_row_backward(d_in.ptr<T>() + rd.row_offset(r), d_out.ptr<T>() + rg.row_offset(r),
-                                        in.ptr<T>() + ri.row_offset(r), w, ri.cols, Acc(rs[r]));
+                                        in.ptr<T>() + ri.row_offset(r), w, ri.cols, Acc(rs[r]), accumulate);
     }
   });
+}
+
+// The residual add and the norm of a pre-norm block, as the two ops they equal: the norm reads the sum as
+// stored (rounded when sum_out is bf16), as the next backward reads it.
+void CpuBackend::add_rmsnorm_forward(Tensor sum_out, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor weight,
+                                     double eps) {
+  ops::add(sum_out, a, b);
+  ops::rmsnorm_forward(out, rstd, sum_out, weight, eps);
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -38,12 +38,13 @@ __global__ void gated_backward_kernel(float* d_gate, TensorRows rdg, float* d_up
 }
 
 __global__ void adamw_kernel(float* param, TensorRows rp, const float* grad, TensorRows rg, float* m, TensorRows rm,
-                             float* v, TensorRows rv, math::AdamWConstants c) {
+                             float* v, TensorRows rv, math::AdamWConstants c, float grad_scale) {
   SL_GRID_LOOP(i, rp.numel) {
     float p = param[rp.offset(i)];
     float mi = m[rm.offset(i)];
     float vi = v[rv.offset(i)];
-    math::adamw_element(p, grad[rg.offset(i)], mi, vi, c);
+    const float g = grad[rg.offset(i)];
+    math::adamw_element(p, grad_scale == 1.0f ? g : g * grad_scale, mi, vi, c);
     param[rp.offset(i)] = p;
     m[rm.offset(i)] = mi;
     v[rv.offset(i)] = vi;
@@ -139,7 +140,8 @@ void CudaBackend::adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, co
   const math::AdamWConstants c = math::adamw_constants(s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.step);
   DeviceGuard guard(index_);
   adamw_kernel<<<grid_for(rp.numel), kThreads, 0, stream_>>>(param.ptr<float>(), rp, grad.ptr<float>(), rg,
-                                                             m.ptr<float>(), rm, v.ptr<float>(), rv, c);
+                                                             m.ptr<float>(), rm, v.ptr<float>(), rv, c,
+                                                             float(s.grad_scale));
   CUDA_CHECK_LAUNCH(op);
 }
 

@@ -58,7 +58,7 @@ __global__ void rmsnorm_forward_kernel(float* out, TensorRows ro, float* rstd, c
 
 // dx = r g w - r^3 x (sum_j g_j w_j x_j) / d   (norm_math.hpp rms_dx), in double.
 __global__ void rmsnorm_backward_kernel(float* d_in, TensorRows rd, const float* d_out, TensorRows rg, const float* in,
-                                        TensorRows ri, const float* w, const float* rstd) {
+                                        TensorRows ri, const float* w, const float* rstd, bool accumulate) {
   __shared__ double shared[32];
   const int64_t d = ri.cols;
   for (int64_t row = blockIdx.x; row < ri.rows; row += gridDim.x) {
@@ -69,8 +69,10 @@ __global__ void rmsnorm_backward_kernel(float* d_in, TensorRows rd, const float*
     for (int64_t i = threadIdx.x; i < d; i += blockDim.x) dot += double(g[i]) * (w ? double(w[i]) : 1.0) * double(x[i]);
     dot = block_sum(dot, shared);
     const double dot_over_d = dot / double(d), r = double(rstd[row]);
-    for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
-      dx[i] = float(math::rms_dx(r, double(g[i]) * (w ? double(w[i]) : 1.0), double(x[i]), dot_over_d));
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+      const float v = float(math::rms_dx(r, double(g[i]) * (w ? double(w[i]) : 1.0), double(x[i]), dot_over_d));
+      dx[i] = accumulate ? dx[i] + v : v;
+    }
   }
 }
 
@@ -192,8 +194,10 @@ void CudaBackend::rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor wei
 // d_in [*, d] written (skipped if undefined); d_weight [d] += sum_rows d_out * in * rstd (skipped if
 // undefined; must be undefined when weight is).
 void CudaBackend::rmsnorm_backward(Tensor d_in, Tensor d_weight, Tensor d_out, Tensor in, Tensor weight,
-                                   Tensor rstd) {
+                                   Tensor rstd, bool accumulate) {
   const char* op = "rmsnorm_backward";
+  SL_CHECK(!(accumulate && d_in.defined() && tensors_overlap(d_in, d_out)),
+           "%s: d_in may not overlap d_out when accumulating", op);
   check_same_shape(d_out, in, op, "d_out", "in");
   check_device_f32(*this, d_out, op, "d_out");
   check_device_f32(*this, in, op, "in");
@@ -210,7 +214,8 @@ void CudaBackend::rmsnorm_backward(Tensor d_in, Tensor d_weight, Tensor d_out, T
                   ri.cols, d_weight.data, DType::f32, 1);
   if (d_in.defined() && ri.rows > 0) {
     rmsnorm_backward_kernel<<<row_grid(ri.rows), norm_threads(ri.cols), 0, stream_>>>(
-        d_in.ptr<float>(), rd, d_out.ptr<float>(), rg, in.ptr<float>(), ri, ptr_or_null(weight), rstd.ptr<float>());
+        d_in.ptr<float>(), rd, d_out.ptr<float>(), rg, in.ptr<float>(), ri, ptr_or_null(weight), rstd.ptr<float>(),
+        accumulate);
     CUDA_CHECK_LAUNCH(op);
   }
 }
