@@ -295,6 +295,7 @@ def test_no_file_over_the_limit():
 
 # Files of other projects that comments cite for where a rule comes from: not files of this repository.
 EXTERNAL_FILES = {
+    "llm.c": "karpathy/llm.c, the C/CUDA trainer the bf16 step learns from (docs/DESIGN.md, The bf16 step)",
     "flash_softpick_attn.py": "the softpick authors' training kernel (backend/attention_math.hpp)",
     "model_kv_bias.py": "sail-sg/Attention-Sink's k*/v* bias model (model/config.hpp)",
     "driver/others/dynamic.c": "OpenBLAS's kernel-set choice (backend/cpu/blas.cpp)",
