@@ -14,13 +14,20 @@ const char* norm_name(AttnNorm n) { return enum_name(kAttnNormNames, n); }
 constexpr EnumName<AttnKernel> kAttnKernelNames[] = {{AttnKernel::auto_select, "auto"},
                                                      {AttnKernel::cudnn, "cudnn"},
                                                      {AttnKernel::flash, "flash"},
+                                                     {AttnKernel::gemm, "gemm"},
                                                      {AttnKernel::reference, "reference"}};
 
-// What both fast kernels need of the call: a CUDA device, f32 tensors, no probs, a head dim their tiles take.
+// What every fast kernel needs of the call: a CUDA device, f32 or bf16 tensors (all of one dtype: the op
+// checks that), no probs.
 std::string fast_kernel_unfit(const AttnCall& call) {
   if (call.device != DeviceKind::cuda) return "needs a CUDA device (this attention runs on the CPU)";
-  if (call.dtype != DType::f32) return "the CUDA backend's attention takes f32 tensors";
+  if (call.dtype != DType::f32 && call.dtype != DType::bf16) return "the CUDA backend's attention takes f32 or bf16 tensors";
   if (call.probs) return "the call writes the T x T probs matrix, which only the reference kernel forms";
+  return "";
+}
+
+// The tiles of cuDNN and the flash kernel: a head dim that is a multiple of 8 up to 128.
+std::string tiled_head_dim_unfit(const AttnCall& call) {
   if (call.head_dim % 8 != 0 || call.head_dim > 128 || call.head_dim <= 0)
     return strfmt("needs a head dim that is a multiple of 8 and at most 128 (this one: %lld)",
                   (long long)call.head_dim);
@@ -29,6 +36,7 @@ std::string fast_kernel_unfit(const AttnCall& call) {
 
 std::string cudnn_unfit(const AttentionSpec& s, const AttnCall& call) {
   if (std::string why = fast_kernel_unfit(call); !why.empty()) return why;
+  if (std::string why = tiled_head_dim_unfit(call); !why.empty()) return why;
   if (call.cudnn_version <= 0) return "no cuDNN library is loaded";
   if (s.sim != AttnSim::exp) return strfmt("cuDNN computes softmax (sim exp), not sim %s", sim_name(s.sim));
   if (s.norm != AttnNorm::sum || s.norm_alpha != 1.0)
@@ -46,12 +54,26 @@ std::string cudnn_unfit(const AttentionSpec& s, const AttnCall& call) {
 
 std::string flash_unfit(const AttentionSpec& s, const AttnCall& call) {
   if (std::string why = fast_kernel_unfit(call); !why.empty()) return why;
+  if (std::string why = tiled_head_dim_unfit(call); !why.empty()) return why;
   if (s.sim != AttnSim::sigmoid && s.sim != AttnSim::elu_plus_one && s.sim != AttnSim::identity)
     return strfmt("the flash kernel computes sim sigmoid, elu-plus-one or identity, not %s", sim_name(s.sim));
   if (s.norm != AttnNorm::one && s.norm != AttnNorm::sum)
     return strfmt("the flash kernel normalises by one or the sum, not norm %s", norm_name(s.norm));
   if (s.pos_bias != AttnPosBias::none) return "the flash kernel has no position bias (ALiBi, T5 relative)";
   if (s.sink_logit.defined()) return "the flash kernel has no sink logit";
+  return "";
+}
+
+// The GEMM path (cuda/attention_gemm.cu) computes every spec; it holds one head's scores and gradients of the
+// whole batch, 2 B T S bf16 values (kAttnGemmMaxQueries bounds T).
+std::string gemm_unfit(const AttnCall& call) {
+  if (std::string why = fast_kernel_unfit(call); !why.empty()) return why;
+  if (call.dtype != DType::bf16)
+    return "the GEMM path takes bf16 tensors (an f32 call keeps the reference kernel's f32 arithmetic)";
+  if (call.head_dim <= 0) return "needs a head dim >= 1";
+  if (call.queries > kAttnGemmMaxQueries)
+    return strfmt("the GEMM path holds T x T scores, for T up to %lld (this call: %lld)", (long long)kAttnGemmMaxQueries,
+                  (long long)call.queries);
   return "";
 }
 
@@ -81,6 +103,7 @@ std::string attn_kernel_unfit(AttnKernel kernel, const AttentionSpec& spec, cons
   switch (kernel) {
     case AttnKernel::cudnn: return cudnn_unfit(spec, call);
     case AttnKernel::flash: return flash_unfit(spec, call);
+    case AttnKernel::gemm: return gemm_unfit(call);
     case AttnKernel::reference: return "";  // every call: its own checks refuse a dtype, naming the op
     case AttnKernel::auto_select: break;
   }
@@ -98,7 +121,7 @@ AttnKernelChoice choose_attention_kernel(const AttentionSpec& spec, const AttnCa
     return {want, "requested by --attn-kernel"};
   }
   std::string reason;
-  for (AttnKernel k : {AttnKernel::cudnn, AttnKernel::flash}) {
+  for (AttnKernel k : {AttnKernel::cudnn, AttnKernel::flash, AttnKernel::gemm}) {
     const std::string why = attn_kernel_unfit(k, spec, call);
     if (why.empty()) return {k, reason.empty() ? "fastest kernel that fits" : reason};
     reason += strfmt("%s%s: %s", reason.empty() ? "" : "; ", attn_kernel_name(k), why.c_str());
