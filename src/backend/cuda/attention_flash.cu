@@ -64,14 +64,34 @@ struct SmemCarve {
   }
 };
 
+// Row (b, l, h) of a [B, L, heads, dh] tensor of element type IO (f32 or bf16; View3 holds its strides in
+// elements).
+template <class IO>
+__device__ IO* row_of(const View3& v, int64_t b, int64_t l, int64_t h) {
+  return reinterpret_cast<IO*>(v.p) + b * v.s0 + l * v.s1 + h * v.s2;
+}
+__device__ inline float to_f32(float x) { return x; }
+__device__ inline float to_f32(bf16 x) { return __bfloat162float(x); }
+__device__ inline bf16 to_bf16(float x) { return __float2bfloat16(x); }
+__device__ inline bf16 to_bf16(bf16 x) { return x; }
+template <class IO>
+__device__ IO from_f32(float x) {
+  if constexpr (std::is_same_v<IO, float>) {
+    return x;
+  } else {
+    return __float2bfloat16(x);
+  }
+}
+
 // rows x DP tile of a [B, L, heads, dh] tensor to bf16 (zero beyond `valid` rows and dh columns).
+template <class IO>
 __device__ void load_tile(bf16* dst, int ld, const View3& src, int64_t b, int64_t row0, int64_t valid, int64_t head,
                           int64_t dh, int DP, int rows) {
   for (int e = threadIdx.x; e < rows * DP; e += blockDim.x) {
     const int r = e / DP, c = e % DP;
-    float x = 0.0f;
-    if (r < valid && c < dh) x = src.at(b, row0 + r, head)[c];
-    dst[r * ld + c] = __float2bfloat16(x);
+    bf16 x = __float2bfloat16(0.0f);
+    if (r < valid && c < dh) x = to_bf16(row_of<IO>(src, b, row0 + r, head)[c]);
+    dst[r * ld + c] = x;
   }
 }
 
@@ -132,6 +152,7 @@ __device__ KeyRange key_range(const FlashGeom& g, int64_t i0, int64_t i1) {
 
 // ---- forward --------------------------------------------------------------------------------------
 
+template <class IO>
 __global__ void __launch_bounds__(kThreadsFlash) flash_forward_kernel(FlashGeom g) {
   extern __shared__ __align__(128) char smem[];
   const int DP = g.DP, ldb = DP + kPad16, ldf = DP + kPad32, lds = kBKf + kPad32, ldp = kBKf + kPad16;
@@ -148,7 +169,7 @@ __global__ void __launch_bounds__(kThreadsFlash) flash_forward_kernel(FlashGeom 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const math::AttnConfig& cfg = g.cfg;
 
-  load_tile(Qs, ldb, g.q, b, i0, nq, h, g.dh, DP, kBQ);
+  load_tile<IO>(Qs, ldb, g.q, b, i0, nq, h, g.dh, DP, kBQ);
   for (int e = threadIdx.x; e < kBQ * ldf; e += blockDim.x) Of[e] = 0.0f;
   for (int e = threadIdx.x; e < kBQ; e += blockDim.x) rowsum[e] = 0.0f;
   const KeyRange keys = key_range(g, i0, i0 + nq);
@@ -157,8 +178,8 @@ __global__ void __launch_bounds__(kThreadsFlash) flash_forward_kernel(FlashGeom 
     int64_t j0, nk;
     keys.tile(t, kBKf, &j0, &nk);
     __syncthreads();  // the previous tile's K, V are no longer read
-    load_tile(Ks, ldb, g.k, b, j0, nk, kvh, g.dh, DP, kBKf);
-    load_tile(Vs, ldb, g.v, b, j0, nk, kvh, g.dh, DP, kBKf);
+    load_tile<IO>(Ks, ldb, g.k, b, j0, nk, kvh, g.dh, DP, kBKf);
+    load_tile<IO>(Vs, ldb, g.v, b, j0, nk, kvh, g.dh, DP, kBKf);
     __syncthreads();
     // S = Q K^T for this warp's 16 rows.
     const int r0 = warp * 16;
@@ -194,7 +215,7 @@ __global__ void __launch_bounds__(kThreadsFlash) flash_forward_kernel(FlashGeom 
     const int64_t i = i0 + r;
     if (i >= g.T || c >= g.dh) continue;
     const float inv = math::attn_inv_norm(math::attn_norm_finish(cfg, rowsum[r]));
-    g.o.at(b, i, h)[c] = Of[r * ldf + c] * inv;
+    row_of<IO>(g.o, b, i, h)[c] = from_f32<IO>(Of[r * ldf + c] * inv);
   }
   if (g.stats.p)
     for (int r = threadIdx.x; r < nq; r += blockDim.x)
@@ -228,6 +249,7 @@ __device__ RowStat row_stat(const FlashGeom& g, int64_t b, int64_t h, int64_t i)
 }
 
 // (1) dQ and D, one block per (b, h, 64 queries).
+template <class IO>
 __global__ void __launch_bounds__(kThreadsFlash) flash_backward_dq_kernel(FlashGeom g) {
   extern __shared__ __align__(128) char smem[];
   const int DP = g.DP, ldb = DP + kPad16, ldf = DP + kPad32, lds = kBKf + kPad32, ldp = kBKf + kPad16;
@@ -246,15 +268,15 @@ __global__ void __launch_bounds__(kThreadsFlash) flash_backward_dq_kernel(FlashG
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const math::AttnConfig& cfg = g.cfg;
 
-  load_tile(Qs, ldb, g.q, b, i0, nq, h, g.dh, DP, kBQ);
-  load_tile(dOs, ldb, g.dout, b, i0, nq, h, g.dh, DP, kBQ);
+  load_tile<IO>(Qs, ldb, g.q, b, i0, nq, h, g.dh, DP, kBQ);
+  load_tile<IO>(dOs, ldb, g.dout, b, i0, nq, h, g.dh, DP, kBQ);
   for (int e = threadIdx.x; e < kBQ * ldf; e += blockDim.x) dQf[e] = 0.0f;
   // D_i = dO_i . o_i in f32 from the f32 tensors (warp per row), published for kernel (2).
   for (int r = warp; r < nq; r += kWarps) {
-    const float* o = g.o.at(b, i0 + r, h);
-    const float* go = g.dout.at(b, i0 + r, h);
+    const IO* o = row_of<IO>(g.o, b, i0 + r, h);
+    const IO* go = row_of<IO>(g.dout, b, i0 + r, h);
     float d = 0.0f;
-    for (int64_t c = lane; c < g.dh; c += 32) d = fmaf(o[c], go[c], d);
+    for (int64_t c = lane; c < g.dh; c += 32) d = fmaf(to_f32(o[c]), to_f32(go[c]), d);
     for (int off = 16; off > 0; off /= 2) d += __shfl_xor_sync(0xffffffffu, d, off);
     if (lane == 0) g.D[(b * g.H + h) * g.T + i0 + r] = d;
   }
@@ -268,8 +290,8 @@ __global__ void __launch_bounds__(kThreadsFlash) flash_backward_dq_kernel(FlashG
     int64_t j0, nk;
     keys.tile(t, kBKf, &j0, &nk);
     __syncthreads();
-    load_tile(Ks, ldb, g.k, b, j0, nk, kvh, g.dh, DP, kBKf);
-    load_tile(Vs, ldb, g.v, b, j0, nk, kvh, g.dh, DP, kBKf);
+    load_tile<IO>(Ks, ldb, g.k, b, j0, nk, kvh, g.dh, DP, kBKf);
+    load_tile<IO>(Vs, ldb, g.v, b, j0, nk, kvh, g.dh, DP, kBKf);
     __syncthreads();
     warp_abt(Sf + r0 * lds, lds, Qs + r0 * ldb, ldb, Ks, ldb, kBKf, DP);
     warp_abt(dPf + r0 * lds, lds, dOs + r0 * ldb, ldb, Vs, ldb, kBKf, DP);
@@ -293,7 +315,7 @@ __global__ void __launch_bounds__(kThreadsFlash) flash_backward_dq_kernel(FlashG
   if (!g.dq.p) return;
   for (int e = threadIdx.x; e < kBQ * DP; e += blockDim.x) {
     const int r = e / DP, c = e % DP;
-    if (i0 + r < g.T && c < g.dh) g.dq.at(b, i0 + r, h)[c] = g.scale * dQf[r * ldf + c];
+    if (i0 + r < g.T && c < g.dh) row_of<IO>(g.dq, b, i0 + r, h)[c] = from_f32<IO>(g.scale * dQf[r * ldf + c]);
   }
 }
 
@@ -306,6 +328,7 @@ size_t dq_smem(int DP) {
 // (2) dK, dV: one block per (b, kv head, 32 keys), over the group's query heads and the query tiles that
 // may see the keys. Warp w computes S / dP rows 16w.. of a query tile; for dK / dV it owns key rows
 // 16 (w % 2).. and every other 16-column block of the head dim from w / 2.
+template <class IO>
 __global__ void __launch_bounds__(kThreadsFlash) flash_backward_dkv_kernel(FlashGeom g) {
   extern __shared__ __align__(128) char smem[];
   const int DP = g.DP, ldb = DP + kPad16, ldf = DP + kPad32, lds = kBKb + kPad32, ldp = kBKb + kPad16;
@@ -326,8 +349,8 @@ __global__ void __launch_bounds__(kThreadsFlash) flash_backward_dkv_kernel(Flash
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const math::AttnConfig& cfg = g.cfg;
 
-  load_tile(Ks, ldb, g.k, b, j0, nk, kvh, g.dh, DP, kBKb);
-  load_tile(Vs, ldb, g.v, b, j0, nk, kvh, g.dh, DP, kBKb);
+  load_tile<IO>(Ks, ldb, g.k, b, j0, nk, kvh, g.dh, DP, kBKb);
+  load_tile<IO>(Vs, ldb, g.v, b, j0, nk, kvh, g.dh, DP, kBKb);
   for (int e = threadIdx.x; e < kBKb * ldf; e += blockDim.x) {
     dKf[e] = 0.0f;
     dVf[e] = 0.0f;
@@ -346,8 +369,8 @@ __global__ void __launch_bounds__(kThreadsFlash) flash_backward_dkv_kernel(Flash
     for (int64_t i0 = qb - qb % kBQ; i0 < qe; i0 += kBQ) {
       const int64_t nq = g.T - i0 < kBQ ? g.T - i0 : kBQ;
       __syncthreads();  // the previous tile's Q, dO, P, dS are no longer read
-      load_tile(Qs, ldb, g.q, b, i0, nq, h, g.dh, DP, kBQ);
-      load_tile(dOs, ldb, g.dout, b, i0, nq, h, g.dh, DP, kBQ);
+      load_tile<IO>(Qs, ldb, g.q, b, i0, nq, h, g.dh, DP, kBQ);
+      load_tile<IO>(dOs, ldb, g.dout, b, i0, nq, h, g.dh, DP, kBQ);
       for (int r = threadIdx.x; r < nq; r += blockDim.x) rst[r] = row_stat(g, b, h, i0 + r);
       __syncthreads();
       warp_abt(Sf + r0 * lds, lds, Qs + r0 * ldb, ldb, Ks, ldb, kBKb, DP);
@@ -377,8 +400,8 @@ __global__ void __launch_bounds__(kThreadsFlash) flash_backward_dkv_kernel(Flash
   for (int e = threadIdx.x; e < kBKb * DP; e += blockDim.x) {
     const int r = e / DP, c = e % DP;
     if (r >= nk || c >= g.dh) continue;
-    if (g.dk.p) g.dk.at(b, j0 + r, kvh)[c] = g.scale * dKf[r * ldf + c];
-    if (g.dv.p) g.dv.at(b, j0 + r, kvh)[c] = dVf[r * ldf + c];
+    if (g.dk.p) row_of<IO>(g.dk, b, j0 + r, kvh)[c] = from_f32<IO>(g.scale * dKf[r * ldf + c]);
+    if (g.dv.p) row_of<IO>(g.dv, b, j0 + r, kvh)[c] = from_f32<IO>(dVf[r * ldf + c]);
   }
 }
 
@@ -416,8 +439,12 @@ void flash_attention_forward(CudaBackend& be, Tensor out, Tensor stats, Tensor q
   DeviceGuard guard(be.index());
   FlashGeom g = make_flash_geom(d, spec, q, k, v, stats, op);
   g.o = head_rows(out, op, "out");
-  launch(flash_forward_kernel, dim3(tiles(d.T, kBQ), unsigned(d.H), unsigned(d.B)), forward_smem(g.DP), be.stream(),
-         g, op);
+  const dim3 grid(tiles(d.T, kBQ), unsigned(d.H), unsigned(d.B));
+  if (q.dtype == DType::bf16) {
+    launch(flash_forward_kernel<bf16>, grid, forward_smem(g.DP), be.stream(), g, op);
+  } else {
+    launch(flash_forward_kernel<float>, grid, forward_smem(g.DP), be.stream(), g, op);
+  }
 }
 
 // d_q [B,T,H,dh], d_k/d_v [B,S,Hkv,dh] (each optional, written) from d_out, q, k, v, out, stats.
@@ -434,12 +461,14 @@ void flash_attention_backward(CudaBackend& be, Tensor d_q, Tensor d_k, Tensor d_
   g.dv = head_rows(d_v, op, "d_v");
   g.D = static_cast<float*>(
       be.scratch(CudaBackend::ScratchSlot::attention_fast, sizeof(float) * size_t(std::max<int64_t>(d.B * d.H * d.T, 1))));
+  const bool bf = q.dtype == DType::bf16;
+  const dim3 grid_q(tiles(d.T, kBQ), unsigned(d.H), unsigned(d.B)), grid_k(tiles(d.S, kBKb), unsigned(d.Hkv), unsigned(d.B));
   if (d.B * d.H * d.T > 0)
-    launch(flash_backward_dq_kernel, dim3(tiles(d.T, kBQ), unsigned(d.H), unsigned(d.B)), dq_smem(g.DP), be.stream(), g,
+    launch(bf ? flash_backward_dq_kernel<bf16> : flash_backward_dq_kernel<float>, grid_q, dq_smem(g.DP), be.stream(), g,
            "attention_backward (flash dq)");
   // Key rows are written even when no query sees them (T = 0 with lead keys: zeros).
   if ((d_k.defined() || d_v.defined()) && d.B * d.Hkv * d.S > 0)
-    launch(flash_backward_dkv_kernel, dim3(tiles(d.S, kBKb), unsigned(d.Hkv), unsigned(d.B)), dkv_smem(g.DP),
+    launch(bf ? flash_backward_dkv_kernel<bf16> : flash_backward_dkv_kernel<float>, grid_k, dkv_smem(g.DP),
            be.stream(), g, "attention_backward (flash dk, dv)");
 }
 
