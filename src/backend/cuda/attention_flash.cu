@@ -26,6 +26,7 @@
 #include <type_traits>
 
 #include "backend/attention_math.hpp"
+#include "backend/cuda/attention_flash.cuh"
 #include "backend/cuda/attention_kernels.hpp"
 #include "backend/cuda/cuda_common.hpp"
 
@@ -33,22 +34,15 @@ namespace sinklab::cuda {
 
 namespace {
 
-namespace wmma = nvcuda::wmma;
-using bf16 = __nv_bfloat16;
+using namespace flash;
 
-constexpr int kWarps = 4, kThreadsFlash = 32 * kWarps;
+namespace wmma = nvcuda::wmma;
+
 constexpr int kBQ = 64;      // queries per tile
 constexpr int kBKf = 64;     // keys per tile, forward and dQ
 constexpr int kBKb = 32;     // keys per block, dK / dV
 constexpr int kPad16 = 8;    // bf16 row padding (16 bytes: rows stay 32-byte aligned every 16 rows)
 constexpr int kPad32 = 4;    // f32 row padding
-
-struct FlashGeom : AttnCallGeom {
-  int DP = 0;  // dh rounded up to 16
-  View3 o, dout, dq, dk, dv;           // [B, L, heads, dh] f32, contiguous last dim: row (b, l, h)
-  View3 stats;                         // [B, H, T]: element (b, h, i)
-  float* D = nullptr;  // backward: [B, H, T] contiguous, dO_i . o_i
-};
 
 size_t align128(size_t bytes) { return (bytes + 127) / 128 * 128; }
 
@@ -63,25 +57,6 @@ struct SmemCarve {
     return p;
   }
 };
-
-// Row (b, l, h) of a [B, L, heads, dh] tensor of element type IO (f32 or bf16; View3 holds its strides in
-// elements).
-template <class IO>
-__device__ IO* row_of(const View3& v, int64_t b, int64_t l, int64_t h) {
-  return reinterpret_cast<IO*>(v.p) + b * v.s0 + l * v.s1 + h * v.s2;
-}
-__device__ inline float to_f32(float x) { return x; }
-__device__ inline float to_f32(bf16 x) { return __bfloat162float(x); }
-__device__ inline bf16 to_bf16(float x) { return __float2bfloat16(x); }
-__device__ inline bf16 to_bf16(bf16 x) { return x; }
-template <class IO>
-__device__ IO from_f32(float x) {
-  if constexpr (std::is_same_v<IO, float>) {
-    return x;
-  } else {
-    return __float2bfloat16(x);
-  }
-}
 
 // rows x DP tile of a [B, L, heads, dh] tensor to bf16 (zero beyond `valid` rows and dh columns).
 template <class IO>
@@ -123,31 +98,6 @@ __device__ void warp_mma(float* c, int ldc, const bf16* a, int lda, const bf16* 
 __device__ void warp_abt(float* c, int ldc, const bf16* a, int lda, const bf16* bt, int ldb, int n, int K) {
   for (int n0 = 0; n0 < n; n0 += 16)
     warp_mma<wmma::row_major, wmma::col_major>(c + n0, ldc, a, lda, bt + n0 * ldb, ldb, K, false);
-}
-
-// The keys a query tile [i0, i1) may see: the lead keys [0, L), then [kb, ke) (attention_math.hpp's ranges
-// are monotone in i, so the first and last rows bound the tile's).
-struct KeyRange {
-  int64_t L = 0, kb = 0, ke = 0;
-  __device__ int64_t tiles(int bk) const { return (L + bk - 1) / bk + (ke > kb ? (ke - kb + bk - 1) / bk : 0); }
-  // Tile t: its first key and how many keys it holds.
-  __device__ void tile(int64_t t, int bk, int64_t* j0, int64_t* n) const {
-    const int64_t lead_tiles = (L + bk - 1) / bk;
-    if (t < lead_tiles) {
-      *j0 = t * bk;
-      *n = L - *j0 < bk ? L - *j0 : bk;
-    } else {
-      *j0 = kb + (t - lead_tiles) * bk;
-      *n = ke - *j0 < bk ? ke - *j0 : bk;
-    }
-  }
-};
-__device__ KeyRange key_range(const FlashGeom& g, int64_t i0, int64_t i1) {
-  KeyRange r;
-  r.L = g.cfg.lead_keys;
-  r.kb = math::attn_key_begin(g.cfg, i0, g.S);
-  r.ke = math::attn_key_end(g.cfg, i1 - 1, g.S);
-  return r;
 }
 
 // ---- forward --------------------------------------------------------------------------------------
@@ -229,24 +179,6 @@ size_t forward_smem(int DP) {
 }
 
 // ---- backward ---------------------------------------------------------------------------------------
-
-// P_ij and dS_ij (before the scale) of a visible pair from S, dP and the row's statistics.
-struct RowStat {
-  float stat, inv_z, row_sum, D;
-};
-__device__ void pair_p_ds(const math::AttnConfig& cfg, float s, float dp, const RowStat& rs, float* p, float* ds) {
-  *p = math::attn_prob(cfg, s, rs.stat, rs.inv_z);
-  *ds = math::attn_dscore(cfg, s, *p, rs.stat, rs.inv_z, rs.row_sum, dp, rs.D);
-}
-
-__device__ RowStat row_stat(const FlashGeom& g, int64_t b, int64_t h, int64_t i) {
-  RowStat rs;
-  rs.stat = *g.stats.at(b, h, i);
-  rs.inv_z = math::attn_row_inv_norm(g.cfg, rs.stat);
-  rs.row_sum = math::attn_row_sum(g.cfg, rs.stat);
-  rs.D = g.D[(b * g.H + h) * g.T + i];
-  return rs;
-}
 
 // (1) dQ and D, one block per (b, h, 64 queries).
 template <class IO>
@@ -420,15 +352,6 @@ FlashGeom make_flash_geom(const AttentionDims& d, const ops::AttentionSpec& spec
   return g;
 }
 
-template <class Kernel>
-void launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t s, const FlashGeom& g, const char* what) {
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  kernel<<<grid, kThreadsFlash, smem, s>>>(g);
-  CUDA_CHECK_LAUNCH(what);
-}
-
-unsigned tiles(int64_t n, int64_t per) { return unsigned((n + per - 1) / per); }
-
 }  // namespace
 
 // out [B,T,H,dh], stats [B,H,T] (optional) from q [B,T,H,dh], k/v [B,S,Hkv,dh].
@@ -439,6 +362,7 @@ void flash_attention_forward(CudaBackend& be, Tensor out, Tensor stats, Tensor q
   DeviceGuard guard(be.index());
   FlashGeom g = make_flash_geom(d, spec, q, k, v, stats, op);
   g.o = head_rows(out, op, "out");
+  if (mma_fits({&q, &k, &v, &out})) return mma_forward(be, g);
   const dim3 grid(tiles(d.T, kBQ), unsigned(d.H), unsigned(d.B));
   if (q.dtype == DType::bf16) {
     launch(flash_forward_kernel<bf16>, grid, forward_smem(g.DP), be.stream(), g, op);
@@ -461,6 +385,7 @@ void flash_attention_backward(CudaBackend& be, Tensor d_q, Tensor d_k, Tensor d_
   g.dv = head_rows(d_v, op, "d_v");
   g.D = static_cast<float*>(
       be.scratch(CudaBackend::ScratchSlot::attention_fast, sizeof(float) * size_t(std::max<int64_t>(d.B * d.H * d.T, 1))));
+  if (mma_fits({&q, &k, &v, &out, &d_out, &d_q, &d_k, &d_v})) return mma_backward(be, g, d_k.defined() || d_v.defined());
   const bool bf = q.dtype == DType::bf16;
   const dim3 grid_q(tiles(d.T, kBQ), unsigned(d.H), unsigned(d.B)), grid_k(tiles(d.S, kBKb), unsigned(d.Hkv), unsigned(d.B));
   if (d.B * d.H * d.T > 0)
