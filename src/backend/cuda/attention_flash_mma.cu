@@ -343,8 +343,10 @@ struct QueryTiles {
   int64_t first = 0, per_head = 0;
 };
 
+// (__launch_bounds__ with its minimum of 1 block per SM: without it ptxas capped the D = 32 and 64 instances at
+// 128 and 168 registers and spilled 4 to 8 bytes.)
 template <int D>
-__global__ void __launch_bounds__(kThreadsFlash) mma_dkv_kernel(FlashGeom g) {
+__global__ void __launch_bounds__(kThreadsFlash, 1) mma_dkv_kernel(FlashGeom g) {
   constexpr int LD = D + kPad;
   extern __shared__ __align__(128) char smem[];
   bf16* Ks = reinterpret_cast<bf16*>(smem);  // [kRows][LD]

@@ -2,10 +2,10 @@
 // device): cuDNN's fused SDPA (--attn-kernel cudnn, attention_cudnn.cpp) on every spec the dispatch
 // sends it (softmax; causal, sliding windows of 5 and 1; ALiBi with H = 4, 8 and 6; the sink logit
 // with and without a window; an explicit scale; grouped-query heads), forward (out, stats) and
-// backward (d_q, d_k, d_v, d_sink_logit), odd shapes (T = 2, 37, 130; dh = 8, 64, 128; B = 2; q/k/v as
+// backward (d_q, d_k, d_v, d_sink_logit), odd shapes (T = 1, 2, 37, 70, 130; dh = 8, 40, 64, 128; H = 1; B = 2; q/k/v as
 // head slices of one fused buffer); the flash kernel (--attn-kernel flash, attention_flash.cu) on every
 // spec it claims (sigmoid with a -log n bias, elu+1, identity; norm one and sum with alpha 1 and 0.5;
-// causal, sliding-window, prefix-LM masks; lead keys; T = 1, 37, 70, 130; dh 8, 16, 32, 40, 64, 128; GQA);
+// causal, sliding-window, prefix-LM masks; lead keys; T = 1, 37, 70, 130; dh 8, 16, 32, 40, 64, 128; H = 1; GQA);
 // the GEMM path (--attn-kernel gemm, attention_gemm.cu) on the specs neither takes (p-norms, max_abs_sum_one,
 // softpick, softmax with lead keys or a prefix, ALiBi and T5's relative bias with any sim, the sink logit
 // with sigmoid and softpick, alpha != 1; T = 1, 20, 37, 70; dh 40, 64, 96, 128, 256; H = 1; GQA).
@@ -101,6 +101,8 @@ std::vector<Case> cudnn_cases() {
   c.push_back({"sink_t37", 2, 37, 4, 4, 64, AttnMask::causal, 0, false, true});
   c.push_back({"sink_window5_gqa", 1, 37, 4, 2, 64, AttnMask::sliding_window, 5, false, true});
   c.push_back({"scale0.3_fused", 2, 20, 4, 2, 16, AttnMask::causal, 0, false, false, true, 0.3});
+  c.push_back({"causal_h1_t1_dh40", 1, 1, 1, 1, 40});
+  c.push_back({"window3_h1_t70_dh40", 2, 70, 1, 1, 40, AttnMask::sliding_window, 3});
   // The sink logit's edges (flash-attention PR #2752's review: Inf at a sink of 100 left out of the row
   // maximum): +-100 against scores of order 1, T = 1 and T = 37.
   for (double edge : {100.0, -100.0})
@@ -153,6 +155,9 @@ std::vector<Case> flash_cases() {
   lw.window = 5;
   add("sigmoid_one_fused_scale0.3", 2, 20, 4, 2, 16, AttnSim::sigmoid, AttnNorm::one).fused = true;
   c.back().scale = 0.3;
+  Case& h1 = add("sigmoid_sum_h1_window3_t70_dh128", 2, 70, 1, 1, 128, AttnSim::sigmoid, AttnNorm::sum);
+  h1.mask = AttnMask::sliding_window;
+  h1.window = 3;
   return c;
 }
 
@@ -168,7 +173,8 @@ std::vector<Case> cudnn_bf16_cases() {
   std::vector<Case> c;
   for (const Case& x : cudnn_cases())
     if (x.name == "causal_t130_dh128_gqa" || x.name == "window5_t37" || x.name == "alibi_h6_t37" ||
-        x.name == "sink_window5_gqa" || x.name == "scale0.3_fused")
+        x.name == "sink_window5_gqa" || x.name == "scale0.3_fused" || x.name == "causal_h1_t1_dh40" ||
+        x.name == "window3_h1_t70_dh40")
       c.push_back(bf16_of(x));
   return c;
 }
@@ -177,7 +183,9 @@ std::vector<Case> flash_bf16_cases() {
   std::vector<Case> c;
   for (const Case& x : flash_cases())
     if (x.name == "sigmoid_one_logn_t130_dh64" || x.name == "sigmoid_one_t1" || x.name == "sigmoid_sum_t37_gqa_dh40" ||
-        x.name == "elu_sum_lead2_window5" || x.name == "sigmoid_one_fused_scale0.3")
+        x.name == "elu_sum_lead2_window5" || x.name == "sigmoid_one_fused_scale0.3" ||
+        x.name == "sigmoid_sum_alpha0.5_dh128" || x.name == "sigmoid_sum_prefix4" ||
+        x.name == "sigmoid_sum_h1_window3_t70_dh128" || x.name == "identity_one_t37")
       c.push_back(bf16_of(x));
   return c;
 }
