@@ -1,6 +1,6 @@
 """PyTorch's SDPA on the GPU at issue #14's shape (B=8, H=16, T=2048, dh=128, causal, bf16), forward and
 backward, timed with CUDA events (median of `reps` after 2 warm-up calls), FLOPs counted as
-bench/bench_attention_gpu.cpp counts them. Prints one line in its format (kernel=torch_sdpa).
+bench/bench_attention_gpu.cpp counts them. Prints one line in its format (kernel=torch_sdpa). torch_sigmoid_eager_gpu.py shares its timer.
 Usage: python torch_sdpa_gpu.py [reps] [dh]   (dh 128 by default)"""
 import sys
 
