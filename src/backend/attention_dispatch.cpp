@@ -1,5 +1,8 @@
 #include "backend/attention_dispatch.hpp"
 
+#include <algorithm>
+
+#include "backend/attention_math.hpp"
 #include "backend/backend.hpp"
 #include "core/error.hpp"
 
@@ -127,6 +130,78 @@ AttnKernelChoice choose_attention_kernel(const AttentionSpec& spec, const AttnCa
     reason += strfmt("%s%s: %s", reason.empty() ? "" : "; ", attn_kernel_name(k), why.c_str());
   }
   return {AttnKernel::reference, reason};
+}
+
+namespace {
+
+// The (query, key) pairs one head's queries see, and those of the tiles of `rows` x `cols` that hold at least one
+// (the flash kernel's work: it computes whole tiles).
+struct Pairs {
+  double visible = 0.0, tiled = 0.0;
+};
+Pairs visible_pairs(const AttentionSpec& spec, int64_t T, int64_t rows, int64_t cols) {
+  const math::AttnConfig c = math::attn_config(spec);
+  const int64_t L = c.lead_keys, S = T + L;
+  Pairs p;
+  for (int64_t i = 0; i < T; ++i) {
+    const int64_t kb = math::attn_key_begin(c, i, S), ke = math::attn_key_end(c, i, S);
+    p.visible += double(L + (ke > kb ? ke - kb : 0));
+  }
+  for (int64_t i0 = 0; i0 < T; i0 += rows) {
+    const int64_t i1 = std::min(T, i0 + rows);
+    const int64_t kb = math::attn_key_begin(c, i0, S), ke = math::attn_key_end(c, i1 - 1, S);
+    const int64_t tiles = (L + cols - 1) / cols + (ke > kb ? (ke - kb + cols - 1) / cols : 0);
+    p.tiled += double(tiles) * double(rows) * double(cols);
+  }
+  return p;
+}
+
+}  // namespace
+
+AttnCost attention_cost(AttnKernel kernel, const AttentionSpec& spec, const AttnShape& a, bool backward) {
+  const bool bwd = backward;
+  const int64_t S = a.T + spec.lead_keys;
+  const double e = double(dtype_size(a.dtype)), BH = double(a.B * a.H), dh = double(a.dh);
+  const double q_elems = double(a.B * a.T * a.H) * dh, kv_elems = double(a.B * S * a.Hkv) * dh;
+  const double stats = 4.0 * BH * double(a.T);
+  // The operands: q, k, v read and out written forward; q, k, v, out, d_out read, d_q, d_k, d_v written backward.
+  const double io = bwd ? (3.0 * q_elems + 2.0 * kv_elems + q_elems + 2.0 * kv_elems) * e + stats
+                        : (2.0 * q_elems + 2.0 * kv_elems) * e + stats;
+  const Pairs p = visible_pairs(spec, a.T, 64, bwd ? 32 : 64);
+  const double square = double(a.T) * double(S);
+  AttnCost c;
+  c.bytes = io;
+  switch (kernel) {
+    case AttnKernel::cudnn:
+      c.flops = 2.0 * BH * p.visible * dh * (bwd ? 5.0 : 2.0);
+      c.launches = 1;
+      if (a.dtype == DType::f32) {  // the bf16 copies of every operand: an element's 4 bytes become 4 + 2
+        c.bytes += io;               // by the copy and 2 by cuDNN, 8 in all
+        c.launches += bwd ? 8 : 4;
+      }
+      break;
+    case AttnKernel::flash:
+      c.flops = 2.0 * BH * p.tiled * dh * (bwd ? 7.0 : 2.0);
+      c.launches = bwd ? 2 : 1;
+      break;
+    case AttnKernel::gemm: {
+      c.flops = 2.0 * BH * square * dh * (bwd ? 5.0 : 2.0);
+      // bf16 scores a head: forward S written, its visible part read, P written and read; backward S and dP
+      // written, their visible parts read, P and dS written and read by three products.
+      const double sq = 2.0 * BH * square, vis = 2.0 * BH * p.visible;
+      c.bytes += bwd ? 2.0 * sq + 2.0 * vis + 2.0 * sq + 3.0 * sq : sq + vis + 2.0 * sq;
+      c.launches = a.H * (bwd ? 6 : 3) + (bwd && spec.pos_bias == AttnPosBias::relative ? a.H : 0);
+      break;
+    }
+    case AttnKernel::reference:
+    case AttnKernel::auto_select: {
+      const double passes = math::attn_uses_max(math::attn_config(spec)) ? 3.0 : 2.0;
+      c.flops = 2.0 * BH * p.visible * dh * (bwd ? 7.0 : passes);
+      c.launches = bwd ? 2 : 1;
+      break;
+    }
+  }
+  return c;
 }
 
 }  // namespace sinklab::ops

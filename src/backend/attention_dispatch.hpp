@@ -68,4 +68,21 @@ std::string attn_kernel_unfit(AttnKernel kernel, const AttentionSpec& spec, cons
 // "--attn-kernel <name>: <reason>" when the requested kernel cannot run it.
 AttnKernelChoice choose_attention_kernel(const AttentionSpec& spec, const AttnCall& call);
 
+// What one attention call computes and moves on the kernel that runs it: the step ledger's and the roofline's
+// model (bench/README.md, "Attention on a GPU, issue #55"). flops: the matrix products' multiply-adds x 2 as
+// the kernel computes them (cuDNN: the visible pairs, 2 products forward and 5 backward; the flash kernel: its
+// tiles of 64 (32 in the backward), 2 and 7 products; the GEMM path: whole T x S squares, 2 and 5; the
+// reference: its dot products, scores recomputed per pass); bytes: device-memory reads and writes of the
+// operands, the GEMM path's scores and the f32 <-> bf16 copies around cuDNN and the WMMA flash kernel with f32
+// tensors (tiles re-read from L2 not counted); launches: kernels and library calls.
+struct AttnCost {
+  double flops = 0.0, bytes = 0.0;
+  int64_t launches = 0;
+};
+struct AttnShape {
+  int64_t B = 0, T = 0, H = 0, Hkv = 0, dh = 0;
+  DType dtype = DType::f32;  // of q, k, v (stats f32)
+};
+AttnCost attention_cost(AttnKernel kernel, const AttentionSpec& spec, const AttnShape& shape, bool backward);
+
 }  // namespace sinklab::ops

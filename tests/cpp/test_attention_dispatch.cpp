@@ -370,5 +370,33 @@ TEST(AttentionDispatch, EveryPretrainJobRunsAFastKernelOnCudaBf16) {
               count[AttnKernel::flash], count[AttnKernel::gemm], count[AttnKernel::reference], files.size());
 }
 
+// The cost model of one call (the step ledger's and bench/README.md's roofline): a causal call's FLOPs as
+// FlashAttention counts them on cuDNN, whole squares on the GEMM path, whole tiles on the flash kernel; the f32
+// copies around cuDNN; launches per head on the GEMM path.
+TEST(AttentionDispatch, CostOfACall) {
+  ops::AttentionSpec spec;
+  const ops::AttnShape shape{8, 2048, 16, 16, 128, DType::bf16};
+  const double pairs = 2048.0 * 2049.0 / 2.0, BH = 8.0 * 16.0;
+  const ops::AttnCost cudnn = ops::attention_cost(AttnKernel::cudnn, spec, shape, false);
+  EXPECT_DOUBLE_EQ(cudnn.flops, 4.0 * BH * pairs * 128.0);
+  EXPECT_DOUBLE_EQ(ops::attention_cost(AttnKernel::cudnn, spec, shape, true).flops, 2.5 * cudnn.flops);
+  EXPECT_DOUBLE_EQ(cudnn.bytes, 2.0 * (2.0 * 8 * 2048 * 16 * 128 * 2.0) + 4.0 * BH * 2048.0);
+  EXPECT_EQ(cudnn.launches, 1);
+  ops::AttnShape f32 = shape;
+  f32.dtype = DType::f32;
+  EXPECT_GT(ops::attention_cost(AttnKernel::cudnn, spec, f32, false).bytes, 3.9 * cudnn.bytes);
+  const ops::AttnCost gemm = ops::attention_cost(AttnKernel::gemm, spec, shape, false);
+  EXPECT_DOUBLE_EQ(gemm.flops, 4.0 * BH * 2048.0 * 2048.0 * 128.0);
+  EXPECT_EQ(gemm.launches, 16 * 3);
+  EXPECT_GT(gemm.bytes, 3.0 * 2.0 * BH * 2048.0 * 2048.0);  // the scores written, read, written, read
+  const ops::AttnCost flash = ops::attention_cost(AttnKernel::flash, spec, shape, false);
+  EXPECT_DOUBLE_EQ(flash.flops, 4.0 * BH * (32.0 * 33.0 / 2.0) * 64.0 * 64.0 * 128.0);  // 528 tiles of 64 x 64
+  EXPECT_EQ(ops::attention_cost(AttnKernel::flash, spec, shape, true).launches, 2);
+  spec.mask = ops::AttnMask::sliding_window;  // a window of 64: ~64 keys a query, a band of tiles
+  spec.window = 64;
+  const double band = ops::attention_cost(AttnKernel::cudnn, spec, shape, false).flops;
+  EXPECT_DOUBLE_EQ(band, 4.0 * BH * (64.0 * 2048.0 - 63.0 * 64.0 / 2.0) * 128.0);
+}
+
 }  // namespace
 }  // namespace sinklab

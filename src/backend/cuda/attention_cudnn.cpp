@@ -232,12 +232,14 @@ struct Binding {
   Tensor bound(Uid u) const { return scratch[u].defined() ? scratch[u] : op[u]; }
 };
 
-// Whether cuDNN takes the op's tensor t for uid u as it is.
+// Whether cuDNN takes the op's tensor t for uid u as it is: bf16 [B,L,heads,dh] views whose rows and heads are
+// 16-byte aligned (cuDNN's kernels load 16 bytes at a time), contiguous f32 stats and sink.
 bool in_place(const Tensor& t, Uid u) {
   if (!t.defined()) return false;
   if (u == kStats) return t.is_contiguous();
   if (u == kSink || u == kdSink) return t.stride[0] == 1 || t.shape[0] == 1;
-  return t.dtype == DType::bf16;
+  return t.dtype == DType::bf16 && reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.stride[0] % 8 == 0 &&
+         t.stride[1] % 8 == 0 && t.stride[2] % 8 == 0;
 }
 
 size_t carve(char* base, const AttentionDims& d, Device device, Binding* b) {

@@ -86,6 +86,7 @@ struct Case {
   DType dtype = DType::f32;  // of q, k, v, out, d_out, d_q, d_k, d_v (stats f32)
   double p = 1.0;            // norm p_norm's p
   int64_t buckets = 0;       // > 0: T5's relative bias with this many buckets (max distance 20)
+  int64_t pad = 0;           // the fused buffer's rows hold dh + pad values a head (unaligned views)
 };
 
 std::vector<Case> cudnn_cases() {
@@ -176,6 +177,9 @@ std::vector<Case> cudnn_bf16_cases() {
         x.name == "sink_window5_gqa" || x.name == "scale0.3_fused" || x.name == "causal_h1_t1_dh40" ||
         x.name == "window3_h1_t70_dh40")
       c.push_back(bf16_of(x));
+  c.push_back(bf16_of(cudnn_cases()[0]));  // heads of 64 + 4 values: bf16 views cuDNN cannot take in place
+  c.back().name += "_unaligned";
+  c.back().pad = 4;
   return c;
 }
 
@@ -187,6 +191,9 @@ std::vector<Case> flash_bf16_cases() {
         x.name == "sigmoid_sum_alpha0.5_dh128" || x.name == "sigmoid_sum_prefix4" ||
         x.name == "sigmoid_sum_h1_window3_t70_dh128" || x.name == "identity_one_t37")
       c.push_back(bf16_of(x));
+  c.push_back(bf16_of(flash_cases()[2]));  // unaligned heads: the WMMA kernels with bf16 tensors
+  c.back().name += "_unaligned";
+  c.back().pad = 4;
   return c;
 }
 
@@ -260,15 +267,17 @@ void check_case(const Case& cs, uint64_t stream) {
   const DType dt = cs.dtype;
 
   // Inputs, rounded to bf16 (what the kernel sees); the reference gets them in f64. Scores of order 1-3.
-  Owned qkv = bf16_rounded(random_host(DType::f32, {B, T, H + 2 * Hkv, dh}, stream).t);
+  // (pad: the fused buffer's rows hold dh + pad values a head, so the head views are not 16-byte aligned)
+  Owned qkv_pad = bf16_rounded(random_host(DType::f32, {B, T, H + 2 * Hkv, dh + cs.pad}, stream).t);
+  Tensor qkv_t = qkv_pad.t.slice(3, 0, dh);
   Owned k_lead = bf16_rounded(random_host(DType::f32, {B, S, Hkv, dh}, stream + 3).t);
   Owned v_lead = bf16_rounded(random_host(DType::f32, {B, S, Hkv, dh}, stream + 4).t);
   Owned d_out = bf16_rounded(random_host(DType::f32, {B, T, H, dh}, stream + 1).t);
   Owned sink = random_host(DType::f32, {H}, stream + 2);
   if (cs.sink_at_edge) ops::fill(sink.t, cs.sink_value);
   Owned rel = random_host(DType::f32, {H, std::max<int64_t>(cs.buckets, 1)}, stream + 5, 0.5);
-  Tensor q = qkv.t.slice(2, 0, H);
-  Tensor k = cs.lead > 0 ? k_lead.t : qkv.t.slice(2, H, Hkv), v = cs.lead > 0 ? v_lead.t : qkv.t.slice(2, H + Hkv, Hkv);
+  Tensor q = qkv_t.slice(2, 0, H);
+  Tensor k = cs.lead > 0 ? k_lead.t : qkv_t.slice(2, H, Hkv), v = cs.lead > 0 ? v_lead.t : qkv_t.slice(2, H + Hkv, Hkv);
   Owned q64 = Owned::copy_of(q, DType::f64), k64 = Owned::copy_of(k, DType::f64), v64 = Owned::copy_of(v, DType::f64);
   Owned do64 = Owned::copy_of(d_out.t, DType::f64), sink64 = Owned::copy_of(sink.t, DType::f64);
   Owned out64(DType::f64, {B, T, H, dh}), stats64(DType::f64, {B, H, T});
@@ -289,12 +298,13 @@ void check_case(const Case& cs, uint64_t stream) {
 
   // The device, in the case's dtype: q, k, v as head slices of one fused buffer (d_q, d_k, d_v as the same
   // slices of one fused gradient buffer), or contiguous copies.
-  Dev g_qkv = to_device(qkv.t, dt), g_dqkv(dt, {B, T, H + 2 * Hkv, dh});
+  Dev g_qkv_pad = to_device(qkv_pad.t, dt), g_dqkv_pad(dt, {B, T, H + 2 * Hkv, dh + cs.pad});
+  const Tensor g_qkv = g_qkv_pad.t.slice(3, 0, dh), g_dqkv = g_dqkv_pad.t.slice(3, 0, dh);
   Owned qc = Owned::copy_of(q, DType::f32), kc = Owned::copy_of(k, DType::f32), vc = Owned::copy_of(v, DType::f32);
   Dev g_qc = to_device(qc.t, dt), g_kc = to_device(kc.t, dt), g_vc = to_device(vc.t, dt);
-  Tensor gq = cs.fused ? g_qkv.t.slice(2, 0, H) : g_qc.t;
-  Tensor gk = cs.fused ? g_qkv.t.slice(2, H, Hkv) : g_kc.t;
-  Tensor gv = cs.fused ? g_qkv.t.slice(2, H + Hkv, Hkv) : g_vc.t;
+  Tensor gq = cs.fused ? g_qkv.slice(2, 0, H) : g_qc.t;
+  Tensor gk = cs.fused ? g_qkv.slice(2, H, Hkv) : g_kc.t;
+  Tensor gv = cs.fused ? g_qkv.slice(2, H + Hkv, Hkv) : g_vc.t;
   Dev g_do = to_device(d_out.t, dt), g_sink = to_device(sink.t), g_dsink(DType::f32, {H});
   Dev g_rel = to_device(rel.t), g_drel(DType::f32, {H, std::max<int64_t>(cs.buckets, 1)});
   ops::AttentionSpec gspec = spec;
@@ -311,9 +321,9 @@ void check_case(const Case& cs, uint64_t stream) {
             cs.expect == AttnKernel::auto_select ? cs.kernel : cs.expect);
   Dev g_out(dt, {B, T, H, dh}), g_stats(DType::f32, {B, H, T});
   Dev g_dq_own(dt, {B, T, H, dh}), g_dk_own(dt, {B, S, Hkv, dh}), g_dv_own(dt, {B, S, Hkv, dh});
-  Tensor g_dq = cs.fused ? g_dqkv.t.slice(2, 0, H) : g_dq_own.t;
-  Tensor g_dk = cs.fused ? g_dqkv.t.slice(2, H, Hkv) : g_dk_own.t;
-  Tensor g_dv = cs.fused ? g_dqkv.t.slice(2, H + Hkv, Hkv) : g_dv_own.t;
+  Tensor g_dq = cs.fused ? g_dqkv.slice(2, 0, H) : g_dq_own.t;
+  Tensor g_dk = cs.fused ? g_dqkv.slice(2, H, Hkv) : g_dk_own.t;
+  Tensor g_dv = cs.fused ? g_dqkv.slice(2, H + Hkv, Hkv) : g_dv_own.t;
   for (const Tensor* t : {&g_out.t, &g_stats.t, &g_dq, &g_dk, &g_dv, &g_dsink.t, &g_drel.t}) poison(*t);
   ops::attention_forward(g_out.t, g_stats.t, gq, gk, gv, gspec);
   ops::attention_backward(g_dq, g_dk, g_dv, g_do.t, gq, gk, gv, g_out.t, g_stats.t, gspec);
