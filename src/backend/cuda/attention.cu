@@ -25,8 +25,9 @@
 //   (4) one thread per h (sink) or per (h, bucket) (relative bias) adds the pieces of (1) / (3) over
 //       b and i (or n) in index order.
 // Which kernel runs a call is attention_dispatch.hpp's choice: the entry points below check the operands,
-// then hand the call to cuDNN (attention_cudnn.cpp) or the flash kernel (attention_flash.cu) when it says
-// so; these reference kernels run the rest (every spec; the probe's probs always).
+// then hand the call to cuDNN (attention_cudnn.cpp), the flash kernel (attention_flash.cu) or the GEMM path
+// (attention_gemm.cu) when it says so, those with f32 or bf16 tensors; these reference kernels run the rest
+// (every spec, f32 tensors; the probe's probs always).
 // Every sum runs in an order fixed by the shapes (chunks in key order, fixed trees): the same inputs
 // give the same bits on the same GPU. The ALiBi slopes and the T5 buckets come from the host
 // (attention_math.hpp: the device's logf may put a bucket boundary elsewhere).

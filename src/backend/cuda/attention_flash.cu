@@ -2,8 +2,11 @@
 // decides when it runs): sim sigmoid (any bias, e.g. -log n), elu+1, identity; norm one (no row state at
 // all, FlashSigmoid's design) or sum with any alpha (one row sum, no running max: these sims need no
 // shift); causal, sliding-window and prefix-LM masks; lead keys (K/KV biases). No position bias, no sink
-// logit. f32 tensors in and out; bf16 tensor-core products (WMMA m16n16k16, sm_80 and sm_90) with f32
-// accumulation; no T x T matrix in memory; the backward recomputes the weights from the row statistic.
+// logit. This file: the entry points and the WMMA kernels, which take f32 tensors and bf16 ones whose rows are
+// not 16-byte aligned (IO = the element type: f32 converted to bf16 in the tile loads, bf16 read as it is);
+// bf16 tensors with aligned rows go to the mma.sync kernels of attention_flash_mma.cu (FlashAttention-2
+// style; shared pieces in attention_flash.cuh). bf16 tensor-core products (WMMA m16n16k16, sm_80 and sm_90)
+// with f32 accumulation; no T x T matrix in memory; the backward recomputes the weights from the row statistic.
 // The per-element math is attention_math.hpp's (attn_sim, attn_norm_term, attn_prob, attn_dscore), and
 // its stats are the reference's (the row reduction R_i), so either kernel's forward serves the other's
 // backward.
@@ -17,8 +20,8 @@
 //     dS = attn_dscore(...), dQ += dS K; (2) per (b, kv head, 32 keys), over the group's query heads and
 //     the query tiles that see the keys: S, dP again, dV += P^T dO, dK += dS^T Q. Each output row is
 //     written by one block: no atomics, the same bits on every run.
-// Ran on an H200 (2026-11-28): test_cuda_attention_fast passes; speed in bench/README.md (6.8 TFLOP/s
-// forward at dh 128, far from its targets).
+// The WMMA kernels ran on an H200 (2026-11-28, f32 tensors): test_cuda_attention_fast passes; speed in
+// bench/README.md (6.8 TFLOP/s forward at dh 128, far from its targets).
 #include <cuda_bf16.h>
 #include <mma.h>
 
