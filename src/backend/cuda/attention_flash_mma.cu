@@ -163,6 +163,35 @@ __device__ void store_rows(const View3& dst, const float (&acc)[D / 8][4], const
   }
 }
 
+// The double-buffered pipeline's step at tile t of n: tile t + 1's copies issued (load(t + 1), one group),
+// then this thread's copies up to tile t waited for, then a barrier so that every thread's are in.
+template <class Load>
+__device__ void pipeline_step(int64_t t, int64_t n, Load&& load) {
+  if (t + 1 < n) {
+    load(t + 1);
+    ptx::cp_async_wait<1>();
+  } else {
+    ptx::cp_async_wait<0>();
+  }
+  __syncthreads();
+}
+
+// A block's query tile: rows [i0, i0 + nq) of head h in batch b (key/value head kvh), this warp's rows r0..
+struct QueryTile {
+  int64_t b, h, kvh, i0, nq;
+  int r0;
+};
+__device__ QueryTile query_tile(const FlashGeom& g, const Lane& l) {
+  QueryTile q;
+  q.b = blockIdx.z;
+  q.h = blockIdx.y;
+  q.kvh = q.h / g.group;
+  q.i0 = int64_t(blockIdx.x) * kRows;
+  q.nq = g.T - q.i0 < kRows ? g.T - q.i0 : kRows;
+  q.r0 = l.warp * 16;
+  return q;
+}
+
 // ---- forward --------------------------------------------------------------------------------------------
 
 template <int D>
@@ -173,10 +202,10 @@ __global__ void __launch_bounds__(kThreadsFlash) mma_forward_kernel(FlashGeom g)
   bf16* Ks = Qs + kRows * LD;                // [2][kColsF][LD]
   bf16* Vs = Ks + 2 * kColsF * LD;           // [2][kColsF][LD]
   const Lane l = lane_of();
-  const int64_t b = blockIdx.z, h = blockIdx.y, i0 = int64_t(blockIdx.x) * kRows, kvh = h / g.group;
-  const int64_t nq = g.T - i0 < kRows ? g.T - i0 : kRows;
+  const QueryTile qt = query_tile(g, l);
+  const int64_t b = qt.b, h = qt.h, i0 = qt.i0, kvh = qt.kvh, nq = qt.nq;
+  const int r0 = qt.r0;
   const math::AttnConfig& cfg = g.cfg;
-  const int r0 = l.warp * 16;
   const KeyRange keys = key_range(g, i0, i0 + nq);
   const int64_t n_tiles = keys.tiles(kColsF);
   auto load_kv = [&](int64_t t) {
@@ -192,13 +221,7 @@ __global__ void __launch_bounds__(kThreadsFlash) mma_forward_kernel(FlashGeom g)
   float o[D / 8][4] = {}, rs[2] = {0.0f, 0.0f};
   uint32_t qf[D / 16][4];
   for (int64_t t = 0; t < n_tiles; ++t) {
-    if (t + 1 < n_tiles) {
-      load_kv(t + 1);
-      ptx::cp_async_wait<1>();
-    } else {
-      ptx::cp_async_wait<0>();
-    }
-    __syncthreads();  // every thread's copies of Q and tile t are in
+    pipeline_step(t, n_tiles, load_kv);  // Q and tile t are in
     if (t == 0) load_a_all<D>(qf, Qs, l, r0);
     int64_t j0, nk;
     keys.tile(t, kColsF, &j0, &nk);
@@ -253,10 +276,10 @@ __global__ void __launch_bounds__(kThreadsFlash) mma_dq_kernel(FlashGeom g) {
   bf16* Ks = dOs + kRows * LD;               // [2][kColsB][LD]
   bf16* Vs = Ks + 2 * kColsB * LD;           // [2][kColsB][LD]
   const Lane l = lane_of();
-  const int64_t b = blockIdx.z, h = blockIdx.y, i0 = int64_t(blockIdx.x) * kRows, kvh = h / g.group;
-  const int64_t nq = g.T - i0 < kRows ? g.T - i0 : kRows;
+  const QueryTile qt = query_tile(g, l);
+  const int64_t b = qt.b, h = qt.h, i0 = qt.i0, kvh = qt.kvh, nq = qt.nq;
+  const int r0 = qt.r0;
   const math::AttnConfig& cfg = g.cfg;
-  const int r0 = l.warp * 16;
   const KeyRange keys = key_range(g, i0, i0 + nq);
   const int64_t n_tiles = keys.tiles(kColsB);
   auto load_kv = [&](int64_t t) {
@@ -292,13 +315,7 @@ __global__ void __launch_bounds__(kThreadsFlash) mma_dq_kernel(FlashGeom g) {
   float dq[D / 8][4] = {};
   uint32_t qf[D / 16][4], dof[D / 16][4];
   for (int64_t t = 0; t < n_tiles; ++t) {
-    if (t + 1 < n_tiles) {
-      load_kv(t + 1);
-      ptx::cp_async_wait<1>();
-    } else {
-      ptx::cp_async_wait<0>();
-    }
-    __syncthreads();
+    pipeline_step(t, n_tiles, load_kv);
     if (t == 0) {
       load_a_all<D>(qf, Qs, l, r0);
       load_a_all<D>(dof, dOs, l, r0);
@@ -386,13 +403,7 @@ __global__ void __launch_bounds__(kThreadsFlash, 1) mma_dkv_kernel(FlashGeom g) 
   if (n_tiles > 0) load_q(0);
   float dk[D / 8][4] = {}, dv[D / 8][4] = {};
   for (int64_t u = 0; u < n_tiles; ++u) {
-    if (u + 1 < n_tiles) {
-      load_q(u + 1);
-      ptx::cp_async_wait<1>();
-    } else {
-      ptx::cp_async_wait<0>();
-    }
-    __syncthreads();
+    pipeline_step(u, n_tiles, load_q);
     const int64_t i0 = qt.first + (u % qt.per_head) * kColsQ;
     const int64_t nq = g.T - i0 < kColsQ ? g.T - i0 : kColsQ;
     const bf16* Qt = Qs + (u % 2) * kColsQ * LD;

@@ -221,19 +221,25 @@ size_t carve(char* base, const AttentionDims& d, bool backward, Device dev, Gemm
   return at;
 }
 
-GemmRows rows_of(const AttentionDims& d, const ops::AttentionSpec& spec, const AttnTables& tab, const Tensor& stats) {
+// The call's scratch and tables (attention.cu's scratch slot) and the row kernels' view of them.
+GemmRows prepare(CudaBackend& be, const AttentionDims& d, const ops::AttentionSpec& spec, const Tensor& stats,
+                 Device dev, bool backward, GemmScratch* sc, AttnTables* tab, const char* op) {
+  SL_CHECK(d.B * d.T < (int64_t(1) << 31), "%s: B*T = %lld rows exceed the grid", op, (long long)(d.B * d.T));
+  void* extra = nullptr;
+  *tab = attn_tables(be, d, spec, carve(nullptr, d, backward, dev, sc), &extra);
+  carve(static_cast<char*>(extra), d, backward, dev, sc);
   GemmRows g;
   g.T = d.T;
   g.S = d.S;
   g.H = d.H;
   g.cfg = math::attn_config(spec);
-  g.tab = tab;
+  g.tab = *tab;
   g.stats = view3(stats);
+  g.s = sc->s.ptr<bf16>();
+  g.dp = backward ? sc->dp.ptr<bf16>() : nullptr;
+  g.dsink_rows = sc->dsink_rows;
+  g.d_dist = sc->d_dist;
   return g;
-}
-
-void check_grid(const AttentionDims& d, const char* op) {
-  SL_CHECK(d.B * d.T < (int64_t(1) << 31), "%s: B*T = %lld rows exceed the grid", op, (long long)(d.B * d.T));
 }
 
 }  // namespace
@@ -242,14 +248,10 @@ void gemm_attention_forward(CudaBackend& be, Tensor out, Tensor stats, Tensor q,
                             const ops::AttentionSpec& spec, const AttentionDims& d) {
   const char* op = "attention_forward (gemm)";
   if (d.B * d.H * d.T == 0) return;
-  check_grid(d, op);
   DeviceGuard guard(be.index());
   GemmScratch sc;
-  void* extra = nullptr;
-  const AttnTables tab = attn_tables(be, d, spec, carve(nullptr, d, false, q.device, &sc), &extra);
-  carve(static_cast<char*>(extra), d, false, q.device, &sc);
-  GemmRows g = rows_of(d, spec, tab, stats);
-  g.s = sc.s.ptr<bf16>();
+  AttnTables tab;
+  GemmRows g = prepare(be, d, spec, stats, q.device, false, &sc, &tab, op);
   const double scale = attention_scale(spec, d.dh);
   const int64_t group = d.H / d.Hkv;
   for (int64_t h = 0; h < d.H; ++h) {
@@ -272,16 +274,9 @@ void gemm_attention_backward(CudaBackend& be, Tensor d_q, Tensor d_k, Tensor d_v
     if (d_v.defined()) be.fill(d_v, 0.0);
     return;
   }
-  check_grid(d, op);
   GemmScratch sc;
-  void* extra = nullptr;
-  const AttnTables tab = attn_tables(be, d, spec, carve(nullptr, d, true, q.device, &sc), &extra);
-  carve(static_cast<char*>(extra), d, true, q.device, &sc);
-  GemmRows g = rows_of(d, spec, tab, stats);
-  g.s = sc.s.ptr<bf16>();
-  g.dp = sc.dp.ptr<bf16>();
-  g.dsink_rows = sc.dsink_rows;
-  g.d_dist = sc.d_dist;
+  AttnTables tab;
+  GemmRows g = prepare(be, d, spec, stats, q.device, true, &sc, &tab, op);
   const double scale = attention_scale(spec, d.dh);
   const int64_t group = d.H / d.Hkv;
   for (int64_t h = 0; h < d.H; ++h) {

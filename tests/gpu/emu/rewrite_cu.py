@@ -191,9 +191,8 @@ PLANTS = [
          new='warp_mma<wmma::row_major, wmma::row_major>(dVf + m0 * ldf + n0, ldf, Pb + m0, ldp, dOs + n0, ldb, kBQ, true);'),
     # attention_flash_mma.cu (mma.sync, ldmatrix, cp.async: the emulation's emu_ptx.hpp) and attention_flash.cuh
     dict(name='mma_cp_async_wait', file='src/backend/cuda/attention_flash_mma.cu', test='test_cuda_attention_fast', filter='CudaAttentionFlash.Bf16*',
-         what='flash mma forward: tile t + 1 prefetched, then no cp.async wait before tile t is read',
-         old='      load_kv(t + 1);\n      ptx::cp_async_wait<1>();\n    } else {\n      ptx::cp_async_wait<0>();\n    }\n    __syncthreads();  // every',
-         new='      load_kv(t + 1);\n    } else {\n      ptx::cp_async_wait<0>();\n    }\n    __syncthreads();  // every'),
+         what='flash mma pipeline: tile t + 1 prefetched, then no cp.async wait before tile t is read',
+         old='    load(t + 1);\n    ptx::cp_async_wait<1>();', new='    load(t + 1);'),
     dict(name='mma_p_fragment', file='src/backend/cuda/attention_flash_mma.cu', test='test_cuda_attention_fast', filter='CudaAttentionFlash.Bf16*',
          what='flash mma: P as an A fragment takes rows g + 8 from n-tile 2 kk + 1 (the registers of the C layout mixed up)',
          old='a[1] = ptx::pack_bf16x2(acc[2 * kk][2], acc[2 * kk][3]);', new='a[1] = ptx::pack_bf16x2(acc[2 * kk + 1][2], acc[2 * kk + 1][3]);'),
