@@ -24,7 +24,8 @@ constexpr EnumName<AttnKernel> kAttnKernelNames[] = {{AttnKernel::auto_select, "
 // checks that), no probs.
 std::string fast_kernel_unfit(const AttnCall& call) {
   if (call.device != DeviceKind::cuda) return "needs a CUDA device (this attention runs on the CPU)";
-  if (call.dtype != DType::f32 && call.dtype != DType::bf16) return "the CUDA backend's attention takes f32 or bf16 tensors";
+  if (call.dtype != DType::f32 && call.dtype != DType::bf16)
+    return "the CUDA backend's attention takes f32 or bf16 tensors";
   if (call.probs) return "the call writes the T x T probs matrix, which only the reference kernel forms";
   return "";
 }
@@ -75,8 +76,8 @@ std::string gemm_unfit(const AttnCall& call) {
     return "the GEMM path takes bf16 tensors (an f32 call keeps the reference kernel's f32 arithmetic)";
   if (call.head_dim <= 0) return "needs a head dim >= 1";
   if (call.queries > kAttnGemmMaxQueries)
-    return strfmt("the GEMM path holds T x T scores, for T up to %lld (this call: %lld)", (long long)kAttnGemmMaxQueries,
-                  (long long)call.queries);
+    return strfmt("the GEMM path holds T x T scores, for T up to %lld (this call: %lld)",
+                  (long long)kAttnGemmMaxQueries, (long long)call.queries);
   return "";
 }
 

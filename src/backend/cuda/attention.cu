@@ -429,8 +429,8 @@ void check_fast_operands(const CudaBackend& be, NamedTensors tensors, const ops:
   for (const auto& [t, name] : tensors) {
     if (!t->defined()) continue;
     check_device(be, *t, op, name);
-    SL_CHECK(t->dtype == DType::f32 || t->dtype == DType::bf16, "%s: %s has dtype %s; the CUDA attention takes f32 or bf16",
-             op, name, dtype_name(t->dtype));
+    SL_CHECK(t->dtype == DType::f32 || t->dtype == DType::bf16,
+             "%s: %s has dtype %s; the CUDA attention takes f32 or bf16", op, name, dtype_name(t->dtype));
   }
   check_spec_tensors(be, spec, op);
 }

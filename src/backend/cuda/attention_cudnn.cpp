@@ -28,9 +28,10 @@
 // pick cuDNN for such a call.
 //
 // Graphs are built once per shape, layout (every bound tensor's strides) and options (the key below) and
-// cached for the backend's life; the tensors are bound by uid at every execution. A graph's build (a few
-// hundred ms on an H200) is paid by the first call of its shape: bench_attention_gpu prints it apart. The backward runs cuDNN's deterministic algorithm when
-// spec.deterministic (the default; the reference kernels are always deterministic).
+// cached for the backend's life; the tensors are bound by uid at every execution. A graph's build is paid by
+// the first call of its shape (bench_attention_gpu prints that call apart, first_ms). The backward runs
+// cuDNN's deterministic algorithm when spec.deterministic (the default; the reference kernels are always
+// deterministic).
 #include <cudnn.h>
 
 #include <array>

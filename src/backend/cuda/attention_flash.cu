@@ -388,9 +388,11 @@ void flash_attention_backward(CudaBackend& be, Tensor d_q, Tensor d_k, Tensor d_
   g.dv = head_rows(d_v, op, "d_v");
   g.D = static_cast<float*>(
       be.scratch(CudaBackend::ScratchSlot::attention_fast, sizeof(float) * size_t(std::max<int64_t>(d.B * d.H * d.T, 1))));
-  if (mma_fits({&q, &k, &v, &out, &d_out, &d_q, &d_k, &d_v})) return mma_backward(be, g, d_k.defined() || d_v.defined());
+  if (mma_fits({&q, &k, &v, &out, &d_out, &d_q, &d_k, &d_v}))
+    return mma_backward(be, g, d_k.defined() || d_v.defined());
   const bool bf = q.dtype == DType::bf16;
-  const dim3 grid_q(tiles(d.T, kBQ), unsigned(d.H), unsigned(d.B)), grid_k(tiles(d.S, kBKb), unsigned(d.Hkv), unsigned(d.B));
+  const dim3 grid_q(tiles(d.T, kBQ), unsigned(d.H), unsigned(d.B)),
+      grid_k(tiles(d.S, kBKb), unsigned(d.Hkv), unsigned(d.B));
   if (d.B * d.H * d.T > 0)
     launch(bf ? flash_backward_dq_kernel<bf16> : flash_backward_dq_kernel<float>, grid_q, dq_smem(g.DP), be.stream(), g,
            "attention_backward (flash dq)");

@@ -172,10 +172,12 @@ __global__ void __launch_bounds__(kRowThreads) gemm_distance_kernel(GemmRows g) 
   const bf16* ds = g.dp + b * g.T * g.S;
   double sum = 0.0;
   if (n > 0) {
-    for (int64_t u = threadIdx.x; u < g.T - n; u += kRowThreads) sum += double(__bfloat162float(ds[(n + u) * g.S + L + u]));
+    for (int64_t u = threadIdx.x; u < g.T - n; u += kRowThreads)
+      sum += double(__bfloat162float(ds[(n + u) * g.S + L + u]));
   } else {
     for (int64_t i = threadIdx.x; i < g.T; i += kRowThreads)
-      for (int64_t j = L + i; j < math::attn_key_end(g.cfg, i, g.S); ++j) sum += double(__bfloat162float(ds[i * g.S + j]));
+      for (int64_t j = L + i; j < math::attn_key_end(g.cfg, i, g.S); ++j)
+        sum += double(__bfloat162float(ds[i * g.S + j]));
   }
   const double total = block_reduce<kRowThreads, double, false>(sum, red_d);
   if (threadIdx.x == 0) g.d_dist[(b * g.H + g.h) * g.T + n] = total;
@@ -215,8 +217,10 @@ size_t carve(char* base, const AttentionDims& d, bool backward, Device dev, Gemm
   sc->dsink_rows = reinterpret_cast<double*>(take(sizeof(double) * size_t(d.B * d.H * d.T)));
   sc->d_dist = reinterpret_cast<double*>(take(sizeof(double) * size_t(d.B * d.H * d.T)));
   if (d.H > d.Hkv) {
-    if (char* p = take(sizeof(float) * size_t(d.B * d.S * d.dh))) sc->dk32 = Tensor::contiguous_view(p, DType::f32, keys, 3, dev);
-    if (char* p = take(sizeof(float) * size_t(d.B * d.S * d.dh))) sc->dv32 = Tensor::contiguous_view(p, DType::f32, keys, 3, dev);
+    if (char* p = take(sizeof(float) * size_t(d.B * d.S * d.dh)))
+      sc->dk32 = Tensor::contiguous_view(p, DType::f32, keys, 3, dev);
+    if (char* p = take(sizeof(float) * size_t(d.B * d.S * d.dh)))
+      sc->dv32 = Tensor::contiguous_view(p, DType::f32, keys, 3, dev);
   }
   return at;
 }

@@ -42,10 +42,11 @@ AttnTables attn_tables(CudaBackend& be, const AttentionDims& d, const ops::Atten
                        void** extra);
 // The position bias g_h(i - j') of query i and positional key j' (0 for a lead key, jp < 0).
 SL_HD float attn_position_bias(const AttnTables& t, const math::AttnConfig& cfg, int64_t h, int64_t i,
-                                      int64_t jp) {
+                               int64_t jp) {
   if (jp < 0) return 0.0f;
   if (cfg.pos_bias == ops::AttnPosBias::alibi) return t.slopes[h] * float(jp - i);  // -slope * (i - j')
-  if (cfg.pos_bias == ops::AttnPosBias::relative) return t.rel[h * t.rel0 + int64_t(t.buckets[i - jp > 0 ? i - jp : 0]) * t.rel1];
+  if (cfg.pos_bias == ops::AttnPosBias::relative)
+    return t.rel[h * t.rel0 + int64_t(t.buckets[i - jp > 0 ? i - jp : 0]) * t.rel1];
   return 0.0f;
 }
 SL_HD float attn_sink_of(const AttnTables& t, const math::AttnConfig& cfg, int64_t h) {
