@@ -171,9 +171,10 @@ void add_output_options(po::options_description& desc, TrainConfig& c, FlagText&
        "(results.h5, checkpoints/, DONE; nothing else) instead of refusing")
       ("device", po::value(&text.device)->default_value("cpu"), "cpu | cuda")
       ("attn-kernel", po::value(&c.attn_kernel)->default_value("auto"),
-       "attention kernel: auto (cuDNN when the attention fits, then the flash kernel, then the reference) | cudnn | "
-       "flash | reference; cudnn and flash compute in bf16, the reference in f32 (a GPU run that must match the CPU "
-       "to f32 rounding asks for reference); on the CPU only auto and reference (the CPU reference kernel)")
+       "attention kernel: auto (cuDNN when the attention fits, then the flash kernel, then the GEMM path with bf16 "
+       "tensors, then the reference) | cudnn | flash | gemm | reference; cudnn, flash and gemm compute in bf16, the "
+       "reference in f32 (a GPU run that must match the CPU to f32 rounding asks for reference); on the CPU only "
+       "auto and reference (the CPU reference kernel)")
       ("attn-deterministic", po::value(&c.attn_deterministic)->default_value(true),
        "attention backward with cuDNN's deterministic algorithm (same bits every run; false: its faster one)")
       ("fused-ops", po::value(&c.fused_ops)->default_value(true),

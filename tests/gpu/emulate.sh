@@ -12,7 +12,7 @@
 #                                             (issue #53: tests/gpu/emu/check_training_step.py,
 #                                             bench/run_step_ledger.sh --check)
 #   tests/gpu/emulate.sh test_cuda_norms ...  only these (names of tests/cpp/gpu tests, test_grad_sync,
-#                                             test_emu_standins); gtest arguments after --
+#                                             test_emu_standins, test_emu_ptx); gtest arguments after --
 #   tests/gpu/emulate.sh --plant NAME         build NAME's planted bug (tests/gpu/emu/rewrite_cu.py), run its
 #                                             test, and succeed only when the test FAILS (turns red)
 #   tests/gpu/emulate.sh --plant A,B,...      these planted bugs; a table of the results
@@ -162,7 +162,7 @@ if [ ${#tests[@]} -eq 0 ]; then
     [ "$n" = test_cuda_pretrain ] && continue  # runs the product's pretrain binary: not emulated
     tests+=("$n")
   done
-  tests+=(test_grad_sync test_emu_standins)
+  tests+=(test_grad_sync test_emu_standins test_emu_ptx)
 fi
 targets=()
 for t in "${tests[@]}"; do targets+=("emu_$t"); done

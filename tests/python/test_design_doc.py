@@ -301,6 +301,8 @@ EXTERNAL_FILES = {
     "driver/others/dynamic.c": "OpenBLAS's kernel-set choice (backend/cpu/blas.cpp)",
     "node/scaled_dot_product_flash_attention.h": "cudnn-frontend's SDPA node (backend/cuda/attention_cudnn.cpp)",
     "utils/attn_score_modifiers.h": "cudnn-frontend's masks (backend/cuda/attention_cudnn.cpp)",
+    "llm.c": "karpathy's llm.c, the project (backend/cuda/attention_cudnn.cpp, DESIGN.md)",
+    "cudnn_att.cpp": "llm.c's cuDNN attention on strided views (backend/cuda/attention_cudnn.cpp)",
     "modeling_*.py": "transformers' model files, each family's reference (hf/*.cpp)",
     "src/transformers/*.py": "transformers' own tree (backend/rope_math.hpp)",
 }
