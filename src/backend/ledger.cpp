@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 
+#include "backend/attention_dispatch.hpp"
 #include "backend/ops.hpp"
 #include "core/error.hpp"
 
@@ -95,25 +96,22 @@ void flush_between_ops(State& s) {
   std::fputs(line.c_str(), s.file);
 }
 
-// Keys a query of `queries` sees under the spec's mask, summed over the queries (lead keys included).
-double visible_keys(const ops::AttentionSpec& spec, int64_t queries, int64_t keys) {
-  const double T = double(queries), L = double(spec.lead_keys);
-  double seen = 0;
-  switch (spec.mask) {
-    case ops::AttnMask::causal: seen = T * (T + 1) / 2; break;
-    case ops::AttnMask::sliding_window: {
-      const double w = double(std::max<int64_t>(spec.window, 1));
-      seen = T <= w ? T * (T + 1) / 2 : w * (w + 1) / 2 + (T - w) * w;
-      break;
-    }
-    case ops::AttnMask::prefix_lm: {
-      const double p = double(std::min(spec.prefix, queries));
-      seen = T * (T + 1) / 2 + p * (p - 1) / 2;  // the prefix's queries also see the prefix keys after them
-      break;
-    }
-    default: seen = T * double(keys - spec.lead_keys); break;
+// The cost of an attention call on the kernel the dispatch picks for it (ops::attention_cost), or none
+// when the call cannot be costed (it failed: the ledger writes its entry while the error unwinds).
+ops::AttnCost attention_call_cost(const std::string& op, const CallFacts& f) {
+  try {
+    const size_t q = op == "attention_forward" ? 2 : 4, k = q + 1;
+    const Tensor& tq = f.tensors[q];
+    const ops::AttnKernelChoice choice = ops::choose_attention_kernel(*f.attention, ops::attn_call_of(tq, false));
+    const ops::AttnShape shape{tq.shape[0], tq.shape[1], tq.shape[2], f.tensors[k].shape[2], tq.shape[3], tq.dtype};
+    return ops::attention_cost(choice.kernel, *f.attention, shape, op == "attention_backward");
+  } catch (const std::exception&) {
+    return {};
   }
-  return seen + T * L;
+}
+
+bool is_attention(const std::string& op, const CallFacts& f) {
+  return f.attention && (op == "attention_forward" || op == "attention_backward");
 }
 
 }  // namespace
@@ -157,7 +155,8 @@ Scope::~Scope() {
   }
 }
 
-double op_bytes(const CallFacts& facts) {
+double op_bytes(const std::string& op, const CallFacts& facts) {
+  if (is_attention(op, facts)) return attention_call_cost(op, facts).bytes;
   double bytes = 0;
   for (const Tensor& t : facts.tensors)
     if (t.defined()) bytes += double(t.nbytes());
@@ -176,12 +175,7 @@ double op_flops(const std::string& op, const CallFacts& facts) {
     const bool ta = !facts.flags.empty() && facts.flags[0];
     return 2 * double(t[0].numel()) * (ta ? dim(1, -2) : dim(1, -1));
   }
-  if (facts.attention && (op == "attention_forward" || op == "attention_backward")) {
-    // forward (out, stats, q, k, ...): q [B,T,H,dh], k [B,S,Hkv,dh]; backward (d_q, d_k, d_v, d_out, q, k, ...)
-    const size_t q = op == "attention_forward" ? 2 : 4, k = q + 1;
-    const double pairs = dim(q, 0) * dim(q, 2) * visible_keys(*facts.attention, t[q].shape[1], t[k].shape[1]);
-    return (op == "attention_forward" ? 4 : 10) * pairs * dim(q, 3);
-  }
+  if (is_attention(op, facts)) return attention_call_cost(op, facts).flops;
   return 0;
 }
 
@@ -220,7 +214,7 @@ OpCall::~OpCall() {
   // which the device's kernel list shows).
   const bool converts = std::string(op_) == "copy" && f.tensors.size() == 2 && f.tensors[0].dtype != f.tensors[1].dtype;
   char numbers[160];
-  std::snprintf(numbers, sizeof numbers, ",\"bytes\":%.0f,\"flops\":%.0f,\"converts\":%s", op_bytes(f),
+  std::snprintf(numbers, sizeof numbers, ",\"bytes\":%.0f,\"flops\":%.0f,\"converts\":%s", op_bytes(op_, f),
                 op_flops(op_, f), converts ? "true" : "false");
   line += numbers;
   if (t_seconds >= 0) {

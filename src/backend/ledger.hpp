@@ -83,10 +83,11 @@ class OpCall {
 // entry gets "seconds", what bench/step_model.py --compare sets beside the model on a real GPU.
 void note_seconds(double seconds);
 
-// Matrix-product and attention FLOPs of one call (2 per multiply-add; attention: QK^T and PV, and their
-// backward's four products, each over the keys the mask lets a query see), 0 for other ops.
+// Matrix-product and attention FLOPs of one call (2 per multiply-add; attention: ops::attention_cost on the
+// kernel the dispatch picks, the products as that kernel computes them), 0 for other ops.
 double op_flops(const std::string& op, const CallFacts& facts);
-// Bytes a call moves: every defined tensor operand once (read or written; an accumulated output once).
-double op_bytes(const CallFacts& facts);
+// Bytes a call moves: every defined tensor operand once (read or written; an accumulated output once);
+// attention: ops::attention_cost's (its scratch included).
+double op_bytes(const std::string& op, const CallFacts& facts);
 
 }  // namespace sinklab::ledger

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -595,8 +596,11 @@ int Trainer::run() {
 
   const double flops_per_token = model_.flops_per_token(cfg_.model.context), peak_flops = peak_flops_per_rank();
   // On a GPU: the bf16 GEMM TFLOP/s this device reaches through the op API (sinklab-gpuinfo's figure,
-  // at 4096^3 here to keep start-up short), what MFU can be read against.
-  if (device_.is_cuda()) measured_gemm_tflops_ = measure_gemm_tflops(device_, DType::bf16, 4096, 3);
+  // at 4096^3 here to keep start-up short), what MFU can be read against. SINKLAB_GEMM_PROBE_N sets the size
+  // (0: none; the CUDA emulation's checks, whose stand-in GEMM would take hours at 4096^3).
+  const char* probe_n = std::getenv("SINKLAB_GEMM_PROBE_N");
+  const int64_t gemm_n = probe_n ? std::atoll(probe_n) : 4096;
+  if (device_.is_cuda() && gemm_n > 0) measured_gemm_tflops_ = measure_gemm_tflops(device_, DType::bf16, gemm_n, 3);
   if (rank_ == 0) {
     open_results(flops_per_token, peak_flops);
     remove_done_marker(cfg_.out_dir);  // a stale one would tell slurm/common.sh that this job finished

@@ -37,7 +37,7 @@ TRAIN = ["--steps", str(STEPS), "--global-batch-tokens", "256", "--micro-batch-r
 def run(exe, out, data, device, extra=()):
     cmd = [str(exe), *MODEL, *TRAIN, "--device", device, "--train-data", f"{data}/train.bin",
            "--valid-data", f"{data}/valid.bin", "--out-dir", str(out), "--run-name", "check", *extra]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "SINKLAB_GEMM_PROBE_N": "0"})
     if proc.returncode != 0:
         sys.exit(f"check_training_step: {exe.name} --device {device} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
     with h5py.File(out / "results.h5", "r") as f:
