@@ -91,8 +91,9 @@ class CudaBackend final : public Backend {
   std::string name_;
   std::string device_name_;
   CUstream_st* stream_ = nullptr;
-  void* reduce_buffer_ = nullptr;  // sum_squares' and max_abs' partial results, allocated on first use
-  double reduce_to_host(Tensor x, const char* op, bool max_abs);
+  void* reduce_buffer_ = nullptr;  // the reductions' partial results (memory.cu), allocated on first use
+  double* launch_reduce(Tensor x, const char* op, Reduction kind, double* out, bool accumulate);
+  double reduce_to_host(Tensor x, const char* op, Reduction kind);
   struct ScratchBuffer {
     void* ptr = nullptr;
     size_t bytes = 0;
