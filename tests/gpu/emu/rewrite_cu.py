@@ -95,7 +95,7 @@ PLANTS = [
     # embedding.cu
     dict(name='embedding_forward_row', file='src/backend/cuda/embedding.cu', test='test_cuda_embedding', filter='*',
          what='embedding_forward gathers table row id - 1 (an off-by-one in the row index)',
-         old='valid ? table + rt.offset(int64_t(id) * rt.cols)', new='valid ? table + rt.offset(int64_t(id > 0 ? id - 1 : 0) * rt.cols)'),
+         old='t = valid ? table.rows.row_offset(id) : 0;', new='t = valid ? table.rows.row_offset(id > 0 ? id - 1 : 0) : 0;'),
     dict(name='embedding_backward_bucket', file='src/backend/cuda/embedding.cu', test='test_cuda_embedding', filter='*',
          what='embedding_backward stops each id bucket one row early',
          old='for (int64_t q = p; q < n_rows && sorted_ids[q] == id; ++q)',
@@ -135,7 +135,7 @@ PLANTS = [
          old='sign < 0.0f ? -s : s', new='s'),
     dict(name='rope_head_stride', file='src/backend/cuda/rope.cu', test='test_cuda_rope', filter='*',
          what='rope reads x with out\'s head stride',
-         old='const float* xi = x + b * g.xs0 + t * g.xs1 + h * g.xs2;', new='const float* xi = x + b * g.xs0 + t * g.xs1 + h * g.os2;'),
+         old='const int64_t xi = b * g.xs0 + t * g.xs1 + h * g.xs2;', new='const int64_t xi = b * g.xs0 + t * g.xs1 + h * g.os2;'),
     # cross_entropy.cu
     dict(name='rope_table_freq', file='src/backend/cuda/rope.cu', test='test_cuda_rope', filter='*',
          what='the rope table uses frequency i + 1 for pair i',
@@ -145,7 +145,7 @@ PLANTS = [
          old='for (int width = kCeThreads / 2; width > 0; width /= 2)', new='for (int width = kCeThreads / 4; width > 0; width /= 2)'),
     dict(name='ce_grad_scale', file='src/backend/cuda/cross_entropy.cu', test='test_cuda_cross_entropy', filter='*',
          what='cross_entropy\'s gradient ignores grad_scale',
-         old='math::ce_grad(row, x[j], j == t, grad_scale)', new='math::ce_grad(row, x[j], j == t, 1.0f)'),
+         old='j == t, grad_scale));', new='j == t, 1.0f));'),
     # linear.cu: the cuBLASLt / cuBLAS layouts (checked by the stand-in)
     dict(name='lt_ld_a', file='src/backend/cuda/linear.cu', test='test_cuda_linear', filter='*',
          what='cuBLASLt: the first operand\'s layout gets the wrong leading dimension (ld of A for our B)',
