@@ -71,8 +71,8 @@
   OP(void, adamw_update, (Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& s),                   \
      (param, grad, m, v, s))                                                                                    \
   /* Multi-tensor ops over flat buffers: cpu/adamw.cpp, cuda/multi_tensor.cu */                                 \
-  CPU_ONLY_OP(void, sum_squares_ranges, (Tensor out, Tensor flat, const FlatRanges& ranges), (out, flat, ranges))        \
-  CPU_ONLY_OP(void, adamw_update_ranges,                                                                                 \
+  OP(void, sum_squares_ranges, (Tensor out, Tensor flat, const FlatRanges& ranges), (out, flat, ranges))                \
+  OP(void, adamw_update_ranges,                                                                                 \
      (Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lp, const FlatRanges& ranges, const AdamWStep& s), \
      (param, grad, m, v, param_lp, ranges, s))                                                                  \
   /* Attention: cpu/attention.cpp, cuda/attention.cu (which hands calls on to the fast kernels) */             \

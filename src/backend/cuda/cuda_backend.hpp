@@ -40,6 +40,7 @@ namespace sinklab::cuda {
 struct GemmContext;
 struct RopeTables;
 struct CudnnContext;
+struct MultiTensorTables;
 
 class CudaBackend final : public Backend {
  public:
@@ -107,11 +108,13 @@ class CudaBackend final : public Backend {
   GemmContext* gemm_ = nullptr;
   RopeTables* rope_ = nullptr;
   CudnnContext* cudnn_ = nullptr;  // cuDNN handle and SDPA graph cache (attention_cudnn.cpp)
+  MultiTensorTables* multi_tensor_ = nullptr;  // the multi-tensor ops' uploaded chunk tables (multi_tensor.cu)
 
  public:
   GemmContext& gemm_context();  // linear.cu
   RopeTables& rope_tables();    // rope.cu
   CudnnContext& cudnn_context();  // attention_cudnn.cpp
+  MultiTensorTables& multi_tensor_tables();  // multi_tensor.cu
 };
 
 // Number of usable CUDA devices: 0 when the runtime reports any error (no driver, driver too old for
