@@ -7,8 +7,8 @@
 // (ce_grad); thread 0 writes the loss (ce_loss). d_logits may alias logits: every element is read and
 // written by one thread, after the statistics pass, and the target logit is read before it.
 //
-// logits and d_logits are f32 or bf16 (bf16 storage, ops.hpp: llm.c's fused classifier writes bf16 d_logits
-// over the bf16 logits): read as f32, the statistics and the gradient formed in f32 as on the CPU, the
+// logits and d_logits are f32 or bf16 (bf16 storage, ops.hpp: as Karpathy's fused_classifier kernel, bf16
+// d_logits written over the bf16 logits): read as f32, the statistics and the gradient formed in f32 as on the CPU, the
 // gradient rounded to nearest even on store; losses stay f32.
 //
 // A target outside [0, V) that is not ignore_index is recorded (data errors, cuda_backend.hpp) and

@@ -14,9 +14,11 @@
 //   (cross_entropy.cu); attention_forward/backward/probs, every AttentionSpec variant (attention.cu:
 //   reference kernels, deterministic, no T x T storage); Jamba's causal_conv1d_forward,
 //   selective_scan_forward, moe_router_topk, index_add_rows (mamba.cu, no float atomics).
-// Arithmetic ops take f32 tensors only (bf16/f16/f64 are storage for copy/fill), except the matmuls,
-// which also take bf16. Tensors may have strided leading dimensions with a contiguous last dimension,
-// as on the CPU.
+// Activation operands are f32 or bf16 ("bf16 storage", ops.hpp: widened on load, rounded on store), the
+// matmuls take bf16 inputs; statistics, norm weights, parameter gradients and optimizer state are f32 (f16
+// and f64 are storage for copy/fill). Also reduce_into, add_rmsnorm_forward and the multi-tensor ops
+// (multi_tensor.cu). Tensors may have strided leading dimensions with a contiguous last dimension, as on
+// the CPU.
 //
 // Errors a kernel finds in the data (an out-of-range token id or target) cannot throw where they are
 // found without making every call wait for the device. The kernel records the first one in a device

@@ -180,7 +180,9 @@ unsigned row_grid(int64_t rows) {
 const float* ptr_or_null(const Tensor& t) { return t.defined() ? t.ptr<float>() : nullptr; }
 
 // An activation operand (f32 or bf16, rows of in's shape), checked; an empty one when t is undefined.
-EwArg activation_arg(const CudaBackend& be, const Tensor& t, const Tensor& in, const char* op, const char* arg) {
+EwArg activation_arg(const CudaBackend& be, const Tensor& t, const Tensor& in, const char* op, const char* arg,
+                     bool required = false) {
+  SL_CHECK(t.defined() || !required, "%s: %s is required", op, arg);
   if (!t.defined()) return EwArg{};
   check_same_shape(t, in, op, arg, "in");
   check_device_f32_or_bf16(be, t, op, arg);
@@ -195,7 +197,7 @@ EwArg activation_arg(const CudaBackend& be, const Tensor& t, const Tensor& in, c
 void CudaBackend::rmsnorm_forward(Tensor out, Tensor rstd, Tensor in, Tensor weight, double eps) {
   const char* op = "rmsnorm_forward";
   check_device_f32_or_bf16(*this, in, op, "in");
-  const EwArg o = activation_arg(*this, out, in, op, "out"), x = ew_arg(in, op, "in");
+  const EwArg o = activation_arg(*this, out, in, op, "out", true), x = ew_arg(in, op, "in");
   check_norm_operands(op, x.rows, {{rstd, "rstd"}}, {{weight, "weight"}},
                       [&](const Tensor& t, const char* arg) { check_device_f32(*this, t, op, arg); });
   if (x.rows.rows == 0 || x.rows.cols == 0) return;
@@ -210,9 +212,9 @@ void CudaBackend::add_rmsnorm_forward(Tensor sum_out, Tensor out, Tensor rstd, T
                                       double eps) {
   const char* op = "add_rmsnorm_forward";
   check_device_f32_or_bf16(*this, a, op, "a");
-  const EwArg x = ew_arg(a, op, "a"), addend = activation_arg(*this, b, a, op, "b");
-  const EwArg sum = activation_arg(*this, sum_out, a, op, "sum_out"), o = activation_arg(*this, out, a, op, "out");
-  SL_CHECK(b.defined() && sum_out.defined() && out.defined(), "%s: sum_out, out, a and b are required", op);
+  const EwArg x = ew_arg(a, op, "a"), addend = activation_arg(*this, b, a, op, "b", true);
+  const EwArg sum = activation_arg(*this, sum_out, a, op, "sum_out", true);
+  const EwArg o = activation_arg(*this, out, a, op, "out", true);
   check_norm_operands(op, x.rows, {{rstd, "rstd"}}, {{weight, "weight"}},
                       [&](const Tensor& t, const char* arg) { check_device_f32(*this, t, op, arg); });
   if (x.rows.rows == 0 || x.rows.cols == 0) return;
@@ -230,7 +232,7 @@ void CudaBackend::rmsnorm_backward(Tensor d_in, Tensor d_weight, Tensor d_out, T
   SL_CHECK(!(accumulate && d_in.defined() && tensors_overlap(d_in, d_out)),
            "%s: d_in may not overlap d_out when accumulating", op);
   check_device_f32_or_bf16(*this, in, op, "in");
-  const EwArg x = ew_arg(in, op, "in"), g = activation_arg(*this, d_out, in, op, "d_out");
+  const EwArg x = ew_arg(in, op, "in"), g = activation_arg(*this, d_out, in, op, "d_out", true);
   const EwArg dx = activation_arg(*this, d_in, in, op, "d_in");
   check_norm_operands(op, x.rows, {{rstd, "rstd"}}, {{weight, "weight"}, {d_weight, "d_weight"}},
                       [&](const Tensor& t, const char* arg) { check_device_f32(*this, t, op, arg); });
@@ -255,7 +257,7 @@ void CudaBackend::layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor
                                     double eps) {
   const char* op = "layernorm_forward";
   check_device_f32_or_bf16(*this, in, op, "in");
-  const EwArg o = activation_arg(*this, out, in, op, "out"), x = ew_arg(in, op, "in");
+  const EwArg o = activation_arg(*this, out, in, op, "out", true), x = ew_arg(in, op, "in");
   check_norm_operands(op, x.rows, {{mean, "mean"}, {rstd, "rstd"}}, {{weight, "weight"}, {bias, "bias"}},
                       [&](const Tensor& t, const char* arg) { check_device_f32(*this, t, op, arg); });
   if (x.rows.rows == 0 || x.rows.cols == 0) return;
@@ -271,7 +273,7 @@ void CudaBackend::layernorm_backward(Tensor d_in, Tensor d_weight, Tensor d_bias
                                      Tensor weight, Tensor mean, Tensor rstd) {
   const char* op = "layernorm_backward";
   check_device_f32_or_bf16(*this, in, op, "in");
-  const EwArg x = ew_arg(in, op, "in"), g = activation_arg(*this, d_out, in, op, "d_out");
+  const EwArg x = ew_arg(in, op, "in"), g = activation_arg(*this, d_out, in, op, "d_out", true);
   const EwArg dx = activation_arg(*this, d_in, in, op, "d_in");
   check_norm_operands(op, x.rows, {{mean, "mean"}, {rstd, "rstd"}},
                       {{weight, "weight"}, {d_weight, "d_weight"}, {d_bias, "d_bias"}},

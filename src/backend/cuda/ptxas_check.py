@@ -181,7 +181,7 @@ def launcher(allow_path, report_dir, command):
     if not bad:
         return 0
     for k in bad:
-        sys.stderr.write('%s: error: kernel %s uses local memory; remove it (docs/DESIGN.md "The GPU path") or '
+        sys.stderr.write('%s: error: kernel %s uses local memory; remove it (docs/DESIGN.md "Local memory: the ptxas gate") or '
                          'name the kernel and the reason in %s\n' % (src, describe(k), allow_path))
     if obj and os.path.exists(obj):
         os.remove(obj)  # so that the next build compiles it again instead of taking it as up to date
