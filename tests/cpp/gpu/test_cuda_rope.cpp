@@ -43,14 +43,15 @@ void check_rope(const Case& c, uint64_t stream, DType dt = DType::f32) {
     cfg.llama3_factor = 8.0;
     cfg.llama3_original_max_position = 64.0;  // small, so that the test's T reaches every band
   }
-  // q as the first H heads of a fused [B, T, 3H, dh] buffer: strided rows.
-  Owned fused = random_host(dt, {c.B, c.T, 3 * c.H, c.dh}, stream);
-  Tensor q = fused.t.slice(2, 0, c.H);
+  // q as the first dh features of the first H heads of a [B, T, 3H, 2 dh] buffer: strided rows, whose head
+  // stride (2 dh) differs from out's (dh).
+  Owned fused = random_host(dt, {c.B, c.T, 3 * c.H, 2 * c.dh}, stream);
+  Tensor q = fused.t.slice(2, 0, c.H).slice(3, 0, c.dh);
   Owned pos(DType::i32, {c.T});
   for (int64_t t = 0; t < c.T; ++t) pos.data<int32_t>()[t] = int32_t(100000 + 37 * t);  // far positions
   Tensor positions = c.positions ? pos.t : Tensor{};
   Dev dfused = to_device(fused.t), dpos = to_device(pos.t);
-  Tensor dq = dfused.t.slice(2, 0, c.H);
+  Tensor dq = dfused.t.slice(2, 0, c.H).slice(3, 0, c.dh);
   Tensor dpositions = c.positions ? dpos.t : Tensor{};
 
   Owned out(dt, {c.B, c.T, c.H, c.dh});

@@ -174,8 +174,8 @@ PLANTS = [
          what='adamw_update_ranges decays the tag-0 ranges and not the tag-1 ones',
          old='ch.tag == 1 ? c1 : c0', new='ch.tag == 0 ? c1 : c0'),
     dict(name='mt_adamw_lp', file='src/backend/cuda/multi_tensor.cu', test='test_cuda_multi_tensor', filter='*AdamW*',
-         what='adamw_update_ranges writes the parameter before the update into param_lp',
-         old='if (param_lp) ew_store(param_lp, lp_bf16, e, p);', new='if (param_lp) ew_store(param_lp, lp_bf16, e, param[e]);'),
+         what='adamw_update_ranges writes the new first moment into param_lp instead of the parameter',
+         old='if (param_lp) ew_store(param_lp, lp_bf16, e, p);', new='if (param_lp) ew_store(param_lp, lp_bf16, e, mi);'),
     # linear.cu: the cuBLASLt / cuBLAS layouts (checked by the stand-in)
     dict(name='lt_ld_a', file='src/backend/cuda/linear.cu', test='test_cuda_linear', filter='*',
          what='cuBLASLt: the first operand\'s layout gets the wrong leading dimension (ld of A for our B)',
