@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/ledger.hpp"
 
 namespace sinklab {
 namespace {
@@ -80,6 +81,19 @@ std::array<Tensor, sizeof...(Args)> operands(const Args&... args) {
   return {operand(args)...};
 }
 
+// What the step ledger (ledger.hpp) records of a call's arguments: its tensors, bools and attention spec.
+void add_fact(ledger::CallFacts& f, const Tensor& t) { f.tensors.push_back(t); }
+void add_fact(ledger::CallFacts& f, bool b) { f.flags.push_back(b); }
+void add_fact(ledger::CallFacts& f, const ops::AttentionSpec& spec) { f.attention = &spec; }
+template <class Arg>
+void add_fact(ledger::CallFacts&, const Arg&) {}
+template <class... Args>
+ledger::CallFacts facts_of(const Args&... args) {
+  ledger::CallFacts f;
+  if (ledger::active()) (add_fact(f, args), ...);
+  return f;
+}
+
 // The arguments of an op that a backend has no kernel for: in the signature, read by nothing.
 template <class... Args>
 void unused(const Args&...) {}
@@ -96,10 +110,13 @@ SINKLAB_OPS(SINKLAB_OP_NO_KERNEL, SINKLAB_OP_NO_KERNEL)
 #undef SINKLAB_OP_NO_KERNEL
 
 // The ops:: entry points of ops.hpp, one per op of op_list.hpp: the backend of the tensors' device runs
-// the op (timed when profiling). Defined by qualified name, so a signature ops.hpp lacks does not compile.
+// the op (timed when profiling, recorded when the step ledger is open). Defined by qualified name, so a
+// signature ops.hpp lacks does not compile.
 #define SINKLAB_OP_ENTRY_POINT(ret, name, params, args)   \
   ret ops::name params {                                  \
     Backend& backend = backend_for(operands args, #name); \
+    const ledger::CallFacts facts = facts_of args;        \
+    ledger::OpCall record(#name, facts);                  \
     OpTimer timer(#name, backend);                        \
     return backend.name args;                             \
   }

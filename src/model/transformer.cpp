@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/ledger.hpp"
 #include "core/error.hpp"
 
 namespace sinklab::model {
@@ -290,10 +291,16 @@ void Transformer::forward_layers(Tensor inputs, LayerObserver* observer) {
   SL_CHECK(inputs.ndim == 2 && inputs.dtype == DType::i32, "model inputs must be i32 [B,T], got %s",
            inputs.shape_str().c_str());
   ensure_activations(inputs.shape[0], inputs.shape[1]);
-  if (precision_ == Precision::bf16) ops::copy(flat_params_lp_, flat_params_);  // this pass's bf16 weights
+  ledger::Scope scope("forward");
+  if (precision_ == Precision::bf16) {
+    ledger::Scope weights("weights");
+    ops::copy(flat_params_lp_, flat_params_);  // this pass's bf16 weights
+  }
   embed(inputs);
-  for (int l = 0; l < cfg_.n_layers; ++l)
+  for (int l = 0; l < cfg_.n_layers; ++l) {
+    ledger::Scope layer("layer", l);
     layer_forward(l, l + 1 < cfg_.n_layers ? layers_[size_t(l) + 1].x_in : x_final_in_, observer);
+  }
   if (cfg_.norm_placement == NormPlacement::pre)
     norm_forward(xf_, meanf_, rstdf_, x_final_in_, final_norm_index_, final_norm_bias_index_);
 }
@@ -336,6 +343,7 @@ Tensor Transformer::model_targets(Tensor targets) {
 // The untied head and the loss, in row chunks: logits -> per-token cross-entropy -> (backward) the
 // logits' gradient in place -> d_xf and d_lm_head, before the next chunk reuses the logits buffer.
 double Transformer::head_loss(Tensor targets, double grad_scale, bool backward, int64_t* counted) {
+  ledger::Scope scope("head");
   const int64_t N = batch_ * seq_;
   Tensor tgt = model_targets(targets).reshape({N});
   Tensor w_head = at(head_index_, false);
@@ -443,10 +451,12 @@ void Transformer::backward_layers(Tensor inputs, GradReadyObserver* grads_ready)
   const bool post = cfg_.norm_placement == NormPlacement::post;
   const ops::Activation act = cfg_.ffn_activation();
 
+  ledger::Scope scope("backward");
   if (post) ops::copy(d_res_, d_xf_);
   else norm_backward(d_res_, d_xf_, x_final_in_, meanf_, rstdf_, final_norm_index_, final_norm_bias_index_);
   span_done();  // the head and final norm
   for (int l = cfg_.n_layers - 1; l >= 0; --l) {
+    ledger::Scope layer("layer", l);
     LayerActs& a = layers_[size_t(l)];
     const LayerIndex& li = layer_index_[size_t(l)];
     // --recompute block: the layer's activations are rebuilt from its kept input (x_out goes to d_tmp_, free
@@ -510,6 +520,7 @@ void Transformer::backward_layers(Tensor inputs, GradReadyObserver* grads_ready)
     }
     span_done();  // layer l
   }
+  ledger::Scope embed_scope("embed");
   embed_backward(inputs);
   span_done();  // the embeddings and the shared tensors
   (void)N;

@@ -10,6 +10,7 @@
 #include "backend/backend.hpp"
 #include "backend/memory.hpp"
 #include "backend/device_probe.hpp"
+#include "backend/ledger.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/text.hpp"
@@ -299,6 +300,7 @@ double Trainer::norm_over(const std::vector<FlatRange>& ranges, Tensor flat) {
 // update. The loss is the mean over the global batch's counted targets (trainer.hpp): the global count
 // first (the data alone), then every micro-batch's gradient scaled by its inverse.
 StepRecord Trainer::train_step(int64_t step) {
+  ledger::Scope step_scope("step", step);
   const int L = cfg_.model.n_layers;
   StepRecord rec;
   double global_targets = 0.0;
@@ -310,6 +312,7 @@ StepRecord Trainer::train_step(int64_t step) {
   ActivationMax activations(L);
   double sums[2] = {0.0, 0.0};  // loss sum, targets the model counted (a prefix-LM's prefix is not)
   for (int64_t micro = 0; micro < layout_.accum; ++micro) {
+    ledger::Scope micro_scope("micro", micro);
     train_data_->fill_batch(layout_, uint64_t(step), micro, rank_, inputs_, targets_);
     int64_t counted = 0;
     // The last micro-batch's backward hands each finished part of the gradients to grad_sync_.
@@ -319,6 +322,7 @@ StepRecord Trainer::train_step(int64_t step) {
                                        &activations, last ? grad_sync_.get() : nullptr);
     sums[1] += double(counted);
   }
+  ledger::Scope update_scope("update");
   grad_sync_->finish();
   if (world_size_ > 1) world_.allreduce_sum(sums, 2);
   rec.loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;  // no assistant token in the whole batch: loss 0, no gradient

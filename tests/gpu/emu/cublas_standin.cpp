@@ -232,9 +232,11 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t tr
   check_extent(a, batchCount, "cublasGemmStridedBatchedEx A");
   check_extent(b, batchCount, "cublasGemmStridedBatchedEx B");
   check_extent(c, batchCount, "cublasGemmStridedBatchedEx C");
+  emu::count_library_call();
+  ++emu::gemm_counts().fallback;
+  if (emu::count_only()) return CUBLAS_STATUS_SUCCESS;
   const double al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
   gemm(ta, tb, m, n, k, al, a, b, be, c, c, batchCount, nullptr, CUDA_R_32F);
-  ++emu::gemm_counts().fallback;
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -384,7 +386,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
     if (desc->bias_type >= 0) bias_type = cudaDataType_t(desc->bias_type);
     emu::require_device_range(bias, size_t(p.m) * type_size(bias_type), "cublasLtMatmul bias (rows of D, packed)");
   }
-  gemm(p.ta, p.tb, p.m, p.n, p.k, al, a, b, be, c, d, p.batch, bias, bias_type);
+  emu::count_library_call();
   ++emu::gemm_counts().lt;
+  if (emu::count_only()) return CUBLAS_STATUS_SUCCESS;
+  gemm(p.ta, p.tb, p.m, p.n, p.k, al, a, b, be, c, d, p.batch, bias, bias_type);
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -159,6 +159,13 @@ struct KernelBody {
 void launch_impl(const char* name, const void* fn, dim3 grid, dim3 block, size_t dyn_smem, KernelBody body);
 void set_max_dynamic_smem(const void* fn, int bytes);
 
+// ---- what the device did, for the step ledger (src/backend/ledger.hpp; emu_runtime.cpp) ---------------
+// Every launch, library call, copy, host synchronisation and allocation is counted. Under
+// SINKLAB_EMU_COUNT_ONLY=1 they are only counted and checked, not run (device memory is mapped lazily and
+// left unwritten): a whole training step of a real shape (the 60M job's) is then counted in seconds.
+bool count_only();
+void count_library_call();  // a cuBLAS(Lt) GEMM, a cuDNN graph execution, a CUB sort, an NCCL collective
+
 template <class R, class... A>
 const void* fn_addr(R (*f)(A...)) {
   return reinterpret_cast<const void*>(f);

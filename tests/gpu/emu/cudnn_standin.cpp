@@ -243,6 +243,8 @@ error_t Graph::execute(cudnnHandle_t h, std::unordered_map<int64_t, void*>& pack
     if (bwd.dsink)
       if (error_t e = bind(*this, bwd.dsink, pack, &dsink, "dSink"); e.is_bad()) return e;
   }
+  emu::count_library_call();  // the step ledger's count (cuda_emu.hpp)
+  if (emu::count_only()) return {};
   const int64_t B = q.dim[0], Hq = q.dim[1], T = q.dim[2], D = q.dim[3], Hk = k.dim[1], S = k.dim[2];
   const int64_t group = Hq / Hk;
   const std::vector<float> slopes = alibi ? alibi_slopes(Hq) : std::vector<float>();

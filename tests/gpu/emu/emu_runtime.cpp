@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/ledger.hpp"
 #include "cuda_emu.hpp"
 
 #if !defined(__x86_64__)
@@ -281,6 +282,37 @@ void set_last_error(cudaError_t e, const char* detail) {
 
 void set_max_dynamic_smem(const void* fn, int bytes) { smem_optin()[fn] = size_t(bytes); }
 
+// ---- counting (cuda_emu.hpp) ------------------------------------------------------------------------------
+namespace {
+std::mutex g_count_mutex;
+sinklab::ledger::DeviceEvents g_events;
+
+sinklab::ledger::DeviceEvents take_events() {
+  std::lock_guard<std::mutex> lock(g_count_mutex);
+  sinklab::ledger::DeviceEvents e = std::move(g_events);
+  g_events = {};
+  return e;
+}
+void count(int64_t sinklab::ledger::DeviceEvents::*field) {
+  std::lock_guard<std::mutex> lock(g_count_mutex);
+  ++(g_events.*field);
+}
+// The ledger reads the counts through this (set at start-up: every emulated binary counts).
+const bool g_counter_registered = [] {
+  sinklab::ledger::set_device_counter(&take_events);
+  return true;
+}();
+}  // namespace
+
+bool count_only() {
+  static const bool on = [] {
+    const char* e = std::getenv("SINKLAB_EMU_COUNT_ONLY");
+    return e && std::string(e) == "1";
+  }();
+  return on;
+}
+void count_library_call() { count(&sinklab::ledger::DeviceEvents::library_calls); }
+
 void launch_impl(const char* name, const void* fn, dim3 grid, dim3 block, size_t dyn_smem, KernelBody body) {
   Scheduler& s = sched();
   if (s.in_kernel) throw std::logic_error("emu: a launch from inside a kernel (dynamic parallelism is not emulated)");
@@ -299,6 +331,13 @@ void launch_impl(const char* name, const void* fn, dim3 grid, dim3 block, size_t
   if (it != smem_optin().end() && it->second > kOptinSmem)
     return fail(cudaErrorInvalidValue, "cudaFuncSetAttribute asked for more dynamic shared memory than sm_80 has");
   if (dyn_smem > smem_limit) return fail(cudaErrorInvalidValue, "more dynamic shared memory than the kernel may use");
+  {
+    std::lock_guard<std::mutex> lock(g_count_mutex);
+    ++g_events.launches;
+    g_events.kernels.push_back({name, int64_t(nthreads) * grid.x * grid.y * grid.z});
+  }
+  if (count_only()) return;
+  (void)g_counter_registered;
 
   ensure_fibers(s, unsigned(nthreads));
   s.nthreads = unsigned(nthreads);
@@ -483,13 +522,23 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   p->sharedMemPerBlockOptin = 166912;
   return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() {
+  emu::count(&sinklab::ledger::DeviceEvents::host_syncs);
+  return cudaSuccess;
+}
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
   const size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
-  void* mem = std::aligned_alloc(256, rounded);
-  if (!mem) return cudaErrorMemoryAllocation;
-  std::memset(mem, 0xff, rounded);  // NaN as f32 / bf16: an element no kernel wrote shows
+  emu::count(&sinklab::ledger::DeviceEvents::allocations);
+  void* mem = nullptr;
+  if (emu::count_only()) {  // mapped, never touched: a 1B model's buffers cost no host memory
+    mem = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (mem == MAP_FAILED) return cudaErrorMemoryAllocation;
+  } else {
+    mem = std::aligned_alloc(256, rounded);
+    if (!mem) return cudaErrorMemoryAllocation;
+    std::memset(mem, 0xff, rounded);  // NaN as f32 / bf16: an element no kernel wrote shows
+  }
   {
     std::lock_guard<std::mutex> lock(emu::g_mem_mutex);
     emu::blocks()[reinterpret_cast<uintptr_t>(mem)] = emu::Block{std::max<size_t>(bytes, 1), g_current_device};
@@ -499,13 +548,18 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 }
 cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
+  size_t bytes = 0;
   {
     std::lock_guard<std::mutex> lock(emu::g_mem_mutex);
     auto it = emu::blocks().find(reinterpret_cast<uintptr_t>(p));
     if (it == emu::blocks().end()) return cudaErrorInvalidValue;
+    bytes = it->second.bytes;
     emu::blocks().erase(it);
   }
-  std::free(p);
+  emu::count(&sinklab::ledger::DeviceEvents::allocations);
+  emu::count(&sinklab::ledger::DeviceEvents::host_syncs);  // cudaFree waits for the device
+  if (emu::count_only()) munmap(p, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
+  else std::free(p);
   return cudaSuccess;
 }
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
@@ -532,7 +586,10 @@ cudaError_t cudaRuntimeGetVersion(int* version) {
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+namespace emu {
+namespace {
+// A copy's checks and its data (not moved under count_only).
+cudaError_t copy_bytes(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   switch (kind) {
     case cudaMemcpyHostToDevice:
       emu::require_device_range(dst, bytes, "cudaMemcpy HostToDevice (dst)");
@@ -553,23 +610,33 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
     case cudaMemcpyDefault:
       break;
   }
-  if (bytes) std::memmove(dst, src, bytes);
+  count(&sinklab::ledger::DeviceEvents::copies);
+  if (bytes && !count_only()) std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
+}  // namespace
+}  // namespace emu
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  emu::count(&sinklab::ledger::DeviceEvents::host_syncs);  // the blocking copy waits for the device
+  return emu::copy_bytes(dst, src, bytes, kind);
+}
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
-  return cudaMemcpy(dst, src, bytes, kind);
+  return emu::copy_bytes(dst, src, bytes, kind);
 }
 cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device, size_t bytes, cudaStream_t) {
   emu::require_device_range(dst, bytes, "cudaMemcpyPeerAsync (dst)");
   emu::require_device_range(src, bytes, "cudaMemcpyPeerAsync (src)");
   if (bytes && (emu::device_of_range(dst, bytes) != dst_device || emu::device_of_range(src, bytes) != src_device))
     return cudaErrorInvalidValue;
-  if (bytes) std::memmove(dst, src, bytes);
+  emu::count(&sinklab::ledger::DeviceEvents::copies);
+  if (bytes && !emu::count_only()) std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
 cudaError_t cudaMemset(void* p, int value, size_t bytes) {
   emu::require_device_range(p, bytes, "cudaMemset");
-  if (bytes) std::memset(p, value, bytes);
+  emu::count(&sinklab::ledger::DeviceEvents::copies);
+  if (bytes && !emu::count_only()) std::memset(p, value, bytes);
   return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) { return cudaMemset(p, value, bytes); }
@@ -583,7 +650,10 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   delete s;
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  emu::count(&sinklab::ledger::DeviceEvents::host_syncs);
+  return cudaSuccess;
+}
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned) {
   return e ? cudaSuccess : cudaErrorInvalidResourceHandle;
 }
@@ -593,7 +663,10 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
   return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) { return e ? cudaSuccess : cudaErrorInvalidResourceHandle; }
-cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidResourceHandle; }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  emu::count(&sinklab::ledger::DeviceEvents::host_syncs);
+  return e ? cudaSuccess : cudaErrorInvalidResourceHandle;
+}
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
   delete e;
   return cudaSuccess;

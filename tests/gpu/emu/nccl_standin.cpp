@@ -62,6 +62,8 @@ ncclResult_t check_args(ncclComm* c, const void* send, const void* recv, size_t 
 }
 
 ncclResult_t run_or_queue(std::function<ncclResult_t()> f) {
+  emu::count_library_call();  // the step ledger's count (cuda_emu.hpp)
+  if (emu::count_only()) return ncclSuccess;
   if (g_group_depth > 0) {
     g_queued.push_back(std::move(f));
     return ncclSuccess;

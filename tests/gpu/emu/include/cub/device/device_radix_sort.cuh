@@ -33,6 +33,8 @@ struct DeviceRadixSort {
     emu::require_device_range(d_keys_out, n * sizeof(K), "cub::DeviceRadixSort::SortPairs keys out");
     emu::require_device_range(d_values_in, n * sizeof(V), "cub::DeviceRadixSort::SortPairs values in");
     emu::require_device_range(d_values_out, n * sizeof(V), "cub::DeviceRadixSort::SortPairs values out");
+    emu::count_library_call();  // the step ledger's count (cuda_emu.hpp)
+    if (emu::count_only()) return cudaSuccess;
     const int bits = end_bit - begin_bit;
     const K mask = bits >= int(sizeof(K) * 8) ? K(~K(0)) : K((K(1) << bits) - 1);
     std::vector<size_t> order(n);
