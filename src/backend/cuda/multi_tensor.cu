@@ -117,14 +117,17 @@ __global__ void sum_squares_tags_kernel(const double* partials, const Chunk* chu
   }
 }
 
-// AdamW over every chunk: weight decay by the chunk's tag (c[1] for tag 1, c[0] none), the gradient scaled
-// first (grad_scale != 1), param_lp (optional, f32 or bf16) the updated parameter as stored there.
+// AdamW over every chunk: weight decay by the chunk's tag (tag 1: c's decay factor `decay`, tag 0: none), the
+// gradient scaled first (grad_scale != 1), param_lp (optional, f32 or bf16) the updated parameter as stored
+// there. (A reference to one of two constant structs chosen per chunk would put both in local memory: the
+// decay factor, the only field weight decay changes, is chosen instead.)
 __global__ void adamw_chunks_kernel(float* param, const float* grad, float* m, float* v, void* param_lp,
-                                    bool lp_bf16, const Chunk* chunks, int64_t count, math::AdamWConstants c0,
-                                    math::AdamWConstants c1, float grad_scale) {
-  for (int64_t c = blockIdx.x; c < count; c += gridDim.x) {
-    const Chunk ch = chunks[c];
-    const math::AdamWConstants& k = ch.tag == 1 ? c1 : c0;
+                                    bool lp_bf16, const Chunk* chunks, int64_t count, math::AdamWConstants c,
+                                    double decay, float grad_scale) {
+  for (int64_t chunk = blockIdx.x; chunk < count; chunk += gridDim.x) {
+    const Chunk ch = chunks[chunk];
+    math::AdamWConstants k = c;
+    k.decay = ch.tag == 1 ? decay : c.decay;
     for (int i = int(threadIdx.x); i < ch.size; i += kChunkThreads) {
       const int64_t e = ch.begin + i;
       float p = param[e], mi = m[e], vi = v[e];
@@ -184,9 +187,10 @@ void CudaBackend::adamw_update_ranges(Tensor param, Tensor grad, Tensor m, Tenso
   DeviceGuard guard(index_);
   const MultiTensorTables::Table& table = chunk_table(*this, ranges);
   if (table.count == 0) return;
-  // Step-level constants, once per call on the host, as the CPU forms them (adamw_math.hpp).
+  // Step-level constants, once per call on the host, as the CPU forms them (adamw_math.hpp): with weight
+  // decay only `decay` differs.
   const math::AdamWConstants no_decay = math::adamw_constants(s.lr, s.beta1, s.beta2, s.eps, 0.0, s.step);
-  const math::AdamWConstants decay = math::adamw_constants(s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.step);
+  const double decay = math::adamw_constants(s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.step).decay;
   adamw_chunks_kernel<<<chunk_blocks(table.count), kChunkThreads, 0, stream_>>>(
       param.ptr<float>(), grad.ptr<float>(), m.ptr<float>(), v.ptr<float>(),
       param_lp.defined() ? param_lp.data : nullptr, param_lp.defined() && param_lp.dtype == DType::bf16, table.chunks,

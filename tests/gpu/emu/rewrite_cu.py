@@ -172,7 +172,7 @@ PLANTS = [
          old='if (chunks[c].tag == t) s += partials[c];', new='if (chunks[c].tag <= t) s += partials[c];'),
     dict(name='mt_adamw_decay_tag', file='src/backend/cuda/multi_tensor.cu', test='test_cuda_multi_tensor', filter='*AdamW*',
          what='adamw_update_ranges decays the tag-0 ranges and not the tag-1 ones',
-         old='ch.tag == 1 ? c1 : c0', new='ch.tag == 0 ? c1 : c0'),
+         old='k.decay = ch.tag == 1 ? decay : c.decay;', new='k.decay = ch.tag == 0 ? decay : c.decay;'),
     dict(name='mt_adamw_lp', file='src/backend/cuda/multi_tensor.cu', test='test_cuda_multi_tensor', filter='*AdamW*',
          what='adamw_update_ranges writes the new first moment into param_lp instead of the parameter',
          old='if (param_lp) ew_store(param_lp, lp_bf16, e, p);', new='if (param_lp) ew_store(param_lp, lp_bf16, e, mi);'),
