@@ -6,7 +6,8 @@
 
 Every figure of a job comes from `sinklab-pretrain --config FILE --describe` (analysis.describe: the binary in
 $SINKLAB_BIN_DIR, or build/bin), the code the trainer runs; nothing is re-derived here. The model behind each
-column (f32 throughout, as the trainer runs today; GiB = 2^30 bytes):
+column (weights, gradients and AdamW's state f32; activations in the job's --precision: bf16 by default on a GPU,
+its statistics f32; GiB = 2^30 bytes):
 - GFLOP/tok: the trainer's own count (Transformer::flops_per_token, the PaLM/nanoGPT count its MFU uses):
   6 x every parameter but the token and learned-position embedding tables + 12 L H d_head T, T the sequence
   the model runs on (context, plus the sink token where there is one).

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Issue #14's attention benchmark on a GPU, one run: cuDNN softmax, the flash kernel's sigmoid, the reference
-# kernel (bench_attention_gpu) and PyTorch's SDPA (bench/peers/torch_sdpa_gpu.py, skipped without torch) at
-# B=8, H=16, T=2048, dh=64 and 128 (DH="..." to choose), causal; then the ratios the issue's targets name (on an H100: cuDNN forward
-# >= 450 TFLOP/s, flash sigmoid forward >= 1.1x cuDNN softmax, backward >= 0.9x).
+# Issue #55's attention benchmark on a GPU, one run: every CUDA kernel through the op API with the bf16 step's
+# tensors (bench_attention_gpu: cuDNN softmax, the flash kernel's sigmoid, the GEMM path's sigmoid and its
+# softmax with a p-norm; the reference kernel in f32), PyTorch's SDPA (bench/peers/torch_sdpa_gpu.py) and
+# PyTorch's eager sigmoid attention, the paper's way (bench/peers/torch_sigmoid_eager_gpu.py; both skipped
+# without torch) at B=8, H=16, T=2048, dh=64 and 128 (DH="..." to choose), causal; then the ratios issue #55's
+# targets name: cuDNN via the op >= 0.9x SDPA forward and backward; the flash sigmoid kernel >= 1.0x cuDNN
+# softmax forward and >= 0.8x backward; the GEMM path >= 2x PyTorch's eager sigmoid attention.
 # Usage: bench/run_attention_gpu.sh [build_dir] [reps]   (e.g. after tests/gpu/run.sh: build-gpu)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,23 +20,22 @@ for dh in ${DH:-64 128}; do
 echo "# dh=$dh"
 ours=$("$build/bin/bench_attention_gpu" "$reps" 1 "$dh")
 echo "$ours"
-peer=""
+peers=""
 if [ "$have_torch" = 1 ]; then
-  peer=$("$python" "$root/bench/peers/torch_sdpa_gpu.py" "$reps" "$dh")
-  echo "$peer"
+  peers=$(cd "$root/bench/peers" && "$python" torch_sdpa_gpu.py "$reps" "$dh" && "$python" torch_sigmoid_eager_gpu.py "$reps" "$dh")
+  echo "$peers"
 else
-  echo "# PyTorch with CUDA not found ($python): no SDPA line"
+  echo "# PyTorch with CUDA not found ($python): no SDPA or eager sigmoid line"
 fi
-printf '%s\n%s\n' "$ours" "$peer" | awk '
-  /^attention_gpu/ { k = ""; for (i = 2; i <= NF; ++i) { split($i, kv, "="); if (kv[1] == "kernel") k = kv[2];
-                     if (kv[1] == "fwd_tflops") f[k] = kv[2]; if (kv[1] == "bwd_tflops") b[k] = kv[2] } }
+printf '%s\n%s\n' "$ours" "$peers" | awk '
+  /^attention_gpu/ { k = ""; s = ""; for (i = 2; i <= NF; ++i) { split($i, kv, "="); if (kv[1] == "kernel") k = kv[2];
+                     if (kv[1] == "sim") s = kv[2]; if (kv[1] == "fwd_tflops") f[k "/" s] = kv[2]; if (kv[1] == "bwd_tflops") b[k "/" s] = kv[2] } }
+  function ratio(what, a, c, target_f, target_b) {
+    if (f[a] > 0 && f[c] > 0)
+      printf "ratio %s: forward %.2f (target >= %s), backward %.2f (target >= %s)\n", what, f[a] / f[c], target_f, b[a] / b[c], target_b }
   END {
-    if (f["cudnn"] > 0 && f["flash"] > 0) {
-      printf "ratio flash sigmoid / cudnn softmax: forward %.2f (target >= 1.1), backward %.2f (target >= 0.9)\n",
-             f["flash"] / f["cudnn"], b["flash"] / b["cudnn"] }
-    if (f["cudnn"] > 0) printf "cudnn softmax forward %.1f TFLOP/s (H100 target >= 450)\n", f["cudnn"]
-    if (f["torch_sdpa"] > 0 && f["cudnn"] > 0)
-      printf "ratio cudnn / torch sdpa: forward %.2f, backward %.2f\n", f["cudnn"] / f["torch_sdpa"], b["cudnn"] / b["torch_sdpa"]
-    if (f["reference"] > 0 && f["cudnn"] > 0)
-      printf "ratio reference / cudnn: forward %.4f, backward %.4f\n", f["reference"] / f["cudnn"], b["reference"] / b["cudnn"] }'
+    ratio("cudnn softmax / torch sdpa", "cudnn/softmax", "torch_sdpa/softmax", "0.9", "0.9")
+    ratio("flash sigmoid / cudnn softmax", "flash/sigmoid", "cudnn/softmax", "1.0", "0.8")
+    ratio("gemm sigmoid / torch eager sigmoid", "gemm/sigmoid", "torch_eager_sigmoid/sigmoid", "2", "2")
+    ratio("reference softmax (f32) / cudnn softmax", "reference/softmax", "cudnn/softmax", "-", "-") }'
 done

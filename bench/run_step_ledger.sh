@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The step ledger of a real job's CUDA training step, counted on the CPU (issue #53; docs/DESIGN.md, "The
-# step ledger"): sinklab-pretrain built over the CUDA emulation (tests/gpu/emu, target emu_sinklab_pretrain)
+# The step ledger of a real job's CUDA training step, counted on the CPU
+# (issue #53; docs/DESIGN.md, "The step ledger"): sinklab-pretrain built over the CUDA emulation (tests/gpu/emu, target emu_sinklab_pretrain)
 # runs the job's model at its real shape and micro-batch for 2 optimizer steps of 2 micro-steps each under
 # SINKLAB_EMU_COUNT_ONLY=1 (every launch, library call, copy and host synchronisation counted, none run:
 # seconds, and no memory touched) with SINKLAB_LEDGER on; bench/step_model.py then models the second step

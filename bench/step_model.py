@@ -1,5 +1,6 @@
-"""A roofline model of one training step from its ledger (src/backend/ledger.hpp; docs/DESIGN.md, "The step
-ledger"), for a named GPU (bench/gpu_peaks.json), and the step's counts that issue #53 sets limits on.
+"""A roofline model of one training step from its ledger
+(src/backend/ledger.hpp; docs/DESIGN.md, "The step ledger"), for a named GPU (bench/gpu_peaks.json), and the
+step's counts that issue #53 sets limits on.
 
     python bench/step_model.py LEDGER.jsonl [--gpu h200] [--step step1] [--ptxas RESOURCES.json] [--json OUT]
         [--check 60m|1b]
@@ -13,7 +14,9 @@ whose parameter structs sit in local memory copies them there per thread: the 20
 bf16 copy, 1.018 ms for 16.8 M elements at 224 bytes a thread, is 0.90 ms of local traffic at 4167 GB/s).
 The step is cut at its host synchronisations: each stretch between two takes max(device, host) (the host
 queues ahead of the device until it must wait), and each synchronisation adds its stated cost. A model,
-not a measurement: the standing GPU issue compares it op by op with a profile.
+not a measurement: the standing GPU issue compares it op by op with a profile. A ledger written on a real GPU
+under SINKLAB_PROFILE=1 carries each op's measured time: the table then shows it beside the model (a
+synchronised op's time includes the launch and the synchronisation the model counts apart).
 
 Counts (over the step named by --step, default the last "step<N>" scope of the ledger):
   activation conversions  copy ops between dtypes outside the "weights" scope, and conversion kernels
@@ -68,6 +71,10 @@ def device(row):
 
 
 def stream_ops(row):
+    """Launches + library calls + copies of an entry; one per op call when no device counter wrote them (a
+    ledger written on a real GPU)."""
+    if row.get("device") is None:
+        return 0 if row["op"] == "(host)" else 1
     d = device(row)
     return d.get("launches", 0) + d.get("library_calls", 0) + d.get("copies", 0)
 
@@ -144,7 +151,10 @@ def analyse(rows, peaks, frames=None, step=None):
         dev, host, bound = model_entry(r, peaks, frames)
         d = device(r)
         e = by_op.setdefault(r["op"], {"calls": 0, "bytes": 0.0, "local_bytes": 0.0, "flops": 0.0, "stream_ops": 0,
-                                       "host_syncs": 0, "device_s": 0.0, "bound": collections.Counter()})
+                                       "host_syncs": 0, "device_s": 0.0, "measured_s": None,
+                                       "bound": collections.Counter()})
+        if "seconds" in r:  # SINKLAB_PROFILE on a real device: the op's own synchronised wall time
+            e["measured_s"] = (e["measured_s"] or 0.0) + r["seconds"]
         e["calls"] += 1
         e["bytes"] += r.get("bytes", 0)
         e["local_bytes"] += local_bytes(r, frames)
@@ -174,8 +184,10 @@ def analyse(rows, peaks, frames=None, step=None):
     step_s = sum(segments) + syncs * peaks["host_sync_us"] * 1e-6
     tokens = tokens_of(entries)
     mfu = palm_flops(entries) / step_s / (peaks["dense_bf16_peak_tflops"] * 1e12) if step_s > 0 else 0.0
+    measured = [e["measured_s"] for e in by_op.values() if e["measured_s"] is not None]
     return {
         "step": step, "gpu": peaks["name"], "tokens": tokens, "step_ms": step_s * 1e3,
+        "measured_ops_ms": sum(measured) * 1e3 if measured else None,
         "device_ms": sum(e["device_s"] for e in by_op.values()) * 1e3,
         "tokens_per_s": tokens / step_s if step_s else 0.0, "mfu": mfu,
         "host_syncs": syncs, "activation_conversions": counts["activation_conversions"],
@@ -209,12 +221,21 @@ def report(result):
              f"{r['stream_ops']} ({r['stream_ops_per_micro']} in the largest of {r['micro_steps']} micro-steps)",
              f"  {'op':22s} {'calls':>6s} {'GB':>8s} {'local GB':>9s} {'TFLOP':>8s} {'stream':>7s} {'syncs':>6s} "
              f"{'model ms':>9s} {'share':>6s}  bound"]
+    measured = r["measured_ops_ms"] is not None
+    if measured:
+        lines[0] += (f"; measured: the ops' own times sum to {r['measured_ops_ms']:.1f} ms (each op synchronised, "
+                     f"SINKLAB_PROFILE), {r['measured_ops_ms'] / r['device_ms']:.2f}x the modelled device time")
+        lines[2] += f" {'meas ms':>9s} {'meas/model':>10s}"
     total = sum(e["device_s"] for e in r["ops"].values()) or 1.0
     for op, e in sorted(r["ops"].items(), key=lambda kv: -kv[1]["device_s"]):
         bound = ",".join(f"{k} {v}" for k, v in sorted(e["bound"].items(), key=lambda kv: -kv[1]))
-        lines.append(f"  {op:22s} {e['calls']:6d} {e['bytes'] / 1e9:8.3f} {e['local_bytes'] / 1e9:9.3f} "
-                     f"{e['flops'] / 1e12:8.3f} {e['stream_ops']:7d} {e['host_syncs']:6d} {e['device_s'] * 1e3:9.3f} "
-                     f"{100 * e['device_s'] / total:5.1f}%  {bound}")
+        line = (f"  {op:22s} {e['calls']:6d} {e['bytes'] / 1e9:8.3f} {e['local_bytes'] / 1e9:9.3f} "
+                f"{e['flops'] / 1e12:8.3f} {e['stream_ops']:7d} {e['host_syncs']:6d} {e['device_s'] * 1e3:9.3f} "
+                f"{100 * e['device_s'] / total:5.1f}%  {bound}")
+        if measured and e["measured_s"] is not None:
+            ratio = e["measured_s"] / e["device_s"] if e["device_s"] > 0 else float("inf")
+            line = line[:line.rindex("%") + 1] + f" {e['measured_s'] * 1e3:9.3f} {ratio:10.2f}" + line[line.rindex("%") + 1:]
+        lines.append(line)
     return "\n".join(lines)
 
 

@@ -36,6 +36,7 @@ State& state() {
   return s;
 }
 std::atomic<bool> g_active{false};
+thread_local double t_seconds = -1;  // note_seconds' value for the entry being written
 std::once_flag g_open;
 
 std::string scope_path(const State& s) {
@@ -116,6 +117,8 @@ double visible_keys(const ops::AttentionSpec& spec, int64_t queries, int64_t key
 }
 
 }  // namespace
+
+void note_seconds(double seconds) { t_seconds = seconds; }
 
 void set_device_counter(DeviceCounter counter) {
   State& s = state();
@@ -220,6 +223,11 @@ OpCall::~OpCall() {
   std::snprintf(numbers, sizeof numbers, ",\"bytes\":%.0f,\"flops\":%.0f,\"converts\":%s", op_bytes(f),
                 op_flops(op_, f), converts ? "true" : "false");
   line += numbers;
+  if (t_seconds >= 0) {
+    std::snprintf(numbers, sizeof numbers, ",\"seconds\":%.9f", t_seconds);
+    line += numbers;
+    t_seconds = -1;
+  }
   if (s.counter) {
     const DeviceEvents e = s.counter();
     append_events(line, &e);

@@ -4,7 +4,8 @@
 // the bytes the call reads and writes, its matrix-product and attention FLOPs, whether it converts a
 // dtype, and what the device did meanwhile (kernel launches with their thread counts, library calls,
 // copies, host synchronisations, allocations), when a device counter is registered: the CUDA emulation
-// (tests/gpu/emu) registers one; a real device build has none and writes "device": null. What happened
+// (tests/gpu/emu) registers one; a real device build has none and writes "device": null. Under
+// SINKLAB_PROFILE=1 each entry also has the op's measured wall time ("seconds"). What happened
 // between two ops (the trainer's own copies, an allocation) is written as an entry of op "(host)".
 // bench/step_model.py turns a ledger into a roofline model of the step for a named GPU.
 //
@@ -77,6 +78,10 @@ class OpCall {
   const CallFacts* facts_ = nullptr;
   bool top_ = false;
 };
+
+// The wall time of the op call being recorded (SINKLAB_PROFILE=1 times every op, each synchronised): its
+// entry gets "seconds", what bench/step_model.py --compare sets beside the model on a real GPU.
+void note_seconds(double seconds);
 
 // Matrix-product and attention FLOPs of one call (2 per multiply-add; attention: QK^T and PV, and their
 // backward's four products, each over the keys the mask lets a query see), 0 for other ops.

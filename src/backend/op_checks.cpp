@@ -89,6 +89,8 @@ static void check_4d(const Tensor& t, const char* op, const char* arg) {
   SL_CHECK(t.ndim == 4, "%s: %s must be [B,L,heads,dh], got %s", op, arg, t.shape_str().c_str());
 }
 
+DType attention_stats_dtype(DType qkv) { return qkv == DType::bf16 ? DType::f32 : qkv; }
+
 AttentionDims check_attention_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const ops::AttentionSpec& spec) {
   check_4d(q, op, "q");
@@ -122,26 +124,26 @@ AttentionDims check_attention_qkv(const char* op, const Tensor& q, const Tensor&
   }
   if (spec.sink_logit.defined()) {
     check_shape(spec.sink_logit, {d.H}, op, "sink_logit");
-    SL_CHECK(spec.sink_logit.dtype == q.dtype, "%s: sink_logit is %s but q is %s", op,
+    SL_CHECK(spec.sink_logit.dtype == attention_stats_dtype(q.dtype), "%s: sink_logit is %s but q is %s", op,
              dtype_name(spec.sink_logit.dtype), dtype_name(q.dtype));
   }
   if (spec.d_sink_logit.defined()) {
     SL_CHECK(spec.sink_logit.defined(), "%s: d_sink_logit given without sink_logit", op);
     check_shape(spec.d_sink_logit, {d.H}, op, "d_sink_logit");
-    SL_CHECK(spec.d_sink_logit.dtype == q.dtype, "%s: d_sink_logit is %s but q is %s", op,
+    SL_CHECK(spec.d_sink_logit.dtype == attention_stats_dtype(q.dtype), "%s: d_sink_logit is %s but q is %s", op,
              dtype_name(spec.d_sink_logit.dtype), dtype_name(q.dtype));
   }
   if (spec.pos_bias == ops::AttnPosBias::relative) {
     SL_CHECK(spec.relative_bias.ndim == 2 && spec.relative_bias.shape[0] == d.H,
              "%s: relative_bias must be [H=%lld, num_buckets], got %s", op, (long long)d.H,
              spec.relative_bias.shape_str().c_str());
-    SL_CHECK(spec.relative_bias.dtype == q.dtype, "%s: relative_bias is %s but q is %s", op,
+    SL_CHECK(spec.relative_bias.dtype == attention_stats_dtype(q.dtype), "%s: relative_bias is %s but q is %s", op,
              dtype_name(spec.relative_bias.dtype), dtype_name(q.dtype));
   }
   if (spec.d_relative_bias.defined()) {
     SL_CHECK(spec.relative_bias.defined(), "%s: d_relative_bias given without relative_bias", op);
     check_shape(spec.d_relative_bias, {d.H, spec.relative_bias.shape[1]}, op, "d_relative_bias");
-    SL_CHECK(spec.d_relative_bias.dtype == q.dtype, "%s: d_relative_bias is %s but q is %s", op,
+    SL_CHECK(spec.d_relative_bias.dtype == attention_stats_dtype(q.dtype), "%s: d_relative_bias is %s but q is %s", op,
              dtype_name(spec.d_relative_bias.dtype), dtype_name(q.dtype));
   }
   SL_CHECK(spec.scale >= 0.0 && std::isfinite(spec.scale), "%s: scale must be finite and >= 0 (0 = 1/sqrt(dh))",
@@ -186,7 +188,8 @@ AttentionDims check_attention_backward_args(const char* op, const Tensor& d_q, c
 
 void check_attention_stats(const Tensor& stats, const AttentionDims& d, const Tensor& q, const char* op) {
   check_shape(stats, {d.B, d.H, d.T}, op, "stats");
-  SL_CHECK(stats.dtype == q.dtype, "%s: stats is %s but q is %s", op, dtype_name(stats.dtype), dtype_name(q.dtype));
+  SL_CHECK(stats.dtype == attention_stats_dtype(q.dtype), "%s: stats is %s but q is %s (stats: %s)", op,
+           dtype_name(stats.dtype), dtype_name(q.dtype), dtype_name(attention_stats_dtype(q.dtype)));
 }
 
 void check_attention_probs(const Tensor& probs, const AttentionDims& d, const Tensor& q, const char* op) {

@@ -136,6 +136,9 @@ inline MatrixView as_matrix(const Tensor& t, const char* op, const char* arg) {
 // q [B,T,H,dh], k/v [B,S,Hkv,dh] (v optional: attention_probs), H a multiple of Hkv, the same dtype,
 // S = lead_keys + T, a valid variant (attn_config_error), sink/relative-bias tensors of the right
 // shape and dtype, scale finite and >= 0. Returns the dimensions.
+// With bf16 q, k, v the row statistics and the spec's learned tensors (sink logit, relative bias and their
+// gradients) stay f32: attention_stats_dtype.
+DType attention_stats_dtype(DType qkv);
 struct AttentionDims {
   int64_t B = 0, T = 0, S = 0, H = 0, Hkv = 0, dh = 0;
 };
@@ -143,7 +146,7 @@ AttentionDims check_attention_qkv(const char* op, const Tensor& q, const Tensor&
                                   const ops::AttentionSpec& spec);
 // t (when defined) is 4-D with ref's shape and dtype.
 void check_attention_like(const Tensor& t, const Tensor& ref, const char* op, const char* arg, const char* ref_name);
-// stats [B,H,T] and probs [B,H,T,S] (contiguous last dim) in q's dtype.
+// stats [B,H,T] in attention_stats_dtype(q's), probs [B,H,T,S] (contiguous last dim) in q's dtype.
 void check_attention_stats(const Tensor& stats, const AttentionDims& d, const Tensor& q, const char* op);
 void check_attention_probs(const Tensor& probs, const AttentionDims& d, const Tensor& q, const char* op);
 // Every operand of attention_forward (out required; stats and probs when given) and of attention_backward

@@ -60,7 +60,9 @@ class OpTimer {
   ~OpTimer() {
     if (!OpProfile::get().enabled()) return;
     backend_.synchronize();
-    OpProfile::get().add(op_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    OpProfile::get().add(op_, seconds);
+    ledger::note_seconds(seconds);  // the ledger's entry of this call, when one is open, carries it
   }
 
  private:

@@ -222,9 +222,10 @@ enum class AttnPosBias : uint8_t {
 // Which implementation runs the operation (attention_dispatch.hpp decides; --attn-kernel requests):
 // auto picks the fastest that can express the spec; a named one is used or refused with the reason.
 enum class AttnKernel : uint8_t {
-  auto_select,  // cuDNN when the spec fits, else the flash kernel, else the reference kernel
+  auto_select,  // cuDNN when the spec fits, else the flash kernel, else the GEMM path, else the reference kernel
   cudnn,        // cuDNN fused SDPA (CUDA): the softmax family
   flash,        // sinklab's flash-style kernel (CUDA): sigmoid / elu+1 / identity
+  gemm,         // scores through batched cuBLASLt GEMMs and a fused row kernel (CUDA, bf16): every spec
   reference,    // the reference kernels (CPU backend, cuda/attention.cu): every spec
 };
 

@@ -32,42 +32,18 @@ Tensor strided(Tensor base, std::initializer_list<int64_t> shape, std::initializ
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------
-// --precision (transformer.hpp, Precision). bf16 rounds where a bf16 GEMM would: the operands and the
-// output of each matrix product. d_weight is added in f32, as the f32 master gradients accumulate over
-// micro-batches (Megatron's "gradient accumulation in fp32"; autocast would round each micro-batch's).
+// --precision (transformer.hpp, Precision). Under bf16 the activations are bf16 tensors, so a product
+// reads and writes them as they are and multiplies the weight's bf16 copy; d_weight is added in f32, as
+// the f32 master gradients accumulate over micro-batches (Megatron's "gradient accumulation in fp32";
+// autocast would round each micro-batch's).
 void Transformer::project(Tensor out, Tensor in, Tensor weight) {
-  if (precision_ == Precision::fp32) return ops::linear_forward(out, in, weight, Tensor{});
-  Tensor out_lp = low_precision_scratch(kLpOut, out);
-  ops::linear_forward(out_lp, low_precision_copy(kLpIn, in), low_precision_weight(weight), Tensor{});
-  ops::copy(out, out_lp);
+  ops::linear_forward(out, in, precision_ == Precision::fp32 ? weight : low_precision_weight(weight), Tensor{});
 }
 
 void Transformer::project_backward(Tensor d_in, Tensor d_weight, Tensor d_out, Tensor in, Tensor weight) {
-  if (precision_ == Precision::fp32) return ops::linear_backward(d_in, d_weight, Tensor{}, d_out, in, weight);
-  // Rounding again what the forward rounded gives the same bf16 values it multiplied.
-  Tensor d_in_lp = d_in.defined() ? low_precision_scratch(kLpDin, d_in) : Tensor{};
-  ops::linear_backward(d_in_lp, d_weight, Tensor{}, low_precision_copy(kLpOut, d_out),
-                       d_weight.defined() ? low_precision_copy(kLpIn, in) : Tensor{},
-                       d_in.defined() ? low_precision_weight(weight) : Tensor{});
-  if (d_in.defined()) ops::copy(d_in, d_in_lp);
-}
-
-void Transformer::round_to_precision(Tensor x) {
-  if (precision_ == Precision::fp32 || !x.defined()) return;
-  ops::copy(x, low_precision_copy(kLpOut, x));
-}
-
-Tensor Transformer::low_precision_scratch(int slot, const Tensor& like) {
-  Buffer& buffer = low_precision_buffers_[slot];
-  const size_t bytes = size_t(like.numel()) * dtype_size(DType::bf16);
-  buffer.ensure(bytes, device_);
-  return Tensor::contiguous_view(buffer.data(), DType::bf16, like.shape.data(), like.ndim, device_);
-}
-
-Tensor Transformer::low_precision_copy(int slot, const Tensor& x) {
-  Tensor lp = low_precision_scratch(slot, x);
-  ops::copy(lp, x);  // rounds to nearest even
-  return lp;
+  const bool lp = precision_ == Precision::bf16;
+  ops::linear_backward(d_in, d_weight, Tensor{}, d_out, d_weight.defined() ? in : Tensor{},
+                       d_in.defined() ? (lp ? low_precision_weight(weight) : weight) : Tensor{});
 }
 
 Tensor Transformer::low_precision_weight(const Tensor& weight) {
@@ -118,7 +94,7 @@ void Transformer::embed_backward(Tensor inputs) {
 
 ops::AttnKernelChoice Transformer::attention_kernel() const {
   return ops::choose_attention_kernel(layer_spec(0, false),
-                                      ops::attn_call(device_, DType::f32, cfg_.head_dim(), /*probs=*/false));
+                                      ops::attn_call(device_, act_dtype(), cfg_.head_dim(), /*probs=*/false));
 }
 
 ops::AttentionSpec Transformer::layer_spec(int l, bool backward) const {
@@ -152,7 +128,6 @@ Tensor Transformer::attention_forward(int l, const ops::AttentionSpec& spec, Lay
   if (cfg_.pos_emb == PosEmb::rope) {
     ops::rope_forward(q, q, Tensor{}, rope_);
     ops::rope_forward(k, k, Tensor{}, rope_);
-    round_to_precision(a.qkv);  // the attention op reads bf16 q, k (v is the projection's rounded output)
   }
   // Kernel feature map on every q and k head row (Table 15): elu+1, or a 2-layer ReLU MLP [dh -> dh -> dh].
   if (cfg_.qk_kernel != QkKernel::identity) {
@@ -166,7 +141,6 @@ Tensor Transformer::attention_forward(int l, const ops::AttentionSpec& spec, Lay
       ops::activation_forward(act, hidden, ops::Activation::relu);
       project(rows_out, act, at(li.kernel_mlp2, false));
     }
-    round_to_precision(a.feat);
     q = head_view(a.feat, B, T, 0, H, dh);
     k = head_view(a.feat, B, T, H * dh, Hkv, dh);
   }
@@ -189,8 +163,6 @@ Tensor Transformer::attention_forward(int l, const ops::AttentionSpec& spec, Lay
       if (cfg_.fixed_value == FixedValue::e1) ops::fill(v_star.slice(3, 0, 1), m);
       if (cfg_.fixed_value == FixedValue::ones) ops::fill(v_star, m / std::sqrt(double(dh)));
     }
-    round_to_precision(a.k_ext);  // k*, v* (parameters) enter the attention op in bf16 too
-    round_to_precision(a.v_ext);
     k = a.k_ext;
     v = a.v_ext;
     (void)S;
@@ -206,7 +178,7 @@ Tensor Transformer::attention_forward(int l, const ops::AttentionSpec& spec, Lay
 }
 
 Tensor Transformer::attention_mix_forward(int l, const ops::AttentionSpec& spec, LayerObserver* observer,
-                                          Tensor* probs) {
+                                          Tensor* probs, bool norm1_done) {
   LayerActs& a = layers_[size_t(l)];
   const LayerIndex& li = layer_index_[size_t(l)];
   const int64_t d = cfg_.d_model, H = cfg_.n_heads, dh = cfg_.head_dim(), Hkv = cfg_.kv_heads();
@@ -214,7 +186,7 @@ Tensor Transformer::attention_mix_forward(int l, const ops::AttentionSpec& spec,
   // Pre-norm: the block reads Norm(x_in); post-norm: x_in itself (the norm comes after the residual add).
   Tensor attn_in = a.x_in;
   if (cfg_.norm_placement == NormPlacement::pre) {
-    norm_forward(a.xn1, a.mean1, a.rstd1, a.x_in, li.norm1, li.norm1_bias);
+    if (!norm1_done) norm_forward(a.xn1, a.mean1, a.rstd1, a.x_in, li.norm1, li.norm1_bias);
     attn_in = a.xn1;
   }
   project(a.qkv, attn_in, weight(li.qkv, qkv_dim, d, false));
@@ -239,7 +211,8 @@ Tensor Transformer::attention_mix_forward(int l, const ops::AttentionSpec& spec,
   return o_in;
 }
 
-void Transformer::layer_forward(int l, Tensor x_out, LayerObserver* observer) {
+void Transformer::layer_forward(int l, Tensor x_out, LayerObserver* observer, const NextNorm* next_norm,
+                                bool norm1_done) {
   LayerActs& a = layers_[size_t(l)];
   const LayerIndex& li = layer_index_[size_t(l)];
   const int64_t B = batch_, T = seq_, d = cfg_.d_model, F = cfg_.ffn_hidden;
@@ -249,18 +222,20 @@ void Transformer::layer_forward(int l, Tensor x_out, LayerObserver* observer) {
   const ops::AttentionSpec spec = layer_spec(l, false);
   // Attention block. Pre-norm: x_mid = x_in + Attn(Norm(x_in)); post-norm: x_mid = Norm(x_in + Attn(x_in)).
   Tensor probs;
-  const Tensor o_in = attention_mix_forward(l, spec, observer, &probs);
+  const Tensor o_in = attention_mix_forward(l, spec, observer, &probs, norm1_done);
   project(tmp_, o_in, at(li.o, false));
   if (post) {
     ops::add(a.pre_norm1, a.x_in, tmp_);
     norm_forward(a.x_mid, a.mean1, a.rstd1, a.pre_norm1, li.norm1, li.norm1_bias);
+  } else if (fusions_.residual_norm) {
+    ops::add_rmsnorm_forward(a.x_mid, a.xn2, a.rstd2, a.x_in, tmp_, at(li.norm2, false), cfg_.norm_eps);
   } else {
     ops::add(a.x_mid, a.x_in, tmp_);
   }
   // FFN block: gated (act(x W_gate) * x W_up) W_down or act(x W_up) W_down.
   Tensor ffn_x = a.x_mid;
   if (!post) {
-    norm_forward(a.xn2, a.mean2, a.rstd2, a.x_mid, li.norm2, li.norm2_bias);
+    if (!fusions_.residual_norm) norm_forward(a.xn2, a.mean2, a.rstd2, a.x_mid, li.norm2, li.norm2_bias);
     ffn_x = a.xn2;
   }
   const int64_t ffn_width = a.ffn_in.shape[1];
@@ -271,6 +246,9 @@ void Transformer::layer_forward(int l, Tensor x_out, LayerObserver* observer) {
   if (post) {
     ops::add(a.pre_norm2, a.x_mid, tmp_);
     norm_forward(x_out, a.mean2, a.rstd2, a.pre_norm2, li.norm2, li.norm2_bias);
+  } else if (next_norm) {
+    ops::add_rmsnorm_forward(x_out, next_norm->out, next_norm->rstd, a.x_mid, tmp_, at(next_norm->weight_index, false),
+                             cfg_.norm_eps);
   } else {
     ops::add(x_out, a.x_mid, tmp_);
   }
@@ -292,16 +270,20 @@ void Transformer::forward_layers(Tensor inputs, LayerObserver* observer) {
            inputs.shape_str().c_str());
   ensure_activations(inputs.shape[0], inputs.shape[1]);
   ledger::Scope scope("forward");
-  if (precision_ == Precision::bf16) {
-    ledger::Scope weights("weights");
-    ops::copy(flat_params_lp_, flat_params_);  // this pass's bf16 weights
-  }
+  refresh_weights_lp();
   embed(inputs);
+  const bool fused = fusions_.residual_norm;  // each layer's last add also forms the next norm
   for (int l = 0; l < cfg_.n_layers; ++l) {
     ledger::Scope layer("layer", l);
-    layer_forward(l, l + 1 < cfg_.n_layers ? layers_[size_t(l) + 1].x_in : x_final_in_, observer);
+    const bool last = l + 1 == cfg_.n_layers;
+    NextNorm next;
+    if (fused && !last)
+      next = {layers_[size_t(l) + 1].xn1, layers_[size_t(l) + 1].rstd1, layer_index_[size_t(l) + 1].norm1};
+    if (fused && last) next = {xf_, rstdf_, final_norm_index_};
+    layer_forward(l, last ? x_final_in_ : layers_[size_t(l) + 1].x_in, observer, fused ? &next : nullptr,
+                  fused && l > 0);
   }
-  if (cfg_.norm_placement == NormPlacement::pre)
+  if (cfg_.norm_placement == NormPlacement::pre && !fused)
     norm_forward(xf_, meanf_, rstdf_, x_final_in_, final_norm_index_, final_norm_bias_index_);
 }
 
@@ -318,6 +300,23 @@ void Transformer::norm_backward(Tensor d_in, Tensor d_out, Tensor in, Tensor mea
   else
     ops::layernorm_backward(d_in, at(weight_index, true), at(bias_index, true), d_out, in, at(weight_index, false),
                             mean, rstd);
+}
+
+void Transformer::add_norm_backward(Tensor d_norm_out, Tensor in, Tensor mean, Tensor rstd, int64_t weight_index,
+                                    int64_t bias_index) {
+  if (fusions_.residual_norm) {
+    ops::rmsnorm_backward(d_res_, at(weight_index, true), d_norm_out, in, at(weight_index, false), rstd, true);
+    return;
+  }
+  norm_backward(d_tmp_, d_norm_out, in, mean, rstd, weight_index, bias_index);
+  ops::accumulate(d_res_, d_tmp_);
+}
+
+StepFusions choose_step_fusions(const ModelConfig& cfg, bool requested) {
+  if (!requested) return {false, "--fused-ops off: the op-by-op reference path"};
+  if (cfg.norm_placement != NormPlacement::pre) return {false, "post-norm: the residual add is not followed by a norm"};
+  if (cfg.norm_type != NormType::rms) return {false, "LayerNorm: add_rmsnorm_forward fuses RMSNorm only"};
+  return {true, "pre-norm RMSNorm: residual add + RMSNorm in one op, forward and backward"};
 }
 
 // The targets of the sequence the model runs on: none at the sink token x*, none inside a prefix-LM
@@ -341,8 +340,10 @@ Tensor Transformer::model_targets(Tensor targets) {
 }
 
 // The untied head and the loss, in row chunks: logits -> per-token cross-entropy -> (backward) the
-// logits' gradient in place -> d_xf and d_lm_head, before the next chunk reuses the logits buffer.
-double Transformer::head_loss(Tensor targets, double grad_scale, bool backward, int64_t* counted) {
+// logits' gradient in place -> d_xf and d_lm_head, before the next chunk reuses the logits buffer. The
+// per-token losses (0 where a target is not counted) are summed on the device into loss_sum, in row order,
+// in double.
+void Transformer::head_loss(Tensor targets, double grad_scale, bool backward, Tensor loss_sum) {
   ledger::Scope scope("head");
   const int64_t N = batch_ * seq_;
   Tensor tgt = model_targets(targets).reshape({N});
@@ -357,21 +358,23 @@ double Transformer::head_loss(Tensor targets, double grad_scale, bool backward, 
                        grad_scale);
     if (backward) project_backward(d_xf_.slice(0, r0, n), dw_head, logits, xf, w_head);
   }
-  // Sum the per-token losses on the host (losses of ignored targets are 0).
-  Buffer host_losses = Buffer::for_tensor(DType::f32, {N});
-  Buffer host_targets = Buffer::for_tensor(DType::i32, {N});
-  Tensor hl = host_losses.view(DType::f32, {N}), ht = host_targets.view(DType::i32, {N});
-  ops::copy(hl, losses_);
-  ops::copy(ht, tgt);
-  double sum = 0.0;
-  int64_t n_counted = 0;
-  for (int64_t i = 0; i < N; ++i) {
-    if (ht.ptr<int32_t>()[i] < 0) continue;
-    sum += hl.ptr<float>()[i];
-    ++n_counted;
-  }
-  if (counted) *counted = n_counted;
-  return sum;
+  ops::reduce_into(loss_sum, losses_, ops::Reduction::sum, /*accumulate=*/true);
+}
+
+int64_t Transformer::count_targets(Tensor host_targets) const {
+  SL_CHECK(host_targets.device.is_cpu() && host_targets.dtype == DType::i32 && host_targets.ndim == 2 &&
+               host_targets.is_contiguous(),
+           "count_targets: host i32 [B,T] targets expected, got %s", host_targets.shape_str().c_str());
+  const int64_t B = host_targets.shape[0], T = host_targets.shape[1], unpredicted = cfg_.prefix_length - 1;
+  int64_t counted = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = std::max<int64_t>(unpredicted, 0); t < T; ++t) counted += host_targets.ptr<int32_t>()[b * T + t] >= 0;
+  return counted;
+}
+
+Tensor Transformer::loss_scratch() {
+  if (!loss_scratch_buffer_.data()) loss_scratch_buffer_ = Buffer::for_tensor(DType::f64, {1}, device_);
+  return loss_scratch_buffer_.view(DType::f64, {1});
 }
 
 // Backward of attention_forward: from d_att (dL/d of the heads' outputs, after the v bias: the bias is
@@ -397,7 +400,6 @@ void Transformer::attention_backward(int l, Tensor d_att_rows) {
   Tensor dq = head_view(kernel ? d_feat_ : d_qkv_, B, T, 0, H, dh);
   Tensor dk_seq = head_view(kernel ? d_feat_ : d_qkv_, B, T, H * dh, Hkv, dh);
   Tensor dv_seq = head_view(d_qkv_, B, T, (H + Hkv) * dh, Hkv, dh);
-  round_to_precision(d_att_rows);  // a bf16 attention kernel's d_out (after the v bias took its f32 sums)
   ops::attention_backward(dq, lead ? d_k_ext_ : dk_seq, lead ? d_v_ext_ : dv_seq, head_view(d_att_rows, B, T, 0, H, dh),
                           q, k, v, head_view(a.att, B, T, 0, H, dh), a.stats, spec);
   if (spec.d_sink_logit.defined()) ops::accumulate(at(li.sinks, true), d_sinks_);
@@ -476,12 +478,8 @@ void Transformer::backward_layers(Tensor inputs, GradReadyObserver* grads_ready)
     const int64_t ffn_width = a.ffn_in.shape[1];
     project_backward(d_xn_, weight(li.ffn_in, ffn_width, d, true), d_ffn_in_, ffn_x,
                      weight(li.ffn_in, ffn_width, d, false));
-    if (post) {
-      ops::accumulate(d_res_, d_xn_);
-    } else {
-      norm_backward(d_tmp_, d_xn_, a.x_mid, a.mean2, a.rstd2, li.norm2, li.norm2_bias);
-      ops::accumulate(d_res_, d_tmp_);
-    }
+    if (post) ops::accumulate(d_res_, d_xn_);
+    else add_norm_backward(d_xn_, a.x_mid, a.mean2, a.rstd2, li.norm2, li.norm2_bias);
     // Attention block; afterwards d_res holds dL/dx_in.
     if (recompute_ == Recompute::attention) {  // rebuild the mixing's activations from the kept x_in
       Tensor no_probs;
@@ -512,12 +510,8 @@ void Transformer::backward_layers(Tensor inputs, GradReadyObserver* grads_ready)
     attention_backward(l, d_att_);
     project_backward(d_xn_, weight(li.qkv, qkv_dim, d, true), d_qkv_, attn_in, weight(li.qkv, qkv_dim, d, false));
     ops::accumulate(d_attn_in_, d_xn_);
-    if (post) {
-      ops::accumulate(d_res_, d_attn_in_);
-    } else {
-      norm_backward(d_tmp_, d_attn_in_, a.x_in, a.mean1, a.rstd1, li.norm1, li.norm1_bias);
-      ops::accumulate(d_res_, d_tmp_);
-    }
+    if (post) ops::accumulate(d_res_, d_attn_in_);
+    else add_norm_backward(d_attn_in_, a.x_in, a.mean1, a.rstd1, li.norm1, li.norm1_bias);
     span_done();  // layer l
   }
   ledger::Scope embed_scope("embed");
@@ -526,21 +520,55 @@ void Transformer::backward_layers(Tensor inputs, GradReadyObserver* grads_ready)
   (void)N;
 }
 
+void Transformer::accumulate_forward_backward(Tensor inputs, Tensor targets, double grad_scale, Tensor loss_sum,
+                                              LayerObserver* observer, GradReadyObserver* grads_ready) {
+  forward_layers(inputs, observer);
+  head_loss(targets, grad_scale, true, loss_sum);
+  backward_layers(inputs, grads_ready);
+}
+
+namespace {
+// A tensor's values as host memory (a copy when it lives on a device).
+Tensor on_host(Tensor t, Buffer& keep) {
+  if (t.device.is_cpu()) return t;
+  keep = Buffer::for_tensor(t.dtype, {t.numel()});
+  Tensor host = Tensor::contiguous_view(keep.data(), t.dtype, t.shape.data(), t.ndim, Device::cpu());
+  ops::copy(host, t);
+  return host;
+}
+
+double read_scalar(Tensor device_scalar) {
+  double value = 0.0;
+  ops::copy(Tensor(&value, DType::f64, {1}), device_scalar);
+  return value;
+}
+}  // namespace
+
 double Transformer::forward_backward(Tensor inputs, Tensor targets, double grad_scale, int64_t* counted,
                                      LayerObserver* observer, GradReadyObserver* grads_ready) {
-  forward_layers(inputs, observer);
-  double loss_sum = head_loss(targets, grad_scale, true, counted);
-  backward_layers(inputs, grads_ready);
-  return loss_sum;
+  Tensor sum = loss_scratch();
+  ops::fill(sum, 0.0);
+  accumulate_forward_backward(inputs, targets, grad_scale, sum, observer, grads_ready);
+  if (counted) {
+    Buffer keep;
+    *counted = count_targets(on_host(targets, keep));
+  }
+  return read_scalar(sum);
 }
 
 double Transformer::forward_loss(Tensor inputs, Tensor targets, int64_t* counted, Tensor token_losses) {
   forward_layers(inputs, nullptr);
-  const double sum = head_loss(targets, 0.0, false, counted);
+  Tensor sum = loss_scratch();
+  ops::fill(sum, 0.0);
+  head_loss(targets, 0.0, false, sum);
   if (token_losses.defined())  // the input positions' losses: after any lead positions (a sink token)
     ops::copy(token_losses, losses_.slice(0, 0, batch_ * seq_).reshape({batch_, seq_}).slice(1, cfg_.lead_positions(),
                                                                                             input_seq_));
-  return sum;
+  if (counted) {
+    Buffer keep;
+    *counted = count_targets(on_host(targets, keep));
+  }
+  return read_scalar(sum);
 }
 
 void Transformer::forward_observe(Tensor inputs, LayerObserver& observer) { forward_layers(inputs, &observer); }

@@ -42,18 +42,36 @@ Recompute parse_recompute(const std::string& text);  // throws naming --recomput
 const char* recompute_name(Recompute mode);
 std::string recompute_names();  // "none | attention | block"
 
-// --precision: the numerics of the matrix products (DESIGN.md, "Mixed precision").
-//   fp32  every operand and result f32
-//   bf16  each matmul reads its input and weight rounded to bf16 (round to nearest even), accumulates in
-//         f32 and rounds its output to bf16; backward rounds the incoming gradient alike, rounds d_input and
-//         adds d_weight in f32; the attention op reads bf16 q, k, v and the gradient of its output is
-//         rounded (its output is rounded where it enters the o projection). Master
-//         weights, their gradients, AdamW's state, norms, softmax statistics, the residual stream and the
-//         loss stay f32. On CUDA the matmuls run as bf16 GEMMs; the CPU computes the same values.
+// --precision: how activations are stored (DESIGN.md, "Mixed precision").
+//   fp32  every activation, gradient and weight f32
+//   bf16  every activation and activation gradient is stored in bf16 (round to nearest even): the outputs
+//         of the products, norms, rotary embedding, attention, the gated MLP, the residual stream and its
+//         gradient, the logits and their gradient; each op reads bf16, computes in f32 and rounds what it
+//         writes (ops.hpp, "bf16 storage"). The matrix products multiply the bf16 copy of the weights
+//         (refreshed once per optimizer step) and accumulate in f32. Master weights, their gradients
+//         (accumulated over micro-batches in f32), AdamW's state, the norms' and attention's statistics and
+//         the per-token losses stay f32. The CPU computes the same values as a GPU, up to summation order.
 enum class Precision : uint8_t { fp32, bf16 };
 Precision parse_precision(const std::string& text);  // throws naming --precision
 const char* precision_name(Precision mode);
 std::string precision_names();  // "fp32 | bf16"
+DType activation_dtype(Precision mode);  // f32 | bf16
+// The rows of the head's logits chunk for `rows` rows of a vocabulary of `vocab`: f32 activations in chunks
+// of at most 16M logits (the CPU reference's memory); bf16 ones in at most 4 chunks, each at most 1 GiB of
+// logits when 4 are not needed (one pass of the head GEMM and the fused loss per chunk).
+int64_t head_chunk_rows(int64_t rows, int64_t vocab, DType act);
+
+// --fused-ops: the fused ops of the training step (docs/DESIGN.md, "The bf16 step": its seam). Each computes
+// what the ops it replaces compute (the CPU runs exactly those), so "off" is the op-by-op reference path:
+//   residual_norm  a pre-norm RMSNorm model adds each block's output to the residual stream and normalises
+//                  the sum in one op (add_rmsnorm_forward: the FFN norm, and the next layer's or the final
+//                  norm), and adds each norm's backward into the residual's gradient in one
+//                  (rmsnorm_backward with accumulate)
+struct StepFusions {
+  bool residual_norm = false;
+  std::string reason;  // why (or why not), for the log and results.h5
+};
+StepFusions choose_step_fusions(const ModelConfig& cfg, bool requested);
 
 // The activation buffer of one micro-batch shape, in bytes (each tensor rounded up to 64 bytes):
 // kept_per_layer x layers + recomputed (one set every layer shares) + rest (the head's logits chunk, the
@@ -81,8 +99,8 @@ struct ActivationTensors {
   // The plan: every tensor of a [batch, input_seq] micro-batch under `recompute`, kept per layer or
   // recomputed (one copy, layer 0's, that every layer uses in turn). With an arena it carves them out of
   // it; without, the tensors are null views and only their bytes (each rounded up to 64) are counted.
-  ActivationBytes lay_out(const ModelConfig& cfg, Recompute recompute, int64_t batch, int64_t input_seq,
-                          Device device, Arena* arena);
+  ActivationBytes lay_out(const ModelConfig& cfg, Recompute recompute, DType act, int64_t batch,
+                          int64_t input_seq, Device device, Arena* arena);
 };
 
 class Transformer : private ActivationTensors {
@@ -120,15 +138,29 @@ class Transformer : private ActivationTensors {
   // --recompute (the next forward reallocates the activations).
   void set_recompute(Recompute mode);
   Recompute recompute() const { return recompute_; }
-  // --precision.
+  // --fused-ops (on by default).
+  void set_fused_ops(bool requested) { fusions_ = choose_step_fusions(cfg_, requested); }
+  const StepFusions& fusions() const { return fusions_; }
+  // --precision (the next forward reallocates the activations).
   void set_precision(Precision mode);
   Precision precision() const { return precision_; }
+  DType act_dtype() const { return activation_dtype(precision_); }
+  // --precision bf16: the bf16 copy of the parameters the products multiply [n_elements] (undefined
+  // under fp32). By default every forward pass refreshes it from the f32 parameters, so any caller that
+  // changed them is safe. A training loop that writes it itself (AdamW's update writes the rounded
+  // parameters as it goes) calls manage_weights_lp(true) once and params_changed(lp_written) after every
+  // change of the parameters: the copy is then refreshed only when it is stale (once per optimizer step
+  // at most, none when the optimizer wrote it).
+  Tensor flat_params_lp() const { return flat_params_lp_; }
+  void manage_weights_lp(bool managed);
+  void params_changed(bool lp_written);
   // Allocates the activations for micro-batches of [batch, seq] inputs (forward does it on a new shape) and
   // says how large they are.
   ActivationBytes prepare_activations(int64_t batch, int64_t seq);
   // What prepare_activations(batch, seq) allocates under `recompute`, counted by the same plan without a
   // model or an allocation (sinklab-pretrain --describe).
-  static ActivationBytes activation_bytes(const ModelConfig& cfg, Recompute recompute, int64_t batch, int64_t seq);
+  static ActivationBytes activation_bytes(const ModelConfig& cfg, Recompute recompute, Precision precision,
+                                          int64_t batch, int64_t seq);
   // Rows of the sequence the model runs on per input row: T + cfg.lead_positions().
   int64_t model_seq(int64_t seq) const { return seq + cfg_.lead_positions(); }
 
@@ -137,12 +169,19 @@ class Transformer : private ActivationTensors {
   void zero_grads();
 
   // One micro-batch: inputs/targets i32 [B,T] (T <= context; target -1 = not counted). Runs forward and
-  // backward, ACCUMULATING grad_scale * d(sum of losses)/d(params) into the gradients; returns the sum
-  // of the per-token losses and (via counted) how many targets were counted. An observer sees every
-  // layer of the forward pass (the trainer's stability monitor reads the residual stream).
-  // grads_ready, when given, is told each span of backward_spans() as backward finishes it.
+  // backward, ACCUMULATING grad_scale * d(sum of losses)/d(params) into the gradients and the sum of the
+  // per-token losses into loss_sum (f64 [1] on the model's device), without waiting for the device. An
+  // observer sees every layer of the forward pass (the trainer's stability monitor reads the residual
+  // stream). grads_ready, when given, is told each span of backward_spans() as backward finishes it.
+  void accumulate_forward_backward(Tensor inputs, Tensor targets, double grad_scale, Tensor loss_sum,
+                                   LayerObserver* observer = nullptr, GradReadyObserver* grads_ready = nullptr);
+  // The same, returning the sum of the per-token losses and (via counted) how many targets were counted
+  // (waits for the device).
   double forward_backward(Tensor inputs, Tensor targets, double grad_scale, int64_t* counted = nullptr,
                           LayerObserver* observer = nullptr, GradReadyObserver* grads_ready = nullptr);
+  // The targets of i32 [B,T] (host memory) the loss counts: those >= 0 that are not inside a prefix-LM's
+  // prefix (whose next token is not predicted).
+  int64_t count_targets(Tensor host_targets) const;
   // The spans of the flat gradient buffer in the order backward finishes them: the head and final norm,
   // layer L-1, ..., layer 0, then the embeddings and the tensors every layer shares (the sink token,
   // learned positions, the relative bias). They partition [0, flat size) and run from its end to its
@@ -169,15 +208,31 @@ class Transformer : private ActivationTensors {
   void embed_backward(Tensor inputs);
   void forward_layers(Tensor inputs, LayerObserver* observer);
   // Layer l's forward from layers_[l].x_in to x_out (the next layer's input, or a scratch buffer when
-  // backward recomputes the layer).
-  void layer_forward(int l, Tensor x_out, LayerObserver* observer);
-  // The attention block's mixing, from x_in to the input of o_proj (returned): norm, qkv, attention, the V
-  // bias, gates, head sum. probs receives the observer's attention matrix.
-  Tensor attention_mix_forward(int l, const ops::AttentionSpec& spec, LayerObserver* observer, Tensor* probs);
+  // backward recomputes the layer). The norm that reads x_out: given (forward_layers, residual_norm fused),
+  // the layer's last residual add also normalises into it (out, rstd, weight); absent, it is left to the
+  // reader. norm1_done: the previous layer already normalised this layer's input.
+  struct NextNorm {
+    Tensor out, rstd;
+    int64_t weight_index = -1;
+  };
+  void layer_forward(int l, Tensor x_out, LayerObserver* observer, const NextNorm* next_norm = nullptr,
+                     bool norm1_done = false);
+  // The attention block's mixing, from x_in to the input of o_proj (returned): norm (unless norm1_done),
+  // qkv, attention, the V bias, gates, head sum. probs receives the observer's attention matrix.
+  Tensor attention_mix_forward(int l, const ops::AttentionSpec& spec, LayerObserver* observer, Tensor* probs,
+                               bool norm1_done = false);
+  // The residual's gradient gets a pre-norm's backward added: d_res_ += Norm'(d_norm_out).
+  void add_norm_backward(Tensor d_norm_out, Tensor in, Tensor mean, Tensor rstd, int64_t weight_index,
+                         int64_t bias_index);
   // Returns the attention matrix when the observer supplied a buffer for it (LayerObserver::probs_output).
   Tensor attention_forward(int l, const ops::AttentionSpec& spec, LayerObserver* observer);
   Tensor model_targets(Tensor targets);
-  double head_loss(Tensor targets, double grad_scale, bool backward, int64_t* counted);
+  // The head and the loss; the per-token losses' sum is added to loss_sum (no host synchronisation).
+  void head_loss(Tensor targets, double grad_scale, bool backward, Tensor loss_sum);
+  // The bf16 weights, refreshed when they may be stale (flat_params_lp).
+  void refresh_weights_lp();
+  // A device f64 [1] for the callers that want the loss on the host.
+  Tensor loss_scratch();
   void backward_layers(Tensor inputs, GradReadyObserver* grads_ready);
   void attention_backward(int l, Tensor d_attn_in);
   // One norm of the model (--norm-type): out = RMSNorm(in) g, or LayerNorm(in) g + b when it has a bias
@@ -185,19 +240,12 @@ class Transformer : private ActivationTensors {
   void norm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor in, int64_t weight_index, int64_t bias_index);
   void norm_backward(Tensor d_in, Tensor d_out, Tensor in, Tensor mean, Tensor rstd, int64_t weight_index,
                      int64_t bias_index);
-  // out = in . weight^T and its backward (d_in written, d_weight added to) under --precision.
+  // out = in . weight^T and its backward (d_in written, d_weight added to) under --precision: bf16 products
+  // multiply the weight's bf16 copy.
   void project(Tensor out, Tensor in, Tensor weight);
   void project_backward(Tensor d_in, Tensor d_weight, Tensor d_out, Tensor in, Tensor weight);
-  // --precision bf16: x's values rounded to bf16 in place (a no-op under fp32).
-  void round_to_precision(Tensor x);
-  // A contiguous bf16 tensor shaped like `like` in scratch slot `slot` (grown on demand; nothing in a slot
-  // outlives one project call), and one holding x's values rounded.
-  enum LowPrecisionSlot { kLpIn, kLpOut, kLpDin, kLpSlots };
-  Tensor low_precision_scratch(int slot, const Tensor& like);
-  Tensor low_precision_copy(int slot, const Tensor& x);
-  // A weight's bf16 values: its view in the bf16 copy of the parameters, which forward_layers refreshes at
-  // the start of every pass (one rounding per pass, not per product: the head's weight serves every
-  // logits chunk). Every product's weight is a parameter.
+  // A weight's view in the bf16 copy of the parameters (flat_params_lp). Every product's weight is a
+  // parameter.
   Tensor low_precision_weight(const Tensor& weight);
   Tensor weight(int64_t first_param_index, int64_t rows, int64_t cols, bool grad) const;
   Tensor at(int64_t param_index, bool grad) const;  // the parameter (or its gradient) in its own shape
@@ -215,6 +263,7 @@ class Transformer : private ActivationTensors {
   Buffer params_buffer_, grads_buffer_;
   Tensor flat_params_, flat_grads_;
   ops::AttentionSpec attention_;
+  StepFusions fusions_;
   ops::RopeConfig rope_;
   // Constants: the sinusoidal table [C+lead, d], the bucket-index bias [H, buckets], a zero sink logit
   // [H] (softmax-plus-one), the head-expansion matrix [H, H*dh] of headwise gates.
@@ -228,9 +277,11 @@ class Transformer : private ActivationTensors {
   Recompute recompute_ = Recompute::none;
   ActivationBytes activation_bytes_;
   Precision precision_ = Precision::fp32;
-  Buffer low_precision_buffers_[kLpSlots];
   Buffer low_precision_params_buffer_;  // bf16 [n_elements] under --precision bf16
   Tensor flat_params_lp_;
+  bool lp_managed_ = false, lp_fresh_ = false;  // manage_weights_lp, params_changed
+  Buffer head_expand_lp_buffer_;                // head_expand_ in bf16 under --precision bf16
+  Buffer loss_scratch_buffer_;
 };
 
 }  // namespace sinklab::model

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/ledger.hpp"
 #include "core/arena.hpp"
 #include "core/enum_names.hpp"
 #include "core/error.hpp"
@@ -27,6 +28,7 @@ Transformer::Transformer(const ModelConfig& cfg, Device device) : cfg_(cfg), dev
   ops::fill(flat_params_, 0.0);  // alignment padding stays zero
   ops::fill(flat_grads_, 0.0);
   attention_ = cfg_.attention_spec();
+  fusions_ = choose_step_fusions(cfg_, true);
   rope_.rotary_dim = cfg_.head_dim();
   rope_.base = cfg_.rope_theta;
   make_constants();
@@ -140,6 +142,12 @@ void Transformer::make_constants() {
     if (at_zero >= 0) zero_sink_ = Tensor(base + at_zero, DType::f32, {H}, device_);
     if (at_expand >= 0) head_expand_ = Tensor(base + at_expand, DType::f32, {H, H * dh}, device_);
   }
+  if (head_expand_.defined() && act_dtype() != DType::f32) {  // 0s and 1s: exact in bf16
+    head_expand_lp_buffer_ = Buffer(size_t(head_expand_.numel()) * dtype_size(act_dtype()), device_);
+    Tensor lp = head_expand_lp_buffer_.view(act_dtype(), {H, H * dh});
+    ops::copy(lp, head_expand_);
+    head_expand_ = lp;
+  }
 }
 
 int64_t Transformer::find(const std::string& name) const {
@@ -210,12 +218,32 @@ Precision parse_precision(const std::string& text) { return parse_enum(kPrecisio
 const char* precision_name(Precision mode) { return enum_name(kPrecisionNames, mode); }
 std::string precision_names() { return enum_name_list(kPrecisionNames); }
 
+DType activation_dtype(Precision mode) { return mode == Precision::bf16 ? DType::bf16 : DType::f32; }
+
 void Transformer::set_precision(Precision mode) {
+  if (mode == precision_) return;
   precision_ = mode;
+  batch_ = input_seq_ = 0;  // the next forward lays the activations out again, in the new dtype
+  lp_fresh_ = false;
   if (mode == Precision::bf16 && !flat_params_lp_.defined()) {
     low_precision_params_buffer_ = Buffer(size_t(n_elements_) * dtype_size(DType::bf16), device_);
     flat_params_lp_ = low_precision_params_buffer_.view(DType::bf16, {n_elements_});
   }
+  make_constants();  // the head-expansion matrix meets activations in a product: their dtype
+}
+
+void Transformer::manage_weights_lp(bool managed) {
+  lp_managed_ = managed;
+  lp_fresh_ = false;
+}
+
+void Transformer::params_changed(bool lp_written) { lp_fresh_ = lp_written; }
+
+void Transformer::refresh_weights_lp() {
+  if (precision_ != Precision::bf16 || (lp_managed_ && lp_fresh_)) return;
+  ledger::Scope scope("weights");
+  ops::copy(flat_params_lp_, flat_params_);  // one rounding of every weight
+  lp_fresh_ = true;
 }
 
 void Transformer::set_recompute(Recompute mode) {
@@ -232,10 +260,10 @@ ActivationBytes Transformer::prepare_activations(int64_t batch, int64_t seq) {
 void Transformer::ensure_activations(int64_t batch, int64_t input_seq) {
   if (batch == batch_ && input_seq == input_seq_) return;
   // Two passes over the same plan: count the bytes, then carve the tensors out of one buffer.
-  activation_bytes_ = lay_out(cfg_, recompute_, batch, input_seq, device_, nullptr);
+  activation_bytes_ = lay_out(cfg_, recompute_, act_dtype(), batch, input_seq, device_, nullptr);
   acts_buffer_ = Buffer(size_t(activation_bytes_.total(cfg_.n_layers)), device_);
   Arena arena(acts_buffer_.data(), acts_buffer_.bytes(), device_);
-  lay_out(cfg_, recompute_, batch, input_seq, device_, &arena);
+  lay_out(cfg_, recompute_, act_dtype(), batch, input_seq, device_, &arena);
   SL_CHECK(arena.used() == arena.capacity(), "activation plan: %zu bytes counted, %zu carved", arena.capacity(),
            arena.used());
   const int64_t seq = model_seq(input_seq);
@@ -246,12 +274,19 @@ void Transformer::ensure_activations(int64_t batch, int64_t input_seq) {
   input_seq_ = input_seq;
 }
 
-ActivationBytes Transformer::activation_bytes(const ModelConfig& cfg, Recompute recompute, int64_t batch, int64_t seq) {
+ActivationBytes Transformer::activation_bytes(const ModelConfig& cfg, Recompute recompute, Precision precision,
+                                              int64_t batch, int64_t seq) {
   ActivationTensors counted;
-  return counted.lay_out(cfg, recompute, batch, seq, Device::cpu(), nullptr);
+  return counted.lay_out(cfg, recompute, activation_dtype(precision), batch, seq, Device::cpu(), nullptr);
 }
 
-ActivationBytes ActivationTensors::lay_out(const ModelConfig& cfg, Recompute recompute, int64_t batch,
+int64_t head_chunk_rows(int64_t rows, int64_t vocab, DType act) {
+  if (act == DType::f32) return std::clamp<int64_t>((int64_t(16) << 20) / vocab, 1, rows);
+  const int64_t chunks = std::clamp<int64_t>((rows * vocab * 2 + (int64_t(1) << 30) - 1) >> 30, 1, 4);
+  return (rows + chunks - 1) / chunks;
+}
+
+ActivationBytes ActivationTensors::lay_out(const ModelConfig& cfg, Recompute recompute, DType act, int64_t batch,
                                            int64_t input_seq, Device device, Arena* arena) {
   SL_CHECK(input_seq >= 1 && input_seq <= cfg.context, "sequence length %lld outside [1, context=%d]",
            (long long)input_seq, cfg.context);
@@ -265,19 +300,22 @@ ActivationBytes ActivationTensors::lay_out(const ModelConfig& cfg, Recompute rec
   const bool lead = cfg.lead_keys() > 0, post = cfg.norm_placement == NormPlacement::post;
   const bool gate = cfg.attn_gate != AttnGate::none, add = cfg.head_combine == HeadCombine::add;
   const bool layer_norm = cfg.norm_type == NormType::layer;
-  // Logits are produced and consumed in row chunks of at most ~16M floats: the [N, V] matrix of a
-  // 50k vocabulary would otherwise dominate memory.
-  head_chunk_rows_ = std::clamp<int64_t>((int64_t(16) << 20) / V, 1, N);
+  head_chunk_rows_ = head_chunk_rows(N, V, act);
 
   int64_t* bytes_to = nullptr;  // while counting: which ActivationBytes field the next tensor adds to
   ActivationBytes bytes;
   int64_t uncounted = 0;  // the layers after the first: layer 0's figures count them
-  std::function<Tensor(std::initializer_list<int64_t>)> alloc = [&](std::initializer_list<int64_t> dims) {
-    if (arena) return arena->alloc(DType::f32, dims);
-    Tensor t(nullptr, DType::f32, dims, device);
+  // Activations and their gradients in `act`; the statistics (norms' mean and rstd, attention's stats, the
+  // losses) and the gradients of the learned attention tensors (sink logits, relative bias) in f32.
+  std::function<Tensor(DType, std::initializer_list<int64_t>)> alloc_as = [&](DType dt,
+                                                                            std::initializer_list<int64_t> dims) {
+    if (arena) return arena->alloc(dt, dims);
+    Tensor t(nullptr, dt, dims, device);
     *bytes_to += int64_t((t.nbytes() + 63) / 64 * 64);
     return t;
   };
+  auto alloc = [&](std::initializer_list<int64_t> dims) { return alloc_as(act, dims); };
+  auto alloc_f32 = [&](std::initializer_list<int64_t> dims) { return alloc_as(DType::f32, dims); };
   auto alloc_if = [&](bool needed, std::initializer_list<int64_t> dims) { return needed ? alloc(dims) : Tensor{}; };
   // --recompute: what backward rebuilds instead of reading it from the forward pass. Those tensors are
   // allocated once (layer 0's) and every layer uses them in turn; the rest once per layer.
@@ -296,7 +334,9 @@ ActivationBytes ActivationTensors::lay_out(const ModelConfig& cfg, Recompute rec
         return;
       }
       bytes_to = shared ? &bytes.recomputed : (l == 0 ? &bytes.kept_per_layer : &uncounted);
-      a.*field = alloc_if(needed, dims);
+      const bool statistic = field == &LayerActs::rstd1 || field == &LayerActs::mean1 || field == &LayerActs::stats ||
+                             field == &LayerActs::rstd2 || field == &LayerActs::mean2;
+      a.*field = needed ? alloc_as(statistic ? DType::f32 : act, dims) : Tensor{};
     };
     bytes_to = l == 0 ? &bytes.kept_per_layer : &uncounted;
     a.x_in = alloc({N, d});  // every mode keeps each layer's input: recomputation starts there
@@ -328,10 +368,10 @@ ActivationBytes ActivationTensors::lay_out(const ModelConfig& cfg, Recompute rec
   bytes_to = &bytes.rest;
   x_final_in_ = alloc({N, d});
   xf_ = post ? x_final_in_ : alloc({N, d});  // post-norm models have no final norm
-  rstdf_ = alloc({N});
-  meanf_ = alloc_if(layer_norm, {N});
+  rstdf_ = alloc_f32({N});
+  meanf_ = layer_norm ? alloc_f32({N}) : Tensor{};
   logits_ = alloc({head_chunk_rows_, V});
-  losses_ = alloc({N});
+  losses_ = alloc_f32({N});
   tmp_ = alloc({N, d});
   d_res_ = alloc({N, d});
   d_tmp_ = alloc({N, d});
@@ -351,8 +391,8 @@ ActivationBytes ActivationTensors::lay_out(const ModelConfig& cfg, Recompute rec
   d_ffn_in_ = alloc({N, ffn_in});
   d_ffn_h_ = alloc({N, F});
   d_xf_ = alloc({N, d});
-  d_sinks_ = alloc({H});
-  d_relative_ = alloc({H, cfg.relative_buckets});
+  d_sinks_ = alloc_f32({H});
+  d_relative_ = alloc_f32({H, cfg.relative_buckets});
   return bytes;
 }
 

@@ -4,8 +4,16 @@
 
 namespace sinklab::probe {
 
-// A contiguous host copy of t (undefined stays undefined, a host tensor is used as it is).
-Tensor HostTaps::to_host(int slot, Tensor t) { return staged_copy(buffers_[size_t(slot)], t, Device::cpu()); }
+// A contiguous host copy of t (undefined stays undefined, a host f32 tensor is used as it is); bf16 (a
+// model under --precision bf16) widened to f32, which the probes read.
+Tensor HostTaps::to_host(int slot, Tensor t) {
+  if (!t.defined() || t.dtype != DType::bf16) return staged_copy(buffers_[size_t(slot)], t, Device::cpu());
+  Buffer& b = buffers_[size_t(slot)];
+  b.ensure(size_t(t.numel()) * sizeof(float), Device::cpu());
+  Tensor host = Tensor::contiguous_view(b.data(), DType::f32, t.shape.data(), t.ndim, Device::cpu());
+  ops::copy(host, t);
+  return host;
+}
 
 void HostTaps::on_layer(const LayerTaps& taps) {
   LayerTaps host = taps;

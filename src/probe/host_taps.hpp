@@ -1,6 +1,6 @@
-// A probe of a model that runs on another device (a GPU): the probes (ModelProbe, the survey's
-// measurements) read host activations, so this observer copies each layer's taps to host buffers and
-// hands them on. The attention matrix is then formed on the host from the copied q and k (the inner
+// A probe of a model that runs on another device (a GPU) or stores its activations in bf16: the probes
+// (ModelProbe, the survey's measurements) read f32 host activations, so this observer copies each layer's
+// taps to host buffers (widening bf16 to f32) and hands them on. The attention matrix is then formed on the host from the copied q and k (the inner
 // observer's probs_output is not offered to the device model), and the attention spec's tensors (sink
 // logits, relative bias) are copied with them. A probe reads few short sequences (a training run's
 // evaluation: --probe-sequences x --probe-length), so the copies cost little next to the forward pass.

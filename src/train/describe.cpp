@@ -26,7 +26,8 @@ std::string describe_json(const TrainConfig& cfg) {
   nlohmann::json activations = nlohmann::json::object();
   for (model::Recompute mode : {model::Recompute::none, model::Recompute::attention, model::Recompute::block}) {
     const model::ActivationBytes bytes =
-        model::Transformer::activation_bytes(m, mode, cfg.micro_batch_rows, m.context);
+        model::Transformer::activation_bytes(m, mode, model::parse_precision(cfg.precision), cfg.micro_batch_rows,
+                                             m.context);
     activations[model::recompute_name(mode)] = {{"per_layer", bytes.kept_per_layer},
                                                {"recomputed", bytes.recomputed},
                                                {"rest", bytes.rest},

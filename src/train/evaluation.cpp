@@ -143,9 +143,11 @@ Evaluation Evaluator::run(model::Transformer& model) {
       }
       probe.set_query_groups(query_groups(probe_inputs.slice(0, 0, n)));
       probe.set_marked_keys(marked_keys(probe_inputs.slice(0, 0, n)));
-      // A model on a GPU reports device taps: HostTaps copies them to the host the probe reads.
+      // A model on a GPU reports device taps, one under --precision bf16 bf16 taps: HostTaps copies them to the
+      // f32 host tensors the probe reads.
       probe::HostTaps host_taps(probe);
-      LayerObserver& observer = model.device().is_cpu() ? static_cast<LayerObserver&>(probe) : host_taps;
+      const bool host_f32 = model.device().is_cpu() && model.act_dtype() == DType::f32;
+      LayerObserver& observer = host_f32 ? static_cast<LayerObserver&>(probe) : host_taps;
       model.forward_observe(on_model_device(probe_inputs.slice(0, 0, n), 0), observer);
     }
     if (world_size > 1) probe.reduce([&](double* data, size_t count) { world_.allreduce_sum(data, count); });

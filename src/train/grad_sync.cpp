@@ -66,24 +66,44 @@ void GradientSync::allgather_params(Tensor flat_params) {
   comm_.wait_all();
 }
 
-std::vector<double> GradientSync::sums_of_squares(const std::vector<std::vector<FlatRange>>& groups) {
+ops::FlatRanges GradientSync::square_sum_ranges(const std::vector<std::vector<FlatRange>>& groups) const {
   const int W = comm_.size();
-  std::vector<double> partial(groups.size() * size_t(W), 0.0);  // [group][rank piece]
+  ops::FlatRanges table;
   for (int r = 0; r < W; ++r) {
     if (zero1_ && r != comm_.rank()) continue;  // that rank's piece is reduced only there
     const FlatRange piece = owned(r);
     for (size_t g = 0; g < groups.size(); ++g)
       for (const FlatRange& range : groups[g]) {
         const int64_t begin = std::max(range.begin, piece.begin), end = std::min(range.end, piece.end);
-        if (begin < end) partial[g * size_t(W) + size_t(r)] += ops::sum_squares(flat_grads_.slice(0, begin, end - begin));
+        if (begin < end) {
+          table.ranges.push_back({begin, end});
+          table.tags.push_back(int32_t(g * size_t(W) + size_t(r)));
+        }
       }
   }
+  return table;
+}
+
+std::vector<double> GradientSync::combine_square_sums(std::vector<double> slots, size_t groups) {
+  const int W = comm_.size();
+  SL_CHECK(slots.size() == groups * size_t(W), "combine_square_sums: %zu slots for %zu groups x %d ranks",
+           slots.size(), groups, W);
   // One contributor per entry: the sum over ranks is exact, the same numbers as without ZeRO-1.
-  if (zero1_) comm_.allreduce_sum_host(partial.data(), partial.size());
-  std::vector<double> sums(groups.size(), 0.0);
-  for (size_t g = 0; g < groups.size(); ++g)
-    for (int r = 0; r < W; ++r) sums[g] += partial[g * size_t(W) + size_t(r)];
+  if (zero1_) comm_.allreduce_sum_host(slots.data(), slots.size());
+  std::vector<double> sums(groups, 0.0);
+  for (size_t g = 0; g < groups; ++g)
+    for (int r = 0; r < W; ++r) sums[g] += slots[g * size_t(W) + size_t(r)];
   return sums;
+}
+
+std::vector<double> GradientSync::sums_of_squares(const std::vector<std::vector<FlatRange>>& groups) {
+  const size_t slots = groups.size() * size_t(comm_.size());
+  Buffer device_slots = Buffer::for_tensor(DType::f64, {int64_t(slots)}, flat_grads_.device);
+  Buffer host_slots = Buffer::for_tensor(DType::f64, {int64_t(slots)});
+  ops::sum_squares_ranges(device_slots.view(DType::f64, {int64_t(slots)}), flat_grads_, square_sum_ranges(groups));
+  ops::copy(host_slots.view(DType::f64, {int64_t(slots)}), device_slots.view(DType::f64, {int64_t(slots)}));
+  const double* h = host_slots.view(DType::f64, {int64_t(slots)}).ptr<double>();
+  return combine_square_sums(std::vector<double>(h, h + slots), groups.size());
 }
 
 }  // namespace sinklab::train

@@ -12,7 +12,7 @@
 // optimizer reads, for half an all-reduce's traffic. After the update, allgather_params() sends each
 // rank's updated range to every rank.
 //
-// The gradient norm comes from the owned ranges (sums_of_squares): one small all-reduce of per-rank
+// The gradient norm comes from the owned ranges (square_sum_ranges): one small all-reduce of per-rank
 // partial sums, which every rank then adds in rank order. Without ZeRO-1 each rank computes all the
 // partial sums itself, over the same ranges, so ZeRO-1 on and off give the same norm bit for bit.
 #pragma once
@@ -57,7 +57,14 @@ class GradientSync final : public model::GradReadyObserver {
   void allgather_params(Tensor flat_params);
 
   // The sums of squares of the reduced gradients over each group of flat ranges (e.g. a layer's
-  // parameters), formed from the owned ranges as the header says. Blocking; every rank gets them.
+  // parameters), formed from the owned ranges as the header says, in two halves so that the device
+  // work needs no host synchronisation: square_sum_ranges is the table for ops::sum_squares_ranges
+  // (slot g * W + r: group g's part of rank r's range; only this rank's ranges under ZeRO-1), and
+  // combine_square_sums turns those slots, once read to the host, into each group's sum (all-reduced
+  // under ZeRO-1, then added over the ranks in rank order). Every rank gets the same numbers.
+  ops::FlatRanges square_sum_ranges(const std::vector<std::vector<FlatRange>>& groups) const;
+  std::vector<double> combine_square_sums(std::vector<double> slots, size_t groups);
+  // Both halves at once (waits for the device).
   std::vector<double> sums_of_squares(const std::vector<std::vector<FlatRange>>& groups);
 
  private:

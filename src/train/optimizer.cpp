@@ -99,21 +99,43 @@ AdamW::AdamW(std::vector<ParamRef> params, const AdamWConfig& cfg, FlatRange own
     piece.decay = decay_[p.name];
     piece.first = lo - p.flat_offset;
     piece.length = hi - lo;
+    piece.flat_begin = lo;
     piece.param = flat_slice(p.param, piece.first, piece.length);
     piece.grad = flat_slice(p.grad, piece.first, piece.length);
     pieces_.push_back(piece);
     state_elems_ += piece.length;
   }
+  // m and v mirror the owned range of the flat index space (a parameter's alignment padding included), so
+  // that one multi-tensor call can update every piece of a flat parameter buffer (use_flat_buffers).
+  const int64_t span = owned_.end - owned_.begin;
   if (state_elems_ > 0) {
-    state_ = Buffer(size_t(2 * state_elems_) * dtype_size(dt), dev);
-    Tensor all = state_.view(dt, {2 * state_elems_});
+    state_ = Buffer(size_t(2 * span) * dtype_size(dt), dev);
+    Tensor all = state_.view(dt, {2 * span});
     ops::fill(all, 0.0);
-    int64_t at = 0;
     for (Piece& piece : pieces_) {
+      const int64_t at = piece.flat_begin - owned_.begin;
       piece.m = flat_slice(all, at, piece.length);
-      piece.v = flat_slice(all, state_elems_ + at, piece.length);
-      at += piece.length;
+      piece.v = flat_slice(all, span + at, piece.length);
     }
+  }
+}
+
+void AdamW::use_flat_buffers(Tensor flat_params, Tensor flat_grads, Tensor flat_params_lp) {
+  const int64_t n = owned_.end - owned_.begin;
+  SL_CHECK(flat_params.ndim == 1 && flat_grads.ndim == 1 && flat_params.numel() >= owned_.end &&
+               flat_grads.numel() == flat_params.numel() && flat_params.dtype == DType::f32,
+           "AdamW::use_flat_buffers: flat f32 buffers covering the owned range expected");
+  for (const Piece& piece : pieces_) {
+    SL_CHECK(piece.param.data == flat_slice(flat_params, piece.flat_begin, 1).data &&
+                 piece.grad.data == flat_slice(flat_grads, piece.flat_begin, 1).data,
+             "AdamW::use_flat_buffers: parameter '%s' is not at its flat offset in the buffers", piece.name.c_str());
+  }
+  flat_ = FlatBuffers{flat_slice(flat_params, owned_.begin, n), flat_slice(flat_grads, owned_.begin, n),
+                      flat_params_lp.defined() ? flat_slice(flat_params_lp, owned_.begin, n) : Tensor{}};
+  flat_ranges_ = {};
+  for (const Piece& piece : pieces_) {
+    flat_ranges_.ranges.push_back({piece.flat_begin - owned_.begin, piece.flat_begin - owned_.begin + piece.length});
+    flat_ranges_.tags.push_back(piece.decay ? 1 : 0);
   }
 }
 
@@ -123,7 +145,7 @@ bool AdamW::decays(const std::string& name) const {
   return it->second;
 }
 
-void AdamW::step(double lr) {
+void AdamW::step(double lr, double grad_scale) {
   ++step_;
   ops::AdamWStep s;
   s.lr = lr;
@@ -131,6 +153,16 @@ void AdamW::step(double lr) {
   s.beta2 = cfg_.beta2;
   s.eps = cfg_.eps;
   s.step = step_;
+  s.grad_scale = grad_scale;
+  if (flat_.param.defined()) {  // every piece in one call
+    if (state_elems_ == 0) return;
+    s.weight_decay = cfg_.weight_decay;
+    const int64_t n = owned_.end - owned_.begin;
+    Tensor all = state_.view(flat_.param.dtype, {2 * n});
+    ops::adamw_update_ranges(flat_.param, flat_.grad, all.slice(0, 0, n), all.slice(0, n, n), flat_.param_lp,
+                             flat_ranges_, s);
+    return;
+  }
   for (const Piece& piece : pieces_) {
     s.weight_decay = piece.decay ? cfg_.weight_decay : 0.0;
     ops::adamw_update(piece.param, piece.grad, piece.m, piece.v, s);

@@ -71,21 +71,28 @@ class AdamW {
         const DecayPredicate& decay = default_decay);
 
   // One update at learning rate lr: increments the step counter t, then for every owned piece calls
-  // ops::adamw_update with weight_decay = cfg.weight_decay on decayed parameters, 0 otherwise.
-  void step(double lr);
+  // ops::adamw_update with weight_decay = cfg.weight_decay on decayed parameters, 0 otherwise, each
+  // gradient first scaled by grad_scale (the clipping factor); with flat buffers, one
+  // ops::adamw_update_ranges call for all pieces (the same arithmetic, element by element).
+  void step(double lr, double grad_scale = 1.0);
+  // The parameters are views of one flat buffer each (the model's, at their ParamRef::flat_offset): step()
+  // then updates every piece in one multi-tensor call, and writes the updated parameters rounded into
+  // flat_params_lp (bf16, optional: the weights the next forward multiplies with) as it goes.
+  void use_flat_buffers(Tensor flat_params, Tensor flat_grads, Tensor flat_params_lp);
   int64_t step_count() const { return step_; }
 
   const AdamWConfig& config() const { return cfg_; }
   void set_config(const AdamWConfig& cfg) { cfg_ = cfg; }
   FlatRange owned() const { return owned_; }
   int64_t flat_size() const { return flat_size_; }     // end of the last parameter in the flat index space
-  int64_t state_elements() const { return state_elems_; }  // elements of m (= of v) held here
+  int64_t state_elements() const { return state_elems_; }  // elements of m (= of v) held for parameters here
   bool decays(const std::string& name) const;
 
   struct Piece {  // the part [first, first+length) of one parameter owned here (flattened)
     std::string name;
     bool decay = true;
     int64_t first = 0, length = 0;
+    int64_t flat_begin = 0;  // its first element in the flat index space
     Tensor param, grad, m, v;  // 1-D views of length `length`
   };
   const std::vector<Piece>& pieces() const { return pieces_; }
@@ -107,7 +114,12 @@ class AdamW {
   int64_t flat_size_ = 0, state_elems_ = 0, step_ = 0;
   std::map<std::string, bool> decay_;
   std::vector<Piece> pieces_;
-  Buffer state_;
+  Buffer state_;  // m then v, each over the owned range of the flat index space
+  struct FlatBuffers {
+    Tensor param, grad, param_lp;  // the owned range of each (use_flat_buffers)
+  };
+  FlatBuffers flat_;
+  ops::FlatRanges flat_ranges_;  // the pieces within the owned range, tagged 1 where they decay
 };
 
 // torch.nn.utils.clip_grad_norm_'s factor: max_norm / (norm + 1e-6) when norm > max_norm, else 1

@@ -171,19 +171,24 @@ void add_output_options(po::options_description& desc, TrainConfig& c, FlagText&
        "(results.h5, checkpoints/, DONE; nothing else) instead of refusing")
       ("device", po::value(&text.device)->default_value("cpu"), "cpu | cuda")
       ("attn-kernel", po::value(&c.attn_kernel)->default_value("auto"),
-       "attention kernel: auto (cuDNN when the attention fits, then the flash kernel, then the reference) | cudnn | "
-       "flash | reference; cudnn and flash compute in bf16, the reference in f32 (a GPU run that must match the CPU "
-       "to f32 rounding asks for reference); on the CPU only auto and reference (the CPU reference kernel)")
+       "attention kernel: auto (cuDNN when the attention fits, then the flash kernel, then the GEMM path with bf16 "
+       "tensors, then the reference) | cudnn | flash | gemm | reference; cudnn, flash and gemm compute in bf16, the "
+       "reference in f32 (a GPU run that must match the CPU to f32 rounding asks for reference); on the CPU only "
+       "auto and reference (the CPU reference kernel)")
       ("attn-deterministic", po::value(&c.attn_deterministic)->default_value(true),
        "attention backward with cuDNN's deterministic algorithm (same bits every run; false: its faster one)")
+      ("fused-ops", po::value(&c.fused_ops)->default_value(true),
+       "the step's fused ops where the model has them (pre-norm RMSNorm: residual add + norm in one op, forward and "
+       "backward); false runs the op-by-op path they equal")
       ("recompute", po::value(&c.recompute)->default_value("none"),
        ("activations backward recomputes instead of keeping them: " + model::recompute_names() +
         " (attention: the attention block's mixing; block: every layer but its input); same gradients, less memory")
            .c_str())
       ("precision", po::value(&c.precision)->default_value("auto"),
-       ("numerics of the matrix products: auto (bf16 on cuda, fp32 on cpu) | " + model::precision_names() +
-        " (bf16: bf16 matmul operands and outputs with f32 accumulation, f32 master weights, gradients, optimizer "
-        "state, norms, softmax statistics and loss; the CPU computes the same values)")
+       ("how activations are stored: auto (bf16 on cuda, fp32 on cpu) | " + model::precision_names() +
+        " (bf16: every activation and its gradient in bf16, products on the weights' bf16 copy with f32 "
+        "accumulation; f32 master weights, gradients, optimizer state, norm and softmax statistics and per-token "
+        "losses; the CPU computes the same values)")
            .c_str())
       ("dry-run", po::value(&c.dry_run)->default_value(false)->implicit_value(true),
        "check the configuration and print it (every option with its value), then exit");

@@ -77,6 +77,7 @@ struct TrainConfig {
   DeviceKind device = DeviceKind::cpu;  // --device cpu | cuda
   std::string attn_kernel = "auto";  // auto | cudnn | flash | reference (backend/attention_dispatch.hpp)
   bool attn_deterministic = true;     // cuDNN's deterministic backward (the other kernels always are)
+  bool fused_ops = true;              // model::StepFusions: off runs the op-by-op reference path
   std::string recompute = "none";     // none | attention | block (model/transformer.hpp, model::Recompute)
   std::string precision = "auto";     // auto | fp32 | bf16 (model::Precision); check_train_config resolves auto:
                                       // bf16 on cuda, fp32 on cpu

@@ -59,16 +59,17 @@ struct StepRecord {
 };
 
 // The monitor's max |activation| per layer: the residual stream leaving each layer, over every
-// micro-batch of the step (a NaN stays).
+// micro-batch of the step (a NaN stays), into device slots [L] (f64, zeroed by the step) that the step
+// reads with its other statistics.
 class ActivationMax : public LayerObserver {
  public:
-  explicit ActivationMax(int n_layers) : max(size_t(n_layers), 0.0) {}
+  explicit ActivationMax(Tensor slots) : slots_(slots) {}
   void on_layer(const LayerTaps& taps) override {
-    double& m = max[size_t(taps.layer)];
-    const double v = ops::max_abs(taps.hidden_out);
-    if (!std::isnan(m) && (std::isnan(v) || v > m)) m = v;
+    ops::reduce_into(slots_.slice(0, taps.layer, 1), taps.hidden_out, ops::Reduction::max_abs, /*accumulate=*/true);
   }
-  std::vector<double> max;
+
+ private:
+  Tensor slots_;
 };
 
 class Trainer {
@@ -82,7 +83,8 @@ class Trainer {
   Fingerprint fingerprint() const;
   void check_same_run(const CheckpointInfo& info, const std::map<std::string, std::string>& state) const;
   StepRecord train_step(int64_t step);
-  static double norm_over(const std::vector<FlatRange>& ranges, Tensor flat);
+  // Reads f64 device values into host_ (one host synchronisation).
+  const double* read_stats(Tensor device_values);
   void restart_monitor();
   void open_results(double flops_per_token, double peak_flops);
   void log_start(double flops_per_token, double peak_flops) const;
@@ -117,6 +119,14 @@ class Trainer {
   std::unique_ptr<GradientSync> grad_sync_;  // gradients reduced in buckets during backward
   // [L + 1]: the flat ranges of layer l's parameters; [L]: the others' (gradient norms, update ratios).
   std::vector<std::vector<FlatRange>> norm_groups_;
+  // The step's statistics on the device, read once after backward (step_stats_: the loss sum, max
+  // |activation| per layer, the gradient norm's slots, square_sum_ranges(norm_groups_)) and once after the
+  // update (ratio_stats_: sum of squares of layer l's update, then of its parameters): two host
+  // synchronisations a step.
+  Buffer stats_buffer_;
+  Tensor step_stats_, ratio_stats_;
+  ops::FlatRanges norm_ranges_, layer_ranges_;
+  std::vector<double> host_;
   Buffer inputs_buf_, targets_buf_;
   Tensor inputs_, targets_;
   Buffer ids_stage_[2];  // batches are built on the host; a device model reads a copy (inputs, targets)
@@ -138,6 +148,7 @@ Trainer::Trainer(const TrainConfig& cfg, parallel::World& world)
       nan_grad_step_(test_hook_step("SINKLAB_TEST_NAN_GRAD_STEP")),
       loss_spike_step_(test_hook_step("SINKLAB_TEST_LOSS_SPIKE_STEP")) {
   model_.set_attention_kernel(ops::parse_attn_kernel(cfg.attn_kernel), cfg.attn_deterministic);
+  model_.set_fused_ops(cfg.fused_ops);
   attn_kernel_ = model_.attention_kernel();  // refuses a requested kernel that cannot run this attention
   model_.set_recompute(model::parse_recompute(cfg.recompute));
   model_.set_precision(model::parse_precision(cfg.precision));
@@ -176,6 +187,20 @@ Trainer::Trainer(const TrainConfig& cfg, parallel::World& world)
   const int64_t bucket_elements = int64_t(cfg.grad_bucket_mb * double(1 << 20) / sizeof(float));
   grad_sync_ = std::make_unique<GradientSync>(*comm_, model_.flat_grads(), model_.backward_spans(), bucket_elements,
                                               cfg.zero1 && world_size_ > 1);
+  // The update writes the bf16 weights the next forward multiplies (--precision bf16), except where ZeRO-1's
+  // all-gather brings other ranks' parameters in f32 (params_changed in train_step).
+  optimizer_->use_flat_buffers(model_.flat_params(), model_.flat_grads(), model_.flat_params_lp());
+  model_.manage_weights_lp(true);
+  norm_ranges_ = grad_sync_->square_sum_ranges(norm_groups_);
+  for (int l = 0; l < cfg.model.n_layers; ++l)
+    for (const FlatRange& range : norm_groups_[size_t(l)]) {
+      layer_ranges_.ranges.push_back(range);
+      layer_ranges_.tags.push_back(l);
+    }
+  const int64_t L = cfg.model.n_layers, step_slots = 1 + L + (L + 1) * world_size_;
+  stats_buffer_ = Buffer::for_tensor(DType::f64, {step_slots + 2 * L}, device_);
+  step_stats_ = stats_buffer_.view(DType::f64, {step_slots + 2 * L}).slice(0, 0, step_slots);
+  ratio_stats_ = stats_buffer_.view(DType::f64, {step_slots + 2 * L}).slice(0, step_slots, 2 * L);
 
   ckpt_dir_ = cfg.out_dir + "/checkpoints";
   results_path_ = cfg.out_dir + "/results.h5";
@@ -290,15 +315,17 @@ void Trainer::check_same_run(const CheckpointInfo& info, const std::map<std::str
 }
 
 // ||x|| over the flat ranges of a buffer laid out as the model's (parameters, the saved previous parameters).
-double Trainer::norm_over(const std::vector<FlatRange>& ranges, Tensor flat) {
-  double sum = 0.0;
-  for (const FlatRange& r : ranges) sum += ops::sum_squares(flat.slice(0, r.begin, r.size()));
-  return std::sqrt(sum);
+const double* Trainer::read_stats(Tensor device_values) {
+  host_.resize(size_t(device_values.numel()));
+  ops::copy(Tensor(host_.data(), DType::f64, {device_values.numel()}), device_values);
+  return host_.data();
 }
 
 // One optimizer step: accumulate gradients over this rank's micro-batches, all-reduce, check, clip,
 // update. The loss is the mean over the global batch's counted targets (trainer.hpp): the global count
-// first (the data alone), then every micro-batch's gradient scaled by its inverse.
+// first (the data alone), then every micro-batch's gradient scaled by its inverse. The device works
+// through the step without waiting for the host but twice: to read the loss and gradient norm (the update
+// needs the clipping factor and whether they are finite) and the update ratios (the monitor's).
 StepRecord Trainer::train_step(int64_t step) {
   ledger::Scope step_scope("step", step);
   const int L = cfg_.model.n_layers;
@@ -309,28 +336,33 @@ StepRecord Trainer::train_step(int64_t step) {
   if (world_size_ > 1) global_targets = world_.allreduce_sum(global_targets);
   const double grad_scale = global_targets > 0 ? 1.0 / global_targets : 0.0;
   model_.zero_grads();
-  ActivationMax activations(L);
+  ops::fill(step_stats_, 0.0);
+  ActivationMax activations(step_stats_.slice(0, 1, L));
   double sums[2] = {0.0, 0.0};  // loss sum, targets the model counted (a prefix-LM's prefix is not)
   for (int64_t micro = 0; micro < layout_.accum; ++micro) {
     ledger::Scope micro_scope("micro", micro);
     train_data_->fill_batch(layout_, uint64_t(step), micro, rank_, inputs_, targets_);
-    int64_t counted = 0;
+    sums[1] += double(model_.count_targets(targets_));
     // The last micro-batch's backward hands each finished part of the gradients to grad_sync_.
     const bool last = micro == layout_.accum - 1;
-    sums[0] += model_.forward_backward(staged_copy(ids_stage_[0], inputs_, device_),
-                                       staged_copy(ids_stage_[1], targets_, device_), grad_scale, &counted,
-                                       &activations, last ? grad_sync_.get() : nullptr);
-    sums[1] += double(counted);
+    model_.accumulate_forward_backward(staged_copy(ids_stage_[0], inputs_, device_),
+                                       staged_copy(ids_stage_[1], targets_, device_), grad_scale,
+                                       step_stats_.slice(0, 0, 1), &activations, last ? grad_sync_.get() : nullptr);
   }
   ledger::Scope update_scope("update");
   grad_sync_->finish();
+  if (step == nan_grad_step_) ops::fill(model_.flat_grads().slice(0, 0, 1), std::numeric_limits<double>::quiet_NaN());
+  // The norms from the reduced gradients' owned ranges (grad_sync.hpp): layer l's, then the others'.
+  const int64_t norm_slots = step_stats_.numel() - 1 - L;
+  ops::sum_squares_ranges(step_stats_.slice(0, 1 + L, norm_slots), model_.flat_grads(), norm_ranges_);
+  const double* stats = read_stats(step_stats_);
+  sums[0] = stats[0];
   if (world_size_ > 1) world_.allreduce_sum(sums, 2);
   rec.loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;  // no assistant token in the whole batch: loss 0, no gradient
-  if (step == nan_grad_step_) ops::fill(model_.flat_grads().slice(0, 0, 1), std::numeric_limits<double>::quiet_NaN());
-  rec.max_abs_activation = activations.max;  // a NaN on any rank stays NaN (World::allreduce_max)
+  rec.max_abs_activation.assign(stats + 1, stats + 1 + L);  // a NaN on any rank stays NaN (World::allreduce_max)
   if (world_size_ > 1) world_.allreduce_max(rec.max_abs_activation.data(), rec.max_abs_activation.size());
-  // The norms from the reduced gradients' owned ranges (grad_sync.hpp): layer l's, then the others'.
-  const std::vector<double> squares = grad_sync_->sums_of_squares(norm_groups_);
+  const std::vector<double> squares =
+      grad_sync_->combine_square_sums(std::vector<double>(stats + 1 + L, stats + 1 + L + norm_slots), size_t(L) + 1);
   double total = 0.0;
   for (int l = 0; l <= L; ++l) total += squares[size_t(l)];
   rec.grad_norm = std::sqrt(total);
@@ -341,18 +373,21 @@ StepRecord Trainer::train_step(int64_t step) {
     rec.updated = false;
     return rec;
   }
-  double coef = clip_coefficient(rec.grad_norm, cfg_.grad_clip);
-  if (coef < 1.0) ops::scale(model_.flat_grads(), coef);
+  const double coef = clip_coefficient(rec.grad_norm, cfg_.grad_clip);
   Tensor params = model_.flat_params();
   if (!previous_params_buf_.data()) previous_params_buf_ = Buffer::for_tensor(DType::f32, {params.numel()}, device_);
   Tensor previous = previous_params_buf_.view(DType::f32, {params.numel()});
   ops::copy(previous, params);
-  optimizer_->step(learning_rate(schedule_, step));
+  optimizer_->step(learning_rate(schedule_, step), coef < 1.0 ? coef : 1.0);  // the gradients scaled as it reads them
   if (grad_sync_->zero1()) grad_sync_->allgather_params(params);
+  model_.params_changed(/*lp_written=*/!grad_sync_->zero1());
   ops::accumulate(previous, params, -1.0);  // previous - updated = -(the update)
+  ops::sum_squares_ranges(ratio_stats_.slice(0, 0, L), previous, layer_ranges_);
+  ops::sum_squares_ranges(ratio_stats_.slice(0, L, L), params, layer_ranges_);
+  const double* ratios = read_stats(ratio_stats_);
   for (int l = 0; l < L; ++l) {
-    const double weight = norm_over(norm_groups_[size_t(l)], params);
-    rec.update_ratio[size_t(l)] = weight > 0 ? norm_over(norm_groups_[size_t(l)], previous) / weight : 0.0;
+    const double weight = std::sqrt(ratios[L + l]);
+    rec.update_ratio[size_t(l)] = weight > 0 ? std::sqrt(ratios[l]) / weight : 0.0;
   }
   return rec;
 }
@@ -496,6 +531,8 @@ void Trainer::open_results(double flops_per_token, double peak_flops) {
   results_->set_attr(run, "cpu_blas", cpu_blas_description());  // whose last bits these are
   results_->set_attr(run, "attn_kernel", ops::attn_kernel_name(attn_kernel_.kernel));
   results_->set_attr(run, "attn_kernel_reason", attn_kernel_.reason);
+  results_->set_attr(run, "fused_ops", model_.fusions().residual_norm ? "residual_norm" : "none");
+  results_->set_attr(run, "fused_ops_reason", model_.fusions().reason);
   // Activation memory of one micro-batch under --recompute (Transformer::prepare_activations).
   results_->set_attr(run, "recompute", std::string(model::recompute_name(model_.recompute())));
   results_->set_attr(run, "precision", std::string(model::precision_name(model_.precision())));
@@ -537,9 +574,11 @@ void Trainer::log_start(double flops_per_token, double peak_flops) const {
     log::info0("device: %s, bf16 GEMM 4096^3 measured at %.1f TFLOP/s", backend_for(device_).device_name().c_str(),
                measured_gemm_tflops_);
   log::info0("attention kernel: %s (%s)", ops::attn_kernel_name(attn_kernel_.kernel), attn_kernel_.reason.c_str());
+  log::info0("fused ops: %s (%s)", model_.fusions().residual_norm ? "residual add + RMSNorm" : "none",
+             model_.fusions().reason.c_str());
   log::info0("precision: %s%s", model::precision_name(model_.precision()),
              model_.precision() == model::Precision::bf16
-                 ? " (bf16 matmul operands and outputs, f32 accumulation, f32 weights, gradients and optimizer state)"
+                 ? " (bf16 activations and activation gradients, f32 accumulation, f32 weights, gradients and optimizer state)"
                  : "");
   const double mib = 1024.0 * 1024.0;
   log::info0("activations of a micro-batch (recompute %s): %.4g MiB kept per layer x %d + %.4g MiB recomputed + %.4g "

@@ -34,13 +34,14 @@ using test::config_of;
 using test::golden_index;
 using test::shape_key;
 
-// --precision bf16 against the bf16 reference. Measured on the 7 cases (AMD EPYC Zen 3, AVX2): loss within
-// 4e-8, gradients 1e-7, probabilities 1e-7 — f32 rounding, no rounding boundary crossed. The bounds allow
-// for one: where an f32 sum (ours, in another CPU's BLAS order) and the reference's float64 sum of the
-// same bf16 products fall on two sides of a boundary they round to neighbouring bf16 values (2^-8 apart),
-// which moves the gradients near that element by ~1e-3 of their scale. The bf16-vs-fp32 gaps are 1e-4 to
-// 2e-3 (loss) and 3e-3 to 1e-1 (gradients).
-constexpr double kBf16LossTol = 1e-5, kBf16GradTol = 1e-3, kBf16ProbsTol = 1e-3;
+// --precision bf16 against the bf16 reference (bf16 storage of every activation and its gradient, the
+// attention's row sums read from its stored output, gen_model_variants.py). Measured on the 7 cases (Intel Xeon,
+// AVX-512, and its AVX2 kernels): loss within 3e-8, gradients 2e-7, probabilities 2e-7 in six — f32 rounding,
+// no rounding boundary crossed; in bf16_default one element's f32 and float64 values fall on two sides of a bf16
+// boundary (rounded to neighbours 2^-8 apart), which moves layer 1's k_proj gradient by 1.1e-3 of its scale. The
+// bounds allow for two such crossings. The bf16-vs-fp32 gaps are 2e-4 to 8e-3 (loss) and 4e-3 to 1e-1
+// (gradients).
+constexpr double kBf16LossTol = 1e-5, kBf16GradTol = 2.5e-3, kBf16ProbsTol = 1e-3;
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
   s += shape_key(shape);
@@ -205,7 +206,7 @@ TEST_P(Recomputation, SameGradientBitsAsKeepingEveryActivation) {
     Outcome out;
     out.bytes = m.prepare_activations(B, T);
     // What sinklab-pretrain --describe reports: the same plan, counted without a model.
-    const model::ActivationBytes counted = Transformer::activation_bytes(cfg, mode, B, T);
+    const model::ActivationBytes counted = Transformer::activation_bytes(cfg, mode, test::precision_of(c), B, T);
     EXPECT_EQ(counted.kept_per_layer, out.bytes.kept_per_layer);
     EXPECT_EQ(counted.recomputed, out.bytes.recomputed);
     EXPECT_EQ(counted.rest, out.bytes.rest);
@@ -229,7 +230,8 @@ TEST_P(Recomputation, SameGradientBitsAsKeepingEveryActivation) {
     EXPECT_EQ(other.bytes.rest, none.bytes.rest) << mode_name;
     EXPECT_EQ(other.bytes.kept_per_layer + other.bytes.recomputed, none.bytes.kept_per_layer) << mode_name;
     if (mode == model::Recompute::block) {
-      EXPECT_EQ(other.bytes.kept_per_layer, (B * (T + cfg.lead_positions()) * cfg.d_model * 4 + 63) / 64 * 64)
+      const int64_t element = dtype_size(model::activation_dtype(test::precision_of(c)));
+      EXPECT_EQ(other.bytes.kept_per_layer, (B * (T + cfg.lead_positions()) * cfg.d_model * element + 63) / 64 * 64)
           << "block keeps x_in only";
     }
   }

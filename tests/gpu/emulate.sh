@@ -7,9 +7,12 @@
 # CPU op). A check of the kernels' logic and of the library calls' layouts for machines without a GPU; it
 # says nothing about a GPU's numbers or speed (tests/cpp/gpu/README.md: what it checks and cannot see).
 #
-#   tests/gpu/emulate.sh                      build the emulated tests in the CPU build, run them all
+#   tests/gpu/emulate.sh                      build the emulated tests in the CPU build, run them all, then the
+#                                             bf16 training step against the CPU and the step ledger's limits
+#                                             (issue #53: tests/gpu/emu/check_training_step.py,
+#                                             bench/run_step_ledger.sh --check)
 #   tests/gpu/emulate.sh test_cuda_norms ...  only these (names of tests/cpp/gpu tests, test_grad_sync,
-#                                             test_emu_standins); gtest arguments after --
+#                                             test_emu_standins, test_emu_ptx); gtest arguments after --
 #   tests/gpu/emulate.sh --plant NAME         build NAME's planted bug (tests/gpu/emu/rewrite_cu.py), run its
 #                                             test, and succeed only when the test FAILS (turns red)
 #   tests/gpu/emulate.sh --plant A,B,...      these planted bugs; a table of the results
@@ -38,7 +41,7 @@ while [ $# -gt 0 ]; do
     --plant) plant=${2:?--plant needs a name, names joined by commas, or all}; shift 2 ;;
     --list) python3 "$rewrite" --describe; exit 0 ;;
     --) shift; gtest_args=("$@"); break ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) tests+=("$1"); shift ;;
   esac
 done
@@ -152,13 +155,14 @@ if [ -n "$plant" ]; then
 fi
 
 # ---- the emulated tests --------------------------------------------------------------------------------
+explicit_tests=("${tests[@]}")
 if [ ${#tests[@]} -eq 0 ]; then
   for f in "$root"/tests/cpp/gpu/test_cuda_*.cpp; do
     n=$(basename "$f" .cpp)
     [ "$n" = test_cuda_pretrain ] && continue  # runs the product's pretrain binary: not emulated
     tests+=("$n")
   done
-  tests+=(test_grad_sync test_emu_standins)
+  tests+=(test_grad_sync test_emu_standins test_emu_ptx)
 fi
 targets=()
 for t in "${tests[@]}"; do targets+=("emu_$t"); done
@@ -172,5 +176,23 @@ for t in "${tests[@]}"; do
   run_test "$bin/emu_$t" "$t" "${gtest_args[@]}" || status=1
 done
 say "ran in $(( $(date +%s) - built )) s"
+
+# ---- the training step (issue #53), when the whole set ran: sinklab-pretrain over the emulated GPU --------
+if [ ${#explicit_tests[@]} -eq 0 ]; then
+  say "the bf16 training step: emu_sinklab_pretrain against the CPU (tests/gpu/emu/check_training_step.py)"
+  if build_targets emu_sinklab_pretrain sinklab-pretrain; then
+    py="$root/.venv/bin/python"; [ -x "$py" ] || py=python3
+    step_start=$(date +%s%N)
+    "$py" "$root/tests/gpu/emu/check_training_step.py" "$build" > "$build/emu/check_training_step.log" 2>&1 || status=1
+    sed 's/^/  /' "$build/emu/check_training_step.log"
+    say "  ($(seconds_since "$step_start") s)"
+    say "the step ledger of the 60M and 1B jobs against issue #53's limits (bench/run_step_ledger.sh --check)"
+    SINKLAB_BUILD_DIR="$build" PYTHON="$py" bash "$root/bench/run_step_ledger.sh" --check > "$build/emu/step_ledger.log" 2>&1 \
+      || status=1
+    grep -E '^== |^step model|^  host syncs|MISSED' "$build/emu/step_ledger.log" | sed 's/^/  /'
+  else
+    status=1
+  fi
+fi
 [ $status -eq 0 ] && say "ok: every emulated test passed" || say "FAILED"
 exit $status

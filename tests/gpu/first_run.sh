@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Issue #45's GPU check as one device-tool command, over the build env/gpu_prebuilt.sh packed here (no
-# compiling on the GPU machine): the gpu tests, the cuBLASLt fallback check, the attention benchmark beside
-# PyTorch's SDPA, the 60M training step beside PyTorch, and (time allowing) the 1B shape. Every part's output
-# goes to $OUT (or ./gpu-first-run): first_run.log (everything), gpu_run.log and gpu_summary.txt (run.sh).
+# The GPU check as one device-tool command (issues #45, #56), over the build env/gpu_prebuilt.sh packed here
+# (no compiling on the GPU machine): the gpu tests, the cuBLASLt fallback check, the attention benchmark beside
+# PyTorch's SDPA, the 60M training step beside PyTorch, the 60M step's ledger with each op's measured time
+# beside the step model's (bench/step_model.py; nsys's kernel table when nsys is there), and (time allowing)
+# the 1B shape. Every part's output goes to $OUT (or ./gpu-first-run): first_run.log (everything), gpu_run.log
+# and gpu_summary.txt (run.sh), ledger_60m/ (the ledger, its model, the run's log).
 #
 #   device run, carry [".gpu_bundle"]:  bash tests/gpu/first_run.sh [budget_s]     (default 420)
 #
-# PARTS (default "tests attention 60m 1b") chooses the parts; TRAIN_60M (default "50 262144": steps, tokens
+# PARTS (default "tests attention 60m model 1b") chooses the parts; TRAIN_60M (default "50 262144": steps, tokens
 # per step) sizes the 60M run; PROFILE_60M=1 adds a short 60M run under SINKLAB_PROFILE (per-op times).
 # The optional parts start only while budget_s has room for them.
 set -uo pipefail
@@ -24,7 +26,7 @@ part "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
 nproc; python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda, torch.backends.cudnn.version())'
 
-parts=" ${PARTS:-tests attention 60m 1b} "
+parts=" ${PARTS:-tests attention 60m model 1b} "
 want() { [[ "$parts" == *" $1 "* ]]; }
 if want tests; then
 part "1. the gpu tests (tests/gpu/run.sh --prebuilt)"
@@ -59,6 +61,43 @@ if [ "${PROFILE_60M:-0}" = 1 ] && [ "$(left)" -gt 120 ]; then
 fi
 part "3. 60M training step, bf16, $steps_60m steps of $tokens_60m tokens, beside PyTorch (bench/run_train_gpu.sh)"
 [ "$(left)" -gt 120 ] && timeout $(( $(left) - 20 )) bash bench/run_train_gpu.sh "$build" jobs/pretrain/60m_default.ini "$steps_60m" "$tokens_60m"
+fi
+
+if want model; then
+part "3b. the 60M step's ledger under SINKLAB_PROFILE beside its model (bench/step_model.py: op by op, measured / modelled)"
+if [ "$(left)" -gt 90 ]; then
+  ledger_dir="$out/ledger_60m"
+  mkdir -p "$ledger_dir"
+  python3 - "$ledger_dir" 50432 <<'EOF_DATA'
+import sys
+import numpy as np
+sys.path.insert(0, ".")
+from data_prep.shards import write_shard
+out, vocab = sys.argv[1], int(sys.argv[2])
+rng = np.random.default_rng(0)
+for split, n_docs in (("train", 64), ("valid", 16)):
+    docs = rng.integers(1, vocab, size=(n_docs, 4096), dtype=np.int64)
+    docs[:, -1] = 0
+    write_shard(f"{out}/{split}.bin", (d for d in docs), vocab_size=vocab, eos_id=0)
+EOF_DATA
+  # Steps 0-2 warm up (cuDNN graphs, cuBLASLt plans, allocations); step3 is the one modelled.
+  SINKLAB_PROFILE=1 SINKLAB_LEDGER="$ledger_dir/60m_gpu.jsonl" SINKLAB_LEDGER_LAST=step3 timeout 120 \
+    "$build/bin/sinklab-pretrain" --config jobs/pretrain/60m_default.ini --device cuda --steps 5 \
+    --global-batch-tokens 32768 --train-data "$ledger_dir/train.bin" --valid-data "$ledger_dir/valid.bin" \
+    --out-dir "$ledger_dir/run" --eval-every 0 --eval-rows 8 --probe-sequences 8 --checkpoint-every 0 \
+    > "$ledger_dir/run.log" 2>&1
+  python3 bench/step_model.py "$ledger_dir/60m_gpu.jsonl" --gpu h200 --json "$ledger_dir/60m_gpu_model.json"
+  if command -v nsys > /dev/null && [ "$(left)" -gt 90 ]; then
+    SINKLAB_LEDGER_LAST=step3 timeout 80 nsys profile -o "$ledger_dir/60m_nsys" --stats=true \
+      "$build/bin/sinklab-pretrain" --config jobs/pretrain/60m_default.ini --device cuda --steps 5 \
+      --global-batch-tokens 32768 --train-data "$ledger_dir/train.bin" --valid-data "$ledger_dir/valid.bin" \
+      --out-dir "$ledger_dir/run_nsys" --eval-every 0 --eval-rows 8 --probe-sequences 8 --checkpoint-every 0 \
+      > "$ledger_dir/nsys.log" 2>&1
+    grep -A 40 "cuda_gpu_kern_sum" "$ledger_dir/nsys.log" | head -n 45
+  fi
+else
+  echo "skipped: too little of the budget left"
+fi
 fi
 
 if want 1b; then

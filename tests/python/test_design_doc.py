@@ -295,11 +295,14 @@ def test_no_file_over_the_limit():
 
 # Files of other projects that comments cite for where a rule comes from: not files of this repository.
 EXTERNAL_FILES = {
+    "llm.c": "karpathy/llm.c, the C/CUDA trainer the bf16 step learns from (docs/DESIGN.md, The bf16 step)",
     "flash_softpick_attn.py": "the softpick authors' training kernel (backend/attention_math.hpp)",
     "model_kv_bias.py": "sail-sg/Attention-Sink's k*/v* bias model (model/config.hpp)",
     "driver/others/dynamic.c": "OpenBLAS's kernel-set choice (backend/cpu/blas.cpp)",
     "node/scaled_dot_product_flash_attention.h": "cudnn-frontend's SDPA node (backend/cuda/attention_cudnn.cpp)",
     "utils/attn_score_modifiers.h": "cudnn-frontend's masks (backend/cuda/attention_cudnn.cpp)",
+    "llm.c": "karpathy's llm.c, the project (backend/cuda/attention_cudnn.cpp, DESIGN.md)",
+    "cudnn_att.cpp": "llm.c's cuDNN attention on strided views (backend/cuda/attention_cudnn.cpp)",
     "modeling_*.py": "transformers' model files, each family's reference (hf/*.cpp)",
     "src/transformers/*.py": "transformers' own tree (backend/rope_math.hpp)",
 }

@@ -65,19 +65,20 @@ def test_the_job_files_say_what_the_hand_figures_assume():
 N60 = 136_462_080
 FPT60 = 775_125_504
 TOK60 = 20_000 * 1_048_576
-# Activations, 8 rows x 2048 = 16,384 rows (f32; every tensor's bytes here are multiples of 64):
-#   per layer x_in, xn1, qkv (3d), att (d), x_mid, xn2 = 8 * 768; ffn_in (gate|up) 2 * 1536 + ffn_h 1536;
-#   rstd1, rstd2 = 2; stats [8, H, 2048] = 16,384 * 8  ->  16,384 * (6,144 + 4,608 + 2 + 8) floats
+# Activations, 8 rows x 2048 = 16,384 rows, in bf16 (--precision bf16, the cuda default: 2 bytes) but the
+# statistics, losses and learned-tensor gradients (f32); every tensor's bytes here are multiples of 64:
+#   per layer x_in, xn1, qkv (3d), att (d), x_mid, xn2 = 8 * 768; ffn_in (gate|up) 2 * 1536 + ffn_h 1536
+#   (bf16: 10,752 a row); rstd1, rstd2 = 2 and stats [8, H, 2048] = 16,384 * 8 (f32: 10 a row)
 #   rest: x_final_in, xf, tmp, d_res, d_tmp, d_xn, d_attn_in, d_xf, d_att (d), d_qkv (3d) = 12 * 768;
-#   d_ffn_in + d_ffn_h = 3 * 1536; rstdf, losses = 2  ->  16,384 * (9,216 + 4,608 + 2) floats
-#   logits chunk: floor(16,777,216 / 50,432) = 332 rows x 50,432; d_sinks 8 and d_relative 8*32 floats,
-#   each rounded up to 64 bytes: 64 + 1,024
-ACTS60 = 10 * 16_384 * 10_762 * 4 + 16_384 * 13_826 * 4 + 332 * 50_432 * 4 + 64 + 1_024
-# --recompute attention: xn1, rstd1, qkv, att, stats (5d + 1 + 8 floats a row) held once, not per layer;
-# --recompute block: only x_in (d) per layer, the other 7d + 3F + 2 + 8 once.
-REST60 = 16_384 * 13_826 * 4 + 332 * 50_432 * 4 + 64 + 1_024
-ACTS60_ATTN = 10 * 16_384 * (3 * 768 + 3 * 1536 + 1) * 4 + 16_384 * (5 * 768 + 9) * 4 + REST60
-ACTS60_BLOCK = 10 * 16_384 * 768 * 4 + 16_384 * (7 * 768 + 3 * 1536 + 10) * 4 + REST60
+#   d_ffn_in + d_ffn_h = 3 * 1536 (bf16: 13,824 a row); rstdf, losses (f32: 2 a row)
+#   logits chunk (model::head_chunk_rows): 16,384 x 50,432 bf16 logits are 1.54 GiB, 2 chunks of 8,192 rows;
+#   d_sinks 8 and d_relative 8*32 f32, each rounded up to 64 bytes: 64 + 1,024
+ACTS60 = 10 * 16_384 * (10_752 * 2 + 10 * 4) + 16_384 * (13_824 * 2 + 2 * 4) + 8_192 * 50_432 * 2 + 64 + 1_024
+# --recompute attention: xn1, qkv, att (5d bf16) and rstd1, stats (9 f32) a row held once, not per layer;
+# --recompute block: only x_in (d) per layer, the other 7d + 3F bf16 and 10 f32 once.
+REST60 = 16_384 * (13_824 * 2 + 2 * 4) + 8_192 * 50_432 * 2 + 64 + 1_024
+ACTS60_ATTN = (10 * 16_384 * ((3 * 768 + 3 * 1536) * 2 + 4) + 16_384 * (5 * 768 * 2 + 9 * 4) + REST60)
+ACTS60_BLOCK = 10 * 16_384 * 768 * 2 + 16_384 * ((7 * 768 + 3 * 1536) * 2 + 10 * 4) + REST60
 
 # 1B: V 50432, d 2048, L 22, H 16 (d_head 128), F 5632, T 2048, SwiGLU, ZeRO-1; 4 nodes x 8 GPUs = 32 ranks.
 #   per layer: 2*2048 + 4*2048^2 + 3*5632*2048 = 4,096 + 16,777,216 + 34,603,008 = 51,384,320; x 22
@@ -88,12 +89,13 @@ ACTS60_BLOCK = 10 * 16_384 * 768 * 4 + 16_384 * (7 * 768 + 3 * 1536 + 10) * 4 + 
 N1B = 1_337_026_560
 FPT1B = 8_509_747_200
 TOK1B = 40_000 * 1_048_576
-# Activations, 4 rows x 2048 = 8,192 rows: per layer 8,192 * (8 * 2048 + 3 * 5632 + 2 + 16) floats;
-# rest 8,192 * (12 * 2048 + 3 * 5632 + 2); logits 332 x 50,432; d_sinks 16 floats (64 B), d_relative 16*32 (2 KiB)
-ACTS1B = 22 * 8_192 * 33_298 * 4 + 8_192 * 41_474 * 4 + 332 * 50_432 * 4 + 64 + 2_048
-REST1B = 8_192 * 41_474 * 4 + 332 * 50_432 * 4 + 64 + 2_048
-ACTS1B_ATTN = 22 * 8_192 * (3 * 2048 + 3 * 5632 + 1) * 4 + 8_192 * (5 * 2048 + 17) * 4 + REST1B
-ACTS1B_BLOCK = 22 * 8_192 * 2048 * 4 + 8_192 * (7 * 2048 + 3 * 5632 + 18) * 4 + REST1B
+# Activations, 4 rows x 2048 = 8,192 rows, bf16 as above: per layer 8,192 * (8 * 2048 + 3 * 5632) bf16 and
+# 8,192 * (2 + 16) f32; rest 8,192 * (12 * 2048 + 3 * 5632) bf16 and 8,192 * 2 f32; logits 8,192 x 50,432
+# bf16 (0.77 GiB: one chunk); d_sinks 16 floats (64 B), d_relative 16*32 (2 KiB)
+ACTS1B = 22 * 8_192 * (33_280 * 2 + 18 * 4) + 8_192 * (41_472 * 2 + 2 * 4) + 8_192 * 50_432 * 2 + 64 + 2_048
+REST1B = 8_192 * (41_472 * 2 + 2 * 4) + 8_192 * 50_432 * 2 + 64 + 2_048
+ACTS1B_ATTN = 22 * 8_192 * ((3 * 2048 + 3 * 5632) * 2 + 4) + 8_192 * (5 * 2048 * 2 + 17 * 4) + REST1B
+ACTS1B_BLOCK = 22 * 8_192 * 2048 * 2 + 8_192 * ((7 * 2048 + 3 * 5632) * 2 + 18 * 4) + REST1B
 
 
 def test_60m_and_1b_by_hand(capsys):
@@ -109,10 +111,10 @@ def test_60m_and_1b_by_hand(capsys):
     assert float(r60["GPU-h"]) == pytest.approx(11.4) and round(hours60, 1) == 11.4
     assert float(r60["state"]) == pytest.approx(16 * N60 / GIB, abs=0.005)  # 2.03: f32 w + g + AdamW m, v
     assert float(r60["Z1"]) == float(r60["state"])  # one rank: nothing to shard
-    assert float(r60["acts"]) == pytest.approx(ACTS60 / GIB, abs=0.005)  # 7.47
-    assert float(r60["acts_attn"]) == pytest.approx(ACTS60_ATTN / GIB, abs=0.005)  # 5.36
-    assert float(r60["acts_block"]) == pytest.approx(ACTS60_BLOCK / GIB, abs=0.005)  # 1.98
-    assert float(r60["need"]) == pytest.approx((16 * N60 + ACTS60) / GIB, abs=0.005)  # 9.51
+    assert float(r60["acts"]) == pytest.approx(ACTS60 / GIB, abs=0.005)  # 4.48
+    assert float(r60["acts_attn"]) == pytest.approx(ACTS60_ATTN / GIB, abs=0.005)  # 3.42
+    assert float(r60["acts_block"]) == pytest.approx(ACTS60_BLOCK / GIB, abs=0.005)  # 1.73
+    assert float(r60["need"]) == pytest.approx((16 * N60 + ACTS60) / GIB, abs=0.005)  # 6.51
     assert float(r60["step"]) == pytest.approx(FPT60 * 1_048_576 / (0.4 * PEAK), abs=0.0005)  # 2.054 s
     assert (r60["NCCL"], r60["comm"]) == ("0.00", "-")  # one rank: no all-reduce
 
@@ -121,10 +123,10 @@ def test_60m_and_1b_by_hand(capsys):
     assert float(r1b["GPU-h"]) == pytest.approx(hours1b, abs=0.05) and round(hours1b, 1) == 250.5
     assert float(r1b["state"]) == pytest.approx(16 * N1B / GIB, abs=0.005)  # 19.92
     assert float(r1b["Z1"]) == pytest.approx((8 * N1B + 8 * N1B / 32) / GIB, abs=0.005)  # 10.27
-    assert float(r1b["acts"]) == pytest.approx(ACTS1B / GIB, abs=0.005)  # 23.68
-    assert float(r1b["acts_attn"]) == pytest.approx(ACTS1B_ATTN / GIB, abs=0.005)  # 17.11
-    assert float(r1b["acts_block"]) == pytest.approx(ACTS1B_BLOCK / GIB, abs=0.005)  # 3.66
-    assert r1b["need"] == f"{(8 * N1B + 8 * N1B / 32 + ACTS1B) / GIB:.2f}z"  # 33.96, ZeRO-1 as the job runs
+    assert float(r1b["acts"]) == pytest.approx(ACTS1B / GIB, abs=0.005)  # 12.59
+    assert float(r1b["acts_attn"]) == pytest.approx(ACTS1B_ATTN / GIB, abs=0.005)  # 9.29
+    assert float(r1b["acts_block"]) == pytest.approx(ACTS1B_BLOCK / GIB, abs=0.005)  # 2.57
+    assert r1b["need"] == f"{(8 * N1B + 8 * N1B / 32 + ACTS1B) / GIB:.2f}z"  # 22.86, ZeRO-1 as the job runs
     assert float(r1b["step"]) == pytest.approx(FPT1B * 1_048_576 / (32 * 0.4 * PEAK), abs=0.0005)  # 0.705 s
     ring = 2 * 31 / 32 * 4 * N1B  # bytes each rank sends in a ring all-reduce of the f32 gradients
     assert float(r1b["NCCL"]) == pytest.approx(ring / GIB, abs=0.005)  # 9.65

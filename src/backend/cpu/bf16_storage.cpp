@@ -90,12 +90,12 @@ class Widening {
   std::vector<std::unique_ptr<Copy>> copies_;
 };
 
-// The ops that handle dtypes themselves (copy, the fills; the products, which keep the dtype rule of
+// The ops that handle dtypes themselves (copy, the fills; the linear products, which keep the dtype rule of
 // op_checks.hpp check_product_dtypes and widen bf16 operands inside, cpu/linear.cpp) or are made of other
 // ops (add_rmsnorm_forward).
 bool passes_through(std::string_view op) {
   return op == "copy" || op == "fill" || op == "fill_normal" || op == "fill_uniform" || op == "linear_forward" ||
-         op == "linear_backward" || op == "matmul" || op == "add_rmsnorm_forward";
+         op == "linear_backward" || op == "add_rmsnorm_forward";
 }
 
 template <class F, class... A>

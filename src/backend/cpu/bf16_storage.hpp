@@ -5,7 +5,7 @@
 // back into the bf16 tensor (round to nearest even). So an op computes on bf16 data exactly what it
 // computes on f32 data holding the same values, every input is read before any output is written, and
 // the CPU stays the reference the CUDA kernels (which read and write bf16 directly) are tested against.
-// Two operands that are the same view (an in-place call) share one copy. copy, the fills and the matrix
+// Two operands that are the same view (an in-place call) share one copy. copy, the fills and the linear
 // products handle bf16 themselves, and add_rmsnorm_forward is made of two ops that each go through here:
 // those pass straight through.
 #pragma once

@@ -25,8 +25,9 @@
 //   (4) one thread per h (sink) or per (h, bucket) (relative bias) adds the pieces of (1) / (3) over
 //       b and i (or n) in index order.
 // Which kernel runs a call is attention_dispatch.hpp's choice: the entry points below check the operands,
-// then hand the call to cuDNN (attention_cudnn.cpp) or the flash kernel (attention_flash.cu) when it says
-// so; these reference kernels run the rest (every spec; the probe's probs always).
+// then hand the call to cuDNN (attention_cudnn.cpp), the flash kernel (attention_flash.cu) or the GEMM path
+// (attention_gemm.cu) when it says so, those with f32 or bf16 tensors; these reference kernels run the rest
+// (every spec, f32 tensors; the probe's probs always).
 // Every sum runs in an order fixed by the shapes (chunks in key order, fixed trees): the same inputs
 // give the same bits on the same GPU. The ALiBi slopes and the T5 buckets come from the host
 // (attention_math.hpp: the device's logf may put a bucket boundary elsewhere).
@@ -36,6 +37,7 @@
 #include "backend/attention_dispatch.hpp"
 #include "backend/attention_math.hpp"
 #include "backend/cuda/attention_kernels.hpp"
+#include "backend/cuda/attention_rows.cuh"
 #include "backend/cuda/cuda_common.hpp"
 #include "backend/op_checks.hpp"
 
@@ -48,34 +50,10 @@ using ops::AttnPosBias;
 constexpr int kAttnThreads = 128;  // threads per block = keys (or queries) per chunk
 
 // Everything a kernel needs about one call, passed by value.
-struct AttnGeom : AttnCallGeom {
+struct AttnGeom : AttnCallGeom, AttnTables {
   View3 o, dout, dq, dk, dv;           // [B, L, heads, dh]: row (b, l, h)
   View3 stats, probs;                  // [B, H, T] and [B, H, T, S]: (b, h, i)
-  const float* sink = nullptr;  // [H] (stride sink_stride) when cfg.sink
-  int64_t sink_stride = 0;
-  const float* slopes = nullptr;    // alibi: [H], from the host
-  const int32_t* buckets = nullptr; // relative: bucket of each distance n < T, from the host
-  const float* rel = nullptr;       // relative: relative_bias [H, num_buckets]
-  int64_t rel0 = 0, rel1 = 0;
 };
-
-// Block-wide sum or max over kAttnThreads threads in a fixed tree (the same bits for the same inputs).
-// red: shared scratch [kAttnThreads]. Every thread of the block must call it.
-template <class A, bool kMax>
-__device__ A block_reduce(A x, A* red) {
-  red[threadIdx.x] = x;
-  __syncthreads();
-  for (int half = kAttnThreads / 2; half > 0; half /= 2) {
-    if (int(threadIdx.x) < half) {
-      const A a = red[threadIdx.x], b = red[threadIdx.x + half];
-      red[threadIdx.x] = kMax ? (a < b ? b : a) : a + b;
-    }
-    __syncthreads();
-  }
-  const A r = red[0];
-  __syncthreads();
-  return r;
-}
 
 __device__ float dot(const float* a, const float* b, int64_t n) {
   float acc = 0.0f;
@@ -85,17 +63,9 @@ __device__ float dot(const float* a, const float* b, int64_t n) {
 
 // The score s_ij of query (h, i) and key j: scale <q_i, k_j>, plus g_h(i - j') on a positional key.
 __device__ float score(const AttnGeom& g, const float* qi, const float* kj, int64_t h, int64_t i, int64_t j) {
-  float s = g.scale * dot(qi, kj, g.dh);
+  const float s = g.scale * dot(qi, kj, g.dh);
   const int64_t jp = j - g.cfg.lead_keys;
-  if (jp >= 0) {
-    if (g.cfg.pos_bias == AttnPosBias::alibi) {
-      s += g.slopes[h] * float(jp - i);  // -slope * (i - j')
-    } else if (g.cfg.pos_bias == AttnPosBias::relative) {
-      const int64_t n = i - jp > 0 ? i - jp : 0;
-      s += g.rel[h * g.rel0 + int64_t(g.buckets[n]) * g.rel1];
-    }
-  }
-  return s;
+  return g.cfg.pos_bias == AttnPosBias::none || jp < 0 ? s : s + attn_position_bias(g, g.cfg, h, i, jp);
 }
 
 // Query row i's keys as columns c < n: the lead keys, then the positional keys from kb.
@@ -112,7 +82,7 @@ __device__ RowKeys row_keys(const AttnGeom& g, int64_t i) {
   return r;
 }
 
-__device__ float sink_of(const AttnGeom& g, int64_t h) { return g.cfg.sink ? g.sink[h * g.sink_stride] : 0.0f; }
+__device__ float sink_of(const AttnGeom& g, int64_t h) { return attn_sink_of(g, g.cfg, h); }
 
 // ---- forward ------------------------------------------------------------------------------------
 
@@ -149,7 +119,7 @@ __global__ void attention_forward_kernel(AttnGeom g) {
         local = local < s ? s : local;
       }
     }
-    m = block_reduce<float, true>(local, red_f);
+    m = block_reduce<kAttnThreads, float, true>(local, red_f);
     if (cfg.sink) m = m < sink ? sink : m;
     m = math::attn_shift(cfg, m);
   }
@@ -179,7 +149,7 @@ __global__ void attention_forward_kernel(AttnGeom g) {
     }
     __syncthreads();
   }
-  double R = block_reduce<double, false>(terms, red_d);
+  double R = block_reduce<kAttnThreads, double, false>(terms, red_d);
   if (cfg.sink) R += double(math::attn_norm_term(cfg, math::attn_sim(cfg, sink, m)));
   R += double(math::attn_norm_offset(cfg, m));
   const float inv = float(math::attn_inv_norm(math::attn_norm_finish(cfg, R)));
@@ -244,7 +214,8 @@ __global__ void attention_backward_query_kernel(AttnGeom g, float* D_rows, doubl
     acc[e] = 0.0f;
     d_part += double(o[e]) * double(goi[e]);
   }
-  const float D = float(block_reduce<double, false>(d_part, red_d));  // (its __syncthreads publishes qi, goi)
+  // (the reduction's __syncthreads publishes qi, goi)
+  const float D = float(block_reduce<kAttnThreads, double, false>(d_part, red_d));
   const float stat = *g.stats.at(b, h, i);
   if (tid == 0) D_rows[r] = D;
   const bool empty = math::attn_row_empty(cfg, stat);
@@ -372,7 +343,7 @@ __global__ void attention_backward_distance_kernel(AttnGeom g, const float* D_ro
                             stat, D_rows[(b * g.H + h) * g.T + i])
                       .ds);
   }
-  const double total = block_reduce<double, false>(sum, red_d);
+  const double total = block_reduce<kAttnThreads, double, false>(sum, red_d);
   if (threadIdx.x == 0) d_dist[r] = total;
 }
 
@@ -413,45 +384,13 @@ void check_spec_tensors(const CudaBackend& be, const ops::AttentionSpec& spec, c
 
 size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-// The geometry of a call, with the host-made tables (ALiBi slopes, T5 buckets) copied into the
-// attention scratch slot behind `extra_bytes` of per-call device scratch (returned in *extra).
+// The geometry of a call, with the host-made tables (attn_tables) behind `extra_bytes` of per-call device
+// scratch (returned in *extra).
 AttnGeom make_geom(CudaBackend& be, const AttentionDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
                    const ops::AttentionSpec& spec, size_t extra_bytes, void** extra, const char* op) {
   AttnGeom g;
   static_cast<AttnCallGeom&>(g) = attn_call_geom(d, spec, q, k, v, op);
-  if (spec.sink_logit.defined()) {
-    g.sink = spec.sink_logit.ptr<float>();
-    g.sink_stride = spec.sink_logit.stride[0];
-  }
-  std::vector<float> slopes;
-  std::vector<int32_t> buckets;
-  if (spec.pos_bias == AttnPosBias::alibi) {
-    for (int64_t h = 0; h < d.H; ++h) slopes.push_back(float(math::attn_alibi_slope(h, d.H)));
-  } else if (spec.pos_bias == AttnPosBias::relative) {
-    for (int64_t n = 0; n < d.T; ++n)
-      buckets.push_back(int32_t(math::attn_relative_bucket(n, g.cfg.num_buckets, spec.relative_max_distance)));
-    g.rel = spec.relative_bias.ptr<float>();
-    g.rel0 = spec.relative_bias.stride[0];
-    g.rel1 = spec.relative_bias.stride[1];
-  }
-  const size_t extra_size = round_up(extra_bytes);
-  const size_t slope_bytes = round_up(sizeof(float) * slopes.size());
-  const size_t bucket_bytes = sizeof(int32_t) * buckets.size();
-  char* base = static_cast<char*>(
-      be.scratch(CudaBackend::ScratchSlot::attention, extra_size + slope_bytes + bucket_bytes + 1));
-  *extra = base;
-  // Pageable sources: the copy has read them when cudaMemcpyAsync returns; stream order keeps earlier
-  // calls' kernels, which may still read the old tables, ahead of it.
-  if (!slopes.empty()) {
-    CUDA_CHECK(cudaMemcpyAsync(base + extra_size, slopes.data(), sizeof(float) * slopes.size(), cudaMemcpyHostToDevice,
-                               be.stream()));
-    g.slopes = reinterpret_cast<const float*>(base + extra_size);
-  }
-  if (!buckets.empty()) {
-    CUDA_CHECK(cudaMemcpyAsync(base + extra_size + slope_bytes, buckets.data(), bucket_bytes, cudaMemcpyHostToDevice,
-                               be.stream()));
-    g.buckets = reinterpret_cast<const int32_t*>(base + extra_size + slope_bytes);
-  }
+  static_cast<AttnTables&>(g) = attn_tables(be, d, spec, extra_bytes, extra);
   return g;
 }
 
@@ -483,6 +422,19 @@ void forward(CudaBackend& be, Tensor out, Tensor stats, Tensor q, Tensor k, Tens
   CUDA_CHECK_LAUNCH(op);
 }
 
+// The fast kernels' operands (cuDNN, flash, GEMM): on this device, f32 or bf16 (op_checks made q, k, v and
+// the outputs one dtype, stats and the spec's tensors f32 with bf16).
+using NamedTensors = std::initializer_list<std::pair<const Tensor*, const char*>>;
+void check_fast_operands(const CudaBackend& be, NamedTensors tensors, const ops::AttentionSpec& spec, const char* op) {
+  for (const auto& [t, name] : tensors) {
+    if (!t->defined()) continue;
+    check_device(be, *t, op, name);
+    SL_CHECK(t->dtype == DType::f32 || t->dtype == DType::bf16,
+             "%s: %s has dtype %s; the CUDA attention takes f32 or bf16", op, name, dtype_name(t->dtype));
+  }
+  check_spec_tensors(be, spec, op);
+}
+
 }  // namespace
 
 AttnCallGeom attn_call_geom(const AttentionDims& d, const ops::AttentionSpec& spec, const Tensor& q, const Tensor& k,
@@ -503,21 +455,74 @@ AttnCallGeom attn_call_geom(const AttentionDims& d, const ops::AttentionSpec& sp
   return g;
 }
 
+
+AttnTables attn_tables(CudaBackend& be, const AttentionDims& d, const ops::AttentionSpec& spec, size_t extra_bytes,
+                       void** extra) {
+  AttnTables t;
+  if (spec.sink_logit.defined()) {
+    t.sink = spec.sink_logit.ptr<float>();
+    t.sink_stride = spec.sink_logit.stride[0];
+  }
+  std::vector<float> slopes;
+  std::vector<int32_t> buckets;
+  if (spec.pos_bias == AttnPosBias::alibi) {
+    for (int64_t h = 0; h < d.H; ++h) slopes.push_back(float(math::attn_alibi_slope(h, d.H)));
+  } else if (spec.pos_bias == AttnPosBias::relative) {
+    const int64_t num_buckets = math::attn_config(spec).num_buckets;
+    for (int64_t n = 0; n < d.T; ++n)
+      buckets.push_back(int32_t(math::attn_relative_bucket(n, num_buckets, spec.relative_max_distance)));
+    t.rel = spec.relative_bias.ptr<float>();
+    t.rel0 = spec.relative_bias.stride[0];
+    t.rel1 = spec.relative_bias.stride[1];
+  }
+  const size_t extra_size = round_up(extra_bytes);
+  const size_t slope_bytes = round_up(sizeof(float) * slopes.size());
+  const size_t bucket_bytes = sizeof(int32_t) * buckets.size();
+  char* base = static_cast<char*>(
+      be.scratch(CudaBackend::ScratchSlot::attention, extra_size + slope_bytes + bucket_bytes + 1));
+  *extra = base;
+  // Pageable sources: the copy has read them when cudaMemcpyAsync returns; stream order keeps earlier
+  // calls' kernels, which may still read the old tables, ahead of it.
+  if (!slopes.empty()) {
+    CUDA_CHECK(cudaMemcpyAsync(base + extra_size, slopes.data(), sizeof(float) * slopes.size(), cudaMemcpyHostToDevice,
+                               be.stream()));
+    t.slopes = reinterpret_cast<const float*>(base + extra_size);
+  }
+  if (!buckets.empty()) {
+    CUDA_CHECK(cudaMemcpyAsync(base + extra_size + slope_bytes, buckets.data(), bucket_bytes, cudaMemcpyHostToDevice,
+                               be.stream()));
+    t.buckets = reinterpret_cast<const int32_t*>(base + extra_size + slope_bytes);
+  }
+  return t;
+}
+
+void attn_param_grads(CudaBackend& be, const AttnCallGeom& g, const AttnTables& t, const ops::AttentionSpec& spec,
+                      const double* dsink_rows, const double* d_dist) {
+  const bool want_sink = spec.d_sink_logit.defined(), want_rel = spec.d_relative_bias.defined();
+  if (!want_sink && !want_rel) return;
+  AttnGeom geom;
+  static_cast<AttnCallGeom&>(geom) = g;
+  static_cast<AttnTables&>(geom) = t;
+  const int64_t nb = want_rel ? spec.d_relative_bias.shape[1] : 0;
+  float* d_sink = want_sink ? spec.d_sink_logit.ptr<float>() : nullptr;
+  float* d_rel = want_rel ? spec.d_relative_bias.ptr<float>() : nullptr;
+  attention_param_grads_kernel<<<grid_for(g.H * (1 + nb)), kThreads, 0, be.stream()>>>(
+      geom, dsink_rows, d_sink, want_sink ? spec.d_sink_logit.stride[0] : 0, d_dist, d_rel, nb,
+      want_rel ? spec.d_relative_bias.stride[0] : 0, want_rel ? spec.d_relative_bias.stride[1] : 0);
+  CUDA_CHECK_LAUNCH("attention_backward (parameter gradients)");
+}
+
 // out [B,T,H,dh], stats [B,H,T] (optional), probs [B,H,T,S] (optional) from q [B,T,H,dh], k/v [B,S,Hkv,dh].
 void CudaBackend::attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k, Tensor v, const AttentionSpec& spec,
                                     Tensor probs) {
   const char* op = "attention_forward";
   const AttentionDims d = check_attention_forward_args(op, out, stats, q, k, v, spec, probs);
   const ops::AttnKernelChoice kernel = ops::choose_attention_kernel(spec, ops::attn_call_of(q, probs.defined()));
-  if (kernel.kernel != ops::AttnKernel::reference) {
-    for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"},
-                                  {&stats, "stats"}})
-      if (t->defined()) check_device_f32(*this, *t, op, name);
-    check_spec_tensors(*this, spec, op);
-    if (kernel.kernel == ops::AttnKernel::cudnn) return cudnn_attention_forward(*this, out, stats, q, k, v, spec, d);
-    return flash_attention_forward(*this, out, stats, q, k, v, spec, d);
-  }
-  forward(*this, out, stats, q, k, v, spec, probs, d, op);
+  if (kernel.kernel == ops::AttnKernel::reference) return forward(*this, out, stats, q, k, v, spec, probs, d, op);
+  check_fast_operands(*this, {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}, {&stats, "stats"}}, spec, op);
+  if (kernel.kernel == ops::AttnKernel::cudnn) return cudnn_attention_forward(*this, out, stats, q, k, v, spec, d);
+  if (kernel.kernel == ops::AttnKernel::flash) return flash_attention_forward(*this, out, stats, q, k, v, spec, d);
+  gemm_attention_forward(*this, out, stats, q, k, v, spec, d);
 }
 
 // probs [B,H,T,S]: the forward's pass 3 alone (the same products, so the same bits as a forward's probs).
@@ -534,22 +539,26 @@ void CudaBackend::attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor 
                                      Tensor out, Tensor stats, const AttentionSpec& spec) {
   const char* op = "attention_backward";
   const AttentionDims d = check_attention_backward_args(op, d_q, d_k, d_v, d_out, q, k, v, out, stats, spec);
-  for (const auto& [t, name] :
-       {std::pair<const Tensor*, const char*>{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}, {&d_out, "d_out"},
-        {&stats, "stats"}, {&d_q, "d_q"}, {&d_k, "d_k"}, {&d_v, "d_v"}})
+  const ops::AttnKernelChoice kernel = ops::choose_attention_kernel(spec, ops::attn_call_of(q, false));
+  const NamedTensors operands = {{&q, "q"},         {&k, "k"},         {&v, "v"},     {&out, "out"}, {&d_out, "d_out"},
+                                 {&stats, "stats"}, {&d_q, "d_q"},     {&d_k, "d_k"}, {&d_v, "d_v"}};
+  if (kernel.kernel != ops::AttnKernel::reference) {
+    check_fast_operands(*this, operands, spec, op);
+    if (kernel.kernel == ops::AttnKernel::cudnn)
+      return cudnn_attention_backward(*this, d_q, d_k, d_v, d_out, q, k, v, out, stats, spec, d);
+    if (kernel.kernel == ops::AttnKernel::flash)
+      return flash_attention_backward(*this, d_q, d_k, d_v, d_out, q, k, v, out, stats, spec, d);
+    return gemm_attention_backward(*this, d_q, d_k, d_v, d_out, q, k, v, out, stats, spec, d);
+  }
+  for (const auto& [t, name] : operands)
     if (t->defined()) check_device_f32(*this, *t, op, name);
   check_spec_tensors(*this, spec, op);
-  const ops::AttnKernelChoice kernel = ops::choose_attention_kernel(spec, ops::attn_call_of(q, false));
-  if (kernel.kernel == ops::AttnKernel::cudnn)
-    return cudnn_attention_backward(*this, d_q, d_k, d_v, d_out, q, k, v, out, stats, spec, d);
-  if (kernel.kernel == ops::AttnKernel::flash)
-    return flash_attention_backward(*this, d_q, d_k, d_v, d_out, q, k, v, out, stats, spec, d);
   const size_t smem_query = shared_bytes(d, 3, op), smem_key = shared_bytes(d, 4, op);
   DeviceGuard guard(index_);
   const int64_t rows = d.B * d.H * d.T;
   SL_CHECK(rows < (int64_t(1) << 31) && d.B * d.Hkv * d.S < (int64_t(1) << 31), "%s: B*H*T = %lld rows exceed the grid",
            op, (long long)rows);
-  const bool want_sink = spec.d_sink_logit.defined(), want_rel = spec.d_relative_bias.defined();
+  const bool want_rel = spec.d_relative_bias.defined();
   // Per-call scratch: D_i and the sink's per-row pieces (rows each), the per-distance sums (rows).
   const size_t dsink_bytes = round_up(sizeof(double) * size_t(rows));
   const size_t dist_bytes = round_up(sizeof(double) * size_t(want_rel ? rows : 0));
@@ -578,15 +587,7 @@ void CudaBackend::attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor 
     attention_backward_distance_kernel<<<unsigned(rows), kAttnThreads, 0, s>>>(g, D_rows, d_dist);
     CUDA_CHECK_LAUNCH("attention_backward (relative bias)");
   }
-  if (want_sink || want_rel) {
-    const int64_t nb = want_rel ? spec.d_relative_bias.shape[1] : 0;
-    float* d_sink = want_sink ? spec.d_sink_logit.ptr<float>() : nullptr;
-    float* d_rel = want_rel ? spec.d_relative_bias.ptr<float>() : nullptr;
-    attention_param_grads_kernel<<<grid_for(d.H * (1 + nb)), kThreads, 0, s>>>(
-        g, dsink_rows, d_sink, want_sink ? spec.d_sink_logit.stride[0] : 0, d_dist, d_rel, nb,
-        want_rel ? spec.d_relative_bias.stride[0] : 0, want_rel ? spec.d_relative_bias.stride[1] : 0);
-    CUDA_CHECK_LAUNCH("attention_backward (parameter gradients)");
-  }
+  attn_param_grads(*this, g, g, spec, dsink_rows, d_dist);
 }
 
 }  // namespace sinklab::cuda

@@ -4,17 +4,19 @@
 // mask, no position bias or ALiBi, the learned sink logit (cuDNN >= 9.13), no lead
 // keys, head dim a multiple of 8 up to 128.
 //
-// Precision: bf16 inside, f32 outside. The CUDA backend's tensors are f32, so q, k, v (and d_out, out)
-// are converted into bf16 scratch and the results back (ops' copy kernels): the stepping stone until
-// `--precision bf16` keeps bf16 activations, when these copies go. cuDNN accumulates in f32 and its
-// softmax is f32; the comparison with the reference (tests/cpp/gpu/test_cuda_attention_fast.cpp) states
-// the bf16 tolerance.
+// Precision: bf16 inside. bf16 tensors are cuDNN's own: q, k, v, out (and d_out, d_q, d_k, d_v) are bound as
+// they are, strided views included (the training step's head views of one fused projection buffer
+// [B*T, (H+2Hkv)*dh] and of its gradient: each graph tensor carries its view's strides, as llm.c's
+// cudnn_att.cpp does), so a bf16 call copies and converts nothing. f32 tensors are converted into bf16 scratch
+// and the results back (ops' copy kernels), as before the bf16 step: that path's arithmetic is unchanged.
+// cuDNN accumulates in f32 and its softmax is f32; the comparison with the reference
+// (tests/cpp/gpu/test_cuda_attention_fast.cpp) states the bf16 tolerance.
 //
 // Stats: cuDNN's Stats output is the natural-log log-sum-exp of each row of scaled scores, sink logit
 // included (the frontend's softmax node adds exp(sink - max) to the row sum), i.e. log Z_i: exactly the
-// reference's row statistic for softmax (attention_math.hpp, stat_i = m_i + log Z~_i). cuDNN writes it
-// into contiguous scratch [B,H,T,1], copied into the op's (possibly strided) stats [B,H,T]; the backward
-// reads stats the same way. So a forward on one kernel and a backward on another agree.
+// reference's row statistic for softmax (attention_math.hpp, stat_i = m_i + log Z~_i). cuDNN reads and writes
+// the op's stats [B,H,T] (f32 with either dtype) in place when it is contiguous, else through contiguous
+// scratch [B,H,T,1]. So a forward on one kernel and a backward on another agree.
 //
 // Sink logit: cuDNN's sink token, a [1,H,1,1] f32 tensor. Its gradient dSink is the loss gradient
 // dL/dS = -sum_{b,i} P_i,sink D_i (with Z = e^S + sum_j e^{s_j}, dP_j/dS = -P_j P_sink; attention_math.hpp's
@@ -25,11 +27,14 @@
 // cuDNN refuses a sink token with one query (its decode mode, s_q = 1): attention_dispatch.cpp does not
 // pick cuDNN for such a call.
 //
-// Graphs are built once per shape and options (the key below) and cached for the backend's life; the
-// tensors are bound by uid at every execution. The backward runs cuDNN's deterministic algorithm when
-// spec.deterministic (the default; the reference kernels are always deterministic).
+// Graphs are built once per shape, layout (every bound tensor's strides) and options (the key below) and
+// cached for the backend's life; the tensors are bound by uid at every execution. A graph's build is paid by
+// the first call of its shape (bench_attention_gpu prints that call apart, first_ms). The backward runs
+// cuDNN's deterministic algorithm when spec.deterministic (the default; the reference kernels are always
+// deterministic).
 #include <cudnn.h>
 
+#include <array>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -65,7 +70,10 @@ void fe_check(fe::error_t e, const char* what) {
 }
 
 // Tensor uids of the variant pack.
-enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kSink, kdO, kdQ, kdK, kdV, kdSink };
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kSink, kdO, kdQ, kdK, kdV, kdSink, kUids };
+
+// cuDNN's [B, heads, L, dh] strides of one bound tensor ([B, H, T, 1] for the stats, [1, H, 1, 1] the sink's).
+using Strides = std::array<int64_t, 4>;
 
 // Everything a graph depends on.
 struct GraphKey {
@@ -74,7 +82,10 @@ struct GraphKey {
   uint32_t scale_bits = 0;
   int64_t window = 0;  // 0: causal
   bool alibi = false, sink = false, deterministic = false;
-  auto tie() const { return std::tie(backward, B, T, H, Hkv, dh, scale_bits, window, alibi, sink, deterministic); }
+  std::array<Strides, kUids> strides{};  // by uid
+  auto tie() const {
+    return std::tie(backward, B, T, H, Hkv, dh, scale_bits, window, alibi, sink, deterministic, strides);
+  }
   bool operator<(const GraphKey& o) const { return tie() < o.tie(); }
 };
 
@@ -103,18 +114,29 @@ CudnnContext& CudaBackend::cudnn_context() {
 
 namespace {
 
-// [B, H, L, dh] logical dims of a [B, L, H, dh] contiguous buffer (the bf16 scratch layout).
+// [B, H, L, dh] logical dims of a [B, L, H, dh] tensor; its strides in that order.
 std::vector<int64_t> bshd_dims(int64_t B, int64_t L, int64_t H, int64_t dh) { return {B, H, L, dh}; }
-std::vector<int64_t> bshd_strides(int64_t L, int64_t H, int64_t dh) { return {L * H * dh, dh, H * dh, 1}; }
+// cuDNN's order of the strides (s0, s1, s2, s3) of a [B, L, heads, dh] tensor.
+Strides bshd(int64_t s0, int64_t s1, int64_t s2, int64_t s3) { return {s0, s2, s1, s3}; }
+std::vector<int64_t> vec(const Strides& s) { return {s[0], s[1], s[2], s[3]}; }
 
-std::shared_ptr<fe::graph::Tensor_attributes> bf16_tensor(fe::graph::Graph& g, const char* name, int64_t uid,
-                                                          int64_t B, int64_t L, int64_t H, int64_t dh) {
+std::shared_ptr<fe::graph::Tensor_attributes> bf16_tensor(fe::graph::Graph& g, const GraphKey& key, const char* name,
+                                                          Uid uid, int64_t L, int64_t H) {
   return g.tensor(fe::graph::Tensor_attributes()
                       .set_name(name)
                       .set_uid(uid)
-                      .set_dim(bshd_dims(B, L, H, dh))
-                      .set_stride(bshd_strides(L, H, dh))
+                      .set_dim(bshd_dims(key.B, L, H, key.dh))
+                      .set_stride(vec(key.strides[uid]))
                       .set_data_type(fe::DataType_t::BFLOAT16));
+}
+std::shared_ptr<fe::graph::Tensor_attributes> f32_tensor(fe::graph::Graph& g, const GraphKey& key, const char* name,
+                                                         Uid uid, std::vector<int64_t> dims) {
+  return g.tensor(fe::graph::Tensor_attributes()
+                      .set_name(name)
+                      .set_uid(uid)
+                      .set_dim(std::move(dims))
+                      .set_stride(vec(key.strides[uid]))
+                      .set_data_type(fe::DataType_t::FLOAT));
 }
 
 template <class Attrs>
@@ -133,53 +155,36 @@ CachedGraph build_graph(CudnnContext& ctx, const GraphKey& key) {
       .set_compute_data_type(fe::DataType_t::FLOAT);
   float scale = 0.0f;
   std::memcpy(&scale, &key.scale_bits, sizeof scale);
-  const int64_t B = key.B, T = key.T, H = key.H, Hkv = key.Hkv, dh = key.dh;
-  auto Q = bf16_tensor(*g, "Q", kQ, B, T, H, dh);
-  auto K = bf16_tensor(*g, "K", kK, B, T, Hkv, dh);
-  auto V = bf16_tensor(*g, "V", kV, B, T, Hkv, dh);
+  const int64_t B = key.B, T = key.T, H = key.H, Hkv = key.Hkv;
+  auto Q = bf16_tensor(*g, key, "Q", kQ, T, H);
+  auto K = bf16_tensor(*g, key, "K", kK, T, Hkv);
+  auto V = bf16_tensor(*g, key, "V", kV, T, Hkv);
   std::shared_ptr<fe::graph::Tensor_attributes> sink;
-  if (key.sink)
-    sink = g->tensor(fe::graph::Tensor_attributes()
-                         .set_name("sink")
-                         .set_uid(kSink)
-                         .set_dim({1, H, 1, 1})
-                         .set_stride({H, 1, 1, 1})
-                         .set_data_type(fe::DataType_t::FLOAT));
+  if (key.sink) sink = f32_tensor(*g, key, "sink", kSink, {1, H, 1, 1});
+  auto output = [&](const std::shared_ptr<fe::graph::Tensor_attributes>& t, Uid uid, int64_t heads) {
+    t->set_output(true).set_uid(uid).set_dim(bshd_dims(B, T, heads, key.dh)).set_stride(vec(key.strides[uid]));
+  };
   if (!key.backward) {
     fe::graph::SDPA_attributes a;
     a.set_name("sdpa").set_generate_stats(true).set_attn_scale(scale);
     set_mask(a, key);
     if (sink) a.set_sink_token(sink);
     auto [O, Stats] = g->sdpa(Q, K, V, a);
-    O->set_output(true).set_uid(kO).set_dim(bshd_dims(B, T, H, dh)).set_stride(bshd_strides(T, H, dh));
+    output(O, kO, H);
     Stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT).set_dim({B, H, T, 1}).set_stride(
-        {H * T, T, 1, 1});
+        vec(key.strides[kStats]));
   } else {
-    auto O = bf16_tensor(*g, "O", kO, B, T, H, dh);
-    auto dO = bf16_tensor(*g, "dO", kdO, B, T, H, dh);
-    auto Stats = g->tensor(fe::graph::Tensor_attributes()
-                               .set_name("Stats")
-                               .set_uid(kStats)
-                               .set_dim({B, H, T, 1})
-                               .set_stride({H * T, T, 1, 1})
-                               .set_data_type(fe::DataType_t::FLOAT));
+    auto O = bf16_tensor(*g, key, "O", kO, T, H);
+    auto dO = bf16_tensor(*g, key, "dO", kdO, T, H);
+    auto Stats = f32_tensor(*g, key, "Stats", kStats, {B, H, T, 1});
     fe::graph::SDPA_backward_attributes a;
     a.set_name("sdpa_backward").set_attn_scale(scale).set_deterministic_algorithm(key.deterministic);
     set_mask(a, key);
-    std::shared_ptr<fe::graph::Tensor_attributes> dsink;
-    if (sink) {
-      dsink = g->tensor(fe::graph::Tensor_attributes()
-                            .set_name("dSink")
-                            .set_uid(kdSink)
-                            .set_dim({1, H, 1, 1})
-                            .set_stride({H, 1, 1, 1})
-                            .set_data_type(fe::DataType_t::FLOAT));
-      a.set_sink_token(sink).set_dsink_token(dsink);
-    }
+    if (sink) a.set_sink_token(sink).set_dsink_token(f32_tensor(*g, key, "dSink", kdSink, {1, H, 1, 1}));
     auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, Stats, a);
-    dQ->set_output(true).set_uid(kdQ).set_dim(bshd_dims(B, T, H, dh)).set_stride(bshd_strides(T, H, dh));
-    dK->set_output(true).set_uid(kdK).set_dim(bshd_dims(B, T, Hkv, dh)).set_stride(bshd_strides(T, Hkv, dh));
-    dV->set_output(true).set_uid(kdV).set_dim(bshd_dims(B, T, Hkv, dh)).set_stride(bshd_strides(T, Hkv, dh));
+    output(dQ, kdQ, H);
+    output(dK, kdK, Hkv);
+    output(dV, kdV, Hkv);
   }
   fe_check(g->validate(), "graph validation");
   fe_check(g->build_operation_graph(ctx.handle), "building the operation graph");
@@ -215,46 +220,87 @@ GraphKey key_of(const AttentionDims& d, const ops::AttentionSpec& spec, bool bac
   return key;
 }
 
-// The call's scratch (one slot): bf16 copies of q, k, v, out (and, backward, d_out, d_q, d_k, d_v), f32
-// stats, sink and d_sink, then cuDNN's workspace; each array 256-byte aligned. Laid out by one walk that
-// both measures (base null) and places the arrays, so the size and the views cannot disagree.
-struct Scratch {
-  Tensor q, k, v, o, d_out, d_q, d_k, d_v, stats, sink, d_sink;
+// One call's tensors as cuDNN sees them, by uid: the op's own tensor where cuDNN can take it in place (bf16
+// [B,L,heads,dh] views; f32 stats [B,H,T] and sink [H] when contiguous), else a contiguous scratch array in
+// cuDNN's type, copied in before (inputs) or out after (outputs) the execution. The scratch (one slot, each
+// array 256-byte aligned, cuDNN's workspace last) is laid out by one walk that both measures (base null) and
+// places, so the size and the views cannot disagree.
+struct Binding {
+  std::array<Tensor, kUids> op;       // the op's tensor (undefined: none, e.g. d_q not asked for)
+  std::array<Tensor, kUids> scratch;  // defined where the op's tensor is not taken in place
+  std::array<bool, kUids> used{};
   void* workspace = nullptr;
+  Tensor bound(Uid u) const { return scratch[u].defined() ? scratch[u] : op[u]; }
 };
-size_t carve(char* base, const AttentionDims& d, bool backward, Device device, Scratch* s) {
+
+// Whether cuDNN takes the op's tensor t for uid u as it is: bf16 [B,L,heads,dh] views whose rows and heads are
+// 16-byte aligned (cuDNN's kernels load 16 bytes at a time), contiguous f32 stats and sink.
+bool in_place(const Tensor& t, Uid u) {
+  if (!t.defined()) return false;
+  if (u == kStats) return t.is_contiguous();
+  if (u == kSink || u == kdSink) return t.stride[0] == 1 || t.shape[0] == 1;
+  return t.dtype == DType::bf16 && reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.stride[0] % 8 == 0 &&
+         t.stride[1] % 8 == 0 && t.stride[2] % 8 == 0;
+}
+
+size_t carve(char* base, const AttentionDims& d, Device device, Binding* b) {
   size_t at = 0;
-  auto take = [&](DType dt, std::initializer_list<int64_t> shape) {
-    int64_t dims[4];
-    int n = 0;
+  for (int u = kQ; u < kUids; ++u) {
+    if (!b->used[size_t(u)] || in_place(b->op[size_t(u)], Uid(u))) continue;
+    const bool f32 = u == kStats || u == kSink || u == kdSink;
+    const bool kv = u == kK || u == kV || u == kdK || u == kdV;
+    int64_t dims[4] = {d.B, d.T, kv ? d.Hkv : d.H, d.dh};
+    int n = 4;
+    if (u == kStats) dims[1] = d.H, dims[2] = d.T, n = 3;
+    if (u == kSink || u == kdSink) dims[0] = d.H, n = 1;
     int64_t numel = 1;
-    for (int64_t x : shape) numel *= (dims[n++] = x);
-    Tensor t = base ? Tensor::contiguous_view(base + at, dt, dims, n, device) : Tensor{};
+    for (int i = 0; i < n; ++i) numel *= dims[i];
+    const DType dt = f32 ? DType::f32 : DType::bf16;
+    b->scratch[size_t(u)] = base ? Tensor::contiguous_view(base + at, dt, dims, n, device) : Tensor{};
     at += (size_t(numel) * size_t(dtype_size(dt)) + 255) / 256 * 256;
-    return t;
-  };
-  s->q = take(DType::bf16, {d.B, d.T, d.H, d.dh});
-  s->k = take(DType::bf16, {d.B, d.T, d.Hkv, d.dh});
-  s->v = take(DType::bf16, {d.B, d.T, d.Hkv, d.dh});
-  s->o = take(DType::bf16, {d.B, d.T, d.H, d.dh});
-  if (backward) {
-    s->d_out = take(DType::bf16, {d.B, d.T, d.H, d.dh});
-    s->d_q = take(DType::bf16, {d.B, d.T, d.H, d.dh});
-    s->d_k = take(DType::bf16, {d.B, d.T, d.Hkv, d.dh});
-    s->d_v = take(DType::bf16, {d.B, d.T, d.Hkv, d.dh});
   }
-  s->stats = take(DType::f32, {d.B, d.H, d.T});
-  s->sink = take(DType::f32, {d.H});
-  s->d_sink = take(DType::f32, {d.H});
-  s->workspace = base ? base + at : nullptr;
+  b->workspace = base ? base + at : nullptr;
   return at;
 }
 
-Scratch scratch_for(CudaBackend& be, const AttentionDims& d, bool backward, const CachedGraph& cg, Device device) {
-  Scratch s;
-  const size_t bytes = carve(nullptr, d, backward, device, &s) + size_t(cg.workspace_bytes);
-  carve(static_cast<char*>(be.scratch(CudaBackend::ScratchSlot::attention_fast, bytes)), d, backward, device, &s);
-  return s;
+// The strides cuDNN sees for uid u (the op's tensor in place, else contiguous scratch).
+Strides strides_of(const Binding& b, const AttentionDims& d, Uid u) {
+  const Tensor& t = b.op[u];
+  const bool scratch = !in_place(t, u);
+  if (u == kStats) return scratch ? Strides{d.H * d.T, d.T, 1, 1} : Strides{t.stride[0], t.stride[1], t.stride[2], 1};
+  if (u == kSink || u == kdSink) return {d.H, 1, 1, 1};
+  if (!scratch) return bshd(t.stride[0], t.stride[1], t.stride[2], t.stride[3]);
+  const int64_t heads = (u == kK || u == kV || u == kdK || u == kdV) ? d.Hkv : d.H;
+  return bshd(d.T * heads * d.dh, heads * d.dh, d.dh, 1);
+}
+
+// Builds (or finds) the call's graph, carves its scratch, copies in the inputs that are not bound in place,
+// executes the graph.
+void prepare_and_execute(CudaBackend& be, CudnnContext& ctx, GraphKey key, const AttentionDims& d,
+                                           Binding& b, const std::initializer_list<Uid>& inputs) {
+  for (int u = kQ; u < kUids; ++u)
+    if (b.used[size_t(u)]) key.strides[size_t(u)] = strides_of(b, d, Uid(u));
+  const CachedGraph& cg = graph_for(ctx, key);
+  const Device device = b.op[kQ].device;
+  const size_t bytes = carve(nullptr, d, device, &b) + size_t(cg.workspace_bytes);
+  carve(static_cast<char*>(be.scratch(CudaBackend::ScratchSlot::attention_fast, bytes)), d, device, &b);
+  for (Uid u : inputs)
+    if (b.used[u] && b.scratch[u].defined()) be.copy(b.scratch[u], b.op[u]);
+  std::unordered_map<int64_t, void*> pack;
+  for (int u = kQ; u < kUids; ++u)
+    if (b.used[size_t(u)]) pack[u] = b.bound(Uid(u)).data;
+  fe_check(cg.graph->execute(ctx.handle, pack, b.workspace), key.backward ? "backward" : "forward");
+}
+
+// Copies the outputs cuDNN wrote into scratch to the op's tensors (those that are defined).
+void finish(CudaBackend& be, const Binding& b, const std::initializer_list<Uid>& outputs) {
+  for (Uid u : outputs)
+    if (b.used[u] && b.scratch[u].defined() && b.op[u].defined()) be.copy(b.op[u], b.scratch[u]);
+}
+
+void bind(Binding& b, Uid u, const Tensor& t) {
+  b.op[u] = t;
+  b.used[u] = true;
 }
 
 }  // namespace
@@ -265,55 +311,35 @@ void cudnn_attention_forward(CudaBackend& be, Tensor out, Tensor stats, Tensor q
   if (d.B * d.H * d.T == 0) return;
   DeviceGuard guard(be.index());
   CudnnContext& ctx = be.cudnn_context();
-  const GraphKey key = key_of(d, spec, false);
-  const CachedGraph& cg = graph_for(ctx, key);
-  const Scratch sc = scratch_for(be, d, false, cg, q.device);
-  be.copy(sc.q, q);
-  be.copy(sc.k, k);
-  be.copy(sc.v, v);
-  std::unordered_map<int64_t, void*> pack = {
-      {kQ, sc.q.data}, {kK, sc.k.data}, {kV, sc.v.data}, {kO, sc.o.data}, {kStats, sc.stats.data}};
-  if (key.sink) {
-    be.copy(sc.sink, spec.sink_logit);  // [H] (strided) -> contiguous f32
-    pack[kSink] = sc.sink.data;
-  }
-  fe_check(cg.graph->execute(ctx.handle, pack, sc.workspace), "forward");
-  be.copy(out, sc.o);
-  if (stats.defined()) be.copy(stats, sc.stats);
+  Binding b;
+  bind(b, kQ, q);
+  bind(b, kK, k);
+  bind(b, kV, v);
+  bind(b, kO, out);
+  bind(b, kStats, stats);
+  if (spec.sink_logit.defined()) bind(b, kSink, spec.sink_logit);
+  prepare_and_execute(be, ctx, key_of(d, spec, false), d, b, {kQ, kK, kV, kSink});
+  finish(be, b, {kO, kStats});
 }
 
 // d_q, d_k, d_v (each optional, written), spec.d_sink_logit (optional, written) from d_out, q, k, v,
-// out and stats.
+// out and stats. cuDNN's dSink is dL/dS itself (see the top).
 void cudnn_attention_backward(CudaBackend& be, Tensor d_q, Tensor d_k, Tensor d_v, Tensor d_out, Tensor q, Tensor k,
                               Tensor v, Tensor out, Tensor stats, const ops::AttentionSpec& spec,
                               const AttentionDims& d) {
   if (d.B * d.H * d.T == 0) return;
   DeviceGuard guard(be.index());
   CudnnContext& ctx = be.cudnn_context();
-  const GraphKey key = key_of(d, spec, true);
-  const CachedGraph& cg = graph_for(ctx, key);
-  const Scratch sc = scratch_for(be, d, true, cg, q.device);
-  be.copy(sc.q, q);
-  be.copy(sc.k, k);
-  be.copy(sc.v, v);
-  be.copy(sc.o, out);
-  be.copy(sc.d_out, d_out);
-  be.copy(sc.stats, stats);
-  std::unordered_map<int64_t, void*> pack = {{kQ, sc.q.data},         {kK, sc.k.data},     {kV, sc.v.data},
-                                             {kO, sc.o.data},         {kdO, sc.d_out.data}, {kStats, sc.stats.data},
-                                             {kdQ, sc.d_q.data},      {kdK, sc.d_k.data},  {kdV, sc.d_v.data}};
-  if (key.sink) {
-    be.copy(sc.sink, spec.sink_logit);
-    pack[kSink] = sc.sink.data;
-    pack[kdSink] = sc.d_sink.data;
+  Binding b;
+  for (const auto& [u, t] : {std::pair<Uid, const Tensor*>{kQ, &q}, {kK, &k}, {kV, &v}, {kO, &out}, {kdO, &d_out},
+                             {kStats, &stats}, {kdQ, &d_q}, {kdK, &d_k}, {kdV, &d_v}})
+    bind(b, u, *t);
+  if (spec.sink_logit.defined()) {
+    bind(b, kSink, spec.sink_logit);
+    bind(b, kdSink, spec.d_sink_logit);
   }
-  fe_check(cg.graph->execute(ctx.handle, pack, sc.workspace), "backward");
-  if (d_q.defined()) be.copy(d_q, sc.d_q);
-  if (d_k.defined()) be.copy(d_k, sc.d_k);
-  if (d_v.defined()) be.copy(d_v, sc.d_v);
-  if (key.sink && spec.d_sink_logit.defined()) {
-    be.copy(spec.d_sink_logit, sc.d_sink);  // cuDNN's dSink is dL/dS itself (see the top)
-  }
+  prepare_and_execute(be, ctx, key_of(d, spec, true), d, b, {kQ, kK, kV, kO, kdO, kStats, kSink});
+  finish(be, b, {kdQ, kdK, kdV, kdSink});
 }
 
 }  // namespace sinklab::cuda

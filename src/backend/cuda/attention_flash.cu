@@ -2,8 +2,11 @@
 // decides when it runs): sim sigmoid (any bias, e.g. -log n), elu+1, identity; norm one (no row state at
 // all, FlashSigmoid's design) or sum with any alpha (one row sum, no running max: these sims need no
 // shift); causal, sliding-window and prefix-LM masks; lead keys (K/KV biases). No position bias, no sink
-// logit. f32 tensors in and out; bf16 tensor-core products (WMMA m16n16k16, sm_80 and sm_90) with f32
-// accumulation; no T x T matrix in memory; the backward recomputes the weights from the row statistic.
+// logit. This file: the entry points and the WMMA kernels, which take f32 tensors and bf16 ones whose rows are
+// not 16-byte aligned (IO = the element type: f32 converted to bf16 in the tile loads, bf16 read as it is);
+// bf16 tensors with aligned rows go to the mma.sync kernels of attention_flash_mma.cu (FlashAttention-2
+// style; shared pieces in attention_flash.cuh). bf16 tensor-core products (WMMA m16n16k16, sm_80 and sm_90)
+// with f32 accumulation; no T x T matrix in memory; the backward recomputes the weights from the row statistic.
 // The per-element math is attention_math.hpp's (attn_sim, attn_norm_term, attn_prob, attn_dscore), and
 // its stats are the reference's (the row reduction R_i), so either kernel's forward serves the other's
 // backward.
@@ -17,8 +20,8 @@
 //     dS = attn_dscore(...), dQ += dS K; (2) per (b, kv head, 32 keys), over the group's query heads and
 //     the query tiles that see the keys: S, dP again, dV += P^T dO, dK += dS^T Q. Each output row is
 //     written by one block: no atomics, the same bits on every run.
-// Ran on an H200 (2026-11-28): test_cuda_attention_fast passes; speed in bench/README.md (6.8 TFLOP/s
-// forward at dh 128, far from its targets).
+// The WMMA kernels ran on an H200 (2026-11-28, f32 tensors): test_cuda_attention_fast passes; speed in
+// bench/README.md (6.8 TFLOP/s forward at dh 128, far from its targets).
 #include <cuda_bf16.h>
 #include <mma.h>
 
@@ -26,6 +29,7 @@
 #include <type_traits>
 
 #include "backend/attention_math.hpp"
+#include "backend/cuda/attention_flash.cuh"
 #include "backend/cuda/attention_kernels.hpp"
 #include "backend/cuda/cuda_common.hpp"
 
@@ -33,22 +37,15 @@ namespace sinklab::cuda {
 
 namespace {
 
-namespace wmma = nvcuda::wmma;
-using bf16 = __nv_bfloat16;
+using namespace flash;
 
-constexpr int kWarps = 4, kThreadsFlash = 32 * kWarps;
+namespace wmma = nvcuda::wmma;
+
 constexpr int kBQ = 64;      // queries per tile
 constexpr int kBKf = 64;     // keys per tile, forward and dQ
 constexpr int kBKb = 32;     // keys per block, dK / dV
 constexpr int kPad16 = 8;    // bf16 row padding (16 bytes: rows stay 32-byte aligned every 16 rows)
 constexpr int kPad32 = 4;    // f32 row padding
-
-struct FlashGeom : AttnCallGeom {
-  int DP = 0;  // dh rounded up to 16
-  View3 o, dout, dq, dk, dv;           // [B, L, heads, dh] f32, contiguous last dim: row (b, l, h)
-  View3 stats;                         // [B, H, T]: element (b, h, i)
-  float* D = nullptr;  // backward: [B, H, T] contiguous, dO_i . o_i
-};
 
 size_t align128(size_t bytes) { return (bytes + 127) / 128 * 128; }
 
@@ -65,13 +62,14 @@ struct SmemCarve {
 };
 
 // rows x DP tile of a [B, L, heads, dh] tensor to bf16 (zero beyond `valid` rows and dh columns).
+template <class IO>
 __device__ void load_tile(bf16* dst, int ld, const View3& src, int64_t b, int64_t row0, int64_t valid, int64_t head,
                           int64_t dh, int DP, int rows) {
   for (int e = threadIdx.x; e < rows * DP; e += blockDim.x) {
     const int r = e / DP, c = e % DP;
-    float x = 0.0f;
-    if (r < valid && c < dh) x = src.at(b, row0 + r, head)[c];
-    dst[r * ld + c] = __float2bfloat16(x);
+    bf16 x = __float2bfloat16(0.0f);
+    if (r < valid && c < dh) x = to_bf16(row_of<IO>(src, b, row0 + r, head)[c]);
+    dst[r * ld + c] = x;
   }
 }
 
@@ -105,33 +103,9 @@ __device__ void warp_abt(float* c, int ldc, const bf16* a, int lda, const bf16* 
     warp_mma<wmma::row_major, wmma::col_major>(c + n0, ldc, a, lda, bt + n0 * ldb, ldb, K, false);
 }
 
-// The keys a query tile [i0, i1) may see: the lead keys [0, L), then [kb, ke) (attention_math.hpp's ranges
-// are monotone in i, so the first and last rows bound the tile's).
-struct KeyRange {
-  int64_t L = 0, kb = 0, ke = 0;
-  __device__ int64_t tiles(int bk) const { return (L + bk - 1) / bk + (ke > kb ? (ke - kb + bk - 1) / bk : 0); }
-  // Tile t: its first key and how many keys it holds.
-  __device__ void tile(int64_t t, int bk, int64_t* j0, int64_t* n) const {
-    const int64_t lead_tiles = (L + bk - 1) / bk;
-    if (t < lead_tiles) {
-      *j0 = t * bk;
-      *n = L - *j0 < bk ? L - *j0 : bk;
-    } else {
-      *j0 = kb + (t - lead_tiles) * bk;
-      *n = ke - *j0 < bk ? ke - *j0 : bk;
-    }
-  }
-};
-__device__ KeyRange key_range(const FlashGeom& g, int64_t i0, int64_t i1) {
-  KeyRange r;
-  r.L = g.cfg.lead_keys;
-  r.kb = math::attn_key_begin(g.cfg, i0, g.S);
-  r.ke = math::attn_key_end(g.cfg, i1 - 1, g.S);
-  return r;
-}
-
 // ---- forward --------------------------------------------------------------------------------------
 
+template <class IO>
 __global__ void __launch_bounds__(kThreadsFlash) flash_forward_kernel(FlashGeom g) {
   extern __shared__ __align__(128) char smem[];
   const int DP = g.DP, ldb = DP + kPad16, ldf = DP + kPad32, lds = kBKf + kPad32, ldp = kBKf + kPad16;
@@ -148,7 +122,7 @@ __global__ void __launch_bounds__(kThreadsFlash) flash_forward_kernel(FlashGeom 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const math::AttnConfig& cfg = g.cfg;
 
-  load_tile(Qs, ldb, g.q, b, i0, nq, h, g.dh, DP, kBQ);
+  load_tile<IO>(Qs, ldb, g.q, b, i0, nq, h, g.dh, DP, kBQ);
   for (int e = threadIdx.x; e < kBQ * ldf; e += blockDim.x) Of[e] = 0.0f;
   for (int e = threadIdx.x; e < kBQ; e += blockDim.x) rowsum[e] = 0.0f;
   const KeyRange keys = key_range(g, i0, i0 + nq);
@@ -157,8 +131,8 @@ __global__ void __launch_bounds__(kThreadsFlash) flash_forward_kernel(FlashGeom 
     int64_t j0, nk;
     keys.tile(t, kBKf, &j0, &nk);
     __syncthreads();  // the previous tile's K, V are no longer read
-    load_tile(Ks, ldb, g.k, b, j0, nk, kvh, g.dh, DP, kBKf);
-    load_tile(Vs, ldb, g.v, b, j0, nk, kvh, g.dh, DP, kBKf);
+    load_tile<IO>(Ks, ldb, g.k, b, j0, nk, kvh, g.dh, DP, kBKf);
+    load_tile<IO>(Vs, ldb, g.v, b, j0, nk, kvh, g.dh, DP, kBKf);
     __syncthreads();
     // S = Q K^T for this warp's 16 rows.
     const int r0 = warp * 16;
@@ -194,7 +168,7 @@ __global__ void __launch_bounds__(kThreadsFlash) flash_forward_kernel(FlashGeom 
     const int64_t i = i0 + r;
     if (i >= g.T || c >= g.dh) continue;
     const float inv = math::attn_inv_norm(math::attn_norm_finish(cfg, rowsum[r]));
-    g.o.at(b, i, h)[c] = Of[r * ldf + c] * inv;
+    row_of<IO>(g.o, b, i, h)[c] = from_f32<IO>(Of[r * ldf + c] * inv);
   }
   if (g.stats.p)
     for (int r = threadIdx.x; r < nq; r += blockDim.x)
@@ -209,25 +183,8 @@ size_t forward_smem(int DP) {
 
 // ---- backward ---------------------------------------------------------------------------------------
 
-// P_ij and dS_ij (before the scale) of a visible pair from S, dP and the row's statistics.
-struct RowStat {
-  float stat, inv_z, row_sum, D;
-};
-__device__ void pair_p_ds(const math::AttnConfig& cfg, float s, float dp, const RowStat& rs, float* p, float* ds) {
-  *p = math::attn_prob(cfg, s, rs.stat, rs.inv_z);
-  *ds = math::attn_dscore(cfg, s, *p, rs.stat, rs.inv_z, rs.row_sum, dp, rs.D);
-}
-
-__device__ RowStat row_stat(const FlashGeom& g, int64_t b, int64_t h, int64_t i) {
-  RowStat rs;
-  rs.stat = *g.stats.at(b, h, i);
-  rs.inv_z = math::attn_row_inv_norm(g.cfg, rs.stat);
-  rs.row_sum = math::attn_row_sum(g.cfg, rs.stat);
-  rs.D = g.D[(b * g.H + h) * g.T + i];
-  return rs;
-}
-
 // (1) dQ and D, one block per (b, h, 64 queries).
+template <class IO>
 __global__ void __launch_bounds__(kThreadsFlash) flash_backward_dq_kernel(FlashGeom g) {
   extern __shared__ __align__(128) char smem[];
   const int DP = g.DP, ldb = DP + kPad16, ldf = DP + kPad32, lds = kBKf + kPad32, ldp = kBKf + kPad16;
@@ -246,15 +203,15 @@ __global__ void __launch_bounds__(kThreadsFlash) flash_backward_dq_kernel(FlashG
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const math::AttnConfig& cfg = g.cfg;
 
-  load_tile(Qs, ldb, g.q, b, i0, nq, h, g.dh, DP, kBQ);
-  load_tile(dOs, ldb, g.dout, b, i0, nq, h, g.dh, DP, kBQ);
+  load_tile<IO>(Qs, ldb, g.q, b, i0, nq, h, g.dh, DP, kBQ);
+  load_tile<IO>(dOs, ldb, g.dout, b, i0, nq, h, g.dh, DP, kBQ);
   for (int e = threadIdx.x; e < kBQ * ldf; e += blockDim.x) dQf[e] = 0.0f;
   // D_i = dO_i . o_i in f32 from the f32 tensors (warp per row), published for kernel (2).
   for (int r = warp; r < nq; r += kWarps) {
-    const float* o = g.o.at(b, i0 + r, h);
-    const float* go = g.dout.at(b, i0 + r, h);
+    const IO* o = row_of<IO>(g.o, b, i0 + r, h);
+    const IO* go = row_of<IO>(g.dout, b, i0 + r, h);
     float d = 0.0f;
-    for (int64_t c = lane; c < g.dh; c += 32) d = fmaf(o[c], go[c], d);
+    for (int64_t c = lane; c < g.dh; c += 32) d = fmaf(to_f32(o[c]), to_f32(go[c]), d);
     for (int off = 16; off > 0; off /= 2) d += __shfl_xor_sync(0xffffffffu, d, off);
     if (lane == 0) g.D[(b * g.H + h) * g.T + i0 + r] = d;
   }
@@ -268,8 +225,8 @@ __global__ void __launch_bounds__(kThreadsFlash) flash_backward_dq_kernel(FlashG
     int64_t j0, nk;
     keys.tile(t, kBKf, &j0, &nk);
     __syncthreads();
-    load_tile(Ks, ldb, g.k, b, j0, nk, kvh, g.dh, DP, kBKf);
-    load_tile(Vs, ldb, g.v, b, j0, nk, kvh, g.dh, DP, kBKf);
+    load_tile<IO>(Ks, ldb, g.k, b, j0, nk, kvh, g.dh, DP, kBKf);
+    load_tile<IO>(Vs, ldb, g.v, b, j0, nk, kvh, g.dh, DP, kBKf);
     __syncthreads();
     warp_abt(Sf + r0 * lds, lds, Qs + r0 * ldb, ldb, Ks, ldb, kBKf, DP);
     warp_abt(dPf + r0 * lds, lds, dOs + r0 * ldb, ldb, Vs, ldb, kBKf, DP);
@@ -293,7 +250,7 @@ __global__ void __launch_bounds__(kThreadsFlash) flash_backward_dq_kernel(FlashG
   if (!g.dq.p) return;
   for (int e = threadIdx.x; e < kBQ * DP; e += blockDim.x) {
     const int r = e / DP, c = e % DP;
-    if (i0 + r < g.T && c < g.dh) g.dq.at(b, i0 + r, h)[c] = g.scale * dQf[r * ldf + c];
+    if (i0 + r < g.T && c < g.dh) row_of<IO>(g.dq, b, i0 + r, h)[c] = from_f32<IO>(g.scale * dQf[r * ldf + c]);
   }
 }
 
@@ -306,6 +263,7 @@ size_t dq_smem(int DP) {
 // (2) dK, dV: one block per (b, kv head, 32 keys), over the group's query heads and the query tiles that
 // may see the keys. Warp w computes S / dP rows 16w.. of a query tile; for dK / dV it owns key rows
 // 16 (w % 2).. and every other 16-column block of the head dim from w / 2.
+template <class IO>
 __global__ void __launch_bounds__(kThreadsFlash) flash_backward_dkv_kernel(FlashGeom g) {
   extern __shared__ __align__(128) char smem[];
   const int DP = g.DP, ldb = DP + kPad16, ldf = DP + kPad32, lds = kBKb + kPad32, ldp = kBKb + kPad16;
@@ -326,8 +284,8 @@ __global__ void __launch_bounds__(kThreadsFlash) flash_backward_dkv_kernel(Flash
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const math::AttnConfig& cfg = g.cfg;
 
-  load_tile(Ks, ldb, g.k, b, j0, nk, kvh, g.dh, DP, kBKb);
-  load_tile(Vs, ldb, g.v, b, j0, nk, kvh, g.dh, DP, kBKb);
+  load_tile<IO>(Ks, ldb, g.k, b, j0, nk, kvh, g.dh, DP, kBKb);
+  load_tile<IO>(Vs, ldb, g.v, b, j0, nk, kvh, g.dh, DP, kBKb);
   for (int e = threadIdx.x; e < kBKb * ldf; e += blockDim.x) {
     dKf[e] = 0.0f;
     dVf[e] = 0.0f;
@@ -346,8 +304,8 @@ __global__ void __launch_bounds__(kThreadsFlash) flash_backward_dkv_kernel(Flash
     for (int64_t i0 = qb - qb % kBQ; i0 < qe; i0 += kBQ) {
       const int64_t nq = g.T - i0 < kBQ ? g.T - i0 : kBQ;
       __syncthreads();  // the previous tile's Q, dO, P, dS are no longer read
-      load_tile(Qs, ldb, g.q, b, i0, nq, h, g.dh, DP, kBQ);
-      load_tile(dOs, ldb, g.dout, b, i0, nq, h, g.dh, DP, kBQ);
+      load_tile<IO>(Qs, ldb, g.q, b, i0, nq, h, g.dh, DP, kBQ);
+      load_tile<IO>(dOs, ldb, g.dout, b, i0, nq, h, g.dh, DP, kBQ);
       for (int r = threadIdx.x; r < nq; r += blockDim.x) rst[r] = row_stat(g, b, h, i0 + r);
       __syncthreads();
       warp_abt(Sf + r0 * lds, lds, Qs + r0 * ldb, ldb, Ks, ldb, kBKb, DP);
@@ -377,8 +335,8 @@ __global__ void __launch_bounds__(kThreadsFlash) flash_backward_dkv_kernel(Flash
   for (int e = threadIdx.x; e < kBKb * DP; e += blockDim.x) {
     const int r = e / DP, c = e % DP;
     if (r >= nk || c >= g.dh) continue;
-    if (g.dk.p) g.dk.at(b, j0 + r, kvh)[c] = g.scale * dKf[r * ldf + c];
-    if (g.dv.p) g.dv.at(b, j0 + r, kvh)[c] = dVf[r * ldf + c];
+    if (g.dk.p) row_of<IO>(g.dk, b, j0 + r, kvh)[c] = from_f32<IO>(g.scale * dKf[r * ldf + c]);
+    if (g.dv.p) row_of<IO>(g.dv, b, j0 + r, kvh)[c] = from_f32<IO>(dVf[r * ldf + c]);
   }
 }
 
@@ -397,15 +355,6 @@ FlashGeom make_flash_geom(const AttentionDims& d, const ops::AttentionSpec& spec
   return g;
 }
 
-template <class Kernel>
-void launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t s, const FlashGeom& g, const char* what) {
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  kernel<<<grid, kThreadsFlash, smem, s>>>(g);
-  CUDA_CHECK_LAUNCH(what);
-}
-
-unsigned tiles(int64_t n, int64_t per) { return unsigned((n + per - 1) / per); }
-
 }  // namespace
 
 // out [B,T,H,dh], stats [B,H,T] (optional) from q [B,T,H,dh], k/v [B,S,Hkv,dh].
@@ -416,8 +365,13 @@ void flash_attention_forward(CudaBackend& be, Tensor out, Tensor stats, Tensor q
   DeviceGuard guard(be.index());
   FlashGeom g = make_flash_geom(d, spec, q, k, v, stats, op);
   g.o = head_rows(out, op, "out");
-  launch(flash_forward_kernel, dim3(tiles(d.T, kBQ), unsigned(d.H), unsigned(d.B)), forward_smem(g.DP), be.stream(),
-         g, op);
+  if (mma_fits({&q, &k, &v, &out})) return mma_forward(be, g);
+  const dim3 grid(tiles(d.T, kBQ), unsigned(d.H), unsigned(d.B));
+  if (q.dtype == DType::bf16) {
+    launch(flash_forward_kernel<bf16>, grid, forward_smem(g.DP), be.stream(), g, op);
+  } else {
+    launch(flash_forward_kernel<float>, grid, forward_smem(g.DP), be.stream(), g, op);
+  }
 }
 
 // d_q [B,T,H,dh], d_k/d_v [B,S,Hkv,dh] (each optional, written) from d_out, q, k, v, out, stats.
@@ -434,12 +388,17 @@ void flash_attention_backward(CudaBackend& be, Tensor d_q, Tensor d_k, Tensor d_
   g.dv = head_rows(d_v, op, "d_v");
   g.D = static_cast<float*>(
       be.scratch(CudaBackend::ScratchSlot::attention_fast, sizeof(float) * size_t(std::max<int64_t>(d.B * d.H * d.T, 1))));
+  if (mma_fits({&q, &k, &v, &out, &d_out, &d_q, &d_k, &d_v}))
+    return mma_backward(be, g, d_k.defined() || d_v.defined());
+  const bool bf = q.dtype == DType::bf16;
+  const dim3 grid_q(tiles(d.T, kBQ), unsigned(d.H), unsigned(d.B)),
+      grid_k(tiles(d.S, kBKb), unsigned(d.Hkv), unsigned(d.B));
   if (d.B * d.H * d.T > 0)
-    launch(flash_backward_dq_kernel, dim3(tiles(d.T, kBQ), unsigned(d.H), unsigned(d.B)), dq_smem(g.DP), be.stream(), g,
+    launch(bf ? flash_backward_dq_kernel<bf16> : flash_backward_dq_kernel<float>, grid_q, dq_smem(g.DP), be.stream(), g,
            "attention_backward (flash dq)");
   // Key rows are written even when no query sees them (T = 0 with lead keys: zeros).
   if ((d_k.defined() || d_v.defined()) && d.B * d.Hkv * d.S > 0)
-    launch(flash_backward_dkv_kernel, dim3(tiles(d.S, kBKb), unsigned(d.Hkv), unsigned(d.B)), dkv_smem(g.DP),
+    launch(bf ? flash_backward_dkv_kernel<bf16> : flash_backward_dkv_kernel<float>, grid_k, dkv_smem(g.DP),
            be.stream(), g, "attention_backward (flash dk, dv)");
 }
 

@@ -264,10 +264,14 @@ void CudaBackend::copy(Tensor dst, Tensor src) {
       pack_host_rows(staging.data(), src, rs);
       dense_src = staging.data();
     }
-    // 2. straight into dst when it is dense in the same dtype; else through device scratch.
+    // 2. straight into dst when it is dense in the same dtype; else through device scratch. No wait for
+    // the device: from pageable memory (sinklab's host buffers) cudaMemcpyAsync returns once it has
+    // staged the source, so the caller may reuse it at once, and the copy is ordered on the stream (a
+    // training step uploads its batch without a host synchronisation). The staging buffer of a strided
+    // source is a local vector: its copy must finish before it goes.
     if (dst.dtype == src.dtype && rd.contiguous) {
       CUDA_CHECK(cudaMemcpyAsync(dst.data, dense_src, size_t(n) * ssize, cudaMemcpyHostToDevice, stream_));
-      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      if (!staging.empty()) CUDA_CHECK(cudaStreamSynchronize(stream_));
       return;
     }
     Scratch scratch(size_t(n) * ssize, stream_);

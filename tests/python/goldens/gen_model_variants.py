@@ -36,16 +36,20 @@ loss = SUM of cross-entropy over the counted targets: target >= 0 and, for prefi
 position >= p - 1.
 
 --precision bf16 (the "precision" cases; their index entry says "precision": "bf16"): the same model with
-bf16 rounding (round to nearest even) where sinklab's policy puts it (model/transformer.hpp, Precision):
-every matrix product x W^T reads round(x) and round(W) and its output is rounded; its backward rounds
-the incoming gradient and d_x (d_W is not rounded); q, k, v are one product with [Wq; Wk; Wv], a gated
-FFN's gate and up one with [W_gate; W_up], as in sinklab (d_x is rounded once per product); the attention reads rounded q, k (after RoPE and
-after a kernel feature map), v, k*, v*, and the gradient of its output is rounded (its output is
-rounded where it enters the o projection).
-Rounding is written as two autograd functions (round the values / round the gradient) around float64
-products of the rounded values. No gradcheck for these (rounding is not differentiable); their fp32
-loss and gradients are stored beside ("<case>/loss_fp32", "<case>/grad_fp32") so the test can show the
-bf16 result is nearer the bf16 reference than the fp32 one.
+bf16 storage of every activation (round to nearest even) where sinklab stores one (model/transformer.hpp,
+Precision): the embedding rows (and the sink token's row, and again after learned positions are added),
+every norm's output, every product's output (q|k|v one product with [Wq; Wk; Wv], a gated FFN's gate|up
+one with [W_gate; W_up], the logits), q and k after RoPE and after a kernel feature map, k* and v*, the
+attention output (and after the V bias, the gate, each step of the head sum), the gated MLP's product,
+and the residual stream after every add; each stored activation's gradient is rounded too (the value
+and its gradient rounded by two autograd functions, `stored`). Products multiply the rounded weights in
+float64 (d_W is not rounded); norms, attention and the loss compute in float64 on the rounded values; the
+attention's backward reads its row sums D_i = dO_i . o_i from the stored output, as sinklab's kernels do
+(AttendStored).
+Where sinklab's backward rounds a gradient before adding it to another (each product's d_x, the d_x of a
+norm it does not fuse with the residual add), the reference rounds that branch's gradient too (`branch`). No gradcheck for these
+(rounding is not differentiable); their fp32 loss and gradients are stored beside ("<case>/loss_fp32",
+"<case>/grad_fp32") so the test can show the bf16 result is nearer the bf16 reference than the fp32 one.
 
 Layout: one JSON index model_variants.json (per case: its golden file, the dimensions, the axis flags
 that differ from the default as flag -> text, batch and sequence length, and the parameter list
@@ -324,15 +328,46 @@ def rv(cfg, x):
     return RoundValues.apply(x) if cfg.bf16 else x
 
 
-def rg(cfg, x):
+def stored(cfg, x):
+    """x as sinklab stores an activation under bf16: its values rounded, and the gradient flowing back to
+    what made it rounded."""
+    return RoundValues.apply(RoundGrad.apply(x)) if cfg.bf16 else x
+
+
+class AttendStored(torch.autograd.Function):
+    """o = (numer / Z) v with the backward sinklab's attention kernels run: the row sums D_i = dO_i . o_i that
+    the normaliser's gradient needs (dL/dZ_i = -D_i / Z_i) are read from the output as stored (rounded to
+    bf16 under bf16), as a flash-style kernel reads its output, not from the exact product."""
+
+    @staticmethod
+    def forward(ctx, numer, Z, v, bf16):
+        P = numer / Z[..., None]
+        o = P @ v
+        ctx.save_for_backward(P, Z, v, o.to(torch.bfloat16).to(o.dtype) if bf16 else o)
+        return o
+
+    @staticmethod
+    def backward(ctx, d_o):
+        P, Z, v, o_stored = ctx.saved_tensors
+        d_p = d_o @ v.transpose(-1, -2)
+        return d_p / Z[..., None], -(d_o * o_stored).sum(-1) / Z, P.transpose(-1, -2) @ d_o, None
+
+
+def branch(cfg, x):
+    """x read by one of several consumers whose gradients sinklab rounds apart before adding them (each
+    product's d_in, an unfused norm's d_in): the gradient of this reading rounded on its own."""
     return RoundGrad.apply(x) if cfg.bf16 else x
 
 
+def fused_residual_norm(cfg):
+    """sinklab's --fused-ops for this model (model::choose_step_fusions): a pre-norm RMSNorm adds its
+    backward into the residual's gradient with one rounding; otherwise the norm's d_in is rounded first."""
+    return not cfg.post and not cfg.layer_norm
+
+
 def lin(cfg, x, w):
-    """x W^T; bf16: round(round(x) round(W)^T), backward d_out and d_x rounded, d_W from the rounded ones."""
-    if not cfg.bf16:
-        return x @ w.T
-    return rv(cfg, rg(cfg, rv(cfg, rg(cfg, x)) @ rv(cfg, w).T))
+    """x W^T (x a stored activation); bf16: the rounded weights, the output stored, d_x rounded."""
+    return stored(cfg, branch(cfg, x) @ rv(cfg, w).T)
 
 
 def rmsnorm(x, g, eps):
@@ -434,13 +469,13 @@ def attention(cfg, params, l, a, Tp, probs_out):
         k = (a @ Wk.T).view(B, Tp, Hkv, dh)
         v = (a @ Wv.T).view(B, Tp, Hkv, dh)
     if cfg.pos == "rope":
-        q, k = rv(cfg, rope(q, cfg.theta)), rv(cfg, rope(k, cfg.theta))
+        q, k = stored(cfg, rope(q, cfg.theta)), stored(cfg, rope(k, cfg.theta))
     if cfg.kernel == "elu-plus-one":
-        q, k = rv(cfg, F.elu(q) + 1.0), rv(cfg, F.elu(k) + 1.0)
+        q, k = stored(cfg, F.elu(q) + 1.0), stored(cfg, F.elu(k) + 1.0)
     elif cfg.kernel == "mlp":
         W1, W2 = params[p + "kernel_mlp1.weight"], params[p + "kernel_mlp2.weight"]
-        q = rv(cfg, lin(cfg, torch.clamp(lin(cfg, q, W1), min=0.0), W2))
-        k = rv(cfg, lin(cfg, torch.clamp(lin(cfg, k, W1), min=0.0), W2))
+        q = lin(cfg, stored(cfg, torch.clamp(lin(cfg, q, W1), min=0.0)), W2)
+        k = lin(cfg, stored(cfg, torch.clamp(lin(cfg, k, W1), min=0.0)), W2)
     # query head h reads kv head h // (H / Hkv); [B,H,Tp,dh]
     qh = q.transpose(1, 2)
     kh = k.repeat_interleave(H // Hkv, dim=2).transpose(1, 2)
@@ -463,11 +498,13 @@ def attention(cfg, params, l, a, Tp, probs_out):
             vstar[:, 0] = cfg.m
         else:  # ones
             vstar = torch.full((H, dh), cfg.m / math.sqrt(dh), dtype=f64)
-        kstar, vstar = rv(cfg, kstar), rv(cfg, vstar)
-        s_lead = scale * (qh * kstar[None, :, None, :]).sum(-1, keepdim=True)  # [B,H,Tp,1]
+        # sinklab stores k*, v* once per batch row (its lead key of k, v [B,S,H,dh]): each row's gradient rounded
+        kstar = stored(cfg, kstar[None].expand(B, H, dh))
+        vstar = stored(cfg, vstar[None].expand(B, H, dh))
+        s_lead = scale * (qh * kstar[:, :, None, :]).sum(-1, keepdim=True)  # [B,H,Tp,1]
         s = torch.cat([s_lead, s], dim=-1)
         vis = torch.cat([torch.ones(B, H, Tp, 1, dtype=torch.bool), vis], dim=-1)
-        vh = torch.cat([vstar[None, :, None, :].expand(B, H, 1, dh), vh], dim=2)
+        vh = torch.cat([vstar[:, :, None, :], vh], dim=2)
     # similarity; masked entries are exactly 0 (computed on a harmless stand-in so no inf/nan reaches
     # the gradient through torch.where)
     s_safe = torch.where(vis, s, torch.zeros_like(s))
@@ -506,17 +543,23 @@ def attention(cfg, params, l, a, Tp, probs_out):
     else:  # p-norm
         wp = torch.where(vis, torch.where(vis, w, torch.ones_like(w)) ** cfg.p, torch.zeros_like(w))
         Z = wp.sum(-1) ** (1.0 / cfg.p)
-    P = numer / Z[..., None]
     if probs_out is not None:
-        probs_out.append(P.detach())
-    o = rg(cfg, (P @ vh).transpose(1, 2))  # [B,Tp,H,dh]
+        probs_out.append((numer / Z[..., None]).detach())
+    o = stored(cfg, AttendStored.apply(numer, Z, vh, cfg.bf16).transpose(1, 2))  # [B,Tp,H,dh]
     if cfg.bias == "v":
-        o = o + params[p + "v_bias"].expand(H, dh)[None, None]
-    if cfg.gate == "headwise":
-        o = o * torch.sigmoid(lin(cfg, a, params[p + "gate_proj.weight"]))[..., None]
+        o = stored(cfg, o + params[p + "v_bias"].expand(H, dh)[None, None])
+    if cfg.gate == "headwise":  # the [B,Tp,H] gate logits expanded to every feature of its head, stored
+        logits = stored(cfg, lin(cfg, a, params[p + "gate_proj.weight"])[..., None].expand(B, Tp, H, dh))
+        o = stored(cfg, o * torch.sigmoid(logits))
     elif cfg.gate == "elementwise":
-        o = o * torch.sigmoid(lin(cfg, a, params[p + "gate_proj.weight"])).view(B, Tp, H, dh)
-    o = o.sum(2) if cfg.add_heads else o.reshape(B, Tp, H * dh)
+        o = stored(cfg, o * torch.sigmoid(lin(cfg, a, params[p + "gate_proj.weight"])).view(B, Tp, H, dh))
+    if cfg.add_heads:  # sinklab adds the heads one at a time into a stored sum
+        total = stored(cfg, o[:, :, 0])
+        for h in range(1, H):
+            total = stored(cfg, total + o[:, :, h])
+        o = total
+    else:
+        o = o.reshape(B, Tp, H * dh)
     return lin(cfg, o, params[p + "o_proj.weight"])
 
 
@@ -531,34 +574,40 @@ def ffn(cfg, params, l, f):
         h = act(cfg.ffn, lin(cfg, f, params[p + "gate_proj.weight"])) * up
     else:
         h = act(cfg.ffn, up)
-    return lin(cfg, h, params[p + "down_proj.weight"])
+    return lin(cfg, stored(cfg, h), params[p + "down_proj.weight"])
 
 
 def forward(cfg, params, ids, targets, probs_out=None, return_logits=False, all_layers=False):
     """Sum of the counted cross-entropies (float64 scalar) and their count. probs_out: layer 0's
     attention probabilities [B,H,Tp,S'] are appended (every layer's, in order, with all_layers)."""
     B, T = ids.shape
-    h = params["model.embed_tokens.weight"][ids]  # [B,T,d]
+    h = stored(cfg, params["model.embed_tokens.weight"][ids])  # [B,T,d]
     if cfg.bias == "sink-token":
-        h = torch.cat([params["model.sink_token"].expand(B, 1, cfg.d), h], dim=1)
+        h = torch.cat([stored(cfg, params["model.sink_token"].expand(B, 1, cfg.d)), h], dim=1)
     Tp = T + cfg.lead_pos
     if cfg.pos == "sinusoidal":
-        h = h + sinusoidal(Tp, cfg.d)[None]
+        h = stored(cfg, h + sinusoidal(Tp, cfg.d)[None])
     elif cfg.pos == "learned":
-        h = h + params["model.embed_positions.weight"][:Tp][None]
+        h = stored(cfg, h + params["model.embed_positions.weight"][:Tp][None])
     x = h
     for l in range(cfg.L):
-        norm1 = lambda v: norm(cfg, params, f"model.layers.{l}.input_layernorm", v)  # noqa: E731
-        norm2 = lambda v: norm(cfg, params, f"model.layers.{l}.post_attention_layernorm", v)  # noqa: E731
+        read = (lambda v: v) if fused_residual_norm(cfg) else (lambda v: branch(cfg, v))
+
+        def norm1(v, l=l):
+            return stored(cfg, norm(cfg, params, f"model.layers.{l}.input_layernorm", read(v)))
+
+        def norm2(v, l=l):
+            return stored(cfg, norm(cfg, params, f"model.layers.{l}.post_attention_layernorm", read(v)))
+
         out = probs_out if (l == 0 or all_layers) else None
         if cfg.post:
-            x_mid = norm1(x + attention(cfg, params, l, x, Tp, out))
-            x = norm2(x_mid + ffn(cfg, params, l, x_mid))
+            x_mid = norm1(stored(cfg, x + attention(cfg, params, l, x, Tp, out)))
+            x = norm2(stored(cfg, x_mid + ffn(cfg, params, l, x_mid)))
         else:
-            x_mid = x + attention(cfg, params, l, norm1(x), Tp, out)
-            x = x_mid + ffn(cfg, params, l, norm2(x_mid))
+            x_mid = stored(cfg, x + attention(cfg, params, l, norm1(x), Tp, out))
+            x = stored(cfg, x_mid + ffn(cfg, params, l, norm2(x_mid)))
     if not cfg.post:
-        x = norm(cfg, params, "model.norm", x)
+        x = stored(cfg, norm(cfg, params, "model.norm", x))
     logits = lin(cfg, x, params["lm_head.weight"])[:, cfg.lead_pos:]  # [B,T,V]
     if return_logits:
         return logits
