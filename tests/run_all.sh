@@ -39,15 +39,16 @@ echo "== CUDA kernels under the CPU emulation (tests/gpu/emulate.sh: every hand-
 emu_start=$(date +%s)
 JOBS="$jobs" bash tests/gpu/emulate.sh
 # The tool still catches bugs: one planted bug per kernel file must turn its test red (tests/cpp/gpu/README.md
-# lists all 56; `--plant all` builds each planted copy one after another, about half a minute each on two
+# lists all 78; `--plant all` builds each planted copy one after another, about half a minute each on two
 # cores, too long for CI). memory.cu: a block tree without its barrier; elementwise.cu: AdamW's m store;
 # embedding.cu: the sort's row values; norms.cu: the warp butterfly; rope.cu: backward's sin sign;
 # cross_entropy.cu: the block tree; linear.cu: a wrong cuBLASLt leading dimension; attention.cu (with
 # attention_rows.cuh): the block reduction's barrier; attention_flash.cu: the row sum's partner lane, and the
 # barrier after a K/V tile load (caught only under the "warp" thread order); attention_flash_mma.cu: a missing
 # cp.async wait; attention_gemm.cu: the wrong key head; attention_cudnn.cpp: swapped strides in the cuDNN graph;
-# nccl.cu: the reduce-scatter offset; mamba.cu: index_add_rows' sort values.
-JOBS="$jobs" bash tests/gpu/emulate.sh --plant reduce_tree_sync,adamw_m_store,embedding_keys_rows,norm_shuffle,rope_sin_sign,ce_tree_half,lt_ld_a,attn_reduce_sync,flash_lane_pairs,flash_tile_sync,mma_cp_async_wait,gemm_kv_head,cudnn_stride,nccl_reduce_offset,index_keys_rows
+# nccl.cu: the reduce-scatter offset; mamba.cu: index_add_rows' sort values; elementwise.cuh: the contiguous
+# kernel's scalar tail; multi_tensor.cu: the chunks' block tree.
+JOBS="$jobs" bash tests/gpu/emulate.sh --plant reduce_tree_sync,adamw_m_store,embedding_keys_rows,norm_shuffle,rope_sin_sign,ce_tree_half,lt_ld_a,attn_reduce_sync,flash_lane_pairs,flash_tile_sync,mma_cp_async_wait,gemm_kv_head,cudnn_stride,nccl_reduce_offset,index_keys_rows,ew_tail_start,mt_tree_sync
 echo "   (emulation step: $(( $(date +%s) - emu_start )) s)"
 
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then

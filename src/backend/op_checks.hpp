@@ -21,10 +21,12 @@ inline void check_same_shape(const Tensor& a, const Tensor& b, const char* op, c
            b.shape_str().c_str());
 }
 
-// column_sum's operands (ops.hpp): same dtype, out at least 1-D, and out's dims are the trailing dims of
-// in. Returns L, the number of in rows that add into each out row.
+// column_sum's operands (ops.hpp): same dtype (or a bf16 in summed into an f32 out: a bias gradient of bf16
+// activations), out at least 1-D, and out's dims are the trailing dims of in. Returns L, the number of in
+// rows that add into each out row.
 inline int64_t check_column_sum(const Tensor& out, const Tensor& in) {
-  SL_CHECK(out.dtype == in.dtype, "column_sum: out is %s but in is %s", dtype_name(out.dtype), dtype_name(in.dtype));
+  SL_CHECK(out.dtype == in.dtype || (in.dtype == DType::bf16 && out.dtype == DType::f32),
+           "column_sum: out is %s but in is %s", dtype_name(out.dtype), dtype_name(in.dtype));
   bool trailing = out.ndim >= 1 && in.ndim >= out.ndim;
   for (int d = 0; trailing && d < out.ndim; ++d) trailing = in.shape[in.ndim - out.ndim + d] == out.shape[d];
   SL_CHECK(trailing, "column_sum: out %s must be the trailing dims of in %s", out.shape_str().c_str(),

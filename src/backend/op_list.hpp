@@ -21,7 +21,7 @@
   OP(void, scale, (Tensor x, double factor), (x, factor))                                                       \
   OP(double, sum_squares, (Tensor x), (x))                                                                      \
   OP(double, max_abs, (Tensor x), (x))                                                                          \
-  CPU_ONLY_OP(void, reduce_into, (Tensor out, Tensor x, Reduction kind, bool accumulate), (out, x, kind, accumulate))    \
+  OP(void, reduce_into, (Tensor out, Tensor x, Reduction kind, bool accumulate), (out, x, kind, accumulate))            \
   OP(void, column_sum, (Tensor out, Tensor in, bool accumulate), (out, in, accumulate))                         \
   OP(void, fill_normal, (Tensor out, uint64_t seed, uint64_t stream, double mean, double std),                  \
      (out, seed, stream, mean, std))                                                                            \
@@ -43,7 +43,7 @@
   OP(void, rmsnorm_backward,                                                                                    \
      (Tensor d_in, Tensor d_weight, Tensor d_out, Tensor in, Tensor weight, Tensor rstd, bool accumulate),      \
      (d_in, d_weight, d_out, in, weight, rstd, accumulate))                                                     \
-  CPU_ONLY_OP(void, add_rmsnorm_forward, (Tensor sum_out, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor weight, double eps), \
+  OP(void, add_rmsnorm_forward, (Tensor sum_out, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor weight, double eps), \
      (sum_out, out, rstd, a, b, weight, eps))                                                                   \
   OP(void, layernorm_forward,                                                                                   \
      (Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight, Tensor bias, double eps),                 \
@@ -71,8 +71,8 @@
   OP(void, adamw_update, (Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& s),                   \
      (param, grad, m, v, s))                                                                                    \
   /* Multi-tensor ops over flat buffers: cpu/adamw.cpp, cuda/multi_tensor.cu */                                 \
-  CPU_ONLY_OP(void, sum_squares_ranges, (Tensor out, Tensor flat, const FlatRanges& ranges), (out, flat, ranges))        \
-  CPU_ONLY_OP(void, adamw_update_ranges,                                                                                 \
+  OP(void, sum_squares_ranges, (Tensor out, Tensor flat, const FlatRanges& ranges), (out, flat, ranges))                \
+  OP(void, adamw_update_ranges,                                                                                 \
      (Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lp, const FlatRanges& ranges, const AdamWStep& s), \
      (param, grad, m, v, param_lp, ranges, s))                                                                  \
   /* Attention: cpu/attention.cpp, cuda/attention.cu (which hands calls on to the fast kernels) */             \

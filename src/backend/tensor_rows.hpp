@@ -25,12 +25,21 @@ struct TensorRows {
 
   // Element offset of the first element of row r (0 <= r < rows). The outermost index is what is left
   // of r, so a [N, d] tensor (the common case) costs no integer division per row.
+  //
+  // Both offsets loop over a fixed count (kMaxDims), unrolled, and skip the dimensions past lead_ndim:
+  // every array index is a constant, so a kernel that takes TensorRows by value reads the arrays from its
+  // parameters. A loop bounded by lead_ndim indexes them at run time, which made every such kernel copy
+  // its TensorRows to local memory first (224-560-byte stack frames, issue #53). The integer arithmetic
+  // (the dimensions visited and their order) is the same as such a loop's.
   SL_HD int64_t row_offset(int64_t r) const {
     if (lead_ndim == 0) return 0;
     int64_t off = 0;
-    for (int d = lead_ndim - 1; d > 0; --d) {
-      off += (r % lead_shape[d]) * lead_stride[d];
-      r /= lead_shape[d];
+    SL_UNROLL
+    for (int d = kMaxDims - 1; d > 0; --d) {
+      if (d < lead_ndim) {
+        off += (r % lead_shape[d]) * lead_stride[d];
+        r /= lead_shape[d];
+      }
     }
     return off + r * lead_stride[0];
   }
@@ -41,10 +50,13 @@ struct TensorRows {
     if (contiguous) return i;
     int64_t r = i / cols;
     int64_t off = i - r * cols;
-    for (int d = lead_ndim - 1; d >= 0; --d) {
-      int64_t q = r / lead_shape[d];
-      off += (r - q * lead_shape[d]) * lead_stride[d];
-      r = q;
+    SL_UNROLL
+    for (int d = kMaxDims - 1; d >= 0; --d) {
+      if (d < lead_ndim) {
+        int64_t q = r / lead_shape[d];
+        off += (r - q * lead_shape[d]) * lead_stride[d];
+        r = q;
+      }
     }
     return off;
   }

@@ -46,7 +46,10 @@ SL_HD uint32_t philox_u32(uint64_t seed, uint64_t stream, uint64_t index) {
   uint64_t block = index >> 2;
   Philox4x32 ctr = {{uint32_t(block), uint32_t(block >> 32), uint32_t(stream), uint32_t(stream >> 32)}};
   Philox4x32 out = philox4x32_10(ctr, uint32_t(seed), uint32_t(seed >> 32));
-  return out.v[index & 3];
+  // The word picked by constant indices: out.v[index & 3] indexes the array at run time, which on a GPU
+  // puts it in local memory (a stack frame in every fill kernel).
+  const uint64_t word = index & 3;
+  return word == 0 ? out.v[0] : (word == 1 ? out.v[1] : (word == 2 ? out.v[2] : out.v[3]));
 }
 
 // Uniform in the open interval (0, 1): the top 24 bits, centred in their bucket.

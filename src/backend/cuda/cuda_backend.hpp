@@ -14,9 +14,11 @@
 //   (cross_entropy.cu); attention_forward/backward/probs, every AttentionSpec variant (attention.cu:
 //   reference kernels, deterministic, no T x T storage); Jamba's causal_conv1d_forward,
 //   selective_scan_forward, moe_router_topk, index_add_rows (mamba.cu, no float atomics).
-// Arithmetic ops take f32 tensors only (bf16/f16/f64 are storage for copy/fill), except the matmuls,
-// which also take bf16. Tensors may have strided leading dimensions with a contiguous last dimension,
-// as on the CPU.
+// Activation operands are f32 or bf16 ("bf16 storage", ops.hpp: widened on load, rounded on store), the
+// matmuls take bf16 inputs; statistics, norm weights, parameter gradients and optimizer state are f32 (f16
+// and f64 are storage for copy/fill). Also reduce_into, add_rmsnorm_forward and the multi-tensor ops
+// (multi_tensor.cu). Tensors may have strided leading dimensions with a contiguous last dimension, as on
+// the CPU.
 //
 // Errors a kernel finds in the data (an out-of-range token id or target) cannot throw where they are
 // found without making every call wait for the device. The kernel records the first one in a device
@@ -40,6 +42,7 @@ namespace sinklab::cuda {
 struct GemmContext;
 struct RopeTables;
 struct CudnnContext;
+struct MultiTensorTables;
 
 class CudaBackend final : public Backend {
  public:
@@ -91,8 +94,9 @@ class CudaBackend final : public Backend {
   std::string name_;
   std::string device_name_;
   CUstream_st* stream_ = nullptr;
-  void* reduce_buffer_ = nullptr;  // sum_squares' and max_abs' partial results, allocated on first use
-  double reduce_to_host(Tensor x, const char* op, bool max_abs);
+  void* reduce_buffer_ = nullptr;  // the reductions' partial results (memory.cu), allocated on first use
+  double* launch_reduce(Tensor x, const char* op, Reduction kind, double* out, bool accumulate);
+  double reduce_to_host(Tensor x, const char* op, Reduction kind);
   struct ScratchBuffer {
     void* ptr = nullptr;
     size_t bytes = 0;
@@ -106,11 +110,13 @@ class CudaBackend final : public Backend {
   GemmContext* gemm_ = nullptr;
   RopeTables* rope_ = nullptr;
   CudnnContext* cudnn_ = nullptr;  // cuDNN handle and SDPA graph cache (attention_cudnn.cpp)
+  MultiTensorTables* multi_tensor_ = nullptr;  // the multi-tensor ops' uploaded chunk tables (multi_tensor.cu)
 
  public:
   GemmContext& gemm_context();  // linear.cu
   RopeTables& rope_tables();    // rope.cu
   CudnnContext& cudnn_context();  // attention_cudnn.cpp
+  MultiTensorTables& multi_tensor_tables();  // multi_tensor.cu
 };
 
 // Number of usable CUDA devices: 0 when the runtime reports any error (no driver, driver too old for

@@ -25,6 +25,14 @@ inline void check_device_f32(const CudaBackend& be, const Tensor& t, const char*
   SL_CHECK(t.dtype == DType::f32, "%s: %s has dtype %s; the CUDA backend computes in f32 only", op, arg,
            dtype_name(t.dtype));
 }
+// The tensor lives on this backend's device and holds f32 or bf16 (an activation under "bf16 storage",
+// ops.hpp: read as f32, written rounded to nearest even).
+inline void check_device_f32_or_bf16(const CudaBackend& be, const Tensor& t, const char* op, const char* arg) {
+  SL_CHECK(t.device.is_cuda() && t.device.index == be.index(), "%s: %s is on %s, expected %s", op, arg,
+           t.device.name().c_str(), be.name());
+  SL_CHECK(t.dtype == DType::f32 || t.dtype == DType::bf16,
+           "%s: %s has dtype %s; the CUDA backend takes f32 or bf16 here", op, arg, dtype_name(t.dtype));
+}
 inline void check_device(const CudaBackend& be, const Tensor& t, const char* op, const char* arg) {
   SL_CHECK(t.device.is_cuda() && t.device.index == be.index(), "%s: %s is on %s, expected %s", op, arg,
            t.device.name().c_str(), be.name());

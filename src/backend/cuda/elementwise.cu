@@ -1,126 +1,117 @@
 // Elementwise CUDA ops over the shared per-element math (activation_math.hpp, adamw_math.hpp): the same
-// functions the CPU backend runs, instantiated for float.
+// functions the CPU backend runs, instantiated for float, as functors of the elementwise engine
+// (elementwise.cuh: f32 or bf16 operands, a contiguous 128-bit path and a strided one).
 #include <cmath>
 
 #include "backend/activation_math.hpp"
 #include "backend/adamw_math.hpp"
-#include "backend/cuda/cuda_common.hpp"
+#include "backend/cuda/elementwise.cuh"
 
 namespace sinklab::cuda {
 
 namespace {
 
-__global__ void activation_forward_kernel(float* out, TensorRows ro, const float* in, TensorRows ri, Activation act) {
-  SL_GRID_LOOP(i, ro.numel) out[ro.offset(i)] = math::activate(act, in[ri.offset(i)]);
-}
+struct ActivationForwardOp {  // in: x; out: act(x)
+  static constexpr int kIn = 1, kOut = 1;
+  Activation act;
+  __device__ void operator()(const float* in, float* out) const { out[0] = math::activate(act, in[0]); }
+};
 
-__global__ void activation_backward_kernel(float* d_in, TensorRows rdi, const float* d_out, TensorRows rdo,
-                                           const float* in, TensorRows ri, Activation act) {
-  SL_GRID_LOOP(i, rdi.numel) d_in[rdi.offset(i)] = d_out[rdo.offset(i)] * math::activate_grad(act, in[ri.offset(i)]);
-}
-
-__global__ void gated_forward_kernel(float* out, TensorRows ro, const float* gate, TensorRows rg, const float* up,
-                                     TensorRows ru, Activation act) {
-  SL_GRID_LOOP(i, ro.numel) out[ro.offset(i)] = math::activate(act, gate[rg.offset(i)]) * up[ru.offset(i)];
-}
-
-// d_gate = d_out * up * act'(gate);  d_up = d_out * act(gate). Either output may be absent (nullptr).
-__global__ void gated_backward_kernel(float* d_gate, TensorRows rdg, float* d_up, TensorRows rdu, const float* d_out,
-                                      TensorRows rdo, const float* gate, TensorRows rg, const float* up, TensorRows ru,
-                                      Activation act, int64_t n) {
-  SL_GRID_LOOP(i, n) {
-    float g = gate[rg.offset(i)];
-    float dy = d_out[rdo.offset(i)];
-    float u = up[ru.offset(i)];
-    if (d_gate) d_gate[rdg.offset(i)] = dy * u * math::activate_grad(act, g);
-    if (d_up) d_up[rdu.offset(i)] = dy * math::activate(act, g);
+struct ActivationBackwardOp {  // in: d_out, x; out: d_out * act'(x)
+  static constexpr int kIn = 2, kOut = 1;
+  Activation act;
+  __device__ void operator()(const float* in, float* out) const {
+    out[0] = in[0] * math::activate_grad(act, in[1]);
   }
-}
+};
 
-__global__ void adamw_kernel(float* param, TensorRows rp, const float* grad, TensorRows rg, float* m, TensorRows rm,
-                             float* v, TensorRows rv, math::AdamWConstants c, float grad_scale) {
-  SL_GRID_LOOP(i, rp.numel) {
-    float p = param[rp.offset(i)];
-    float mi = m[rm.offset(i)];
-    float vi = v[rv.offset(i)];
-    const float g = grad[rg.offset(i)];
-    math::adamw_element(p, grad_scale == 1.0f ? g : g * grad_scale, mi, vi, c);
-    param[rp.offset(i)] = p;
-    m[rm.offset(i)] = mi;
-    v[rv.offset(i)] = vi;
+struct GatedForwardOp {  // in: gate, up; out: act(gate) * up
+  static constexpr int kIn = 2, kOut = 1;
+  Activation act;
+  __device__ void operator()(const float* in, float* out) const { out[0] = math::activate(act, in[0]) * in[1]; }
+};
+
+// in: d_out, gate, up; out: d_gate = d_out * up * act'(gate), d_up = d_out * act(gate) (either may be absent).
+struct GatedBackwardOp {
+  static constexpr int kIn = 3, kOut = 2;
+  Activation act;
+  __device__ void operator()(const float* in, float* out) const {
+    const float dy = in[0], g = in[1], u = in[2];
+    out[0] = dy * u * math::activate_grad(act, g);
+    out[1] = dy * math::activate(act, g);
   }
-}
+};
+
+// in: param, grad, m, v; out: param, m, v (the gradient scaled first as scale() would, when grad_scale != 1).
+struct AdamWOp {
+  static constexpr int kIn = 4, kOut = 3;
+  math::AdamWConstants c;
+  float grad_scale;
+  __device__ void operator()(const float* in, float* out) const {
+    float p = in[0], m = in[2], v = in[3];
+    math::adamw_element(p, grad_scale == 1.0f ? in[1] : in[1] * grad_scale, m, v, c);
+    out[0] = p;
+    out[1] = m;
+    out[2] = v;
+  }
+};
 
 }  // namespace
 
 void CudaBackend::activation_forward(Tensor out, Tensor in, Activation act) {
   const char* op = "activation_forward";
   check_same_shape(out, in, op, "out", "in");
-  check_device_f32(*this, out, op, "out");
-  check_device_f32(*this, in, op, "in");
-  TensorRows ro = rows_of(out, op, "out"), ri = rows_of(in, op, "in");
-  if (ro.numel == 0) return;
+  check_device_f32_or_bf16(*this, out, op, "out");
+  check_device_f32_or_bf16(*this, in, op, "in");
+  const EwArg ins[] = {ew_arg(in, op, "in")}, outs[] = {ew_arg(out, op, "out")};
   DeviceGuard guard(index_);
-  activation_forward_kernel<<<grid_for(ro.numel), kThreads, 0, stream_>>>(out.ptr<float>(), ro, in.ptr<float>(), ri, act);
-  CUDA_CHECK_LAUNCH(op);
+  ew_launch(stream_, ActivationForwardOp{act}, ins, outs, out.numel(), op);
 }
 
 void CudaBackend::activation_backward(Tensor d_in, Tensor d_out, Tensor in, Activation act) {
   const char* op = "activation_backward";
   check_same_shape(d_in, in, op, "d_in", "in");
   check_same_shape(d_out, in, op, "d_out", "in");
-  check_device_f32(*this, d_in, op, "d_in");
-  check_device_f32(*this, d_out, op, "d_out");
-  check_device_f32(*this, in, op, "in");
-  TensorRows rdi = rows_of(d_in, op, "d_in"), rdo = rows_of(d_out, op, "d_out"), ri = rows_of(in, op, "in");
-  if (rdi.numel == 0) return;
+  check_device_f32_or_bf16(*this, d_in, op, "d_in");
+  check_device_f32_or_bf16(*this, d_out, op, "d_out");
+  check_device_f32_or_bf16(*this, in, op, "in");
+  const EwArg ins[] = {ew_arg(d_out, op, "d_out"), ew_arg(in, op, "in")}, outs[] = {ew_arg(d_in, op, "d_in")};
   DeviceGuard guard(index_);
-  activation_backward_kernel<<<grid_for(rdi.numel), kThreads, 0, stream_>>>(d_in.ptr<float>(), rdi, d_out.ptr<float>(),
-                                                                            rdo, in.ptr<float>(), ri, act);
-  CUDA_CHECK_LAUNCH(op);
+  ew_launch(stream_, ActivationBackwardOp{act}, ins, outs, in.numel(), op);
 }
 
 void CudaBackend::gated_forward(Tensor out, Tensor gate, Tensor up, Activation act) {
   const char* op = "gated_forward";
   check_same_shape(out, gate, op, "out", "gate");
   check_same_shape(up, gate, op, "up", "gate");
-  check_device_f32(*this, out, op, "out");
-  check_device_f32(*this, gate, op, "gate");
-  check_device_f32(*this, up, op, "up");
-  TensorRows ro = rows_of(out, op, "out"), rg = rows_of(gate, op, "gate"), ru = rows_of(up, op, "up");
-  if (ro.numel == 0) return;
+  check_device_f32_or_bf16(*this, out, op, "out");
+  check_device_f32_or_bf16(*this, gate, op, "gate");
+  check_device_f32_or_bf16(*this, up, op, "up");
+  const EwArg ins[] = {ew_arg(gate, op, "gate"), ew_arg(up, op, "up")}, outs[] = {ew_arg(out, op, "out")};
   DeviceGuard guard(index_);
-  gated_forward_kernel<<<grid_for(ro.numel), kThreads, 0, stream_>>>(out.ptr<float>(), ro, gate.ptr<float>(), rg,
-                                                                     up.ptr<float>(), ru, act);
-  CUDA_CHECK_LAUNCH(op);
+  ew_launch(stream_, GatedForwardOp{act}, ins, outs, gate.numel(), op);
 }
 
 void CudaBackend::gated_backward(Tensor d_gate, Tensor d_up, Tensor d_out, Tensor gate, Tensor up, Activation act) {
   const char* op = "gated_backward";
   check_same_shape(d_out, gate, op, "d_out", "gate");
   check_same_shape(up, gate, op, "up", "gate");
-  check_device_f32(*this, d_out, op, "d_out");
-  check_device_f32(*this, gate, op, "gate");
-  check_device_f32(*this, up, op, "up");
-  TensorRows rdg, rdu;
+  check_device_f32_or_bf16(*this, d_out, op, "d_out");
+  check_device_f32_or_bf16(*this, gate, op, "gate");
+  check_device_f32_or_bf16(*this, up, op, "up");
   if (d_gate.defined()) {
     check_same_shape(d_gate, gate, op, "d_gate", "gate");
-    check_device_f32(*this, d_gate, op, "d_gate");
-    rdg = rows_of(d_gate, op, "d_gate");
+    check_device_f32_or_bf16(*this, d_gate, op, "d_gate");
   }
   if (d_up.defined()) {
     check_same_shape(d_up, gate, op, "d_up", "gate");
-    check_device_f32(*this, d_up, op, "d_up");
-    rdu = rows_of(d_up, op, "d_up");
+    check_device_f32_or_bf16(*this, d_up, op, "d_up");
   }
-  TensorRows rdo = rows_of(d_out, op, "d_out"), rg = rows_of(gate, op, "gate"), ru = rows_of(up, op, "up");
-  const int64_t n = rg.numel;
-  if (n == 0 || (!d_gate.defined() && !d_up.defined())) return;
+  const EwArg ins[] = {ew_arg(d_out, op, "d_out"), ew_arg(gate, op, "gate"), ew_arg(up, op, "up")};
+  const EwArg outs[] = {ew_arg(d_gate, op, "d_gate"), ew_arg(d_up, op, "d_up")};
+  if (!d_gate.defined() && !d_up.defined()) return;
   DeviceGuard guard(index_);
-  gated_backward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(d_gate.ptr<float>(), rdg, d_up.ptr<float>(), rdu,
-                                                               d_out.ptr<float>(), rdo, gate.ptr<float>(), rg,
-                                                               up.ptr<float>(), ru, act, n);
-  CUDA_CHECK_LAUNCH(op);
+  ew_launch(stream_, GatedBackwardOp{act}, ins, outs, gate.numel(), op);
 }
 
 void CudaBackend::adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& s) {
@@ -133,16 +124,13 @@ void CudaBackend::adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, co
   check_device_f32(*this, m, op, "m");
   check_device_f32(*this, v, op, "v");
   SL_CHECK(s.step >= 1, "%s: step must be >= 1 (got %lld)", op, (long long)s.step);
-  TensorRows rp = rows_of(param, op, "param"), rg = rows_of(grad, op, "grad"), rm = rows_of(m, op, "m"),
-          rv = rows_of(v, op, "v");
-  if (rp.numel == 0) return;
+  const EwArg p = ew_arg(param, op, "param"), mm = ew_arg(m, op, "m"), vv = ew_arg(v, op, "v");
+  const EwArg ins[] = {p, ew_arg(grad, op, "grad"), mm, vv}, outs[] = {p, mm, vv};
   // Step-level constants, once per call on the host, as the CPU forms them (adamw_math.hpp).
-  const math::AdamWConstants c = math::adamw_constants(s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.step);
+  const AdamWOp adamw{math::adamw_constants(s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.step),
+                      float(s.grad_scale)};
   DeviceGuard guard(index_);
-  adamw_kernel<<<grid_for(rp.numel), kThreads, 0, stream_>>>(param.ptr<float>(), rp, grad.ptr<float>(), rg,
-                                                             m.ptr<float>(), rm, v.ptr<float>(), rv, c,
-                                                             float(s.grad_scale));
-  CUDA_CHECK_LAUNCH(op);
+  ew_launch(stream_, adamw, ins, outs, param.numel(), op);
 }
 
 }  // namespace sinklab::cuda

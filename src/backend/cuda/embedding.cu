@@ -11,7 +11,7 @@
 // thrown at the next synchronisation; its output row is zero and its gradient row is dropped.
 #include <cub/device/device_radix_sort.cuh>
 
-#include "backend/cuda/cuda_common.hpp"
+#include "backend/cuda/elementwise.cuh"
 
 namespace sinklab::cuda {
 
@@ -22,18 +22,23 @@ __device__ void record_bad_id(unsigned long long* error_word, int64_t position, 
   atomicMin(error_word, (static_cast<unsigned long long>(position) << 32) | static_cast<uint32_t>(id));
 }
 
-// out[n, :] = table[ids[n], :]. One block per row (grid-stride), threads across the row: a pure gather,
-// moving words of the storage type (f32 or bf16: no arithmetic).
-template <class W>
-__global__ void embedding_forward_kernel(W* out, TensorRows ro, const int32_t* ids, const W* table, TensorRows rt,
-                                         int64_t vocab, unsigned long long* error_word) {
-  for (int64_t n = blockIdx.x; n < ro.rows; n += gridDim.x) {
+// out[n, :] = table[ids[n], :]. One block per row (grid-stride), threads across the row: a gather that
+// moves the storage words when out and table share a dtype (f32 or bf16: no arithmetic), and converts an
+// f32 table row into bf16 out (rounded to nearest even: bf16 storage) or a bf16 one into f32 (exact).
+__global__ void embedding_forward_kernel(EwArg out, const int32_t* ids, EwArg table, int64_t vocab,
+                                         unsigned long long* error_word) {
+  const bool same = out.bf16 == table.bf16;
+  for (int64_t n = blockIdx.x; n < out.rows.rows; n += gridDim.x) {
     const int32_t id = ids[n];
     const bool valid = id >= 0 && id < vocab;
     if (!valid && threadIdx.x == 0) record_bad_id(error_word, n, id);
-    W* o = out + ro.offset(n * ro.cols);
-    const W* t = valid ? table + rt.offset(int64_t(id) * rt.cols) : nullptr;
-    for (int64_t c = threadIdx.x; c < ro.cols; c += blockDim.x) o[c] = valid ? t[c] : W(0);
+    const int64_t o = out.rows.row_offset(n), t = valid ? table.rows.row_offset(id) : 0;
+    for (int64_t c = threadIdx.x; c < out.rows.cols; c += blockDim.x) {
+      if (!valid) ew_store(out.p, out.bf16, o + c, 0.0f);
+      else if (!same) ew_store(out.p, out.bf16, o + c, ew_load(table.p, table.bf16, t + c));
+      else if (out.bf16) static_cast<uint16_t*>(out.p)[o + c] = static_cast<const uint16_t*>(table.p)[t + c];
+      else static_cast<uint32_t*>(out.p)[o + c] = static_cast<const uint32_t*>(table.p)[t + c];
+    }
   }
 }
 
@@ -51,9 +56,9 @@ __global__ void embedding_keys_kernel(uint32_t* keys, uint32_t* rows, const int3
 
 // One block per bucket head p (the first sorted position of an id): d_table[id, c] += d_out[row, c] for
 // the bucket's rows in row order. Blocks at other positions return at once.
-__global__ void embedding_backward_kernel(float* d_table, TensorRows rt, const float* d_out, TensorRows rg,
-                                          const uint32_t* sorted_ids, const uint32_t* sorted_rows, int64_t n_rows,
-                                          int64_t vocab) {
+// d_out is f32 or bf16 (widened: the same f32 additions as the CPU's on its widened copy).
+__global__ void embedding_backward_kernel(float* d_table, TensorRows rt, EwArg d_out, const uint32_t* sorted_ids,
+                                          const uint32_t* sorted_rows, int64_t n_rows, int64_t vocab) {
   for (int64_t p = blockIdx.x; p < n_rows; p += gridDim.x) {
     const uint32_t id = sorted_ids[p];
     if (id >= uint64_t(vocab) || (p > 0 && sorted_ids[p - 1] == id)) continue;
@@ -61,7 +66,7 @@ __global__ void embedding_backward_kernel(float* d_table, TensorRows rt, const f
     for (int64_t c = threadIdx.x; c < rt.cols; c += blockDim.x) {
       float acc = dt[c];
       for (int64_t q = p; q < n_rows && sorted_ids[q] == id; ++q)
-        acc += d_out[rg.offset(int64_t(sorted_rows[q]) * rg.cols) + c];
+        acc += ew_load(d_out.p, d_out.bf16, d_out.rows.row_offset(int64_t(sorted_rows[q])) + c);
       dt[c] = acc;
     }
   }
@@ -89,12 +94,10 @@ void check_ids(const CudaBackend& be, const Tensor& ids, int64_t n, const char* 
 void CudaBackend::embedding_forward(Tensor out, Tensor ids, Tensor table) {
   const char* op = "embedding_forward";
   SL_CHECK(table.ndim == 2, "%s: table must be [V,d], got %s", op, table.shape_str().c_str());
-  SL_CHECK(out.dtype == table.dtype, "%s: out and table differ in dtype", op);
-  SL_CHECK(out.dtype == DType::f32 || out.dtype == DType::bf16, "%s: dtype %s (the CUDA gather moves f32 or bf16)",
-           op, dtype_name(out.dtype));
-  check_device(*this, out, op, "out");
-  check_device(*this, table, op, "table");
-  TensorRows ro = rows_of(out, op, "out"), rt = rows_of(table, op, "table");
+  check_device_f32_or_bf16(*this, out, op, "out");
+  check_device_f32_or_bf16(*this, table, op, "table");
+  const EwArg o = ew_arg(out, op, "out"), tab = ew_arg(table, op, "table");
+  const TensorRows &ro = o.rows, &rt = tab.rows;
   SL_CHECK(ro.cols == rt.cols, "%s: out %s and table %s differ in width", op, out.shape_str().c_str(),
            table.shape_str().c_str());
   check_ids(*this, ids, ro.rows, op);
@@ -102,13 +105,7 @@ void CudaBackend::embedding_forward(Tensor out, Tensor ids, Tensor table) {
   SL_CHECK(rt.rows < (int64_t(1) << 31), "%s: vocabulary %lld exceeds int32 ids", op, (long long)rt.rows);
   DeviceGuard guard(index_);
   unsigned long long* err = data_error_word(DataErrorSlot::embedding_forward, rt.rows);
-  if (out.dtype == DType::f32) {
-    embedding_forward_kernel<<<row_blocks(ro.rows), kRowThreads, 0, stream_>>>(
-        out.ptr<uint32_t>(), ro, ids.ptr<int32_t>(), table.ptr<uint32_t>(), rt, rt.rows, err);
-  } else {
-    embedding_forward_kernel<<<row_blocks(ro.rows), kRowThreads, 0, stream_>>>(
-        out.ptr<uint16_t>(), ro, ids.ptr<int32_t>(), table.ptr<uint16_t>(), rt, rt.rows, err);
-  }
+  embedding_forward_kernel<<<row_blocks(ro.rows), kRowThreads, 0, stream_>>>(o, ids.ptr<int32_t>(), tab, rt.rows, err);
   CUDA_CHECK_LAUNCH(op);
   publish_data_error(DataErrorSlot::embedding_forward);
 }
@@ -118,8 +115,9 @@ void CudaBackend::embedding_backward(Tensor d_table, Tensor d_out, Tensor ids) {
   const char* op = "embedding_backward";
   SL_CHECK(d_table.ndim == 2, "%s: d_table must be [V,d], got %s", op, d_table.shape_str().c_str());
   check_device_f32(*this, d_table, op, "d_table");
-  check_device_f32(*this, d_out, op, "d_out");
-  TensorRows rg = rows_of(d_out, op, "d_out"), rt = rows_of(d_table, op, "d_table");
+  check_device_f32_or_bf16(*this, d_out, op, "d_out");
+  const EwArg g = ew_arg(d_out, op, "d_out");
+  const TensorRows &rg = g.rows, rt = rows_of(d_table, op, "d_table");
   SL_CHECK(rg.cols == rt.cols, "%s: d_out %s and d_table %s differ in width", op, d_out.shape_str().c_str(),
            d_table.shape_str().c_str());
   check_ids(*this, ids, rg.rows, op);
@@ -147,8 +145,8 @@ void CudaBackend::embedding_backward(Tensor d_table, Tensor d_out, Tensor ids) {
   // LSD radix sort: stable, so each id's rows keep their order.
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, sorted_keys, rows, sorted_rows, n, 0, end_bit,
                                              stream_));
-  embedding_backward_kernel<<<row_blocks(n), kRowThreads, 0, stream_>>>(d_table.ptr<float>(), rt, d_out.ptr<float>(),
-                                                                         rg, sorted_keys, sorted_rows, n, vocab);
+  embedding_backward_kernel<<<row_blocks(n), kRowThreads, 0, stream_>>>(d_table.ptr<float>(), rt, g, sorted_keys,
+                                                                         sorted_rows, n, vocab);
   CUDA_CHECK_LAUNCH(op);
 }
 

@@ -1,11 +1,13 @@
-// Memory-level CUDA ops: fill, copy/convert between any devices, residual add, accumulate, scale,
-// sum of squares, column sums, Philox random fills (bit-identical to the CPU backend's).
+// Memory-level CUDA ops: fill, copy/convert between any devices, residual add, accumulate, scale (the
+// elementwise engine, elementwise.cuh: f32 or bf16 operands), sum of squares and max |x| (to the host or
+// into a device scalar), column sums, Philox random fills (bit-identical to the CPU backend's).
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <vector>
 
-#include "backend/cuda/cuda_common.hpp"
+#include "backend/cuda/elementwise.cuh"
 #include "core/philox.hpp"
 
 namespace sinklab::cuda {
@@ -29,28 +31,43 @@ __global__ void convert_kernel(void* dst, DType ddt, TensorRows rd, const void* 
   SL_GRID_LOOP(i, rd.numel) store_from_double(dst, ddt, rd.offset(i), load_as_double(src, sdt, rs.offset(i)));
 }
 
-__global__ void add_kernel(float* out, TensorRows ro, const float* a, TensorRows ra, const float* b, TensorRows rb) {
-  SL_GRID_LOOP(i, ro.numel) out[ro.offset(i)] = a[ra.offset(i)] + b[rb.offset(i)];
-}
-
-__global__ void accumulate_kernel(float* dst, TensorRows rd, const float* src, TensorRows rs, float alpha) {
-  SL_GRID_LOOP(i, rd.numel) dst[rd.offset(i)] += alpha * src[rs.offset(i)];
-}
-
-__global__ void scale_kernel(float* x, TensorRows rx, float factor) {
-  SL_GRID_LOOP(i, rx.numel) x[rx.offset(i)] *= factor;
-}
+// The engine's functors (elementwise.cuh). in: a, b; out: a + b.
+struct AddOp {
+  static constexpr int kIn = 2, kOut = 1;
+  __device__ void operator()(const float* in, float* out) const { out[0] = in[0] + in[1]; }
+};
+// in: dst, src; out: dst + alpha * src.
+struct AccumulateOp {
+  static constexpr int kIn = 2, kOut = 1;
+  float alpha;
+  __device__ void operator()(const float* in, float* out) const { out[0] = in[0] + alpha * in[1]; }
+};
+// in: x; out: x * factor.
+struct ScaleOp {
+  static constexpr int kIn = 1, kOut = 1;
+  float factor;
+  __device__ void operator()(const float* in, float* out) const { out[0] = in[0] * factor; }
+};
+// in: x; out: x (f32 <-> bf16: the engine's load widens, its store rounds to nearest even, as
+// store_from_double(bf16, double(x)) does).
+struct ConvertOp {
+  static constexpr int kIn = 1, kOut = 1;
+  __device__ void operator()(const float* in, float* out) const { out[0] = in[0]; }
+};
 
 // Sum of squares in double: per-block partial sums (fixed grid, fixed order: deterministic), then
 // one block adds the partials.
 constexpr int kReduceThreads = 256;
 constexpr int kMaxReduceBlocks = 1024;
 
-// The two reductions to one host value: sum of squares (grad norms) and max |x| (the training monitor).
-// max |x| keeps a NaN wherever it sits (fmax would drop it), as the CPU kernel does.
+// The reductions to one value (ops::Reduction): sum, sum of squares (grad norms) and max |x| (the training
+// monitor). max |x| keeps a NaN wherever it sits (fmax would drop it), as the CPU kernel does.
 __device__ double reduce_combine(double a, double b, bool max_abs) {
   if (!max_abs) return a + b;
   return (a != a || b != b) ? __longlong_as_double(0x7ff8000000000000LL) : (a > b ? a : b);
+}
+__device__ double reduce_term(double v, Reduction kind) {
+  return kind == Reduction::sum ? v : (kind == Reduction::sum_squares ? v * v : fabs(v));
 }
 
 __device__ double block_reduce(double v, bool max_abs) {
@@ -65,33 +82,33 @@ __device__ double block_reduce(double v, bool max_abs) {
   return shared[0];
 }
 
-__global__ void reduce_partial_kernel(const float* x, TensorRows rx, bool max_abs, double* partials) {
+// x f32 or bf16. Each block's threads combine a fixed grid-stride share, then the block's tree.
+__global__ void reduce_partial_kernel(const void* x, bool bf16, TensorRows rx, Reduction kind, double* partials) {
+  const bool max_abs = kind == Reduction::max_abs;
   double s = 0.0;
-  SL_GRID_LOOP(i, rx.numel) {
-    double v = x[rx.offset(i)];
-    s = max_abs ? reduce_combine(s, fabs(v), true) : s + v * v;
-  }
+  SL_GRID_LOOP(i, rx.numel) s = reduce_combine(s, reduce_term(double(ew_load(x, bf16, rx.offset(i))), kind), max_abs);
   double total = block_reduce(s, max_abs);
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
-__global__ void reduce_partials_kernel(const double* partials, int n, bool max_abs, double* out) {
+// *out = the partials combined (or combined with *out when accumulate).
+__global__ void reduce_partials_kernel(const double* partials, int n, bool max_abs, double* out, bool accumulate) {
   double s = 0.0;
   for (int i = int(threadIdx.x); i < n; i += int(blockDim.x)) s = reduce_combine(s, partials[i], max_abs);
   double total = block_reduce(s, max_abs);
-  if (threadIdx.x == 0) *out = total;
+  if (threadIdx.x == 0) *out = accumulate ? reduce_combine(*out, total, max_abs) : total;
 }
 
 // Element i (logical row-major index) gets value i of the Philox stream, as on the CPU.
 // out[o, c] (= or +=) sum over l < L of in[l*O + o, c]. One thread per output element, summing its L
 // rows in order in double, as the CPU backend does: the two agree bit for bit. Neighbouring threads
 // read neighbouring columns of a row (coalesced). The sums it serves (bias gradients) are small.
-__global__ void column_sum_kernel(float* out, TensorRows ro, const float* in, TensorRows ri, int64_t L,
+__global__ void column_sum_kernel(float* out, TensorRows ro, const void* in, bool in_bf16, TensorRows ri, int64_t L,
                                   bool accumulate) {
   SL_GRID_LOOP(i, ro.numel) {
     const int64_t o = i / ro.cols, c = i - o * ro.cols;
     double sum = 0.0;
-    for (int64_t l = 0; l < L; ++l) sum += double(in[ri.offset((l * ro.rows + o) * ro.cols + c)]);
+    for (int64_t l = 0; l < L; ++l) sum += double(ew_load(in, in_bf16, ri.offset((l * ro.rows + o) * ro.cols + c)));
     float* y = out + ro.offset(i);
     *y = float(accumulate ? double(*y) + sum : sum);
   }
@@ -172,6 +189,14 @@ void launch_copy(void* dst, DType ddt, const TensorRows& rd, const void* src, DT
     CUDA_CHECK_LAUNCH("copy_raw");
     return;
   }
+  const auto activation_dtype = [](DType dt) { return dt == DType::f32 || dt == DType::bf16; };
+  if (activation_dtype(ddt) && activation_dtype(sdt)) {  // f32 <-> bf16: the engine's vectorised path
+    EwArg in[1], out[1];
+    in[0] = EwArg{const_cast<void*>(src), sdt == DType::bf16, rs};
+    out[0] = EwArg{dst, ddt == DType::bf16, rd};
+    ew_launch(stream, ConvertOp{}, in, out, n, "convert");
+    return;
+  }
   convert_kernel<<<grid_for(n), kThreads, 0, stream>>>(dst, ddt, rd, src, sdt, rs);
   CUDA_CHECK_LAUNCH("convert");
 }
@@ -194,6 +219,10 @@ void CudaBackend::fill(Tensor out, double value) {
   TensorRows ro = rows_of(out, "fill", "out");
   if (ro.numel == 0) return;
   DeviceGuard guard(index_);
+  if (value == 0.0 && !std::signbit(value) && ro.contiguous) {  // +0 is all zero bits in every dtype
+    CUDA_CHECK(cudaMemsetAsync(out.data, 0, size_t(ro.numel) * size_t(dtype_size(out.dtype)), stream_));
+    return;
+  }
   fill_kernel<<<grid_for(ro.numel), kThreads, 0, stream_>>>(out.data, out.dtype, ro, value);
   CUDA_CHECK_LAUNCH("fill");
 }
@@ -277,77 +306,95 @@ void CudaBackend::copy(Tensor dst, Tensor src) {
 }
 
 void CudaBackend::add(Tensor out, Tensor a, Tensor b) {
-  check_same_shape(out, a, "add", "out", "a");
-  check_same_shape(out, b, "add", "out", "b");
-  check_device_f32(*this, out, "add", "out");
-  check_device_f32(*this, a, "add", "a");
-  check_device_f32(*this, b, "add", "b");
-  TensorRows ro = rows_of(out, "add", "out"), ra = rows_of(a, "add", "a"), rb = rows_of(b, "add", "b");
-  if (ro.numel == 0) return;
+  const char* op = "add";
+  check_same_shape(out, a, op, "out", "a");
+  check_same_shape(out, b, op, "out", "b");
+  check_device_f32_or_bf16(*this, out, op, "out");
+  check_device_f32_or_bf16(*this, a, op, "a");
+  check_device_f32_or_bf16(*this, b, op, "b");
+  const EwArg ins[] = {ew_arg(a, op, "a"), ew_arg(b, op, "b")}, outs[] = {ew_arg(out, op, "out")};
   DeviceGuard guard(index_);
-  add_kernel<<<grid_for(ro.numel), kThreads, 0, stream_>>>(out.ptr<float>(), ro, a.ptr<float>(), ra,
-                                                           b.ptr<float>(), rb);
-  CUDA_CHECK_LAUNCH("add");
+  ew_launch(stream_, AddOp{}, ins, outs, out.numel(), op);
 }
 
 void CudaBackend::accumulate(Tensor dst, Tensor src, double alpha) {
-  check_same_shape(dst, src, "accumulate", "dst", "src");
-  check_device_f32(*this, dst, "accumulate", "dst");
-  check_device_f32(*this, src, "accumulate", "src");
-  TensorRows rd = rows_of(dst, "accumulate", "dst"), rs = rows_of(src, "accumulate", "src");
-  if (rd.numel == 0) return;
+  const char* op = "accumulate";
+  check_same_shape(dst, src, op, "dst", "src");
+  check_device_f32_or_bf16(*this, dst, op, "dst");
+  check_device_f32_or_bf16(*this, src, op, "src");
+  const EwArg d = ew_arg(dst, op, "dst");
+  const EwArg ins[] = {d, ew_arg(src, op, "src")}, outs[] = {d};
   DeviceGuard guard(index_);
-  accumulate_kernel<<<grid_for(rd.numel), kThreads, 0, stream_>>>(dst.ptr<float>(), rd, src.ptr<float>(), rs,
-                                                                  float(alpha));
-  CUDA_CHECK_LAUNCH("accumulate");
+  ew_launch(stream_, AccumulateOp{float(alpha)}, ins, outs, dst.numel(), op);
 }
 
 void CudaBackend::scale(Tensor x, double factor) {
-  check_device_f32(*this, x, "scale", "x");
-  TensorRows rx = rows_of(x, "scale", "x");
-  if (rx.numel == 0) return;
+  const char* op = "scale";
+  check_device_f32_or_bf16(*this, x, op, "x");
+  const EwArg ins[] = {ew_arg(x, op, "x")};
   DeviceGuard guard(index_);
-  scale_kernel<<<grid_for(rx.numel), kThreads, 0, stream_>>>(x.ptr<float>(), rx, float(factor));
-  CUDA_CHECK_LAUNCH("scale");
+  ew_launch(stream_, ScaleOp{float(factor)}, ins, ins, x.numel(), op);
 }
 
-double CudaBackend::sum_squares(Tensor x) { return reduce_to_host(x, "sum_squares", false); }
-double CudaBackend::max_abs(Tensor x) { return reduce_to_host(x, "max_abs", true); }
+double CudaBackend::sum_squares(Tensor x) { return reduce_to_host(x, "sum_squares", Reduction::sum_squares); }
+double CudaBackend::max_abs(Tensor x) { return reduce_to_host(x, "max_abs", Reduction::max_abs); }
 
-double CudaBackend::reduce_to_host(Tensor x, const char* op, bool max_abs) {
-  check_device_f32(*this, x, op, "x");
+// The two reduction kernels on the stream, into `out` (a device double; null: the partials buffer's last
+// slot), which it returns: per-block partials over a grid that depends on numel only, then one block
+// combines them in a fixed tree (the same bits on every run).
+double* CudaBackend::launch_reduce(Tensor x, const char* op, Reduction kind, double* out, bool accumulate) {
+  check_device_f32_or_bf16(*this, x, op, "x");
   TensorRows rx = rows_of(x, op, "x");
-  if (rx.numel == 0) return 0.0;
-  DeviceGuard guard(index_);
-  int64_t want = (rx.numel + kReduceThreads - 1) / kReduceThreads;
-  const int blocks = int(want < kMaxReduceBlocks ? want : kMaxReduceBlocks);
-  // One partials buffer per device, reused: called once per gradient tensor per step, it must not
-  // pay a cudaMalloc/cudaFree each time. The lock covers its use up to the final synchronisation.
-  static std::mutex reduce_mutex;
-  std::lock_guard<std::mutex> lock(reduce_mutex);
+  const int64_t want = (rx.numel + kReduceThreads - 1) / kReduceThreads;
+  const int blocks = int(want < 1 ? 1 : (want < kMaxReduceBlocks ? want : kMaxReduceBlocks));
   if (!reduce_buffer_) CUDA_CHECK(cudaMalloc(&reduce_buffer_, sizeof(double) * size_t(kMaxReduceBlocks + 1)));
   double* partials = static_cast<double*>(reduce_buffer_);
-  reduce_partial_kernel<<<unsigned(blocks), kReduceThreads, 0, stream_>>>(x.ptr<float>(), rx, max_abs, partials);
+  if (!out) out = partials + blocks;
+  reduce_partial_kernel<<<unsigned(blocks), kReduceThreads, 0, stream_>>>(x.data, x.dtype == DType::bf16, rx, kind,
+                                                                          partials);
   CUDA_CHECK_LAUNCH("reduce_partial");
-  reduce_partials_kernel<<<1, kReduceThreads, 0, stream_>>>(partials, blocks, max_abs, partials + blocks);
+  reduce_partials_kernel<<<1, kReduceThreads, 0, stream_>>>(partials, blocks, kind == Reduction::max_abs, out,
+                                                            accumulate);
   CUDA_CHECK_LAUNCH("reduce_partials");
+  return out;
+}
+
+double CudaBackend::reduce_to_host(Tensor x, const char* op, Reduction kind) {
+  check_device_f32_or_bf16(*this, x, op, "x");
+  if (x.numel() == 0) return 0.0;
+  DeviceGuard guard(index_);
+  // The partials buffer is one per device, reused (called once per gradient tensor per step, it must not
+  // pay a cudaMalloc/cudaFree each time); the lock covers its use up to the final synchronisation.
+  static std::mutex reduce_mutex;
+  std::lock_guard<std::mutex> lock(reduce_mutex);
+  const double* result_dev = launch_reduce(x, op, kind, nullptr, false);
   double result = 0.0;
-  CUDA_CHECK(cudaMemcpyAsync(&result, partials + blocks, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(&result, result_dev, sizeof(double), cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   check_data_errors();
   return result;
+}
+
+// out (f64 [1] on this device) = or combined with the reduction of x (of nothing: 0, as on the CPU), in
+// stream order, without waiting for the device.
+void CudaBackend::reduce_into(Tensor out, Tensor x, Reduction kind, bool accumulate) {
+  const char* op = "reduce_into";
+  check_reduce_into(out, x);
+  check_device(*this, out, op, "out");
+  DeviceGuard guard(index_);
+  launch_reduce(x, op, kind, out.ptr<double>(), accumulate);
 }
 
 void CudaBackend::column_sum(Tensor out, Tensor in, bool accumulate) {
   const char* op = "column_sum";
   const int64_t L = check_column_sum(out, in);
   check_device_f32(*this, out, op, "out");
-  check_device_f32(*this, in, op, "in");
+  check_device_f32_or_bf16(*this, in, op, "in");
   TensorRows ro = rows_of(out, op, "out"), ri = rows_of(in, op, "in");
   if (ro.numel == 0) return;
   DeviceGuard guard(index_);
-  column_sum_kernel<<<grid_for(ro.numel), kThreads, 0, stream_>>>(out.ptr<float>(), ro, in.ptr<float>(), ri, L,
-                                                                  accumulate);
+  column_sum_kernel<<<grid_for(ro.numel), kThreads, 0, stream_>>>(out.ptr<float>(), ro, in.data,
+                                                                  in.dtype == DType::bf16, ri, L, accumulate);
   CUDA_CHECK_LAUNCH(op);
 }
 

@@ -9,7 +9,7 @@
 #include <map>
 #include <tuple>
 
-#include "backend/cuda/cuda_common.hpp"
+#include "backend/cuda/elementwise.cuh"
 #include "backend/op_checks.hpp"
 #include "backend/rope_math.hpp"
 
@@ -49,30 +49,32 @@ __global__ void rope_table_kernel(float* cos_t, float* sin_t, const int32_t* pos
 // x, out [B,T,H,dh] with their strides (last dim contiguous). Thread k handles, in head row
 // (b, t, h), either pair j < half (features j and j + half) or, for j >= half, the pass-through
 // feature rotary_dim + (j - half) (only when out is not x). sign = -1 rotates backwards.
+// x and out are f32 or bf16 (bf16 storage: the pair is read, rotated in f32 and rounded on store).
 struct RopeGeometry {
   int64_t B, T, H, dh;
   int64_t xs0, xs1, xs2, os0, os1, os2;
   int half, rotary_dim;
   int64_t per_row;  // half, plus dh - rotary_dim when the pass-through features must be copied
+  bool x_bf16, out_bf16;
 };
 
-__global__ void rope_apply_kernel(float* out, const float* x, RopeGeometry g, const float* cos_t, const float* sin_t,
+__global__ void rope_apply_kernel(void* out, const void* x, RopeGeometry g, const float* cos_t, const float* sin_t,
                                   float sign) {
   SL_GRID_LOOP(k, g.B * g.T * g.H * g.per_row) {
     const int64_t row = k / g.per_row;
     const int64_t j = k - row * g.per_row;
     const int64_t h = row % g.H, bt = row / g.H, t = bt % g.T, b = bt / g.T;
-    const float* xi = x + b * g.xs0 + t * g.xs1 + h * g.xs2;
-    float* o = out + b * g.os0 + t * g.os1 + h * g.os2;
+    const int64_t xi = b * g.xs0 + t * g.xs1 + h * g.xs2;
+    const int64_t o = b * g.os0 + t * g.os1 + h * g.os2;
     if (j < g.half) {
-      float a = xi[j], bb = xi[j + g.half];
+      float a = ew_load(x, g.x_bf16, xi + j), bb = ew_load(x, g.x_bf16, xi + j + g.half);
       const float s = sin_t[t * g.half + j];
       math::rope_rotate(a, bb, cos_t[t * g.half + j], sign < 0.0f ? -s : s);
-      o[j] = a;
-      o[j + g.half] = bb;
+      ew_store(out, g.out_bf16, o + j, a);
+      ew_store(out, g.out_bf16, o + j + g.half, bb);
     } else {
       const int64_t f = g.rotary_dim + (j - g.half);
-      o[f] = xi[f];
+      ew_store(out, g.out_bf16, o + f, ew_load(x, g.x_bf16, xi + f));
     }
   }
 }
@@ -80,8 +82,8 @@ __global__ void rope_apply_kernel(float* out, const float* x, RopeGeometry g, co
 void rope_apply(CudaBackend& be, Tensor out, Tensor x, Tensor positions, const ops::RopeConfig& cfg, float sign,
                 const char* op) {
   check_rope_args(out, x, cfg, op);
-  check_device_f32(be, x, op, "x");
-  check_device_f32(be, out, op, "out");
+  check_device_f32_or_bf16(be, x, op, "x");
+  check_device_f32_or_bf16(be, out, op, "out");
   const int64_t B = x.shape[0], T = x.shape[1], H = x.shape[2], dh = x.shape[3];
   if (positions.defined()) {
     check_device(be, positions, op, "positions");
@@ -145,11 +147,14 @@ void rope_apply(CudaBackend& be, Tensor out, Tensor x, Tensor positions, const o
   g.os2 = out.stride[2];
   g.half = half;
   g.rotary_dim = cfg.rotary_dim;
+  g.x_bf16 = x.dtype == DType::bf16;
+  g.out_bf16 = out.dtype == DType::bf16;
   // Partial rotary: the features past rotary_dim pass through (nothing to do in place).
-  const bool in_place = out.data == x.data && g.os0 == g.xs0 && g.os1 == g.xs1 && g.os2 == g.xs2;
+  const bool in_place =
+      out.data == x.data && out.dtype == x.dtype && g.os0 == g.xs0 && g.os1 == g.xs1 && g.os2 == g.xs2;
   g.per_row = half + (in_place ? 0 : dh - cfg.rotary_dim);
   const int64_t n = B * T * H * g.per_row;
-  rope_apply_kernel<<<grid_for(n), kThreads, 0, stream>>>(out.ptr<float>(), x.ptr<float>(), g, cos_t, sin_t, sign);
+  rope_apply_kernel<<<grid_for(n), kThreads, 0, stream>>>(out.data, x.data, g, cos_t, sin_t, sign);
   CUDA_CHECK_LAUNCH(op);
 }
 

@@ -79,6 +79,28 @@ inline Owned bf16_rounded(const Tensor& host_f32) {
   return Owned::copy_of(b.t, DType::f32);
 }
 
+// bf16 storage (ops.hpp): the CPU backend (cpu/bf16_storage.hpp) is the reference. A device op that forms
+// the same f32 value rounds it to the same bf16; where the f32 values differ in their last bits (fused
+// multiply-adds, the device's math functions, another summation order) the rounding may differ by one bf16
+// ulp: at most 2^-7 of the tensor's largest magnitude, the tolerance below (rel_error).
+constexpr double kBf16Tol = 8e-3;
+
+// A random host tensor in dt (bf16: the rounded draw) and its device copy (same dtype, same values).
+struct HostDev {
+  Owned host;
+  Dev dev;
+};
+inline HostDev random_pair(DType dt, const std::vector<int64_t>& dims, uint64_t stream, double std = 1.0) {
+  Owned h = random_host(dt, dims, stream, std);
+  Dev d = to_device(h.t);
+  return {std::move(h), std::move(d)};
+}
+
+// rel_error of a device tensor (any view, f32 or bf16) against a host one, both read as f32.
+inline double device_error(const Tensor& dev, const Tensor& ref) {
+  return test::rel_error(to_host(dev, DType::f32).t, Owned::copy_of(ref, DType::f32).t);
+}
+
 // Element-wise poison (NaN) of a device tensor, so that an element an op fails to write shows.
 inline void poison(const Tensor& dev) { ops::fill(dev, std::nan("")); }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/memory.hpp"
@@ -83,6 +84,9 @@ TEST(CudaBackend, CopyRoundTripsAndConversions) {
   ops::fill(wide16.t, 0.0);
   ops::copy(wide16.t.slice(1, 0, 53), right);
   EXPECT_TRUE(same_bits(to_host(wide16.t.slice(1, 0, 53), DType::f16).t, Owned::copy_of(x.t, DType::f16).t));
+  // D2H converting from a strided view into a dense f16 buffer (convert_kernel: two layouts; f32 <-> bf16 goes
+  // through the elementwise engine instead).
+  EXPECT_TRUE(same_bits(to_host(right, DType::f16).t, Owned::copy_of(x.t, DType::f16).t));
 }
 
 TEST(CudaBackend, FillAddAccumulateScaleSumSquares) {
@@ -139,14 +143,14 @@ TEST(CudaBackend, FillAddAccumulateScaleSumSquares) {
   ops::fill(dbig.t.slice(0, 777777, 1), std::numeric_limits<double>::quiet_NaN());
   EXPECT_TRUE(std::isnan(ops::max_abs(dbig.t)));
 
-  // Device arithmetic is f32 only: a clear error otherwise.
-  Dev h(DType::bf16, shape);
+  // Device arithmetic takes f32 and bf16: a clear error for anything else, naming the op and argument.
+  Dev h(DType::f64, shape);
   try {
-    ops::add(h.t, h.t, h.t);
-    ADD_FAILURE() << "add on bf16 did not throw";
+    ops::add(h.t, da.t, h.t);
+    ADD_FAILURE() << "add on f64 did not throw";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("add"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("f32"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("add: out"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("f32 or bf16"), std::string::npos) << e.what();
   }
 }
 
@@ -310,6 +314,145 @@ TEST(CudaBackend, OtherDtypesAreRefusedNamingTheOp) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("causal_conv1d_forward"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("f32"), std::string::npos) << e.what();
+  }
+}
+
+// ---- bf16 storage (ops.hpp): every memory and elementwise op on bf16 operands, alone and mixed with f32 ones,
+// against the CPU's bf16 storage (gpu_test_util.hpp kBf16Tol). Shapes: one row, a width that is no multiple
+// of the 8-element vector step (the scalar tail), a multiple of it (the 128-bit path), strided halves of a
+// fused buffer (the strided kernel), in-place calls.
+struct DtypeMix {
+  DType out, a, b;
+};
+constexpr DtypeMix kMixes[] = {{DType::bf16, DType::bf16, DType::bf16},
+                               {DType::bf16, DType::f32, DType::bf16},
+                               {DType::f32, DType::bf16, DType::bf16}};
+const std::vector<std::vector<int64_t>> kBf16Shapes = {{1, 13}, {37, 131}, {16, 264}};
+
+TEST(CudaBackendBf16, AddAccumulateScaleCopyMatchCpu) {
+  SKIP_WITHOUT_CUDA();
+  uint64_t stream = 300;
+  for (const auto& shape : kBf16Shapes) {
+    for (const DtypeMix& mix : kMixes) {
+      SCOPED_TRACE(Owned(mix.out, shape).t.shape_str() + " out " + dtype_name(mix.out) + " a " + dtype_name(mix.a) +
+                   " b " + dtype_name(mix.b));
+      gpu_test::HostDev a = gpu_test::random_pair(mix.a, shape, stream++), b = gpu_test::random_pair(mix.b, shape, stream++);
+      Owned c_out(mix.out, shape);
+      Dev g_out(mix.out, shape);
+      ops::add(c_out.t, a.host.t, b.host.t);
+      ops::add(g_out.t, a.dev.t, b.dev.t);
+      EXPECT_LE(gpu_test::device_error(g_out.t, c_out.t), gpu_test::kBf16Tol) << "add";
+      ops::accumulate(c_out.t, b.host.t, 0.37);
+      ops::accumulate(g_out.t, b.dev.t, 0.37);
+      EXPECT_LE(gpu_test::device_error(g_out.t, c_out.t), gpu_test::kBf16Tol) << "accumulate";
+      ops::scale(c_out.t, -1.7);
+      ops::scale(g_out.t, -1.7);
+      EXPECT_LE(gpu_test::device_error(g_out.t, c_out.t), gpu_test::kBf16Tol) << "scale";
+      ops::add(a.host.t, a.host.t, b.host.t);  // in place: out is a
+      ops::add(a.dev.t, a.dev.t, b.dev.t);
+      EXPECT_LE(gpu_test::device_error(a.dev.t, a.host.t), gpu_test::kBf16Tol) << "add in place";
+      // copy f32 <-> bf16 rounds as the CPU's copy does: the same bits.
+      Owned c_copy(mix.out, shape);
+      Dev g_copy(mix.out, shape);
+      ops::copy(c_copy.t, b.host.t);
+      ops::copy(g_copy.t, b.dev.t);
+      EXPECT_TRUE(same_bits(to_host(g_copy.t).t, c_copy.t)) << "copy";
+    }
+  }
+}
+
+TEST(CudaBackendBf16, StridedViewsMatchCpu) {
+  SKIP_WITHOUT_CUDA();
+  // Halves of a fused bf16 [rows, 2 * w] buffer in and out; the other half must stay as it was.
+  const int64_t rows = 19, w = 45;
+  gpu_test::HostDev fused = gpu_test::random_pair(DType::bf16, {rows, 2 * w}, 320);
+  gpu_test::HostDev other = gpu_test::random_pair(DType::f32, {rows, w}, 321);
+  Owned c_out = Owned::copy_of(fused.host.t, DType::bf16);
+  Dev g_out = to_device(c_out.t);
+  ops::add(c_out.t.slice(1, w, w), fused.host.t.slice(1, 0, w), other.host.t);
+  ops::add(g_out.t.slice(1, w, w), fused.dev.t.slice(1, 0, w), other.dev.t);
+  EXPECT_LE(gpu_test::device_error(g_out.t, c_out.t), gpu_test::kBf16Tol) << "add into a strided half";
+  Owned c_copy(DType::f32, {rows, w});
+  Dev g_copy(DType::f32, {rows, w});
+  ops::copy(c_copy.t, fused.host.t.slice(1, w, w));
+  ops::copy(g_copy.t, fused.dev.t.slice(1, w, w));
+  EXPECT_TRUE(same_bits(to_host(g_copy.t).t, c_copy.t)) << "strided bf16 -> f32 copy";
+  ops::copy(c_out.t.slice(1, 0, w), other.host.t);
+  ops::copy(g_out.t.slice(1, 0, w), other.dev.t);
+  EXPECT_TRUE(same_bits(to_host(g_out.t).t, c_out.t)) << "f32 -> strided bf16 copy";
+}
+
+TEST(CudaBackendBf16, ActivationsMatchCpu) {
+  SKIP_WITHOUT_CUDA();
+  for (const auto& shape : kBf16Shapes) {
+    const int64_t rows = shape[0], ff = shape[1];
+    SCOPED_TRACE(Owned(DType::f32, shape).t.shape_str());
+    // gate and up as the halves of one fused bf16 projection; d_out f32 (a mixed call).
+    gpu_test::HostDev fused = gpu_test::random_pair(DType::bf16, {rows, 2 * ff}, 330, 2.0);
+    gpu_test::HostDev d_out = gpu_test::random_pair(DType::f32, shape, 331);
+    gpu_test::HostDev x = gpu_test::random_pair(DType::bf16, shape, 332, 2.0);
+    const Tensor gate = fused.host.t.slice(1, 0, ff), up = fused.host.t.slice(1, ff, ff);
+    const Tensor dgate = fused.dev.t.slice(1, 0, ff), dup = fused.dev.t.slice(1, ff, ff);
+    for (ops::Activation act : {ops::Activation::relu, ops::Activation::gelu_tanh, ops::Activation::silu}) {
+      SCOPED_TRACE(int(act));
+      Owned c_out(DType::bf16, shape);
+      Dev g_out(DType::bf16, shape);
+      ops::activation_forward(c_out.t, x.host.t, act);
+      ops::activation_forward(g_out.t, x.dev.t, act);
+      EXPECT_LE(gpu_test::device_error(g_out.t, c_out.t), gpu_test::kBf16Tol) << "activation_forward";
+      ops::activation_backward(c_out.t, d_out.host.t, x.host.t, act);
+      ops::activation_backward(g_out.t, d_out.dev.t, x.dev.t, act);
+      EXPECT_LE(gpu_test::device_error(g_out.t, c_out.t), gpu_test::kBf16Tol) << "activation_backward";
+      ops::gated_forward(c_out.t, gate, up, act);
+      ops::gated_forward(g_out.t, dgate, dup, act);
+      EXPECT_LE(gpu_test::device_error(g_out.t, c_out.t), gpu_test::kBf16Tol) << "gated_forward";
+      Owned c_dfused(DType::bf16, {rows, 2 * ff});
+      Dev g_dfused(DType::bf16, {rows, 2 * ff});
+      ops::gated_backward(c_dfused.t.slice(1, 0, ff), c_dfused.t.slice(1, ff, ff), d_out.host.t, gate, up, act);
+      ops::gated_backward(g_dfused.t.slice(1, 0, ff), g_dfused.t.slice(1, ff, ff), d_out.dev.t, dgate, dup, act);
+      EXPECT_LE(gpu_test::device_error(g_dfused.t, c_dfused.t), gpu_test::kBf16Tol) << "gated_backward";
+      // In place: SwiGLU's output over its gate.
+      Owned c_gate = Owned::copy_of(gate, DType::bf16);
+      Dev g_gate = to_device(c_gate.t);
+      ops::gated_forward(c_gate.t, c_gate.t, up, act);
+      ops::gated_forward(g_gate.t, g_gate.t, dup, act);
+      EXPECT_LE(gpu_test::device_error(g_gate.t, c_gate.t), gpu_test::kBf16Tol) << "gated_forward in place";
+    }
+  }
+}
+
+// Reductions of bf16 data: sum_squares and max_abs to the host, column_sum (bf16 in, f32 out: the same bits
+// as the CPU), reduce_into (a device f64, no host synchronisation) in every kind, = and accumulate.
+TEST(CudaBackendBf16, ReduceIntoAndReductionsMatchCpu) {
+  SKIP_WITHOUT_CUDA();
+  for (DType dt : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    gpu_test::HostDev x = gpu_test::random_pair(dt, {(1 << 17) + 5}, 340);
+    gpu_test::HostDev m = gpu_test::random_pair(dt, {37, 131}, 341);
+    const double ss = ops::sum_squares(x.host.t);
+    EXPECT_NEAR(ops::sum_squares(x.dev.t), ss, 1e-10 * ss);
+    EXPECT_EQ(ops::max_abs(m.dev.t.slice(1, 3, 100)), ops::max_abs(m.host.t.slice(1, 3, 100)));
+    Owned c_col(DType::f32, {100});
+    Dev g_col(DType::f32, {100});
+    ops::column_sum(c_col.t, m.host.t.slice(1, 3, 100));
+    ops::column_sum(g_col.t, m.dev.t.slice(1, 3, 100));
+    EXPECT_TRUE(same_bits(to_host(g_col.t).t, c_col.t)) << "column_sum";
+    for (ops::Reduction kind : {ops::Reduction::sum, ops::Reduction::sum_squares, ops::Reduction::max_abs}) {
+      SCOPED_TRACE(int(kind));
+      Owned c_out(DType::f64, {1});
+      Dev g_out(DType::f64, {1});
+      const std::pair<Tensor, Tensor> parts[] = {{x.host.t, x.dev.t},
+                                                 {m.host.t.slice(1, 3, 100), m.dev.t.slice(1, 3, 100)},
+                                                 {x.host.t.slice(0, 0, 0), x.dev.t.slice(0, 0, 0)}};
+      bool first = true;
+      for (const auto& [host, dev] : parts) {
+        ops::reduce_into(c_out.t, host, kind, !first);
+        ops::reduce_into(g_out.t, dev, kind, !first);
+        first = false;
+      }
+      const double want = c_out.data<double>()[0];
+      EXPECT_NEAR(to_host(g_out.t).data<double>()[0], want, 1e-10 * std::fabs(want)) << "reduce_into";
+    }
   }
 }
 

@@ -80,6 +80,28 @@ TEST(CudaCrossEntropy, MatchesCpu) {
   }
 }
 
+// bf16 storage, as the fused classifier runs it: bf16 logits (strided rows), f32 losses, bf16 d_logits written
+// over the logits in place, against the CPU's bf16 storage.
+TEST(CudaCrossEntropyBf16, InPlaceGradientMatchesCpu) {
+  SKIP_WITHOUT_CUDA();
+  const std::vector<Case> cases = {{1, 1, 1.0}, {1, 7, 1.0}, {37, 1000, 3.0}, {9, 50257, 5.0}};
+  uint64_t stream = 40;
+  for (const Case& c : cases) {
+    SCOPED_TRACE("N " + std::to_string(c.n) + " V " + std::to_string(c.vocab));
+    gpu_test::HostDev wide = gpu_test::random_pair(DType::bf16, {c.n, c.vocab + 5}, stream++, c.scale);
+    const Tensor logits = wide.host.t.slice(1, 0, c.vocab), dlogits = wide.dev.t.slice(1, 0, c.vocab);
+    Owned targets = make_targets(c.n, c.vocab);
+    Dev dtargets = to_device(targets.t);
+    Owned losses(DType::f32, {c.n});
+    Dev glosses(DType::f32, {c.n});
+    poison(glosses.t);
+    ops::cross_entropy(losses.t, logits, logits, targets.t, kIgnore, 0.125);
+    ops::cross_entropy(glosses.t, dlogits, dlogits, dtargets.t, kIgnore, 0.125);
+    EXPECT_LE(rel_error(to_host(glosses.t).t, losses.t), kTol) << "losses";
+    EXPECT_LE(gpu_test::device_error(wide.dev.t, wide.host.t), gpu_test::kBf16Tol) << "d_logits over the logits";
+  }
+}
+
 TEST(CudaCrossEntropy, OutOfRangeTargetIsReported) {
   SKIP_WITHOUT_CUDA();
   Owned logits = random_host(DType::f32, {6, 10}, 77);

@@ -85,6 +85,30 @@ TEST(CudaEmbedding, Bf16GatherMovesTheBits) {
   EXPECT_TRUE(same_bits(to_host(dout.t).t, Owned::copy_of(out32.t, DType::bf16).t));
 }
 
+// bf16 storage: an f32 table gathered into bf16 activations (each element rounded: the CPU's bits), and
+// bf16 output gradients added into the f32 table gradient (the CPU's widened additions: the same bits).
+TEST(CudaEmbeddingBf16, F32TableToBf16RowsAndBf16GradientsAreBitIdenticalToCpu) {
+  SKIP_WITHOUT_CUDA();
+  const std::vector<Case> cases = {{1, 1, 1}, {37, 11, 3}, {300, 1000, 129}};
+  uint64_t stream = 60;
+  for (const Case& c : cases) {
+    SCOPED_TRACE("N " + std::to_string(c.n) + " V " + std::to_string(c.vocab) + " d " + std::to_string(c.d));
+    Owned ids = make_ids(c.n, c.vocab, stream++);
+    gpu_test::HostDev table = gpu_test::random_pair(DType::f32, {c.vocab, c.d}, stream++);
+    Dev dids = to_device(ids.t);
+    Owned out(DType::bf16, {c.n, c.d});
+    Dev dwide(DType::bf16, {c.n, c.d + 5});
+    poison(dwide.t);
+    ops::embedding_forward(out.t, ids.t, table.host.t);
+    ops::embedding_forward(dwide.t.slice(1, 0, c.d), dids.t, table.dev.t);
+    EXPECT_TRUE(same_bits(to_host(dwide.t.slice(1, 0, c.d)).t, out.t)) << "embedding_forward";
+    gpu_test::HostDev d_out = gpu_test::random_pair(DType::bf16, {c.n, c.d}, stream++);
+    ops::embedding_backward(table.host.t, d_out.host.t, ids.t);
+    ops::embedding_backward(table.dev.t, d_out.dev.t, dids.t);
+    EXPECT_TRUE(same_bits(to_host(table.dev.t).t, table.host.t)) << "embedding_backward";
+  }
+}
+
 TEST(CudaEmbedding, OutOfRangeIdIsReportedAtTheNextSynchronisation) {
   SKIP_WITHOUT_CUDA();
   Owned ids = make_ids(20, 9, 50);

@@ -2,7 +2,8 @@
 // usable CUDA device): f32 within 1e-5 (max error over max |reference|) for outputs, saved statistics,
 // input and parameter gradients; two runs give the same bits. Rows of 1, widths off every block
 // multiple (1, 3, 33, 80, 129, 4099), with and without weight/bias, strided rows, in-place backward,
-// and rows with a large mean (the hi+lo mean of the LayerNorm forward).
+// and rows with a large mean (the hi+lo mean of the LayerNorm forward); bf16 storage and the fused add +
+// RMSNorm and accumulating backward (CudaNormsBf16).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -151,6 +152,84 @@ TEST(CudaNorms, LayerNormMatchesCpu) {
         EXPECT_TRUE(same_bits(to_host(dd_bias2.t).t, to_host(dd_bias.t).t)) << "d_bias, second run";
       }
     }
+  }
+}
+
+// ---- bf16 storage (ops.hpp) and the fused ops: bf16 in / out / d_in / d_out (strided), f32 weights, statistics
+// and parameter gradients, against the CPU's bf16 storage; the residual add fused with RMSNorm
+// (add_rmsnorm_forward, sum_out over a, the norm reading the rounded sum) and the accumulating backward
+// (d_in += dx, the residual stream's gradient), in f32 and bf16.
+const std::vector<Case> kBf16Cases = {{1, 1}, {1, 64}, {37, 33}, {17, 129}, {3, 4099}};
+
+TEST(CudaNormsBf16, RmsNormFusedAddAndAccumulateMatchCpu) {
+  SKIP_WITHOUT_CUDA();
+  uint64_t stream = 1100;
+  for (const Case& c : kBf16Cases) {
+    for (DType dt : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE("rows " + std::to_string(c.rows) + " d " + std::to_string(c.d) + " " + dtype_name(dt));
+      const double tol = dt == DType::bf16 ? gpu_test::kBf16Tol : kTol;
+      gpu_test::HostDev wide = gpu_test::random_pair(dt, {c.rows, c.d + 3}, stream++);
+      gpu_test::HostDev b = gpu_test::random_pair(dt, {c.rows, c.d}, stream++);
+      gpu_test::HostDev weight = gpu_test::random_pair(DType::f32, {c.d}, stream++);
+      gpu_test::HostDev d_out = gpu_test::random_pair(dt, {c.rows, c.d}, stream++);
+      gpu_test::HostDev d_acc = gpu_test::random_pair(dt, {c.rows, c.d}, stream++);
+      const Tensor a_h = wide.host.t.slice(1, 3, c.d), a_d = wide.dev.t.slice(1, 3, c.d);
+      // Fused add + norm, sum_out over a (in place).
+      Owned out(dt, {c.rows, c.d}), rstd(DType::f32, {c.rows});
+      Dev gout(dt, {c.rows, c.d}), grstd(DType::f32, {c.rows});
+      poison(gout.t);
+      poison(grstd.t);
+      ops::add_rmsnorm_forward(a_h, out.t, rstd.t, a_h, b.host.t, weight.host.t, 1e-5);
+      ops::add_rmsnorm_forward(a_d, gout.t, grstd.t, a_d, b.dev.t, weight.dev.t, 1e-5);
+      EXPECT_LE(gpu_test::device_error(wide.dev.t, wide.host.t), tol) << "sum_out (and a's other columns)";
+      EXPECT_LE(gpu_test::device_error(gout.t, out.t), tol) << "out";
+      EXPECT_LE(gpu_test::device_error(grstd.t, rstd.t), kTol) << "rstd";
+      // Plain forward of the stored sum: the same rstd bits as the fused kernel's.
+      Dev grstd2(DType::f32, {c.rows}), gout2(dt, {c.rows, c.d});
+      ops::rmsnorm_forward(gout2.t, grstd2.t, a_d, weight.dev.t, 1e-5);
+      EXPECT_TRUE(same_bits(to_host(grstd2.t).t, to_host(grstd.t).t)) << "rstd: fused = add, then norm";
+      EXPECT_TRUE(same_bits(to_host(gout2.t).t, to_host(gout.t).t)) << "out: fused = add, then norm";
+      // Backward from the CPU's rstd, accumulating into d_acc, with the weight gradient.
+      Dev grstd_cpu = to_device(rstd.t);
+      Owned d_weight(DType::f32, {c.d});
+      Dev gd_weight = to_device(d_weight.t);
+      ops::rmsnorm_backward(d_acc.host.t, d_weight.t, d_out.host.t, a_h, weight.host.t, rstd.t, true);
+      ops::rmsnorm_backward(d_acc.dev.t, gd_weight.t, d_out.dev.t, a_d, weight.dev.t, grstd_cpu.t, true);
+      EXPECT_LE(gpu_test::device_error(d_acc.dev.t, d_acc.host.t), tol) << "d_in +=";
+      EXPECT_LE(gpu_test::device_error(gd_weight.t, d_weight.t), kTol) << "d_weight";
+      // Written (in place over d_out).
+      ops::rmsnorm_backward(d_out.host.t, Tensor{}, d_out.host.t, a_h, weight.host.t, rstd.t);
+      ops::rmsnorm_backward(d_out.dev.t, Tensor{}, d_out.dev.t, a_d, weight.dev.t, grstd_cpu.t);
+      EXPECT_LE(gpu_test::device_error(d_out.dev.t, d_out.host.t), tol) << "d_in = (in place)";
+    }
+  }
+}
+
+TEST(CudaNormsBf16, LayerNormMatchesCpu) {
+  SKIP_WITHOUT_CUDA();
+  uint64_t stream = 1300;
+  for (const Case& c : kBf16Cases) {
+    SCOPED_TRACE("rows " + std::to_string(c.rows) + " d " + std::to_string(c.d));
+    gpu_test::HostDev in = gpu_test::random_pair(DType::bf16, {c.rows, c.d}, stream++);
+    gpu_test::HostDev weight = gpu_test::random_pair(DType::f32, {c.d}, stream++);
+    gpu_test::HostDev bias = gpu_test::random_pair(DType::f32, {c.d}, stream++);
+    gpu_test::HostDev d_out = gpu_test::random_pair(DType::bf16, {c.rows, c.d}, stream++);
+    Owned out(DType::bf16, {c.rows, c.d}), mean(DType::f32, {c.rows}), rstd(DType::f32, {c.rows});
+    Dev gout(DType::bf16, {c.rows, c.d}), gmean(DType::f32, {c.rows}), grstd(DType::f32, {c.rows});
+    ops::layernorm_forward(out.t, mean.t, rstd.t, in.host.t, weight.host.t, bias.host.t, 1e-5);
+    ops::layernorm_forward(gout.t, gmean.t, grstd.t, in.dev.t, weight.dev.t, bias.dev.t, 1e-5);
+    EXPECT_LE(gpu_test::device_error(gout.t, out.t), gpu_test::kBf16Tol) << "out";
+    EXPECT_LE(gpu_test::device_error(gmean.t, mean.t), kTol) << "mean";
+    EXPECT_LE(gpu_test::device_error(grstd.t, rstd.t), kTol) << "rstd";
+    Dev gmean_cpu = to_device(mean.t), grstd_cpu = to_device(rstd.t);
+    Owned d_in(DType::bf16, {c.rows, c.d}), d_weight(DType::f32, {c.d}), d_bias(DType::f32, {c.d});
+    Dev gd_in(DType::bf16, {c.rows, c.d}), gd_weight = to_device(d_weight.t), gd_bias = to_device(d_bias.t);
+    ops::layernorm_backward(d_in.t, d_weight.t, d_bias.t, d_out.host.t, in.host.t, weight.host.t, mean.t, rstd.t);
+    ops::layernorm_backward(gd_in.t, gd_weight.t, gd_bias.t, d_out.dev.t, in.dev.t, weight.dev.t, gmean_cpu.t,
+                            grstd_cpu.t);
+    EXPECT_LE(gpu_test::device_error(gd_in.t, d_in.t), gpu_test::kBf16Tol) << "d_in";
+    EXPECT_LE(gpu_test::device_error(gd_weight.t, d_weight.t), kTol) << "d_weight";
+    EXPECT_LE(gpu_test::device_error(gd_bias.t, d_bias.t), kTol) << "d_bias";
   }
 }
 
