@@ -194,7 +194,8 @@ void check_attention_stats(const Tensor& stats, const AttentionDims& d, const Te
 
 void check_attention_probs(const Tensor& probs, const AttentionDims& d, const Tensor& q, const char* op) {
   check_shape(probs, {d.B, d.H, d.T, d.S}, op, "probs");
-  SL_CHECK(probs.dtype == q.dtype, "%s: probs is %s but q is %s", op, dtype_name(probs.dtype), dtype_name(q.dtype));
+  SL_CHECK(probs.dtype == attention_stats_dtype(q.dtype), "%s: probs is %s but q is %s (probs: %s)", op,
+           dtype_name(probs.dtype), dtype_name(q.dtype), dtype_name(attention_stats_dtype(q.dtype)));
   SL_CHECK(probs.stride[3] == 1 || d.S == 1, "%s: the last dimension of probs must be contiguous", op);
 }
 

@@ -146,7 +146,7 @@ AttentionDims check_attention_qkv(const char* op, const Tensor& q, const Tensor&
                                   const ops::AttentionSpec& spec);
 // t (when defined) is 4-D with ref's shape and dtype.
 void check_attention_like(const Tensor& t, const Tensor& ref, const char* op, const char* arg, const char* ref_name);
-// stats [B,H,T] in attention_stats_dtype(q's), probs [B,H,T,S] (contiguous last dim) in q's dtype.
+// stats [B,H,T] and probs [B,H,T,S] (contiguous last dim) in attention_stats_dtype(q's).
 void check_attention_stats(const Tensor& stats, const AttentionDims& d, const Tensor& q, const char* op);
 void check_attention_probs(const Tensor& probs, const AttentionDims& d, const Tensor& q, const char* op);
 // Every operand of attention_forward (out required; stats and probs when given) and of attention_backward

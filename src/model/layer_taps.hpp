@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 
+#include "backend/op_checks.hpp"
 #include "backend/ops.hpp"
 
 namespace sinklab {
@@ -67,7 +68,8 @@ inline LayerTaps attention_taps(int layer, int64_t batch, Tensor hidden_in, Tens
 // shape of q [B,T,H,dh] and k [B,S,Hkv,dh].
 inline Tensor observer_probs(LayerObserver* observer, int layer, const Tensor& q, const Tensor& k) {
   if (observer == nullptr) return Tensor{};
-  return observer->probs_output(layer, {q.shape[0], q.shape[2], q.shape[1], k.shape[1]}, q.dtype, q.device);
+  return observer->probs_output(layer, {q.shape[0], q.shape[2], q.shape[1], k.shape[1]},
+                                attention_stats_dtype(q.dtype), q.device);
 }
 
 }  // namespace sinklab

@@ -497,7 +497,6 @@ void Transformer::backward_layers(Tensor inputs, GradReadyObserver* grads_ready)
     Tensor d_gated = li.gate >= 0 ? d_att_gated_ : d_att_;
     if (cfg_.head_combine == HeadCombine::add)
       for (int64_t h = 0; h < H; ++h) ops::copy(d_gated.slice(1, h * dh, dh), d_att_sum_);
-    ops::fill(d_attn_in_, 0.0);
     if (li.gate >= 0) {
       ops::gated_backward(d_gate_logits_, d_att_, d_att_gated_, a.gate_logits, heads_out, ops::Activation::sigmoid);
       Tensor d_logits = d_gate_logits_;
@@ -508,8 +507,10 @@ void Transformer::backward_layers(Tensor inputs, GradReadyObserver* grads_ready)
       project_backward(d_attn_in_, at(li.gate, true), d_logits, attn_in, at(li.gate, false));
     }
     attention_backward(l, d_att_);
-    project_backward(d_xn_, weight(li.qkv, qkv_dim, d, true), d_qkv_, attn_in, weight(li.qkv, qkv_dim, d, false));
-    ops::accumulate(d_attn_in_, d_xn_);
+    // The qkv product's d_input is the block input's gradient, or is added to the gate's.
+    project_backward(li.gate >= 0 ? d_xn_ : d_attn_in_, weight(li.qkv, qkv_dim, d, true), d_qkv_, attn_in,
+                     weight(li.qkv, qkv_dim, d, false));
+    if (li.gate >= 0) ops::accumulate(d_attn_in_, d_xn_);
     if (post) ops::accumulate(d_res_, d_attn_in_);
     else add_norm_backward(d_attn_in_, a.x_in, a.mean1, a.rstd1, li.norm1, li.norm1_bias);
     span_done();  // layer l

@@ -39,6 +39,7 @@
 #include "backend/cuda/attention_kernels.hpp"
 #include "backend/cuda/attention_rows.cuh"
 #include "backend/cuda/cuda_common.hpp"
+#include "backend/memory.hpp"
 #include "backend/op_checks.hpp"
 
 namespace sinklab::cuda {
@@ -435,6 +436,35 @@ void check_fast_operands(const CudaBackend& be, NamedTensors tensors, const ops:
   check_spec_tensors(be, spec, op);
 }
 
+// The reference kernels compute in f32. bf16 operands (a bf16 model that asks for the reference kernel, or
+// for the probs matrix only the reference forms) run it on f32 copies: inputs widened, outputs rounded back,
+// as the CPU's bf16 storage does (ops.hpp, "bf16 storage"). A path for probes and checks, not the bf16 step's.
+class WidenedOperands {
+ public:
+  WidenedOperands(Device device, std::initializer_list<Tensor*> inputs, std::initializer_list<Tensor*> outputs)
+      : device_(device) {
+    for (Tensor* t : inputs) widen(t, /*read=*/true);
+    for (Tensor* t : outputs) widen(t, /*read=*/false);
+  }
+  // The outputs rounded back into the bf16 tensors they stand for.
+  void write_back() {
+    for (auto& [out, f32] : outputs_) ops::copy(out, f32);
+  }
+
+ private:
+  void widen(Tensor* t, bool read) {
+    if (!t->defined() || t->dtype != DType::bf16) return;
+    buffers_.emplace_back(size_t(t->numel()) * sizeof(float), device_);
+    Tensor f32 = Tensor::contiguous_view(buffers_.back().data(), DType::f32, t->shape.data(), t->ndim, device_);
+    if (read) ops::copy(f32, *t);
+    else outputs_.push_back({*t, f32});
+    *t = f32;
+  }
+  Device device_;
+  std::vector<Buffer> buffers_;
+  std::vector<std::pair<Tensor, Tensor>> outputs_;  // (the bf16 output, its f32 stand-in)
+};
+
 }  // namespace
 
 AttnCallGeom attn_call_geom(const AttentionDims& d, const ops::AttentionSpec& spec, const Tensor& q, const Tensor& k,
@@ -518,7 +548,11 @@ void CudaBackend::attention_forward(Tensor out, Tensor stats, Tensor q, Tensor k
   const char* op = "attention_forward";
   const AttentionDims d = check_attention_forward_args(op, out, stats, q, k, v, spec, probs);
   const ops::AttnKernelChoice kernel = ops::choose_attention_kernel(spec, ops::attn_call_of(q, probs.defined()));
-  if (kernel.kernel == ops::AttnKernel::reference) return forward(*this, out, stats, q, k, v, spec, probs, d, op);
+  if (kernel.kernel == ops::AttnKernel::reference) {
+    WidenedOperands f32(q.device, {&q, &k, &v}, {&out});
+    forward(*this, out, stats, q, k, v, spec, probs, d, op);
+    return f32.write_back();
+  }
   check_fast_operands(*this, {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}, {&stats, "stats"}}, spec, op);
   if (kernel.kernel == ops::AttnKernel::cudnn) return cudnn_attention_forward(*this, out, stats, q, k, v, spec, d);
   if (kernel.kernel == ops::AttnKernel::flash) return flash_attention_forward(*this, out, stats, q, k, v, spec, d);
@@ -530,6 +564,7 @@ void CudaBackend::attention_probs(Tensor probs, Tensor q, Tensor k, const Attent
   const char* op = "attention_probs";
   const AttentionDims d = check_attention_qkv(op, q, k, Tensor{}, spec);
   check_attention_probs(probs, d, q, op);
+  WidenedOperands f32(q.device, {&q, &k}, {});
   forward(*this, Tensor{}, Tensor{}, q, k, Tensor{}, spec, probs, d, op);
 }
 
@@ -550,6 +585,7 @@ void CudaBackend::attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor 
       return flash_attention_backward(*this, d_q, d_k, d_v, d_out, q, k, v, out, stats, spec, d);
     return gemm_attention_backward(*this, d_q, d_k, d_v, d_out, q, k, v, out, stats, spec, d);
   }
+  WidenedOperands f32(q.device, {&q, &k, &v, &out, &d_out}, {&d_q, &d_k, &d_v});
   for (const auto& [t, name] : operands)
     if (t->defined()) check_device_f32(*this, *t, op, name);
   check_spec_tensors(*this, spec, op);
@@ -588,6 +624,7 @@ void CudaBackend::attention_backward(Tensor d_q, Tensor d_k, Tensor d_v, Tensor 
     CUDA_CHECK_LAUNCH("attention_backward (relative bias)");
   }
   attn_param_grads(*this, g, g, spec, dsink_rows, d_dist);
+  f32.write_back();
 }
 
 }  // namespace sinklab::cuda

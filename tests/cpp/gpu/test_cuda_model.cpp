@@ -82,8 +82,10 @@ TEST_P(CudaModel, MatchesTheCpuModel) {
   cpu.set_precision(test::precision_of(c));
   gpu.set_precision(test::precision_of(c));
   const double loss_tol = bf16 ? kBf16LossTol : kLossTol, tol = bf16 ? kBf16Tol : kTol;
-  // The f32 reference attention kernel: cuDNN and the flash kernel compute in bf16 (their own test,
-  // test_cuda_attention_fast, holds them to bf16 tolerances).
+  // The f32 reference attention kernel (on bf16 operands too, widened as the CPU widens them): cuDNN, the flash
+  // kernel and the GEMM path round P (or the scores) to bf16 inside, which the CPU does not (their own test,
+  // test_cuda_attention_fast, holds them to bf16 tolerances; tests/gpu/emu/check_training_step.py runs the
+  // bf16 step on them).
   gpu.set_attention_kernel(ops::AttnKernel::reference);
   for (const auto& p : c.at("params")) {
     const std::string pname = p.at(0).get<std::string>();
@@ -147,7 +149,9 @@ TEST_P(CudaModel, MatchesTheCpuModel) {
     const int max_k = 2;
     probe::ModelProbe cpu_probe(cfg.n_layers, cfg.n_heads, text_len, max_k, {0.3}, mask),
         gpu_probe(cfg.n_layers, cfg.n_heads, text_len, max_k, {0.3}, mask);
-    cpu.forward_observe(inputs, cpu_probe);
+    probe::HostTaps cpu_taps(cpu_probe);  // f32 host taps of a bf16 model, as the evaluation reads them
+    if (bf16) cpu.forward_observe(inputs, cpu_taps);
+    else cpu.forward_observe(inputs, cpu_probe);
     probe::HostTaps host_taps(gpu_probe);
     gpu.forward_observe(d_inputs, host_taps);
     const probe::ProbeResult cpu_result = cpu_probe.result(), gpu_result = gpu_probe.result();
