@@ -40,21 +40,11 @@ for config in "${jobs[@]}"; do
   name=$(basename "$config" .ini)
   vocab=$(key vocab-size "$config"); ctx=$(key context "$config"); rows=$(key micro-batch-rows "$config")
   # Token ids of the job's vocabulary (the count does not read them; the data loader does).
-  PYTHONPATH="$root" "$python" - "$out" "$vocab" <<'EOF'
-import sys
-import numpy as np
-from data_prep.shards import write_shard
-out, vocab = sys.argv[1], int(sys.argv[2])
-rng = np.random.default_rng(0)
-for split, n_docs in (("train", 64), ("valid", 16)):
-    docs = rng.integers(1, vocab, size=(n_docs, 4096), dtype=np.int64)
-    docs[:, -1] = 0
-    write_shard(f"{out}/{split}-{vocab}.bin", (d for d in docs), vocab_size=vocab, eos_id=0)
-EOF
+  "$python" "$root/bench/random_shards.py" "$out/data-$vocab" "$vocab"
   rm -rf "$out/$name.run"
   SINKLAB_EMU_COUNT_ONLY=1 SINKLAB_LEDGER="$out/$name.jsonl" SINKLAB_LEDGER_LAST=step1 OMP_NUM_THREADS=1 \
     "$exe" --config "$config" --device cuda --steps 3 --global-batch-tokens $(( 2 * rows * ctx )) \
-    --train-data "$out/train-$vocab.bin" --valid-data "$out/valid-$vocab.bin" --out-dir "$out/$name.run" \
+    --train-data "$out/data-$vocab/train.bin" --valid-data "$out/data-$vocab/valid.bin" --out-dir "$out/$name.run" \
     --eval-every 0 --eval-rows 8 --probe-sequences 8 --log-every 1 --checkpoint-every 0 > "$out/$name.log" 2>&1 \
     || { echo "run_step_ledger: the counted run of $config failed: $out/$name.log" >&2; tail -n 5 "$out/$name.log" >&2; exit 1; }
   case "$name" in 60m_default) job=60m ;; 1b_default) job=1b ;; *) job="" ;; esac

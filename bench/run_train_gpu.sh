@@ -33,17 +33,7 @@ echo "# $(date -u +%FT%TZ) $(smi --query-gpu=name,driver_version --format=csv,no
 echo "# shape of $(basename "$config"): vocab $vocab, d $d, layers $layers, heads $heads, ffn $ffn, context $ctx;" \
      "$rows rows x $ctx per micro-step, $accum micro-steps, $gbt tokens per step, $steps steps"
 
-PYTHONPATH="$root" "$python" - "$work" "$vocab" <<'EOF'
-import sys
-import numpy as np
-from data_prep.shards import write_shard
-work, vocab = sys.argv[1], int(sys.argv[2])
-rng = np.random.default_rng(0)
-for name, n_docs in (("train", 2048), ("valid", 64)):  # documents of 4096 ids, the last one EOS (id 0)
-    docs = rng.integers(1, vocab, size=(n_docs, 4096), dtype=np.int64)
-    docs[:, -1] = 0
-    write_shard(f"{work}/{name}.bin", (doc for doc in docs), vocab_size=vocab, eos_id=0)
-EOF
+"$python" "$root/bench/random_shards.py" "$work" "$vocab" --train-docs 2048 --valid-docs 64
 
 peak_mem() {  # peak_mem <pid>: max memory.used (MiB) while the process runs
   local pid=$1 peak=0 m

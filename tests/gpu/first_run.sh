@@ -68,18 +68,7 @@ part "3b. the 60M step's ledger under SINKLAB_PROFILE beside its model (bench/st
 if [ "$(left)" -gt 90 ]; then
   ledger_dir="$out/ledger_60m"
   mkdir -p "$ledger_dir"
-  python3 - "$ledger_dir" 50432 <<'EOF_DATA'
-import sys
-import numpy as np
-sys.path.insert(0, ".")
-from data_prep.shards import write_shard
-out, vocab = sys.argv[1], int(sys.argv[2])
-rng = np.random.default_rng(0)
-for split, n_docs in (("train", 64), ("valid", 16)):
-    docs = rng.integers(1, vocab, size=(n_docs, 4096), dtype=np.int64)
-    docs[:, -1] = 0
-    write_shard(f"{out}/{split}.bin", (d for d in docs), vocab_size=vocab, eos_id=0)
-EOF_DATA
+  python3 bench/random_shards.py "$ledger_dir" 50432
   # Steps 0-2 warm up (cuDNN graphs, cuBLASLt plans, allocations); step3 is the one modelled.
   SINKLAB_PROFILE=1 SINKLAB_LEDGER="$ledger_dir/60m_gpu.jsonl" SINKLAB_LEDGER_LAST=step3 timeout 120 \
     "$build/bin/sinklab-pretrain" --config jobs/pretrain/60m_default.ini --device cuda --steps 5 \

@@ -22,38 +22,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <map>
+#include <memory>
+#include <utility>
 
 #include "backend/cuda/column_reduce.cuh"
 #include "backend/cuda/cuda_common.hpp"
 #include "backend/op_checks.hpp"
 
 namespace sinklab::cuda {
-
-struct GemmContext {
-  cublasLtHandle_t lt = nullptr;
-  cublasHandle_t blas = nullptr;
-  void* workspace = nullptr;
-  size_t workspace_bytes = 0;
-};
-
-// 32 MiB: what cuBLAS recommends for Hopper; more than enough for Ampere.
-constexpr size_t kGemmWorkspaceBytes = size_t(32) << 20;
-
-GemmContext& CudaBackend::gemm_context() {
-  if (gemm_) return *gemm_;
-  DeviceGuard guard(index_);
-  auto* c = new GemmContext;
-  CUBLAS_CHECK(cublasLtCreate(&c->lt));
-  CUBLAS_CHECK(cublasCreate(&c->blas));
-  c->workspace_bytes = kGemmWorkspaceBytes;
-  c->workspace = allocate(c->workspace_bytes);
-  CUBLAS_CHECK(cublasSetStream(c->blas, stream_));
-  CUBLAS_CHECK(cublasSetWorkspace(c->blas, c->workspace, c->workspace_bytes));
-  // CUBLAS_DEFAULT_MATH: f32 products stay f32 (no TF32 down-conversion).
-  CUBLAS_CHECK(cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
-  gemm_ = c;
-  return *gemm_;
-}
 
 namespace {
 
@@ -118,6 +95,55 @@ struct LtPreference {
   LtPreference& operator=(const LtPreference&) = delete;
 };
 
+// What a product's cuBLASLt call is made of, kept per layout (GemmContext::plans): the descriptors and the
+// algorithm the heuristic chose. Building them and asking the heuristic cost tens of microseconds of host
+// time a call; a training step makes the same few products every micro-step, so each layout pays once.
+struct GemmPlanKey {
+  int64_t M = 0, N = 0, K = 0, batch = 1;
+  bool ta = false, tb = false, bias = false;
+  DType a = DType::f32, b = DType::f32, c = DType::f32;
+  int64_t lda = 0, ldb = 0, ldc = 0, stride_a = 0, stride_b = 0, stride_c = 0;
+  uint32_t align_a = 0, align_b = 0, align_c = 0;
+  auto operator<=>(const GemmPlanKey&) const = default;
+};
+struct GemmPlan {
+  std::unique_ptr<LtMatmulDesc> desc;
+  std::unique_ptr<LtLayout> a, b, c;
+  cublasLtMatmulAlgo_t algo{};
+  bool found = false;  // false: the heuristic offered none (the cuBLAS fallback serves the layout)
+};
+
+}  // namespace
+
+struct GemmContext {
+  cublasLtHandle_t lt = nullptr;
+  cublasHandle_t blas = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  std::map<GemmPlanKey, GemmPlan> plans;
+};
+
+// 32 MiB: what cuBLAS recommends for Hopper; more than enough for Ampere.
+constexpr size_t kGemmWorkspaceBytes = size_t(32) << 20;
+
+GemmContext& CudaBackend::gemm_context() {
+  if (gemm_) return *gemm_;
+  DeviceGuard guard(index_);
+  auto* c = new GemmContext;
+  CUBLAS_CHECK(cublasLtCreate(&c->lt));
+  CUBLAS_CHECK(cublasCreate(&c->blas));
+  c->workspace_bytes = kGemmWorkspaceBytes;
+  c->workspace = allocate(c->workspace_bytes);
+  CUBLAS_CHECK(cublasSetStream(c->blas, stream_));
+  CUBLAS_CHECK(cublasSetWorkspace(c->blas, c->workspace, c->workspace_bytes));
+  // CUBLAS_DEFAULT_MATH: f32 products stay f32 (no TF32 down-conversion).
+  CUBLAS_CHECK(cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
+  gemm_ = c;
+  return *gemm_;
+}
+
+namespace {
+
 // C[b] rows = beta * C[b] rows (+ bias): the K = 0 product, and the bias rows of the cuBLAS fallback.
 // beta == 0 writes without reading (C may hold NaN garbage).
 __global__ void scale_rows_add_bias_kernel(void* c, DType dt, int64_t M, int64_t N, int64_t ld, int64_t batch,
@@ -168,6 +194,48 @@ void gemm_cublas(CudaBackend& be, GemmContext& ctx, const RowMajorGemm& g, const
                                           CUBLAS_GEMM_DEFAULT));
 }
 
+// The descriptors of a product's layout and the algorithm cuBLASLt's heuristic picks for it (GemmPlan).
+GemmPlan make_plan(GemmContext& ctx, const RowMajorGemm& g, const GemmPlanKey& key) {
+  GemmPlan plan;
+  plan.desc = std::make_unique<LtMatmulDesc>();
+  const cublasOperation_t opa = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's A is our B
+  const cublasOperation_t opb = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc->h, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc->h, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
+  if (g.bias) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const cudaDataType_t bias_type = cuda_type(g.c.dt);
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.desc->h, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc->h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                sizeof(bias_type)));
+  }
+  // First operand (our B): [N,K] column-major when not transposed, else [K,N] read transposed.
+  plan.a = std::make_unique<LtLayout>(g.b.dt, g.tb ? g.K : g.N, g.tb ? g.N : g.K, g.b.ld, g.batch, g.b.batch_stride);
+  // Second operand (our A): [K,M] column-major when not transposed, else [M,K] read transposed.
+  plan.b = std::make_unique<LtLayout>(g.a.dt, g.ta ? g.M : g.K, g.ta ? g.K : g.M, g.a.ld, g.batch, g.a.batch_stride);
+  plan.c = std::make_unique<LtLayout>(g.c.dt, g.N, g.M, g.c.ld, g.batch, g.c.batch_stride);
+
+  LtPreference pref;
+  const uint64_t ws = ctx.workspace_bytes;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c}};
+  for (const auto& [attr, bytes] : alignments)
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, attr, &bytes, sizeof(bytes)));
+  cublasLtMatmulHeuristicResult_t result;
+  std::memset(&result, 0, sizeof(result));
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.lt, plan.desc->h, plan.a->h, plan.b->h, plan.c->h,
+                                                           plan.c->h, pref.h, 1, &result, &found);
+  plan.found = st == CUBLAS_STATUS_SUCCESS && found > 0;
+  if (plan.found) plan.algo = result.algo;
+  return plan;
+}
+
 void gemm(CudaBackend& be, const RowMajorGemm& g) {
   if (g.M == 0 || g.N == 0 || g.batch == 0) return;
   SL_CHECK(!g.bias || g.beta == 0.0f, "gemm: a bias needs beta 0");  // internal: only linear_forward has one
@@ -184,51 +252,25 @@ void gemm(CudaBackend& be, const RowMajorGemm& g) {
     return;
   }
 
-  LtMatmulDesc desc;
-  const cublasOperation_t opa = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's A is our B
-  const cublasOperation_t opb = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
-  if (g.bias) {
-    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    const cudaDataType_t bias_type = cuda_type(g.c.dt);
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
-    CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
-  }
-  // First operand (our B): [N,K] column-major when not transposed, else [K,N] read transposed.
-  LtLayout lay_a(g.b.dt, g.tb ? g.K : g.N, g.tb ? g.N : g.K, g.b.ld, g.batch, g.b.batch_stride);
-  // Second operand (our A): [K,M] column-major when not transposed, else [M,K] read transposed.
-  LtLayout lay_b(g.a.dt, g.ta ? g.M : g.K, g.ta ? g.K : g.M, g.a.ld, g.batch, g.a.batch_stride);
-  LtLayout lay_c(g.c.dt, g.N, g.M, g.c.ld, g.batch, g.c.batch_stride);
-
-  LtPreference pref;
-  const uint64_t ws = ctx.workspace_bytes;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  const uint32_t align_a = alignment_of(g.b), align_b = alignment_of(g.a), align_c = alignment_of(g.c);
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
-                                                    sizeof(align_a)));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
-                                                    sizeof(align_b)));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
-                                                    sizeof(align_c)));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
-                                                    sizeof(align_c)));
-
-  cublasLtMatmulHeuristicResult_t result;
-  std::memset(&result, 0, sizeof(result));
-  int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.lt, desc.h, lay_a.h, lay_b.h, lay_c.h, lay_c.h, pref.h,
-                                                           1, &result, &found);
+  GemmPlanKey key;
+  key.M = g.M, key.N = g.N, key.K = g.K, key.batch = g.batch, key.ta = g.ta, key.tb = g.tb, key.bias = g.bias != nullptr;
+  key.a = g.a.dt, key.b = g.b.dt, key.c = g.c.dt;
+  key.lda = g.a.ld, key.ldb = g.b.ld, key.ldc = g.c.ld;
+  key.stride_a = g.a.batch_stride, key.stride_b = g.b.batch_stride, key.stride_c = g.c.batch_stride;
+  key.align_a = alignment_of(g.b), key.align_b = alignment_of(g.a), key.align_c = alignment_of(g.c);
+  auto [it, fresh] = ctx.plans.try_emplace(key);
+  GemmPlan& plan = it->second;
+  if (fresh) plan = make_plan(ctx, g, key);
   // No algorithm for this layout (odd alignments, bias type, ...): cuBLAS takes any layout, and a real
   // argument error shows there with its own status.
-  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+  if (!plan.found) {
     gemm_cublas(be, ctx, g, "no cuBLASLt algorithm");
     return;
   }
-  const cublasStatus_t run = cublasLtMatmul(ctx.lt, desc.h, &g.alpha, g.b.ptr, lay_a.h, g.a.ptr, lay_b.h, &g.beta,
-                                            g.c.ptr, lay_c.h, g.c.ptr, lay_c.h, &result.algo, ctx.workspace,
+  if (g.bias)  // the one attribute that changes from call to call
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc->h, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+  const cublasStatus_t run = cublasLtMatmul(ctx.lt, plan.desc->h, &g.alpha, g.b.ptr, plan.a->h, g.a.ptr, plan.b->h,
+                                            &g.beta, g.c.ptr, plan.c->h, g.c.ptr, plan.c->h, &plan.algo, ctx.workspace,
                                             ctx.workspace_bytes, be.stream());
   if (run == CUBLAS_STATUS_NOT_SUPPORTED) {  // refused before launching anything
     gemm_cublas(be, ctx, g, "cuBLASLt refused the algorithm");

@@ -19,8 +19,8 @@ import h5py
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT))
-from data_prep.shards import write_shard  # noqa: E402
+sys.path.insert(0, str(ROOT / "bench"))
+import random_shards  # noqa: E402
 
 STEPS = 6
 # bf16 keeps 8 significant bits: one rounding is 2^-9 = 2e-3 of a value. Two backends that round the same
@@ -67,11 +67,7 @@ def main(build):
             sys.exit(f"check_training_step: {exe} not built")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        rng = np.random.default_rng(3)
-        for split, n in (("train", 64), ("valid", 8)):
-            docs = rng.integers(1, 512, size=(n, 256), dtype=np.int64)
-            docs[:, -1] = 0
-            write_shard(str(tmp / f"{split}.bin"), (d for d in docs), vocab_size=512, eos_id=0)
+        random_shards.write(tmp, 512, train_docs=64, valid_docs=8, doc_len=256, seed=3)
         cpu = run(cpu_exe, tmp / "cpu", tmp, "cpu")
         gpu = run(gpu_exe, tmp / "gpu", tmp, "cuda")
         gpu_ref = run(gpu_exe, tmp / "gpu_ref", tmp, "cuda", ["--fused-ops", "false"])
