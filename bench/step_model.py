@@ -102,6 +102,19 @@ def local_bytes(row, frames):
     return total
 
 
+def stack_frames(report):
+    """{kernel name: stack frame bytes} from a ptxas report: the CUDA build's build-cuda/ptxas_report.json
+    ({"kernels": [{"kernel": qualified name, "arch", "stack", ...}]}: the largest frame over archs and template
+    instances) or {name: {"stack": bytes}} (bench/ledger/ptxas-sm90-4ac1149.json)."""
+    if "kernels" in report:
+        frames = {}
+        for k in report["kernels"]:
+            base = re.sub(r"<.*", "", k["kernel"]).split("::")[-1]
+            frames[base] = max(frames.get(base, 0), k.get("stack", 0))
+        return frames
+    return {k: v.get("stack", 0) for k, v in report.items() if isinstance(v, dict)}
+
+
 def model_entry(row, peaks, frames):
     """(device seconds, host seconds, what bounds it) of one entry."""
     flops, bytes_ = row.get("flops", 0), row.get("bytes", 0) + local_bytes(row, frames)
@@ -255,10 +268,7 @@ def main(argv=None):
     peaks_all = json.loads((HERE / "gpu_peaks.json").read_text())
     if args.gpu not in peaks_all:
         ap.error(f"--gpu {args.gpu}: bench/gpu_peaks.json has {', '.join(k for k in peaks_all if not k.startswith('_'))}")
-    frames = {}
-    if args.ptxas:
-        frames = {k: v.get("stack", 0) for k, v in json.loads(Path(args.ptxas).read_text()).items()
-                  if isinstance(v, dict)}
+    frames = stack_frames(json.loads(Path(args.ptxas).read_text())) if args.ptxas else {}
     result = analyse(load(args.ledger), peaks_all[args.gpu], frames, args.step)
     print(report(result))
     if args.json:
