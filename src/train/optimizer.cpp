@@ -97,6 +97,7 @@ AdamW::AdamW(std::vector<ParamRef> params, const AdamWConfig& cfg, FlatRange own
     Piece piece;
     piece.name = p.name;
     piece.decay = decay_[p.name];
+    piece.lr_scale = p.lr_scale;
     piece.first = lo - p.flat_offset;
     piece.length = hi - lo;
     piece.param = flat_slice(p.param, piece.first, piece.length);
@@ -126,12 +127,12 @@ bool AdamW::decays(const std::string& name) const {
 void AdamW::step(double lr) {
   ++step_;
   ops::AdamWStep s;
-  s.lr = lr;
   s.beta1 = cfg_.beta1;
   s.beta2 = cfg_.beta2;
   s.eps = cfg_.eps;
   s.step = step_;
   for (const Piece& piece : pieces_) {
+    s.lr = lr * piece.lr_scale;
     s.weight_decay = piece.decay ? cfg_.weight_decay : 0.0;
     ops::adamw_update(piece.param, piece.grad, piece.m, piece.v, s);
   }

@@ -51,6 +51,7 @@ struct ParamRef {
   int64_t flat_offset = -1;
   // -1: ask the decay predicate; 0/1: explicit.
   int decay = -1;
+  double lr_scale = 1.0;  // this tensor's learning rate is step()'s lr times this
 };
 
 using DecayPredicate = std::function<bool(const std::string& name, const Tensor& param)>;
@@ -71,7 +72,8 @@ class AdamW {
         const DecayPredicate& decay = default_decay);
 
   // One update at learning rate lr: increments the step counter t, then for every owned piece calls
-  // ops::adamw_update with weight_decay = cfg.weight_decay on decayed parameters, 0 otherwise.
+  // ops::adamw_update at lr x its lr_scale, with weight_decay = cfg.weight_decay on decayed parameters, 0
+  // otherwise.
   void step(double lr);
   int64_t step_count() const { return step_; }
 
@@ -85,6 +87,7 @@ class AdamW {
   struct Piece {  // the part [first, first+length) of one parameter owned here (flattened)
     std::string name;
     bool decay = true;
+    double lr_scale = 1.0;
     int64_t first = 0, length = 0;
     Tensor param, grad, m, v;  // 1-D views of length `length`
   };
