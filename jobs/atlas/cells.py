@@ -15,9 +15,10 @@ claim the atlas' measure can check). The BBM study's finer kinds map onto these 
 the issue also runs at the cheap setting with >= 3 seeds.
 
 The paper's own setting (issue 54) is a scale of its own with a table of its own, PAPER_CELLS (SCALE_CELLS says
-which scale runs which table): rows cut anywhere from the packed stream (no BOS first), 3 layers and 1, softmax
-and every sink design of the paper's Sec. 7 and since (DESIGNS, each taking the settings and the expectation of
-its cell in CELLS where the atlas has one), the learned-sink designs also with BOS first at 3 layers
+which scale runs which table): rows cut anywhere from the packed stream (no BOS first), softmax and every sink
+design of the paper's Sec. 7 and since at 3 layers (DESIGNS, each taking the settings and the expectation of its
+cell in CELLS where the atlas has one) and those of the earlier disagreements at 1 layer too (ONE_LAYER_DESIGNS,
+beside their BOS-first 1-layer cells), the learned-sink designs also with BOS first at 3 layers
 (BOS_FIRST_DESIGNS), and the two axes of the question whether the sink logit and k*/v* are limited by their
 learning rate (SINK_AXES: the sink logit's initial value 0 or log T, an lr multiplier 1x or 10x of the sink
 tensors). A paper cell's design is the name of its design; its name says the depth, the rows and the axis
@@ -179,8 +180,9 @@ SINK_AXES = {
 EARLIER_DISAGREEMENTS = {"sigmoid": "sigmoid", "sigmoid_sum": "sigmoid_sum", "softmax_plus_one": "softmax_plus_one",
                          "sink_logit": "sink_logit", "softpick": "softpick", "sink_token": "sink_token",
                          "kv_bias": "kv_bias", "kv_bias_no_bos": "kv_bias", "no_bos": "softmax"}
-# The record of those verdicts (the small atlas's every-cell table, Guo's measure, BOS first).
-BOS_FIRST_RECORD = HERE.parents[1] / "docs" / "atlas" / "small-2026-11-28" / "tables" / "atlas_cells.csv"
+# The record of the BOS-first scales' verdicts, run to convergence (Guo's measure): the every-cell table of the
+# report of both scales' 216 runs (small, 8 seeds; cheap, 3), whose results files are not in git.
+ATLAS_RECORD = HERE.parents[1] / "docs" / "atlas" / "cheap-2026-11-29" / "tables" / "atlas_cells.csv"
 
 
 def paper_cell_name(design, layers=PAPER_DEPTH, bos_first=False, axis=""):
@@ -199,7 +201,10 @@ def _paper(design, layers=PAPER_DEPTH, bos_first=False, axis=None):
                 design=design, disputed_by=d.disputed_by)
 
 
-PAPER_CELLS = ([_paper(d) for d in DESIGNS] + [_paper(d, layers=1) for d in DESIGNS] +
+# At 1 layer: the designs of the earlier disagreements, for comparison with their BOS-first 1-layer cells (the
+# gated designs and K biases only at 3 layers: the whole scale had to fit about 8 hours of one core).
+ONE_LAYER_DESIGNS = tuple(dict.fromkeys(EARLIER_DISAGREEMENTS.values()))
+PAPER_CELLS = ([_paper(d) for d in DESIGNS] + [_paper(d, layers=1) for d in ONE_LAYER_DESIGNS] +
                [_paper(d, bos_first=True) for d in BOS_FIRST_DESIGNS] +
                [_paper(d, axis=a) for d, axes in SINK_AXES.items() for a in axes])
 # scale -> the table its runs take their cells from (CELLS where not named)
