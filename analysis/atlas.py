@@ -11,10 +11,14 @@ Two measures of the first position's sink (MEASURES), each with its emergence st
     layer and head where it is largest (analysis.results.bos_attention; proxy scores* where the rows are not
     distributions); a sink from the first evaluation from which it stays at or above eps (0.3, the report's --eps)
     to the run's last (analysis.emergence.persistent_onset_step);
-  - "paper", the paper's: Sink_1^eps (eval/sink), the share of (probe sequence, layer, head) whose mean attention
-    of every query to the first token exceeds eps (Sec. 3.2; T = the probe length, the paper's 64 at the small and
-    paper scales); a sink from the first evaluation from which it stays above SINK_FREE_SHARE = 1 %, the paper's
-    sink-free line, to the last.
+  - "paper", the paper's: Sink_1^eps, the share of heads (layer, head) whose mean attention of every query to
+    the first token, alpha_1 averaged over the probe sequences (eval/alpha), exceeds eps (Sec. 3.2; T = the probe
+    length, the paper's 64 at the small and paper scales); a sink from the first evaluation from which it stays
+    above SINK_FREE_SHARE = 1 %, the paper's sink-free line, to the last: at these sizes (1-3 heads), from which
+    some head holds one. The reference code's per-sequence average (eval/sink: the share of (sequence, layer,
+    head) triples) is kept beside it; with 100 sequences and 3 heads a few triples pass 1 % in runs whose heads'
+    mean attention to the first token is 0.1 (measured: the paper scale's softmax, 1.1 %), so its 1 % line
+    reads noise as a sink here.
 A run without a persistent sink is censored at its last step (its sink, if any, comes later than that).
 Per run (measure_run): by each measure the emergence step and the converged value (the mean over the last
 CONVERGED_SHARE of its evaluations, at least one); the bias position's Sink_*^eps (sink token / k*) and its onset
@@ -23,7 +27,8 @@ sink logit's share of the rows, BOS / <d> inside the rows); at the last evaluati
 on BOS and on an average other key (best layer and head; at step 0 too), the BOS value and residual norm ratios
 (best layer), the sink logits S_h and ||k*||, ||v*||; how the run stopped (atlas_status.json).
 Where the sink went, by each measure (MOVED_RULE): moved (on the bias position, not the first), kept, split (on
-both), none: the bias position read by Sink_*^eps with the paper's 1 % line; the first position by the measure.
+both), none: the bias position read by Sink_*^eps over heads (alpha_*) with the paper's 1 % line; the first
+position by the measure.
 Per cell and scale (cell_stats), for each measure: the fraction of seeds with a sink and its Wilson score
 interval; the median emergence step (the lower median, censored runs as +inf) with the percentile interval of its
 exact bootstrap distribution; the converged value's mean with a percentile bootstrap interval (seeded
@@ -63,13 +68,14 @@ STOPS = {"converged": "converged", "cap": "at the cap", "budget": "at the budget
 SINK_RULES = {
     "guo": ("Guo's measure: a run has a sink when its BOS attention (the mean attention of the non-trigger queries "
             "to position 0, best layer and head) has an emergence step at {eps}: " + RULE_TEXT),
-    "paper": ("the paper's measure: a run has a sink when its Sink_1^{eps} (the share of (probe sequence, layer, "
-              "head) whose mean attention of every query to the first token exceeds {eps}; T = the probe length) "
+    "paper": ("the paper's measure: a run has a sink when its Sink_1^{eps} (the share of heads whose mean attention "
+              "of every query to the first token, over the probe sequences, exceeds {eps}; T = the probe length) "
               "has an emergence step at " f"{SINK_FREE_SHARE:g} %, the paper's sink-free line (App. C): " +
               rule_text("Sink_1^{eps}", f"{SINK_FREE_SHARE:g} %", strict=True)),
 }
 MOVED_RULE = ("where the sink went, by each measure: the bias position (sink token x* or k*) holds one when its "
-              "Sink_*^{eps} (the same probe, every query) stays above " f"{SINK_FREE_SHARE:g} %" " to the last "
+              "Sink_*^{eps} (the share of heads whose mean attention of every query to it exceeds {eps}) stays above "
+              f"{SINK_FREE_SHARE:g} %" " to the last "
               "evaluation (the paper's line); the first position holds one by the measure's sink rule; moved = "
               "the bias position only, kept = the first only, split = both, none = neither. The paper's column "
               "reads both positions alike (every query, share of heads); Guo's reads the first position by the "
@@ -133,10 +139,11 @@ class AtlasRun:
     head: int = 0
     onset: int = None         # the emergence step by Guo's measure; None: censored at last_step
     converged: float = None   # mean BOS attention over the last CONVERGED_SHARE of the evaluations
-    sink1: np.ndarray = None  # [n] the paper's measure: Sink_1^eps (%)
+    sink1: np.ndarray = None  # [n] the paper's measure: Sink_1^eps (%) over heads of the sample-mean alpha_1
+    sink1_per_sequence: float = None  # the reference code's Sink_1^eps (%, per-sequence indicator), last evaluation
     paper_onset: int = None   # the emergence step by the paper's measure; None: censored
     paper_converged: float = None  # mean Sink_1^eps (%) over the last CONVERGED_SHARE
-    star: np.ndarray = None   # [n] Sink_*^eps (%): sink token / k*
+    star: np.ndarray = None   # [n] Sink_*^eps (%) over heads of the sample-mean alpha_*: sink token / k*
     star_onset: int = None    # Sink_*^eps above SINK_FREE_SHARE from this step to the last; None: never
     copy_loss: float = None
     bos_weight: float = None  # raw weight on BOS, last evaluation, best layer and head
@@ -240,6 +247,12 @@ def converged_value(values, share=CONVERGED_SHARE):
     return v[-max(1, math.ceil(share * len(v))):].mean(axis=0)
 
 
+def heads_above(alpha, eps):
+    """Sink^eps (%) of each evaluation as the issue states the paper's measure: the share of (layer, head) whose
+    mean over the probe sequences of alpha (every query) exceeds eps; alpha [n, L, H]."""
+    return 100.0 * (np.asarray(alpha, dtype=float) > eps).reshape(len(alpha), -1).mean(axis=1)
+
+
 def _largest_converged(series):
     """The largest head's converged value of an [n, L, H] series (None for None)."""
     return None if series is None else float(np.nanmax(converged_value(series)))
@@ -260,15 +273,18 @@ def _where(a, ev, eps):
 
 def _measure_sink_places(a, ev, eps):
     """The paper's measure and where a sink sits besides the first position (the bias position, the sink logit)."""
-    i = match_eps(ev.eps, eps)
-    if i is not None:
-        a.sink1 = np.asarray(ev.sink[:, i], dtype=float)
+    if ev.alpha is not None:
+        a.sink1 = heads_above(ev.alpha, eps)
         a.paper_onset = persistent_onset_step(ev.step, a.sink1, SINK_FREE_SHARE, strict=True)
         a.paper_converged = float(converged_value(a.sink1))
+    if ev.alpha_star is not None:
+        a.star = heads_above(ev.alpha_star, eps)
+        a.star_onset = persistent_onset_step(ev.step, a.star, SINK_FREE_SHARE, strict=True)
+    i = match_eps(ev.eps, eps)
+    if i is not None:
+        a.sink1_per_sequence = float(ev.sink[-1, i])
         if ev.sink_star is not None:
-            a.star = np.asarray(ev.sink_star[:, i], dtype=float)
-            a.star_onset = persistent_onset_step(ev.step, a.star, SINK_FREE_SHARE, strict=True)
-            a.sink_star = float(a.star[-1])
+            a.sink_star = float(ev.sink_star[-1, i])
     a.alpha_star, a.logit_share = _largest_converged(ev.alpha_star), _largest_converged(ev.sink_logit_share)
     for series, attr in ((ev.sink_logit, "sink_logit"), (ev.k_bias_norm, "k_norm"), (ev.v_bias_norm, "v_norm")):
         if series is not None:

@@ -183,8 +183,9 @@ def _table(rep, cells, eps):
                            {"copy loss (mean)": ".4f", f"Sink_*^{eps:g} (%, mean)": ".1f"}, stars,
                            note="Intervals are 95 %. A step \"> S\": censored, after the last step S of the cell's "
                                 "runs without a sink (or after its latest observed emergence, if later). Guo: the BOS "
-                                "attention of the non-trigger queries, best head; paper: Sink_1 (every query, share "
-                                "of (sequence, layer, head)). The rules are below the table; every cell's and every "
+                                "attention of the non-trigger queries, best head; paper: Sink_1, the share of heads "
+                                "whose mean attention of every query to the first token exceeds eps. The rules are "
+                                "below the table; every cell's and every "
                                 "run's numbers are in atlas_cells.csv and atlas_runs.csv."))
 
 
@@ -272,6 +273,7 @@ def _long_forms(rep, cells, eps):
     cols = ["run", "scale", "cell", "seed", "evaluations", "last step", "Guo: emergence step", "Guo: sink",
             "converged BOS attention", "BOS attention at the last evaluation", "best layer", "best head",
             "paper: emergence step", "paper: sink", "converged Sink_1 (%)", "Sink_1 (%) at the last evaluation",
+            "Sink_1 per sequence (%, the reference code's average) at the last evaluation",
             "Sink_* emergence step", "where the sink went (Guo)", "where the sink went (paper)", "copy loss",
             "raw weight on BOS", "raw weight on BOS at step 0", "raw weight on an average other key",
             "||v_BOS|| / mean ||v_other||", "||h_BOS|| / mean ||h_other||", f"Sink_*^{eps:g} (%)",
@@ -280,7 +282,8 @@ def _long_forms(rep, cells, eps):
             "proxy scores", "stopped", "steps (atlas_status.json)"]
     rows = [[r.run.name, r.scale, r.cell, r.seed, len(r.steps), r.last_step, r.onset, "yes" if r.has_sink else "no",
              r.converged, float(r.bos[-1]), r.layer, r.head, r.paper_onset, "yes" if r.paper_onset is not None else "no",
-             r.paper_converged, None if r.sink1 is None else float(r.sink1[-1]), r.star_onset, r.outcome("guo"),
+             r.paper_converged, None if r.sink1 is None else float(r.sink1[-1]), r.sink1_per_sequence, r.star_onset,
+             r.outcome("guo"),
              r.outcome("paper"), r.copy_loss, r.bos_weight, r.bos_weight_start, r.other_weight, r.value_ratio,
              r.residual_ratio, r.sink_star, r.alpha_star, r.logit_share, r.sink_logit, r.k_norm, r.v_norm,
              "; ".join(f"layer {l + 1}: {', '.join(w) or 'none'}" for l, w in enumerate(r.where)), r.boundary,

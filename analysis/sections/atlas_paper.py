@@ -149,8 +149,9 @@ def _disagreements_table(rep, c, paper, cells):
     return rep.table(Table("atlas_paper_disagreements", "The atlas's earlier disagreements in the paper's setting, by "
                                                         "each measure", cols, rows,
                            note="Guo: the BOS attention of the non-trigger queries, best head (a sink when it stays >= "
-                                "eps); paper: Sink_1^eps, every query, share of (sequence, layer, head) (a sink when it "
-                                "stays above 1 %). For the learned sinks the counts are the seeds that moved the sink to "
+                                "eps); paper: Sink_1^eps, the share of heads whose mean attention of every query to "
+                                "the first token exceeds eps (a sink when it stays above 1 %: some head holds one). "
+                                "For the learned sinks the counts are the seeds that moved the sink to "
                                 "k* / the sink token. The BOS-first verdicts of the record read Guo's measure only."))
 
 

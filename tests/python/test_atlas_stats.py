@@ -105,22 +105,23 @@ def test_mean_interval_is_seeded_and_near_the_exact_bootstrap():
     assert atlas.mean_interval([0.4]) == (0.4, 0.4, 0.4)
 
 
-def _run(name, bos, steps=None, star=None, proxy=False, tmp=None, status=None, sink1=None):
-    """An analysis.results.Run of an atlas run over constructed evaluations: `bos` the BOS attention per
-    evaluation (one layer, one head), `sink1` the paper's Sink_1 (%, every threshold; None: 0), `star` Sink_* (%,
-    a number or a series; None: no dataset), a results file path under `tmp` with atlas_status.json `status`."""
+def _run(name, bos, steps=None, star=None, proxy=False, tmp=None, status=None, first=None):
+    """An analysis.results.Run of an atlas run over constructed evaluations (one layer, one head): `bos` Guo's BOS
+    attention per evaluation, `first` alpha_1 (every query; the paper's measure; None: 0), `star` alpha_* (a number
+    or a series; None: no dataset), a results file path under `tmp` with atlas_status.json `status`."""
     n = len(bos)
     steps = np.arange(n) * 10 if steps is None else np.asarray(steps)
     fa = np.zeros((n, 1, 1, 2))
     fa[:, 0, 0, 0] = bos
-    sink = np.zeros((n, 3)) if sink1 is None else np.repeat(np.asarray(sink1, dtype=float)[:, None], 3, axis=1)
-    ev = EvalSeries(step=steps, valid_loss=np.ones(n), eps=EPS, sink=sink, first_attention=fa,
+    alpha = np.zeros((n, 1, 1)) if first is None else np.asarray(first, dtype=float).reshape(n, 1, 1)
+    ev = EvalSeries(step=steps, valid_loss=np.ones(n), eps=EPS, sink=np.zeros((n, 3)), alpha=alpha, first_attention=fa,
                     first_weight_raw=fa * 0.5, rest_weight_raw=np.full((n, 1, 1, 2), 0.01),
                     copy_loss=np.linspace(3, 0.5, n), vnorm_first=np.full((n, 1), 0.2), vnorm_rest=np.ones((n, 1)),
                     hnorm_first=np.full((n, 1), 30.0), hnorm_rest=np.full((n, 1), 3.0), proxy=proxy,
                     bbm_meta="bbm.json")
     if star is not None:
-        ev.sink_star = np.repeat(np.broadcast_to(np.asarray(star, dtype=float), (n,))[:, None], 3, axis=1)
+        ev.alpha_star = np.broadcast_to(np.asarray(star, dtype=float), (n,)).reshape(n, 1, 1).copy()
+        ev.sink_star = np.repeat(100.0 * (ev.alpha_star[:, 0] > 0.3), 3, axis=1)
     path = "results.h5"
     if tmp is not None:
         d = tmp / name
@@ -161,13 +162,13 @@ class Spec:
 
 def _cell(expect, sinks, n=8, star=None, spec=True, scale="small", paper_sinks=0):
     """CellStats of n seeds, the first `sinks` with a sink at step 40 by Guo's measure (BOS attention 0.6), the
-    rest without (0.05), the first `paper_sinks` with one by the paper's (Sink_1 25 % from step 40, else 0.5 %);
-    every run with Sink_* = star (None: no dataset)."""
+    rest without (0.05), the first `paper_sinks` with one by the paper's (alpha_1 0.5 from step 40, else 0.1); every
+    run with alpha_* = star (None: no dataset)."""
     runs = []
     for k in range(n):
         bos = [0.0, 0.1, 0.2, 0.25, 0.6, 0.6] if k < sinks else [0.0, 0.02, 0.03, 0.04, 0.05, 0.05]
-        sink1 = [0, 0, 0, 0, 25, 25] if k < paper_sinks else [0, 0, 0.5, 0.5, 0.5, 0.5]
-        runs.append(atlas.measure_run(_run(f"atlas.{scale}.x.s{k}", bos, star=star, sink1=sink1)))
+        first = [0, 0, 0, 0, 0.5, 0.5] if k < paper_sinks else [0, 0, 0.1, 0.1, 0.1, 0.1]
+        runs.append(atlas.measure_run(_run(f"atlas.{scale}.x.s{k}", bos, star=star, first=first)))
     return atlas.cell_stats(runs, Spec(expect) if spec else None)
 
 
@@ -211,8 +212,8 @@ def test_cells_at_two_scales_are_compared_and_pooled():
     (d,) = atlas.compare_scales([big, other])
     assert d.differs and d.p == pytest.approx(1 / 165)
     # An expected move to the bias position compares the seeds that moved it, not the sinks.
-    moved = _cell("moved_to_bias", 0, star=100.0)                     # 8/8 moved
-    stayed = _cell("moved_to_bias", 0, n=3, star=0.5, scale="cheap")  # 0/3 moved, and 0/3 sinks as above
+    moved = _cell("moved_to_bias", 0, star=0.9)                       # 8/8 moved
+    stayed = _cell("moved_to_bias", 0, n=3, star=0.05, scale="cheap")  # 0/3 moved, and 0/3 sinks as above
     (m,) = atlas.compare_scales([moved, stayed])
     assert m.what == "seeds that moved it" and m.differs and m.pooled.guo.moved == 8
     assert atlas.compare_scales([big, _cell("sink", 2)]) == []  # one scale: nothing to compare
@@ -226,10 +227,10 @@ def test_verdict_rule_reaches_every_verdict():
     assert _cell("no_sink", 0).guo.verdict == "agrees"
     assert _cell("no_sink", 8).guo.verdict == "disagrees"
     assert _cell("no_sink", 4).guo.verdict == "inconclusive"
-    assert _cell("moved_to_bias", 0, star=100.0).guo.verdict == "agrees"     # no BOS sink, Sink_* 100 %
-    assert _cell("moved_to_bias", 8, star=100.0).guo.verdict == "disagrees"  # BOS kept its sink too: split
-    assert _cell("moved_to_bias", 0, star=0.5).guo.verdict == "disagrees"    # nothing on k* (below 1 %)
-    assert _cell("moved_to_bias", 4, star=100.0).guo.verdict == "inconclusive"
+    assert _cell("moved_to_bias", 0, star=0.9).guo.verdict == "agrees"      # no BOS sink, alpha_* 0.9
+    assert _cell("moved_to_bias", 8, star=0.9).guo.verdict == "disagrees"   # BOS kept its sink too: split
+    assert _cell("moved_to_bias", 0, star=0.05).guo.verdict == "disagrees"  # nothing on k*
+    assert _cell("moved_to_bias", 4, star=0.9).guo.verdict == "inconclusive"
     assert _cell("moved_to_bias", 0).guo.verdict == "inconclusive"           # no eval/sink_star
     assert _cell("none", 8).guo.verdict == "no expectation"
     assert _cell("sink", 8, spec=False).guo.verdict == "no expectation"      # a cell the table lacks
@@ -278,36 +279,37 @@ def test_cell_statistics_of_constructed_seeds():
     mean, lo, hi = s.converged
     assert mean == pytest.approx((5 * 0.6 + 3 * 0.05) / 8) and lo < mean < hi
     assert cell.stopped_text() == "8 unknown"
-    p = cell.paper  # Sink_1 above 1 % from step 40 in 2 seeds; 0.5 % (not above the line) in the others
-    assert p.sinks == 2 and p.median == INF and p.converged[0] == pytest.approx((2 * 25 + 6 * 0.5) / 8)
+    p = cell.paper  # the one head's alpha_1 above 0.3 from step 40 in 2 seeds (Sink_1 100 %), 0.1 in the others
+    assert p.sinks == 2 and p.median == INF and p.converged[0] == pytest.approx(2 * 100 / 8)
 
 
-def _moved_run(seed, bos, sink1, star):
-    return atlas.measure_run(_run(f"atlas.paper.x.s{seed}", bos, star=star, sink1=sink1))
+def _moved_run(seed, bos, first, star):
+    return atlas.measure_run(_run(f"atlas.paper.x.s{seed}", bos, star=star, first=first))
 
 
 LOW, HIGH = [0.05] * 6, [0.0, 0.1, 0.2, 0.25, 0.6, 0.6]    # Guo's BOS attention: none, a sink from step 40
-NONE_P, SINK_P = [0.0] * 6, [0, 0, 0, 5, 30, 40]           # the paper's Sink_1 (%): none, above 1 % from step 30
+NONE_P, SINK_P = [0.1] * 6, [0, 0, 0, 0.35, 0.5, 0.6]      # alpha_1, every query: none, above 0.3 from step 30
 
 
 def test_the_moved_rule_on_constructed_runs():
     """moved (the bias position only), kept (the first only), split (both), none (neither), by each measure: the
-    bias position by Sink_*^eps above 1 % to the last evaluation, the first position by the measure's rule."""
-    moved = _moved_run(1, LOW, NONE_P, [0, 0, 1, 60, 80, 80])  # 1 % is not above the line
+    bias position by Sink_*^eps over heads above 1 % to the last evaluation, the first position by the measure's
+    rule."""
+    moved = _moved_run(1, LOW, NONE_P, [0, 0, 0.3, 0.6, 0.8, 0.8])  # 0.3 is not above eps
     kept = _moved_run(2, HIGH, SINK_P, 0.0)
-    split = _moved_run(3, HIGH, SINK_P, [0, 50, 50, 50, 50, 50])
-    none = _moved_run(4, LOW, NONE_P, [0, 0, 0, 0.5, 1.0, 1.0])   # 1 % is not above the line
-    fell = _moved_run(5, LOW, NONE_P, [0, 60, 60, 60, 60, 0.2])   # a transient: no sink on k* at the end
+    split = _moved_run(3, HIGH, SINK_P, [0, 0.5, 0.5, 0.5, 0.5, 0.5])
+    none = _moved_run(4, LOW, NONE_P, [0, 0, 0, 0.1, 0.2, 0.2])
+    fell = _moved_run(5, LOW, NONE_P, [0, 0.6, 0.6, 0.6, 0.6, 0.02])  # a transient: no sink on k* at the end
     for run, want in ((moved, "moved"), (kept, "kept"), (split, "split"), (none, "none"), (fell, "none")):
         assert run.outcome("guo") == run.outcome("paper") == want, (run.cell, want)
     assert moved.star_onset == 30 and split.star_onset == 10 and none.star_onset is None
-    # One consistent measure: non-trigger queries put 0.6 on BOS (Guo: a sink on the first position), yet no
-    # share of (sequence, head) passes 0.3 over every query (the paper's: none) -- the measures part.
-    parted = _moved_run(6, HIGH, NONE_P, 90.0)
+    # One consistent measure: non-trigger queries put 0.6 on BOS (Guo: a sink on the first position), yet over
+    # every query the head's mean is 0.1 (the paper's: none) -- the measures part.
+    parted = _moved_run(6, HIGH, NONE_P, 0.9)
     assert (parted.outcome("guo"), parted.outcome("paper")) == ("split", "moved")
     assert _moved_run(7, HIGH, SINK_P, None).outcome("paper") is None   # no Sink_*: no outcome
     # A cell: the paper's measure counts 6 moved of 8, Guo's none of them (they split).
-    cell = atlas.cell_stats([_moved_run(k, HIGH, NONE_P, 90.0) for k in range(6)] +
+    cell = atlas.cell_stats([_moved_run(k, HIGH, NONE_P, 0.9) for k in range(6)] +
                             [_moved_run(k, HIGH, SINK_P, 0.0) for k in range(6, 8)], Spec("moved_to_bias"))
     assert cell.paper.outcomes == {"moved": 6, "kept": 2, "split": 0, "none": 0}
     assert cell.guo.outcomes == {"moved": 0, "kept": 2, "split": 6, "none": 0}
@@ -331,7 +333,7 @@ def test_where_the_sink_sits_per_layer():
     position and 0.2 (not above 0.3) in the sink logit; the converged values (the last 10 % of evaluations) decide,
     not an early one."""
     n = 10
-    run = _run("atlas.paper.x.s1", [0.05] * n, star=80.0)
+    run = _run("atlas.paper.x.s1", [0.05] * n, star=0.8)
     ev = run.eval
     ev.alpha = np.zeros((n, 2, 2))
     ev.alpha[-1, 1, 1] = 0.8

@@ -88,14 +88,16 @@ def write_atlas_run(root, scale, cell, seed, config, onset, proxy, star, stopped
         ev.attrs["query_groups"] = "non_trigger,trigger"
         if proxy:
             ev.attrs["proxy_scores"] = np.int64(1)
-        sink = np.repeat(np.where(bos >= 0.3, 50.0, 0.0)[:, None], 3, axis=1)  # the paper's Sink_1 follows it
-        data = {"step": STEPS.astype(np.int64), "valid_loss": np.linspace(3, 1, n), "sink": sink,
+        alpha = fa[..., 0]  # alpha_1 of every query: the paper's measure follows Guo's here
+        data = {"step": STEPS.astype(np.int64), "valid_loss": np.linspace(3, 1, n), "sink": np.zeros((n, 3)),
+                "alpha": alpha,
                 "first_attention": fa, "first_weight_raw": raw, "rest_weight_raw": np.full((n, 1, 2, 2), 0.001),
                 "copy_loss": np.linspace(3, 0.04 + 0.01 * seed, n), "bigram_loss": np.linspace(3, 2, n),
                 "vnorm_first": np.full((n, 1), 0.25), "vnorm_rest": np.ones((n, 1)),
                 "hnorm_first": np.full((n, 1), 20.0), "hnorm_rest": np.full((n, 1), 2.0)}
         if star is not None:
             data["sink_star"] = np.full((n, 3), star)
+            data["alpha_star"] = np.full((n, 1, 2), star / 100)
         for k, v in data.items():
             ev.create_dataset(k, data=v)
     (d / "atlas_status.json").write_text(json.dumps({"stopped": stopped, "steps": int(STEPS[-1]),
@@ -132,7 +134,7 @@ def test_table_holds_the_runs_numbers_and_every_verdict(atlas_report):
     assert softmax["Guo: sink fraction [95 % Wilson]"] == softmax["paper: sink fraction [95 % Wilson]"] == \
         "5/5 = 1.00 [0.57, 1.00]"
     assert softmax["Guo: median emergence step [95 % bootstrap]"].startswith("80 [")  # 40, 60, 80, 100, 120
-    assert softmax["paper: converged Sink_1 (%) [95 % bootstrap]"].startswith("50.0 [")
+    assert softmax["paper: converged Sink_1 (%) [95 % bootstrap]"].startswith("50.0 [")  # 1 of 2 heads
     assert softmax["expectation (source)"] == "a sink (Guo et al. 2024)"
     assert softmax["runs stopped"] == "5 converged"
     verdicts = {"the softmax cell": "agrees", "the sigmoid cell": "disagrees", "the kv_bias cell": "agrees",
