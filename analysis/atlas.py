@@ -154,6 +154,7 @@ class AtlasRun:
     sink_star: float = None   # Sink_*^eps (%), last evaluation
     alpha_star: float = None  # alpha_* (sink token / k*), largest head, mean over the last CONVERGED_SHARE
     logit_share: float = None  # the sink logit's share of the rows, largest head, the same mean
+    logit_onset: int = None   # the step from which the largest head's sink-logit share stays >= eps; None: never
     sink_logit: float = None  # the largest S_h at the last evaluation
     k_norm: float = None      # the largest ||k*|| at the last evaluation
     v_norm: float = None      # the largest ||v*||
@@ -286,6 +287,9 @@ def _measure_sink_places(a, ev, eps):
         if ev.sink_star is not None:
             a.sink_star = float(ev.sink_star[-1, i])
     a.alpha_star, a.logit_share = _largest_converged(ev.alpha_star), _largest_converged(ev.sink_logit_share)
+    if ev.sink_logit_share is not None:
+        largest = np.asarray(ev.sink_logit_share, dtype=float).reshape(len(ev.step), -1).max(axis=1)
+        a.logit_onset = persistent_onset_step(ev.step, largest, eps)
     for series, attr in ((ev.sink_logit, "sink_logit"), (ev.k_bias_norm, "k_norm"), (ev.v_bias_norm, "v_norm")):
         if series is not None:
             setattr(a, attr, float(np.nanmax(series[-1])))
@@ -383,6 +387,13 @@ def median_interval(values, confidence=CONFIDENCE):
     lo = next(x for x, p in dist if p >= tail)
     hi = next(x for x, p in dist if p >= 1 - tail)
     return lo, hi
+
+
+def median_onset(runs, onset_of, confidence=CONFIDENCE):
+    """(lower median, its interval, censored end) of the runs' onset steps onset_of(run) (None: censored at the
+    run's last step), as the cell statistics compute the emergence step's."""
+    onsets = [math.inf if onset_of(r) is None else onset_of(r) for r in runs]
+    return lower_median(onsets), median_interval(onsets, confidence), censored_end(onsets, [r.last_step for r in runs])
 
 
 def censored_end(onsets, lasts):
@@ -527,11 +538,9 @@ class CellStats:
 def measure_stats(s, measure, confidence=CONFIDENCE):
     """The MeasureStats of cell `s` (its runs and spec set) by `measure`."""
     m = MeasureStats(measure, measured=all(r.converged_by(measure) is not None for r in s.runs))
-    onsets = [math.inf if r.onset_by(measure) is None else r.onset_by(measure) for r in s.runs]
-    m.sinks = sum(math.isfinite(o) for o in onsets)
+    m.sinks = sum(r.onset_by(measure) is not None for r in s.runs)
     m.sink_ci = wilson_interval(m.sinks, s.n, confidence)
-    m.median, m.median_ci = lower_median(onsets), median_interval(onsets, confidence)
-    m.censor_step = censored_end(onsets, [r.last_step for r in s.runs])
+    m.median, m.median_ci, m.censor_step = median_onset(s.runs, lambda r: r.onset_by(measure), confidence)
     m.converged = mean_interval([r.converged_by(measure) for r in s.runs], confidence)
     outcomes = [r.outcome(measure) for r in s.runs]
     if all(o is not None for o in outcomes):

@@ -22,8 +22,8 @@ import math
 import numpy as np
 
 from analysis import figures
-from analysis.atlas import (CONVERGED_SHARE, MEASURES, WHERE_RULE, atlas_cells, mean_interval, read_record,
-                            record_text)
+from analysis.atlas import (CONVERGED_SHARE, MEASURES, WHERE_RULE, atlas_cells, mean_interval, median_onset,
+                            read_record, record_text, step_text)
 from analysis.results import is_atlas_run
 from analysis.sections.atlas import converged_text, expectation_text, fraction_text, known_cells, outcomes_text
 from analysis.tables import Table
@@ -257,21 +257,32 @@ def _series_band(cells, name):
     return out
 
 
+def _learned_sink_onset(s):
+    """The median step [95 % interval] from which the learned place holds a sink: the sink logit's share (sink
+    logit cells) or Sink_* (k*), per seed the persistent onset, censored runs as +inf."""
+    onset_of = (lambda r: r.logit_onset) if s.spec.design == "sink_logit" else (lambda r: r.star_onset)
+    median, (lo, hi), censor = median_onset(s.runs, onset_of)
+    return median, lo, hi, f"{step_text(median, censor)} [{step_text(lo, censor)}, {step_text(hi, censor)}]"
+
+
 def _sink_lr(rep, c, paper):
     cells = _lr_cells(c, paper)
     if not cells:
         rep.skipped("the sink logit's learning rate", "no cell of cells.SINK_AXES' designs in the files")
         return None, None
-    cols = ["cell", "seeds", "S_h at the end (largest, mean [95 % bootstrap])", "sink logit's share (converged)",
+    cols = ["cell", "seeds", "the learned sink from step (median [95 % bootstrap])",
+            "S_h at the end (largest, mean [95 % bootstrap])", "sink logit's share (converged)",
             "||k*|| (largest, last)", "||v*|| (largest, last)", "alpha_* (converged)", "paper: Sink_1 (converged, %)",
             "where the sink went (paper)", "paper: verdict", "where the sink sits (per layer: seeds)"]
-    rows = [[s.label, s.n, converged_text_of(s, "sink_logit"), s.mean_of("logit_share"), s.mean_of("k_norm"),
-             s.mean_of("v_norm"), s.mean_of("alpha_star"), converged_text(s.paper), outcomes_text(s.paper),
-             s.paper.verdict, s.where_text()] for s in cells]
+    rows = [[s.label, s.n, _learned_sink_onset(s)[3], seeds_mean_text(s, "sink_logit"), s.mean_of("logit_share"),
+             s.mean_of("k_norm"), s.mean_of("v_norm"), s.mean_of("alpha_star"), converged_text(s.paper),
+             outcomes_text(s.paper), s.paper.verdict, s.where_text()] for s in cells]
     table = rep.table(Table("atlas_sink_lr", "Is the sink logit (and k*, v*) limited by its learning rate?", cols, rows,
-                            {c: ".3f" for c in cols[3:7]},
+                            {c: ".3f" for c in cols[4:8]},
                             note="3 layers, rows anywhere. S_h starts at 0 (gpt-oss) or log T = log 64; the lr of the "
-                                 "sink tensors is the run's (1x) or 10x (--sink-lr-scale)."))
+                                 "sink tensors is the run's (1x) or 10x (--sink-lr-scale). The learned sink from: "
+                                 "the step from which the sink logit's share of the rows (largest head) stays >= eps, "
+                                 "or Sink_* above 1 % (k*), to the end; '> S': not by the budget."))
     logit_cells = [s for s in cells if s.spec.design == "sink_logit"]
     panels = [dict(ylabel=ylabel, series=_series_band(logit_cells, name), logx=False)
               for ylabel, name in (("S_h (largest head)", "sink_logit"),
@@ -286,31 +297,41 @@ def _sink_lr(rep, c, paper):
     return table, fig
 
 
-def converged_text_of(s, attr):
-    """The mean over seeds of a run attribute with its 95 % bootstrap interval."""
+def seeds_mean_text(s, attr):
+    """The mean over a cell's seeds of a run attribute with its 95 % bootstrap interval."""
     mean, lo, hi = mean_interval([getattr(r, attr) for r in s.runs])
     return "—" if math.isnan(mean) else f"{mean:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
 def _lr_lines(c, paper):
+    """Per design of SINK_AXES: each axis's learned sink (from which step, S_h or ||k*||) against the design as it
+    is, and whether the intervals of the steps tell them apart."""
     out = []
     for design in c.SINK_AXES:
         group = [s for s in _lr_cells(c, paper) if s.spec.design == design]
         if not group:
             continue
-        parts = [f"{s.label.split(', rows start anywhere')[-1].lstrip(', ') or 'as trained (1x, from the default)'}: "
-                 f"{_lr_measure(s)}, {_verdicts(s)}" for s in group]
+        base = group[0] if not group[0].spec.axis else None
+        parts = []
+        for s in group:
+            median, lo, hi, text = _learned_sink_onset(s)
+            compared = ""
+            if base is not None and s is not base:
+                _, base_lo, base_hi, _ = _learned_sink_onset(base)
+                compared = ("; earlier than at 1x from 0" if hi < base_lo else "; later than at 1x from 0"
+                            if lo > base_hi else "; the intervals do not tell it from 1x from 0")
+            parts.append(f"{s.spec.axis or 'at 1x, from the default start'}: the learned sink from step {text}"
+                         f"{compared}, {_lr_measure(s)}, {_verdicts(s)}")
         out.append(f"Is {c.DESIGNS[design].label} limited by its learning rate? " + "; ".join(parts) + ".")
     return out
 
 
 def _lr_measure(s):
     if s.spec.design == "sink_logit":
-        return (f"S_h at the end {converged_text_of(s, 'sink_logit')}, its share of the rows "
+        return (f"S_h at the end {seeds_mean_text(s, 'sink_logit')}, its share of the rows "
                 f"{_fmt(s.mean_of('logit_share'))}")
     return f"||k*|| {_fmt(s.mean_of('k_norm'))}, alpha_* {_fmt(s.mean_of('alpha_star'))}"
 
 
 def _fmt(x):
     return "?" if x is None else f"{x:.3f}"
-

@@ -65,6 +65,7 @@ class Cell:
     source: str      # paper section / table, another paper, or "none stated"
     principal: bool  # also run at the cheap setting (>= 3 seeds)
     design: str = ""         # a paper cell (PAPER_CELLS): the design it runs (a name of DESIGNS)
+    axis: str = ""           # a paper cell of SINK_AXES: what its axis sets ("" for the design as it is)
     disputed_by: tuple = ()  # expect "disputed": (who expects a sink, who expects none)
 
 
@@ -198,7 +199,7 @@ def _paper(design, layers=PAPER_DEPTH, bos_first=False, axis=None):
     label = (f"{d.label}, {layers} layer{'s' if layers > 1 else ''}, " +
              ("BOS first" if bos_first else "rows start anywhere") + (f", {what}" if what else ""))
     return Cell(paper_cell_name(design, layers, bos_first, suffix), label, settings, d.expect, d.source, False,
-                design=design, disputed_by=d.disputed_by)
+                design=design, axis=what, disputed_by=d.disputed_by)
 
 
 # At 1 layer: the designs of the earlier disagreements, for comparison with their BOS-first 1-layer cells (the

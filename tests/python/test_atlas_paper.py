@@ -181,8 +181,8 @@ STEPS = np.arange(0, 3001, 100)
 
 def write_paper_run(root, cell, seed, first=0.0, star=None, share=None, logit=None, boundary=0.0, layers=3):
     """A paper-scale atlas run over STEPS with constant attention to the first position (`first`: alpha_1 of every
-    query and Guo's BOS attention, every layer), to the bias position (`star`), in the sink logit (`share`, with
-    S_h rising linearly to `logit`), to BOS / <d> inside the rows (`boundary`, last layer)."""
+    query and Guo's BOS attention, every layer), to the bias position (`star`), in the sink logit (its share rising
+    linearly to `share`, S_h to `logit`), to BOS / <d> inside the rows (`boundary`, last layer)."""
     d = root / "paper" / cell / f"seed{seed}"
     d.mkdir(parents=True)
     n, spec = len(STEPS), cells.CELL_BY_NAME[cell]
@@ -199,7 +199,7 @@ def write_paper_run(root, cell, seed, first=0.0, star=None, share=None, logit=No
         data.update(sink_star=np.full((n, 3), 100.0 if star > 0.3 else 0.0), alpha_star=full(star),
                     k_bias_norm=full(2.0))
     if share is not None:
-        data.update(sink_logit_share=full(share),
+        data.update(sink_logit_share=np.linspace(0, share, n)[:, None, None] * np.ones((1, layers, 1)),
                     sink_logit=np.linspace(0, logit, n)[:, None, None] * np.ones((1, layers, 1)))
     settings = {"document-rows": "false", "n-layers": str(layers), **spec.settings}
     with h5py.File(d / "results.h5", "w") as f:
@@ -283,8 +283,13 @@ def test_where_the_sink_sits_and_the_lr_question(paper_report):
         "S_h at the end (largest, mean [95 % bootstrap])"] == "4.000 [4.000, 4.000]"
     assert (paper_report / "figures" / "atlas_sink_logit.png").exists()
     findings = (paper_report / "findings.md").read_text()
-    assert "Is learned per-head sink logit (gpt-oss) limited by its learning rate? as trained (1x, from the " \
-           "default): S_h at the end 0.500 [0.500, 0.500], its share of the rows 0.700" in findings
+    # the share rises to 0.7 (from 0): >= 0.3 from step 1300; to 0.9 from log T: from step 1000
+    assert ("Is learned per-head sink logit (gpt-oss) limited by its learning rate? at 1x, from the default start: the "
+            "learned sink from step 1300 [1300, 1300], S_h at the end 0.500 [0.500, 0.500]") in findings
+    assert ("S_h from log T = 4.159: the learned sink from step 1000 [1000, 1000]; earlier than at 1x from 0, S_h at the "
+            "end 4.000 [4.000, 4.000]") in findings
+    assert lr["learned per-head sink logit (gpt-oss), 3 layers, rows start anywhere"][
+        "the learned sink from step (median [95 % bootstrap])"] == "1300 [1300, 1300]"
 
 
 @pytest.mark.parametrize("expect, verdicts, want", [
