@@ -3,8 +3,8 @@ run to convergence (jobs/atlas). The report's section "Emergence atlas" (analysi
 what this module computes.
 
 A run of the atlas is a sinklab-pretrain --bbm-meta run named atlas.<scale>.<cell>.s<seed>, its results file
-at <atlas>/<scale>/<cell>/seed<k>/results.h5 beside atlas_status.json ({"stopped": "converged" | "cap",
-"steps": N, "rule": "..."}, written by the atlas's runner).
+at <atlas>/<scale>/<cell>/seed<k>/results.h5 beside atlas_status.json ({"stopped": "converged" | "cap" |
+"budget", "steps": N, "rule": "..."}, written by the atlas's runner).
 
 Two measures of the first position's sink (MEASURES), each with its emergence step and verdict:
   - "guo", Guo et al.'s: the BOS attention, the mean attention of the non-trigger queries to position 0 at the
