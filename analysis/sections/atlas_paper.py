@@ -64,6 +64,8 @@ def write_section(rep, data):
     softmax = paper.get(c.paper_cell_name("softmax"))
     if softmax is not None:
         rep.finding(_softmax_line(softmax, paper.get(c.paper_cell_name("softmax", layers=1)), eps), where, lead=True)
+        for line in _baseline_lines(c, paper):
+            rep.finding(line, table)
     for line in _survival_lines(c, paper, cells):
         rep.finding(line, table)
     for line in _constant_first_token_lines(c, paper):
@@ -191,6 +193,23 @@ def _constant_first_token_lines(c, paper):
     if out:
         out.insert(0, "Verdicts that hold only with a constant first token (the paper's measure, 3 layers): " +
                    (", ".join(only_bos) if only_bos else "none of the learned sinks'") + ".")
+    return out
+
+
+def _baseline_lines(c, paper):
+    """Where softmax itself forms no first-position sink at a depth, a design's "no sink" there cannot show that
+    the design prevents one: the cells whose agreement is only that (paper's measure)."""
+    out = []
+    for layers in (c.PAPER_DEPTH, 1):
+        base = _design_cell(c, paper, "softmax", layers=layers)
+        if base is None or base.paper.verdict != "disagrees":
+            continue
+        vacuous = [s.label for s in paper.values() if s.expect == "no_sink" and s.paper.verdict == "agrees"
+                   and s.runs[0].setting("n-layers") == str(layers) and s.runs[0].setting("document-rows") == "false"]
+        if vacuous:
+            out.append(f"At {layers} layer{'s' if layers > 1 else ''} with rows anywhere softmax itself forms no sink "
+                       f"on the first position ({fraction_text(base, base.paper)} seeds by the paper's measure), so "
+                       f"the 'no sink' agreements there show no design preventing one: {'; '.join(vacuous)}.")
     return out
 
 

@@ -258,6 +258,11 @@ def test_the_earlier_disagreements_side_by_side(paper_report):
     assert "Softmax in the paper's setting (rows anywhere, no BOS first), 3 layers: 0/8 = 0.00 [0.00, 0.32] seeds " \
            "with a sink by Sink_1^0.3" in findings
     assert "where it sits: layer 1: none 8/8; layer 2: none 8/8; layer 3: BOS / <d> inside 8/8" in findings
+    assert ("At 3 layers with rows anywhere softmax itself forms no sink on the first position (0/8 = 0.00 [0.00, "
+            "0.32] seeds by the paper's measure), so the 'no sink' agreements there show no design preventing one: "
+            "learned per-head sink logit (gpt-oss), 3 layers, rows start anywhere; sigmoid attention without "
+            "normalisation, 3 layers, rows start anywhere; learned per-head sink logit (gpt-oss), 3 layers, rows start "
+            "anywhere, S_h from log T = 4.159.") in findings  # in the table's order
     assert ("Verdicts that hold only with a constant first token (the paper's measure, 3 layers): learnable key and "
             "value biases (disagrees with BOS first, agrees with rows anywhere).") in findings
     assert "the expectation is now disputed (8/8 seeds with a sink, interval 0.68-1.00: the runs side with " \
