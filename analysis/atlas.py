@@ -3,27 +3,41 @@ run to convergence (jobs/atlas). The report's section "Emergence atlas" (analysi
 what this module computes.
 
 A run of the atlas is a sinklab-pretrain --bbm-meta run named atlas.<scale>.<cell>.s<seed>, its results file
-at <atlas>/<scale>/<cell>/seed<k>/results.h5 beside atlas_status.json ({"stopped": "converged" | "cap",
-"steps": N, "rule": "..."}, written by the atlas's runner).
+at <atlas>/<scale>/<cell>/seed<k>/results.h5 beside atlas_status.json ({"stopped": "converged" | "cap" |
+"budget", "steps": N, "rule": "..."}, written by the atlas's runner).
 
-Per run (measure_run):
-  - the BOS attention: Guo's measure, the mean attention of the non-trigger queries to position 0 at the layer
-    and head where it is largest (analysis.results.bos_attention; proxy scores* where the rows are not
-    distributions);
-  - the emergence step: analysis.emergence.persistent_onset_step of the BOS attention at the threshold (0.3,
-    the report's --eps): the first evaluation from which it stays at or above the threshold to the run's last;
-    a run without one is censored at its last step (its sink, if any, comes later than that);
-  - the converged BOS attention: the mean over the last CONVERGED_SHARE of its evaluations (at least one);
-  - at the last evaluation: the copy loss, the raw weight on BOS and on an average other key (best layer and
-    head), the BOS value and residual norm ratios (best layer), Sink_*^eps (sink token / k*), and how the run
-    stopped (atlas_status.json).
-Per cell and scale (cell_stats): the fraction of seeds with a sink and its Wilson score interval; the median
-emergence step (the lower median, censored runs as +inf) with the percentile interval of its exact bootstrap
-distribution; the converged BOS attention's mean with a percentile bootstrap interval (seeded resampling); the
-verdict against the cell's expectation by VERDICT_RULES, which read the intervals, never one run.
+Two measures of the first position's sink (MEASURES), each with its emergence step and verdict:
+  - "guo", Guo et al.'s: the BOS attention, the mean attention of the non-trigger queries to position 0 at the
+    layer and head where it is largest (analysis.results.bos_attention; proxy scores* where the rows are not
+    distributions); a sink from the first evaluation from which it stays at or above eps (0.3, the report's --eps)
+    to the run's last (analysis.emergence.persistent_onset_step);
+  - "paper", the paper's: Sink_1^eps, the share of heads (layer, head) whose mean attention of every query to
+    the first token, alpha_1 averaged over the probe sequences (eval/alpha), exceeds eps (Sec. 3.2; T = the probe
+    length, the paper's 64 at the small and paper scales); a sink from the first evaluation from which it stays
+    above SINK_FREE_SHARE = 1 %, the paper's sink-free line, to the last: at these sizes (1-3 heads), from which
+    some head holds one. The reference code's per-sequence average (eval/sink: the share of (sequence, layer,
+    head) triples) is kept beside it; with 100 sequences and 3 heads a few triples pass 1 % in runs whose heads'
+    mean attention to the first token is 0.1 (measured: the paper scale's softmax, 1.1 %), so its 1 % line
+    reads noise as a sink here.
+A run without a persistent sink is censored at its last step (its sink, if any, comes later than that).
+Per run (measure_run): by each measure the emergence step and the converged value (the mean over the last
+CONVERGED_SHARE of its evaluations, at least one); the bias position's Sink_*^eps (sink token / k*) and its onset
+by the paper's rule; where the sink sits in each layer (WHERE_RULE: the first position, k* or the sink token, the
+sink logit's share of the rows, BOS / <d> inside the rows); at the last evaluation the copy loss, the raw weight
+on BOS and on an average other key (best layer and head; at step 0 too), the BOS value and residual norm ratios
+(best layer), the sink logits S_h and ||k*||, ||v*||; how the run stopped (atlas_status.json).
+Where the sink went, by each measure (MOVED_RULE): moved (on the bias position, not the first), kept, split (on
+both), none: the bias position read by Sink_*^eps over heads (alpha_*) with the paper's 1 % line; the first
+position by the measure.
+Per cell and scale (cell_stats), for each measure: the fraction of seeds with a sink and its Wilson score
+interval; the median emergence step (the lower median, censored runs as +inf) with the percentile interval of its
+exact bootstrap distribution; the converged value's mean with a percentile bootstrap interval (seeded
+resampling); the seeds that moved the sink; the verdict against the cell's expectation by VERDICT_RULES, which
+read the intervals, never one run.
 Across scales (compare_scales): a cell run at two scales (the principal cells at the small and the cheap one)
 has the counts its verdict reads compared by Fisher's exact test, and both scales' seeds pooled (SCALE_RULE).
 """
+import csv
 import json
 import math
 import re
@@ -34,9 +48,9 @@ from statistics import NormalDist
 
 import numpy as np
 
-from analysis.emergence import RULE_TEXT, persistent_onset_step
+from analysis.emergence import RULE_TEXT, SINK_FREE_SHARE, persistent_onset_step, rule_text
 from analysis.results import DEFAULT_EPS, bos_attention, ini_settings, match_eps
-from analysis.sections.bbm import DEFAULTS, MOVED_SHARE, rule_text
+from analysis.sections.bbm import DEFAULTS
 
 CONFIDENCE = 0.95
 CONVERGED_SHARE = 0.10     # the converged BOS attention: mean over this share of the last evaluations
@@ -44,12 +58,32 @@ BOOTSTRAP_RESAMPLES = 10000
 BOOTSTRAP_SEED = 42        # fixed: the same files give the same intervals
 STATUS_FILE = "atlas_status.json"
 RUN_NAME = re.compile(r"^atlas\.(?P<scale>[^.]+)\.(?P<cell>.+)\.s(?P<seed>\d+)$")
-EXPECT_KINDS = ("sink", "no_sink", "moved_to_bias", "none")
-VERDICTS = ("agrees", "disagrees", "inconclusive", "no expectation")
+EXPECT_KINDS = ("sink", "no_sink", "moved_to_bias", "disputed", "none")
+VERDICTS = ("agrees", "disagrees", "inconclusive", "disputed", "no expectation")
+MEASURES = ("guo", "paper")
+MEASURE_NAMES = {"guo": "Guo's BOS attention", "paper": "the paper's Sink_1"}
+STOPS = {"converged": "converged", "cap": "at the cap", "budget": "at the budget"}  # atlas_status.json's "stopped"
 
 # The statistics as the report states them.
-SINK_RULE = ("a run has a sink when its BOS attention (best layer and head, non-trigger queries) has an "
-             "emergence step at {eps}: " + RULE_TEXT)
+SINK_RULES = {
+    "guo": ("Guo's measure: a run has a sink when its BOS attention (the mean attention of the non-trigger queries "
+            "to position 0, best layer and head) has an emergence step at {eps}: " + RULE_TEXT),
+    "paper": ("the paper's measure: a run has a sink when its Sink_1^{eps} (the share of heads whose mean attention "
+              "of every query to the first token, over the probe sequences, exceeds {eps}; T = the probe length) "
+              "has an emergence step at " f"{SINK_FREE_SHARE:g} %, the paper's sink-free line (App. C): " +
+              rule_text("Sink_1^{eps}", f"{SINK_FREE_SHARE:g} %", strict=True)),
+}
+MOVED_RULE = ("where the sink went, by each measure: the bias position (sink token x* or k*) holds one when its "
+              "Sink_*^{eps} (the share of heads whose mean attention of every query to it exceeds {eps}) stays above "
+              f"{SINK_FREE_SHARE:g} %" " to the last "
+              "evaluation (the paper's line); the first position holds one by the measure's sink rule; moved = "
+              "the bias position only, kept = the first only, split = both, none = neither. The paper's column "
+              "reads both positions alike (every query, share of heads); Guo's reads the first position by the "
+              "non-trigger queries' best head")
+WHERE_RULE = ("where the sink sits in a layer: each place whose attention, the mean over the last "
+              "{share} of the evaluations of the layer's largest head, exceeds {eps}: the first position (alpha_1, "
+              "every query), the bias position (alpha_*: k* or the sink token), the sink logit (its share of the "
+              "rows, e^S_h / Z), BOS / <d> inside the rows (rows that start anywhere); the count of seeds per place")
 MEDIAN_RULE = ("median emergence step: the lower median of the seeds' emergence steps (the smallest step by which at "
                "least half of the seeds had their sink), a run without a sink counted as +inf (censored: its sink, if "
                "any, comes after its last step); its 95 % interval is the 2.5 and 97.5 percentiles of the median's "
@@ -58,7 +92,8 @@ MEDIAN_RULE = ("median emergence step: the lower median of the seeds' emergence 
                "earliest last step of the cell's censored runs and its latest observed emergence step (censored "
                "runs rank after every observed one)")
 FRACTION_RULE = "sink fraction: the share of seeds with a sink, with its 95 % Wilson score interval"
-MEAN_RULE = (f"converged BOS attention: each run's mean over the last {CONVERGED_SHARE:.0%} of its evaluations (at "
+MEAN_RULE = (f"converged value of each measure (the BOS attention; Sink_1^eps in %): each run's mean over the last "
+             f"{CONVERGED_SHARE:.0%} of its evaluations (at "
              f"least one); per cell the mean over seeds with a 95 % percentile bootstrap interval "
              f"({BOOTSTRAP_RESAMPLES} resamples of the seeds, seed {BOOTSTRAP_SEED})")
 VERDICT_RULES = {
@@ -66,9 +101,13 @@ VERDICT_RULES = {
             "below 0.5, inconclusive when it holds 0.5",
     "no_sink": "expected no sink: agrees when the sink fraction's 95 % interval lies below 0.5, disagrees when it "
                "lies above 0.5, inconclusive when it holds 0.5",
-    "moved_to_bias": "expected the sink to move to the bias position (sink token / k*): a seed has moved it when "
-                     "{moved}; agrees when the 95 % Wilson interval of the share of seeds that moved it lies above "
-                     "0.5, disagrees when below 0.5, inconclusive when it holds 0.5 or without eval/sink_star",
+    "moved_to_bias": "expected the sink to move to the bias position (sink token / k*): a seed has moved it by the "
+                     "rule of where the sink went; agrees when the 95 % Wilson interval of the share of seeds that "
+                     "moved it lies above 0.5, disagrees when below 0.5, inconclusive when it holds 0.5 or without "
+                     "eval/sink_star",
+    "disputed": "the sources disagree (one expects a sink, another none): the verdict is 'disputed', and the sink "
+                "fraction's 95 % interval says which side the runs take (above 0.5: the one expecting a sink; below: "
+                "the other; holding 0.5: neither)",
     "none": "no expectation stated: no verdict",
 }
 SCALE_RULE = ("a cell run at two scales: the seeds its verdict counts (with a sink; for an expected move to the "
@@ -81,9 +120,10 @@ SCALE_RULE = ("a cell run at two scales: the seeds its verdict counts (with a si
 # A run learned the copy rule when its last copy loss is at most this many nats: the runner's convergence margin
 # (jobs/atlas/convergence.py COPY_MARGIN; tests/python/test_atlas_stats.py checks they agree).
 LEARNED_COPY_LOSS = 0.1
-UNLEARNED_RULE = ("every expectation: inconclusive when more than half of the seeds stopped at the step cap without "
-                  f"learning the copy rule (copy loss > {LEARNED_COPY_LOSS:g} nats at the last evaluation): the "
-                  "expectations are about trained models, and such a model's attention is not yet the one they mean")
+UNLEARNED_RULE = ("every expectation: inconclusive when more than half of the seeds stopped at the step cap or "
+                  f"budget without learning the copy rule (copy loss > {LEARNED_COPY_LOSS:g} nats at the last "
+                  "evaluation): the expectations are about trained models, and such a model's attention is not yet "
+                  "the one they mean")
 
 
 @dataclass
@@ -94,18 +134,32 @@ class AtlasRun:
     cell: str
     seed: int
     steps: np.ndarray = None
-    bos: np.ndarray = None    # [n] BOS attention, best layer and head
+    bos: np.ndarray = None    # [n] Guo's measure: BOS attention, best layer and head
     layer: int = 0
     head: int = 0
-    onset: int = None         # the emergence step; None: censored at last_step
+    onset: int = None         # the emergence step by Guo's measure; None: censored at last_step
     converged: float = None   # mean BOS attention over the last CONVERGED_SHARE of the evaluations
+    sink1: np.ndarray = None  # [n] the paper's measure: Sink_1^eps (%) over heads of the sample-mean alpha_1
+    sink1_per_sequence: float = None  # the reference code's Sink_1^eps (%, per-sequence indicator), last evaluation
+    paper_onset: int = None   # the emergence step by the paper's measure; None: censored
+    paper_converged: float = None  # mean Sink_1^eps (%) over the last CONVERGED_SHARE
+    star: np.ndarray = None   # [n] Sink_*^eps (%) over heads of the sample-mean alpha_*: sink token / k*
+    star_onset: int = None    # Sink_*^eps above SINK_FREE_SHARE from this step to the last; None: never
     copy_loss: float = None
     bos_weight: float = None  # raw weight on BOS, last evaluation, best layer and head
+    bos_weight_start: float = None  # the same at step 0 (the initial weights)
     other_weight: float = None  # raw weight on an average other visible key
     value_ratio: float = None   # ||v_BOS|| / mean ||v_other||, best layer, last evaluation
     residual_ratio: float = None  # ||h_BOS|| / mean ||h_other||
     sink_star: float = None   # Sink_*^eps (%), last evaluation
-    stopped: str = ""         # atlas_status.json: "converged" | "cap"; "" when there is none
+    alpha_star: float = None  # alpha_* (sink token / k*), largest head, mean over the last CONVERGED_SHARE
+    logit_share: float = None  # the sink logit's share of the rows, largest head, the same mean
+    logit_onset: int = None   # the step from which the largest head's sink-logit share stays >= eps; None: never
+    sink_logit: float = None  # the largest S_h at the last evaluation
+    k_norm: float = None      # the largest ||k*|| at the last evaluation
+    v_norm: float = None      # the largest ||v*||
+    where: list = field(default_factory=list)  # per layer: the places that hold a sink (WHERE_RULE)
+    stopped: str = ""         # atlas_status.json: "converged" | "cap" | "budget"; "" when there is none
     status_steps: int = None
     status_rule: str = ""
     boundary: float = None    # rows that start anywhere: attention to BOS / <d> inside the rows (best layer)
@@ -121,15 +175,51 @@ class AtlasRun:
     def has_sink(self):
         return self.onset is not None
 
-    @property
-    def moved(self):
-        """The sink on the bias position (bbm's moved_to_bias rule for one run); None without Sink_*."""
-        if self.sink_star is None:
+    def onset_by(self, measure):
+        """The emergence step by `measure` (MEASURES); None: censored."""
+        return self.onset if measure == "guo" else self.paper_onset
+
+    def converged_by(self, measure):
+        return self.converged if measure == "guo" else self.paper_converged
+
+    def outcome(self, measure):
+        """Where the sink went by `measure` (MOVED_RULE): "moved", "kept", "split" or "none"; None without Sink_*."""
+        if self.star is None:
             return None
-        return self.sink_star >= MOVED_SHARE and not self.has_sink
+        first, bias = self.onset_by(measure) is not None, self.star_onset is not None
+        return {(False, True): "moved", (True, False): "kept", (True, True): "split", (False, False): "none"}[
+            (first, bias)]
 
     def setting(self, key):
         return str(self.settings.get(key, DEFAULTS.get(key, ""))).strip().lower()
+
+
+def read_record(path):
+    """{(scale, cell): dict(seeds, sinks, moved (None: not counted), verdict, expect)} of an atlas report's
+    atlas_cells.csv by Guo's measure (the columns "sinks", "verdict" of the tables before the paper's measure, "guo:
+    sinks", "guo: verdict" after); {} when the file is missing."""
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError:
+        return {}
+
+    def col(r, name):
+        return r.get(name) or r.get(f"guo: {name}") or ""
+
+    moved = "moved to the bias position"
+    return {(r["scale"], r["cell"]): dict(seeds=int(r["seeds"]), sinks=int(float(col(r, "sinks") or 0)),
+                                          moved=int(float(r.get(moved) or r.get("guo: moved") or "nan"))
+                                          if (r.get(moved) or r.get("guo: moved")) else None,
+                                          verdict=col(r, "verdict"), expect=r.get("expectation", ""))
+            for r in rows}
+
+
+def record_text(entry):
+    """One record entry as the page writes it: "disagrees (8/8 seeds with a sink)"."""
+    counted = (f"{entry['moved']}/{entry['seeds']} moved" if entry["moved"] is not None else
+               f"{entry['sinks']}/{entry['seeds']} seeds with a sink")
+    return f"{entry['verdict']} ({counted})"
 
 
 def parse_run_name(name):
@@ -147,15 +237,63 @@ def read_status(run_file):
         status = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         return {}, f"{STATUS_FILE} unreadable ({e})"
-    if not isinstance(status, dict) or status.get("stopped") not in ("converged", "cap"):
-        return {}, f"{STATUS_FILE} without \"stopped\": \"converged\" | \"cap\""
+    if not isinstance(status, dict) or status.get("stopped") not in STOPS:
+        return {}, f"{STATUS_FILE} without \"stopped\": one of {', '.join(STOPS)}"
     return status, ""
 
 
 def converged_value(values, share=CONVERGED_SHARE):
-    """The mean of the last `share` of `values` (at least one value)."""
+    """The mean of the last `share` of `values` (at least one value; over the first axis)."""
     v = np.asarray(values, dtype=float)
-    return float(v[-max(1, math.ceil(share * len(v))):].mean())
+    return v[-max(1, math.ceil(share * len(v))):].mean(axis=0)
+
+
+def heads_above(alpha, eps):
+    """Sink^eps (%) of each evaluation as the issue states the paper's measure: the share of (layer, head) whose
+    mean over the probe sequences of alpha (every query) exceeds eps; alpha [n, L, H]."""
+    return 100.0 * (np.asarray(alpha, dtype=float) > eps).reshape(len(alpha), -1).mean(axis=1)
+
+
+def _largest_converged(series):
+    """The largest head's converged value of an [n, L, H] series (None for None)."""
+    return None if series is None else float(np.nanmax(converged_value(series)))
+
+
+def _where(a, ev, eps):
+    """Per layer, the places whose converged attention (the layer's largest head) exceeds eps (WHERE_RULE)."""
+    bias = "sink token" if a.setting("attn-bias") == "sink-token" else "k*"
+    places = [("first position", ev.alpha), (bias, ev.alpha_star), ("sink logit", ev.sink_logit_share),
+              ("BOS / <d> inside", ev.boundary_attention)]
+    layers = ev.alpha.shape[1] if ev.alpha is not None else 0
+    out = []
+    for l in range(layers):
+        out.append([name for name, series in places if series is not None
+                    and np.nanmax(converged_value(series[:, l]), initial=-np.inf) > eps])
+    return out
+
+
+def _measure_sink_places(a, ev, eps):
+    """The paper's measure and where a sink sits besides the first position (the bias position, the sink logit)."""
+    if ev.alpha is not None:
+        a.sink1 = heads_above(ev.alpha, eps)
+        a.paper_onset = persistent_onset_step(ev.step, a.sink1, SINK_FREE_SHARE, strict=True)
+        a.paper_converged = float(converged_value(a.sink1))
+    if ev.alpha_star is not None:
+        a.star = heads_above(ev.alpha_star, eps)
+        a.star_onset = persistent_onset_step(ev.step, a.star, SINK_FREE_SHARE, strict=True)
+    i = match_eps(ev.eps, eps)
+    if i is not None:
+        a.sink1_per_sequence = float(ev.sink[-1, i])
+        if ev.sink_star is not None:
+            a.sink_star = float(ev.sink_star[-1, i])
+    a.alpha_star, a.logit_share = _largest_converged(ev.alpha_star), _largest_converged(ev.sink_logit_share)
+    if ev.sink_logit_share is not None:
+        largest = np.asarray(ev.sink_logit_share, dtype=float).reshape(len(ev.step), -1).max(axis=1)
+        a.logit_onset = persistent_onset_step(ev.step, largest, eps)
+    for series, attr in ((ev.sink_logit, "sink_logit"), (ev.k_bias_norm, "k_norm"), (ev.v_bias_norm, "v_norm")):
+        if series is not None:
+            setattr(a, attr, float(np.nanmax(series[-1])))
+    a.where = _where(a, ev, eps)
 
 
 def measure_run(run, eps=DEFAULT_EPS):
@@ -169,11 +307,12 @@ def measure_run(run, eps=DEFAULT_EPS):
     a.bos, a.layer, a.head = bos_attention(ev)
     if a.bos is not None:
         a.onset = persistent_onset_step(ev.step, a.bos, eps)
-        a.converged = converged_value(a.bos)
-        for name, attr in (("first_weight_raw", "bos_weight"), ("rest_weight_raw", "other_weight")):
+        a.converged = float(converged_value(a.bos))
+        for name, attr, row in (("first_weight_raw", "bos_weight", -1), ("rest_weight_raw", "other_weight", -1),
+                                ("first_weight_raw", "bos_weight_start", 0)):
             raw = getattr(ev, name)
             if raw is not None:
-                setattr(a, attr, float(raw[-1, a.layer, a.head, 0]))
+                setattr(a, attr, float(raw[row, a.layer, a.head, 0]))
     else:
         a.notes.append((f"run {run.name}", "no eval/first_attention (no BOS attention): left out of the atlas"))
     if ev.copy_loss is not None:
@@ -182,9 +321,7 @@ def measure_run(run, eps=DEFAULT_EPS):
                               (ev.hnorm_first, ev.hnorm_rest, "residual_ratio")):
         if first is not None and rest is not None and a.layer < first.shape[1]:
             setattr(a, attr, float(first[-1, a.layer] / rest[-1, a.layer]))
-    i = match_eps(ev.eps, eps)
-    if i is not None and ev.sink_star is not None:
-        a.sink_star = float(ev.sink_star[-1, i])
+    _measure_sink_places(a, ev, eps)
     status, note = read_status(run.file)
     if note:
         a.notes.append((f"run {run.name}", note))
@@ -252,6 +389,13 @@ def median_interval(values, confidence=CONFIDENCE):
     return lo, hi
 
 
+def median_onset(runs, onset_of, confidence=CONFIDENCE):
+    """(lower median, its interval, censored end) of the runs' onset steps onset_of(run) (None: censored at the
+    run's last step), as the cell statistics compute the emergence step's."""
+    onsets = [math.inf if onset_of(r) is None else onset_of(r) for r in runs]
+    return lower_median(onsets), median_interval(onsets, confidence), censored_end(onsets, [r.last_step for r in runs])
+
+
 def censored_end(onsets, lasts):
     """S of a censored median or interval end, which reads "> S": `onsets` per run (+inf: censored), `lasts`
     each run's last step (or tokens). A censored end lies past the earliest censored run's last and, as the
@@ -305,23 +449,43 @@ def interval_verdict(lo, hi, expect_above):
     return "inconclusive"
 
 
+OUTCOMES = ("moved", "kept", "split", "none")  # where the sink went (AtlasRun.outcome)
+
+
 @dataclass
-class CellStats:
-    """One cell of the atlas at one scale: its runs and their statistics."""
-    scale: str
-    cell: str
-    runs: list                # AtlasRun, by seed
-    spec: object = None       # jobs.atlas.cells.Cell, None when the table lacks the cell
+class MeasureStats:
+    """A cell's statistics by one measure of MEASURES."""
+    measure: str
+    measured: bool = True     # every run has the measure's series (else its verdict is inconclusive)
     sinks: int = 0
     sink_ci: tuple = (float("nan"), float("nan"))
     median: float = float("nan")          # +inf: censored
     median_ci: tuple = (float("nan"), float("nan"))
     censor_step: int = None   # a censored end reads "> censor_step" (censored_end)
     converged: tuple = (float("nan"), float("nan"), float("nan"))  # mean, low, high
+    outcomes: dict = field(default_factory=dict)  # OUTCOMES -> seeds; empty without Sink_* in every run
     moved: int = None         # seeds whose sink moved to the bias position (None without Sink_*)
     moved_ci: tuple = (float("nan"), float("nan"))
     verdict: str = ""
     why: str = ""
+
+
+@dataclass
+class CellStats:
+    """One cell of the atlas at one scale: its runs and their statistics by each measure (by[measure])."""
+    scale: str
+    cell: str
+    runs: list                # AtlasRun, by seed
+    spec: object = None       # jobs.atlas.cells.Cell, None when the table lacks the cell
+    by: dict = field(default_factory=dict)  # MEASURES -> MeasureStats
+
+    @property
+    def guo(self):
+        return self.by["guo"]
+
+    @property
+    def paper(self):
+        return self.by["paper"]
 
     @property
     def n(self):
@@ -336,17 +500,17 @@ class CellStats:
         return self.spec.label if self.spec is not None else self.cell
 
     def stopped_text(self):
-        """How the runs stopped: "8 converged", "6 converged, 2 at the cap", "3 unknown"."""
+        """How the runs stopped: "8 converged", "6 converged, 2 at the cap", "8 at the budget", "3 unknown"."""
         counts = {}
         for r in self.runs:
-            what = {"converged": "converged", "cap": "at the cap"}.get(r.stopped, "unknown")
+            what = STOPS.get(r.stopped, "unknown")
             counts[what] = counts.get(what, 0) + 1
         return ", ".join(f"{n} {what}" for what, n in counts.items())
 
     @property
     def unlearned(self):
-        """Seeds that stopped at the cap without learning the copy rule (UNLEARNED_RULE)."""
-        return sum(r.stopped == "cap" and r.copy_loss is not None and r.copy_loss > LEARNED_COPY_LOSS
+        """Seeds that stopped at the cap or budget without learning the copy rule (UNLEARNED_RULE)."""
+        return sum(r.stopped in ("cap", "budget") and r.copy_loss is not None and r.copy_loss > LEARNED_COPY_LOSS
                    for r in self.runs)
 
     @property
@@ -358,53 +522,79 @@ class CellStats:
         v = [getattr(r, attr) for r in self.runs if getattr(r, attr) is not None]
         return float(np.mean(v)) if v else None
 
+    def where_text(self):
+        """Where the sink sits, per layer (WHERE_RULE): "layer 1: k* 8/8; layer 2: none 8/8"."""
+        layers = max((len(r.where) for r in self.runs), default=0)
+        parts = []
+        for l in range(layers):
+            counts = {}
+            for r in self.runs:
+                for place in (r.where[l] if l < len(r.where) else []) or ["none"]:
+                    counts[place] = counts.get(place, 0) + 1
+            parts.append(f"layer {l + 1}: " + ", ".join(f"{place} {k}/{self.n}" for place, k in counts.items()))
+        return "; ".join(parts)
+
+
+def measure_stats(s, measure, confidence=CONFIDENCE):
+    """The MeasureStats of cell `s` (its runs and spec set) by `measure`."""
+    m = MeasureStats(measure, measured=all(r.converged_by(measure) is not None for r in s.runs))
+    m.sinks = sum(r.onset_by(measure) is not None for r in s.runs)
+    m.sink_ci = wilson_interval(m.sinks, s.n, confidence)
+    m.median, m.median_ci, m.censor_step = median_onset(s.runs, lambda r: r.onset_by(measure), confidence)
+    m.converged = mean_interval([r.converged_by(measure) for r in s.runs], confidence)
+    outcomes = [r.outcome(measure) for r in s.runs]
+    if all(o is not None for o in outcomes):
+        m.outcomes = {k: outcomes.count(k) for k in OUTCOMES}
+        m.moved = m.outcomes["moved"]
+        m.moved_ci = wilson_interval(m.moved, s.n, confidence)
+    m.verdict, m.why = verdict(s, m)
+    return m
+
 
 def cell_stats(runs, spec=None, confidence=CONFIDENCE):
     """The CellStats of one cell's runs (AtlasRun with a BOS attention, one scale) against `spec`."""
     s = CellStats(scale=runs[0].scale, cell=runs[0].cell, runs=sorted(runs, key=lambda r: r.seed), spec=spec)
-    s.sinks = sum(r.has_sink for r in runs)
-    s.sink_ci = wilson_interval(s.sinks, s.n, confidence)
-    onsets = [r.onset if r.has_sink else math.inf for r in runs]
-    s.median, s.median_ci = lower_median(onsets), median_interval(onsets, confidence)
-    s.censor_step = censored_end(onsets, [r.last_step for r in runs])
-    s.converged = mean_interval([r.converged for r in runs], confidence)
-    moved = [r.moved for r in runs]
-    if all(m is not None for m in moved):
-        s.moved = sum(moved)
-        s.moved_ci = wilson_interval(s.moved, s.n, confidence)
-    s.verdict, s.why = verdict(s)
+    s.by = {measure: measure_stats(s, measure, confidence) for measure in MEASURES}
     return s
 
 
-def verdict(s):
-    """(verdict, what it read) of a cell against its expectation, by VERDICT_RULES."""
+def verdict(s, m):
+    """(verdict, what it read) of cell `s` by its MeasureStats `m` against its expectation, by VERDICT_RULES."""
     kind = s.expect
-    frac = f"{s.sinks}/{s.n} seeds with a sink, interval {s.sink_ci[0]:.2f}-{s.sink_ci[1]:.2f}"
+    frac = f"{m.sinks}/{s.n} seeds with a sink, interval {m.sink_ci[0]:.2f}-{m.sink_ci[1]:.2f}"
     if s.spec is None:
         return "no expectation", "the cell is not in the atlas's table (jobs/atlas/cells.py)"
-    if s.task_not_learned:
-        return "inconclusive", (f"{s.unlearned}/{s.n} seeds stopped at the cap without learning the copy rule "
-                                f"(copy loss > {LEARNED_COPY_LOSS:g})")
-    if kind == "sink":
-        return interval_verdict(*s.sink_ci, expect_above=True), frac
-    if kind == "no_sink":
-        return interval_verdict(*s.sink_ci, expect_above=False), frac
-    if kind == "moved_to_bias":
-        if s.moved is None:
-            return "inconclusive", "no eval/sink_star (Sink_*) in every run"
-        text = f"{s.moved}/{s.n} seeds moved it, interval {s.moved_ci[0]:.2f}-{s.moved_ci[1]:.2f}"
-        return interval_verdict(*s.moved_ci, expect_above=True), text
     if kind == "none":
         return "no expectation", "none stated"
+    if s.task_not_learned:
+        return "inconclusive", (f"{s.unlearned}/{s.n} seeds stopped at the cap or budget without learning the copy "
+                                f"rule (copy loss > {LEARNED_COPY_LOSS:g})")
+    if not m.measured:
+        return "inconclusive", f"not every run has {MEASURE_NAMES[m.measure]} at this eps"
+    if kind == "sink":
+        return interval_verdict(*m.sink_ci, expect_above=True), frac
+    if kind == "no_sink":
+        return interval_verdict(*m.sink_ci, expect_above=False), frac
+    if kind == "moved_to_bias":
+        if m.moved is None:
+            return "inconclusive", "no eval/sink_star (Sink_*) in every run"
+        text = f"{m.moved}/{s.n} seeds moved it, interval {m.moved_ci[0]:.2f}-{m.moved_ci[1]:.2f}"
+        return interval_verdict(*m.moved_ci, expect_above=True), text
+    if kind == "disputed":
+        with_sink, without = s.spec.disputed_by or ("those expecting a sink", "those expecting none")
+        side = {"agrees": f"the runs side with {with_sink} (a sink)", "disagrees": f"the runs side with {without} (no "
+                "sink)"}.get(interval_verdict(*m.sink_ci, expect_above=True), "the runs side with neither at 95 %")
+        return "disputed", f"{frac}: {side}"
     return "inconclusive", f"unknown expectation '{kind}'"
 
 
-def counted(s):
-    """(k, its Wilson interval, what) of a cell: the seeds its verdict counts (those that moved the sink to the
-    bias position where that is expected, else those with a sink)."""
-    if s.expect == "moved_to_bias" and s.moved is not None:
-        return s.moved, s.moved_ci, "seeds that moved it"
-    return s.sinks, s.sink_ci, "seeds with a sink"
+def counted(s, measure="guo"):
+    """(k, its Wilson interval, what) of a cell by `measure`: the seeds its verdict counts (those that moved the
+    sink to the bias position where that is expected, else those with a sink)."""
+    m = s.by[measure]
+    if s.expect == "moved_to_bias" and m.moved is not None:
+        return m.moved, m.moved_ci, "seeds that moved it"
+    return m.sinks, m.sink_ci, "seeds with a sink"
 
 
 @dataclass
@@ -443,12 +633,6 @@ def compare_scales(cells, confidence=CONFIDENCE):
             out.append(ScaleComparison(ref, other, fisher_exact(k1, ref.n, k2, other.n),
                                        least_fisher_p(ref.n, other.n), pooled))
     return out
-
-
-def verdict_rules(eps=DEFAULT_EPS):
-    """{kind: the rule's sentence} as the report states them."""
-    moved = rule_text("moved_to_bias", None, eps).rstrip(".").replace("moved to the bias position: ", "")
-    return {k: t.format(moved=moved) for k, t in VERDICT_RULES.items()}
 
 
 def step_text(x, censor_step):

@@ -33,11 +33,11 @@ from pathlib import Path
 import numpy as np
 
 from analysis.atlas import censored_end, lower_median, median_interval, wilson_interval
-from analysis.emergence import persistent_onset, rule_text
+from analysis.emergence import SINK_FREE_SHARE, persistent_onset, rule_text
 from analysis.results import DEFAULT_EPS, mean_alpha1, probe_length, sink_series, tokens_at, uniform_alpha1
 
 STATUS_FILE = "bridge_status.json"
-ONSET_SHARE = 1.0  # % of (sequence, layer, head) triples: the onset's threshold (see the module's docstring)
+ONSET_SHARE = SINK_FREE_SHARE  # % of (sequence, layer, head) triples: the onset's threshold (the docstring says why)
 RUN_NAME = re.compile(r"^bridge\.(?P<scale>[^.]+)\.(?P<cell>[^.]+)\.s(?P<seed>\d+)$")
 CELL_NAME = re.compile(r"^(?P<size>[^_]+)_(?P<rows>bos|packed)_lr(?P<lr>.+)$")
 # Student's t, the 97.5 % quantile for 1..30 degrees of freedom (two-sided 95 %); the normal 1.960 beyond.

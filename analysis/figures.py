@@ -291,15 +291,20 @@ def xy_panels(path, title, panels, ncols=None):
     return _save(fig, path, title)
 
 
-def run_panels(path, title, panels, xlabel="step"):
+def label_colours(labels):
+    """{label: colour} in the order of `labels` (tab10, tab20 beyond ten): a section that draws the same runs in
+    several figures passes one such map to each, so a run keeps its colour from figure to figure."""
+    cmap = _pyplot().get_cmap("tab10" if len(labels) <= 10 else "tab20")
+    return {lab: cmap(i % cmap.N) for i, lab in enumerate(dict.fromkeys(labels))}
+
+
+def run_panels(path, title, panels, xlabel="step", colours=None):
     """Several runs over training, one line per run in the same colour on every panel, one legend:
     panels = [dict(ylabel, series = [(run label, x, y)], logy, hlines = [(label, y)], dashed = [(run label,
     x, y)] (a second quantity of the same run, dashed: raw weights on the other keys beside those on BOS))].
-    Runs keep their colour across panels (tab20)."""
-    plt = _pyplot()
+    Runs keep their colour across panels, and across figures given the same `colours` (label_colours)."""
     labels = list(dict.fromkeys(lab for p in panels for lab, *_ in p["series"] + p.get("dashed", [])))
-    cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
-    colour = {lab: cmap(i % cmap.N) for i, lab in enumerate(labels)}
+    colour = colours if colours is not None and all(lab in colours for lab in labels) else label_colours(labels)
     fig, axes = _figure(1, len(panels), figsize=(3.7 * len(panels) + 2.2, 3.4), squeeze=False)
     for ax, p in zip(axes[0], panels):
         for lab, x, y in p["series"]:
@@ -331,10 +336,7 @@ def band_panels(path, title, panels, xlabel="tokens seen"):
     """Means over seeds with their intervals as shaded bands, one line per group in the same colour and line
     style on every panel, one legend: panels = [dict(ylabel, series = [(label, x, mean, low, high, linestyle)],
     hlines = [(label, y)], title, logx (default True), ylim)]. A band is drawn where both ends are finite."""
-    plt = _pyplot()
-    labels = list(dict.fromkeys(s[0] for p in panels for s in p["series"]))
-    cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
-    colour = {lab: cmap(i % cmap.N) for i, lab in enumerate(labels)}
+    colour = label_colours([s[0] for p in panels for s in p["series"]])
     fig, axes = _figure(1, len(panels), figsize=(4.2 * len(panels) + 2.6, 3.6), squeeze=False)
     for ax, p in zip(axes[0], panels):
         for lab, x, y, lo, hi, ls in p["series"]:
@@ -360,7 +362,7 @@ def band_panels(path, title, panels, xlabel="tokens seen"):
     return _save(fig, path, title)
 
 
-VERDICT_COLOURS = {"agrees": "#2a9d3a", "disagrees": "#c0392b", "inconclusive": "#7f7f7f",
+VERDICT_COLOURS = {"agrees": "#2a9d3a", "disagrees": "#c0392b", "inconclusive": "#7f7f7f", "disputed": "#b8860b",
                    "no expectation": "#1f4e9c"}
 
 
@@ -368,9 +370,11 @@ def forest(path, title, rows, xlabel="emergence step", fraction_label="sink frac
     """A forest plot, one row per cell (top to bottom): on the left its median emergence step with the 95 %
     interval and each seed's step (grey dots), on the right the fraction of seeds with a sink with its interval
     (dotted: 0.5). rows = [dict(label, median, lo, hi, censor, seeds = [(step, censored)], fraction, frac_lo,
-    frac_hi, verdict)]; +inf (a censored median or interval end) is drawn at `censor` (CellStats.censor_step: the
-    earliest last step of the row's censored runs, or its latest observed emergence if later) as a right-pointing
-    arrow, "> censor"; the median's colour is its verdict."""
+    frac_hi, verdict, marker and what (optional: the median's marker, default "D", and its legend's words, e.g.
+    one of each per measure))]; +inf (a censored
+    median or interval end) is drawn at `censor` (MeasureStats.censor_step: the earliest last step of the row's
+    censored runs, or its latest observed emergence if later) as a right-pointing arrow, "> censor"; the median's
+    colour is its verdict."""
     finite = [v for r in rows for v in (r["median"], r["lo"], r["hi"], r["censor"]) + tuple(s for s, _ in r["seeds"])
               if v is not None and np.isfinite(v)]
     right = (max(finite) if finite else 1.0) * 1.12 + 1
@@ -392,7 +396,8 @@ def forest(path, title, rows, xlabel="emergence step", fraction_label="sink frac
                 ax.annotate("", xy=(right, y), xytext=(end, y),
                             arrowprops=dict(arrowstyle="->", color=colour, lw=1.2, ls="--"))
         if np.isfinite(r["median"]):
-            ax.plot([r["median"]], [y], "D", ms=6, color=colour, label=f"median: {r['verdict']}")
+            ax.plot([r["median"]], [y], r.get("marker", "D"), ms=6, color=colour,
+                    label=f"median{r.get('what', '')}: {r['verdict']}")
         else:
             ax.plot([r["censor"]], [y], ">", ms=8, mfc="none", mew=1.6, color=colour,
                     label=f"median censored (> last step): {r['verdict']}")

@@ -10,7 +10,11 @@ order (SECTIONS; one module each under analysis/sections/, each left out, or its
 end, when the files do not hold what it needs):
   atlas           the emergence atlas (jobs/atlas; runs named atlas.<scale>.<cell>.s<seed>): per cell and scale
                   a forest plot of the median emergence step and the sink fraction with their 95 % intervals, the
-                  table against each cell's expectation with a verdict from the intervals (analysis/atlas.py).
+                  table against each cell's expectation with a verdict from the intervals, by Guo's measure and the
+                  paper's Sink_1 (analysis/atlas.py).
+  atlas_paper     the atlas in the paper's setting (jobs/atlas/cells.py PAPER_CELLS: rows anywhere, 3 layers and 1,
+                  a fixed budget): the earlier disagreements side by side with it, where the sink sits per layer,
+                  the verdicts that need a constant first token, the sink logit's learning-rate question.
   bridge          from the toy to text (jobs/bridge; runs named bridge.<scale>.<size>_<rows>_lr<lr>.s<seed>): small
                   models on real text, several seeds a cell, Sink_1^eps and mean alpha_1 against tokens seen with
                   intervals, onsets in tokens, BOS first against packed, onset against size beside the 60M plan
@@ -60,7 +64,7 @@ from pathlib import Path
 
 from analysis.job_index import JOBS_DIR, JobIndex
 from analysis.results import DEFAULT_EPS, ResultsError, nothing_to_report, open_results
-from analysis.sections import (ReportData, ablations, atlas, bbm, bridge, downstream, items, models,
+from analysis.sections import (ReportData, ablations, atlas, atlas_paper, bbm, bridge, downstream, items, models,
                                paper_figures, paper_tables, sft, training)
 from analysis.sections.labels import run_labels
 from analysis.sections.summary import summary_html
@@ -68,7 +72,7 @@ from analysis.tables import INLINE_ROWS, PROXY_EXPLAINED, public_text
 
 PROG = "analysis.report"
 # The page's sections in order: each module's write_section(rep, data) adds its part.
-SECTIONS = (atlas, bridge, bbm, training, models, downstream, ablations, sft, paper_tables, paper_figures, items)
+SECTIONS = (atlas, atlas_paper, bridge, bbm, training, models, downstream, ablations, sft, paper_tables, paper_figures, items)
 
 
 class Report:

@@ -81,6 +81,12 @@ class EvalSeries:
     copy_loss: np.ndarray = None          # [n]
     bigram_loss: np.ndarray = None        # [n]
     boundary_attention: np.ndarray = None  # [n,L,H]
+    # Where a learned sink can sit besides the first token: the sink logit's share of each text row (sink logit,
+    # softmax-plus-one), the sink logits S_h themselves, ||k*||, ||v*|| (KV / K / V biases)
+    sink_logit_share: np.ndarray = None   # [n,L,H]
+    sink_logit: np.ndarray = None         # [n,L,H]
+    k_bias_norm: np.ndarray = None        # [n,L,H]
+    v_bias_norm: np.ndarray = None        # [n,L,H]
     bbm_meta: str = ""                    # the task's bbm.json as the run named it (attr bbm_meta)
     window: int = 0                       # sliding-window runs: w (attr window)
 
@@ -344,6 +350,8 @@ def _read_eval(g, notes, where):
         "copy_loss": _numeric(g, "copy_loss", 1, notes, where),
         "bigram_loss": _numeric(g, "bigram_loss", 1, notes, where),
         "boundary_attention": _numeric(g, "boundary_attention", 3, notes, where),
+        **{name: _numeric(g, name, 3, notes, where) for name in ("sink_logit_share", "sink_logit", "k_bias_norm",
+                                                                 "v_bias_norm")},
     }
     for name in ("sink_k", "sink_k_intervened", "sink_k_window", "sink_pos"):
         if optional[name] is not None and optional[name].shape[2] != sink.shape[1]:

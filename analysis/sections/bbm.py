@@ -358,15 +358,16 @@ def _figures(rep, bs, eps):
         panels.append(dict(ylabel="bigram loss (nats)", title="bigram positions",
                            series=[(_name(b), b.steps, b.run.eval.bigram_loss) for b in losses],
                            hlines=[] if floor is None else [(f"bigram floor {floor:.3f} (bbm.json)", floor)]))
+    colours = figures.label_colours([_name(b) for b in drawn])  # a run keeps its colour in every figure
     fig = rep.figure("bbm_emergence", "Sink emergence on Bigram-Backcopy",
                      "BOS attention of non-trigger queries (best layer) against training steps for every "
                      "Bigram-Backcopy run (the form of the paper's Fig. 4 middle), with the copy and bigram "
                      f"validation losses beside it; dotted: eps = {eps:g} and the task's bigram loss floor. "
                      "Runs marked * are read through proxy scores; for the no-BOS run the first position holds "
                      "any character; for the window run only the first w queries see BOS.",
-                     figures.run_panels, panels)
-    _norms_figure(rep, drawn)
-    return fig, _raw_figure(rep, drawn, eps)
+                     figures.run_panels, panels, colours=colours)
+    _norms_figure(rep, drawn, colours)
+    return fig, _raw_figure(rep, drawn, colours)
 
 
 def _table(rep, cells, bs, by_key, eps):
@@ -425,6 +426,31 @@ def _tally(bs, judged, missing, eps):
     return text + "."
 
 
+def atlas_context(b):
+    """For a judged run of the study, which ran a fixed number of steps: whether the atlas's convergence rule
+    (jobs/atlas/convergence.py) held at its last evaluation, and the emergence atlas's verdicts of its cell, run to
+    convergence (their record, jobs/atlas/cells.py ATLAS_RECORD); "" when neither can be said."""
+    try:
+        from jobs.atlas import cells, convergence
+    except ImportError:
+        return ""
+    from analysis.atlas import read_record, record_text
+    ev, last = b.run.eval, b.last_step()
+    if b.bos is None or ev.copy_loss is None:
+        text = f"a verdict at step {last}, where the run's job file stopped it"
+    elif convergence.check(b.steps, ev.copy_loss, b.bos)[0]:
+        text = f"a verdict at step {last}, where the atlas's convergence rule holds"
+    else:
+        text = f"a verdict of a run cut off at step {last}, before the atlas's convergence rule held"
+    record = read_record(cells.ATLAS_RECORD)
+    found = [(scale, record[(scale, b.key)]) for scale in ("small", "cheap") if (scale, b.key) in record]
+    if found:
+        text += ("; the emergence atlas's verdict of its cell, run to convergence (Guo's measure, "
+                 f"{cells.ATLAS_RECORD.parent.parent.name}): " +
+                 ", ".join(f"{scale} scale {record_text(entry)}" for scale, entry in found))
+    return text
+
+
 def _run_finding(b, verdict, measured, eps):
     """One run's sentence: when its BOS attention reached eps (or that it did not in its steps and tokens) and
     its value at the last evaluation, then the paper's expectation, the verdict and what else the rule read."""
@@ -446,10 +472,12 @@ def _run_finding(b, verdict, measured, eps):
         kind = b.cell.expect_kind
         extra = measured if kind != "sink" else measured.partition("; ")[2]
         text += f" — the paper expects {expectation_text(kind)}: {verdict}" + (f" ({extra})" if extra else "")
+        context = atlas_context(b)
+        text += f" ({context})" if context else ""
     return text + "."
 
 
-def _norms_figure(rep, drawn):
+def _norms_figure(rep, drawn, colours):
     """The first token's residual and value norms against the mean of the others', at each run's best layer."""
     res, val = [], []
     for b in drawn:
@@ -472,10 +500,10 @@ def _norms_figure(rep, drawn):
                "The first token's l2 norms against the mean of the other tokens' at each run's best layer (where "
                "its BOS attention is largest at the last evaluation): the hidden state leaving the layer (the "
                "residual stream) and the value vector. A sink token grows a large residual norm and a small value "
-               "(paper Sec. 3, Fig. 2).", figures.run_panels, panels)
+               "(paper Sec. 3, Fig. 2).", figures.run_panels, panels, colours=colours)
 
 
-def _raw_figure(rep, drawn, eps):
+def _raw_figure(rep, drawn, colours):
     """Raw weights on BOS (solid) and on an average other key (dashed) of the runs read through proxy scores,
     with the softmax runs' for comparison."""
     proxy = [b for b in drawn if b.proxy and b.run.eval.first_weight_raw is not None]
@@ -493,7 +521,8 @@ def _raw_figure(rep, drawn, eps):
                "(dashed), at the best layer, for the runs whose attention rows are not distributions (read "
                "through proxy scores*) and softmax runs for comparison (their weights are the attention).",
                figures.run_panels, [dict(ylabel="raw attention weight", series=series, dashed=dashed, logy=True,
-                                                solid_label="on BOS", dashed_label="on an average other key")])
+                                                solid_label="on BOS", dashed_label="on an average other key")],
+               colours=colours)
 
 
 def _series_table(rep, bs, eps):
@@ -550,4 +579,5 @@ def _sigmoid_text(b, base, eps):
         if base is not None:
             text += f" (softmax run {base.label}: {base.extra['first_weight_raw']:.3g} on BOS, " \
                     f"{base.extra['rest_weight_raw']:.3g} on another key)"
-    return text + "."
+    context = atlas_context(b)
+    return text + (f". This is {context}" if context else "") + "."

@@ -110,6 +110,8 @@ const std::vector<Axis>& axis_table() {
       real_axis("sigmoid-bias", &C::sigmoid_bias, "attn-sim sigmoid: b in sigmoid(s + b)"),
       bool_axis("sigmoid-bias-log-n", &C::sigmoid_bias_log_n, "attn-sim sigmoid: b = -log(context) (FlashSigmoid)"),
       bool_axis("sink-logit", &C::sink_logit, "a learned per-head sink logit in the softmax denominator (gpt-oss)"),
+      real_axis("sink-logit-init", &C::sink_logit_init,
+                "--sink-logit: the logits' starting value (0, gpt-oss's; log(context) outweighs a uniform row)"),
       bool_axis("softmax-plus-one", &C::softmax_plus_one, "a constant sink logit 0: softmax with 1 + sum e^s"),
       enum_axis("attn-gate", &C::attn_gate, kAttnGateNames, "%s sigmoid gate on the attention output"),
       int_axis("attn-window", &C::attn_window, "sliding-window attention over w keys (0 = off; Sec. 6)"),
@@ -225,6 +227,8 @@ void ModelConfig::validate() const {
   SL_CHECK(bias_per_head || kv_style || attn_bias == AttnBias::v,
            "--bias-per-head false applies to --attn-bias kv, k or v only");
   SL_CHECK(!(sink_logit && softmax_plus_one), "--sink-logit and --softmax-plus-one both add a sink logit: pick one");
+  SL_CHECK(std::isfinite(sink_logit_init), "--sink-logit-init must be finite");
+  SL_CHECK(sink_logit_init == 0.0 || sink_logit, "--sink-logit-init applies to --sink-logit only");
   SL_CHECK(!((sink_logit || softmax_plus_one) && attn_norm == ops::AttnNorm::one),
            "--sink-logit / --softmax-plus-one enter the normaliser: not with --attn-norm one");
   SL_CHECK(attn_window >= 0, "--attn-window must be >= 0 (0 = full causal attention)");
@@ -417,6 +421,7 @@ std::vector<ParamSpec> param_layout(const ModelConfig& cfg, int64_t* total_eleme
     if (cfg.sink_logit) {
       align();
       add(p + "self_attn.sinks", ParamRole::sinks, {H}, 0.0, bias);
+      specs.back().init_value = cfg.sink_logit_init;
     }
     if (cfg.attn_gate != AttnGate::none) {
       align();

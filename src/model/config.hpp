@@ -76,6 +76,7 @@ struct ModelConfig {
   double sigmoid_bias = 0.0;      // sim sigmoid: b in sigmoid(s + b)
   bool sigmoid_bias_log_n = false;  // b = -log(context) (FlashSigmoid); overrides sigmoid_bias
   bool sink_logit = false;        // learned per-head sink logit in the normaliser (gpt-oss)
+  double sink_logit_init = 0.0;   // the sink logits' starting value (gpt-oss: 0; log(context) outweighs a row)
   bool softmax_plus_one = false;  // a constant sink logit 0: Z = 1 + sum e^s
   AttnGate attn_gate = AttnGate::none;
   int attn_window = 0;            // > 0: sliding-window attention over this many keys (Sec. 6)
@@ -123,6 +124,11 @@ enum class ParamRole : uint8_t {
   norm2, norm2_bias, ffn_gate, ffn_up, ffn_down,
   final_norm, final_norm_bias, head,  // after them
 };
+// The tensors a learned sink lives in (the sink token x*, k*, v*, the sink logits S_h): --sink-lr-scale's.
+constexpr bool is_sink_parameter(ParamRole role) {
+  return role == ParamRole::sink_token || role == ParamRole::k_bias || role == ParamRole::v_bias ||
+         role == ParamRole::sinks;
+}
 
 // One parameter: tensor name (HF Llama names where Llama has the tensor), shape, where it sits in the
 // flat buffer, how it is initialised.
@@ -136,6 +142,7 @@ struct ParamSpec {
   double init_std = 0;  // normal(0, init_std); 0 without init_one = zeros
   double init_uniform_bound = 0;  // > 0: uniform(-bound, bound) instead (matrix-init torch-linear)
   bool init_one = false;
+  double init_value = 0;  // init_std 0 without init_one: every element starts at this constant
   bool decay = true;    // AdamW weight decay applies (matrices); gains, biases, sink logits/token do not
 };
 
@@ -146,7 +153,7 @@ struct ParamSpec {
 // Initialisation as the paper's released code (lit_gpt model._init_weights of sail-sg/Attention-Sink):
 // every matrix and the embedding normal(0, sqrt(2/(5*fan_in))), except the MLP output projection
 // down_proj, normal(0, 1/(sqrt(ffn_hidden)*L)); RMSNorm gains 1; k*/v* biases normal(0, 0.02) (its
-// model_kv_bias.py); sink logits and learned relative biases 0. matrix-init torch-linear draws every
+// model_kv_bias.py); sink logits --sink-logit-init (0 by default) and learned relative biases 0. matrix-init torch-linear draws every
 // matrix but the embeddings uniform(+-1/sqrt(fan_in)) instead (ParamSpec::init_uniform_bound).
 //
 // Variant tensors: model.embed_positions.weight [C+lead, d] (learned PE), model.sink_token [d],

@@ -193,7 +193,7 @@ void Transformer::init_weights(uint64_t seed) {
     if (specs_[i].init_one) ops::fill(p, 1.0);
     else if (specs_[i].init_uniform_bound > 0.0)
       ops::fill_uniform(p, seed, uint64_t(i), -specs_[i].init_uniform_bound, specs_[i].init_uniform_bound);
-    else if (specs_[i].init_std == 0.0) ops::fill(p, 0.0);
+    else if (specs_[i].init_std == 0.0) ops::fill(p, specs_[i].init_value);
     else ops::fill_normal(p, seed, uint64_t(i), 0.0, specs_[i].init_std);
   }
   zero_grads();

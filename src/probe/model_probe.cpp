@@ -18,6 +18,7 @@ ModelProbe::ModelProbe(int n_layers, int n_heads, int64_t seq_len, int max_k, st
       group_sums_(3 * size_t(n_layers) * size_t(n_heads) * size_t(n_query_groups), 0.0),
       group_counts_(2 * size_t(n_query_groups), 0.0),
       marked_sums_(size_t(n_layers) * size_t(n_heads) + 1, 0.0),
+      sink_logit_sums_(size_t(n_layers) * size_t(n_heads) + 1, 0.0),
       n_groups_(n_query_groups),
       seq_len_(seq_len) {
   SL_CHECK(n_query_groups >= 1 && n_query_groups <= 127, "ModelProbe: %d query groups", n_query_groups);
@@ -51,6 +52,7 @@ void ModelProbe::on_layer(const LayerTaps& taps) {
   // The text block: rows and key columns of x_1..x_T.
   Tensor text_probs = probs.slice(2, lead, text).slice(3, bias_cols, text);
   add_first_token_attention(taps.layer, text_probs, /*raw=*/true);  // before proxy scores replace the weights
+  if (spec.sink_logit.defined()) add_sink_logit_share(taps.layer, probs, lead);
   if (measured_by_proxy(spec)) {
     proxy_scores(probs, probs, proxy_takes_abs(spec));
     proxy_ = true;
@@ -103,6 +105,27 @@ void ModelProbe::reduce(const std::function<void(double*, size_t)>& allreduce_su
   allreduce_sum(group_sums_.data(), group_sums_.size());
   allreduce_sum(group_counts_.data(), group_counts_.size());
   allreduce_sum(marked_sums_.data(), marked_sums_.size());
+  allreduce_sum(sink_logit_sums_.data(), sink_logit_sums_.size());
+}
+
+// The sink logit's share of each text row of probs [B,H,Tm,S] (the weights as computed: every key, the lead
+// ones included, and the logit's e^{S_h} / Z_i make up 1), as a sum over sequences of the mean over rows.
+void ModelProbe::add_sink_logit_share(int layer, const Tensor& probs, int64_t lead) {
+  const int64_t B = probs.shape[0], H = probs.shape[1], Tm = probs.shape[2], S = probs.shape[3];
+  const float* p = probs.ptr<float>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      double share = 0.0;
+      for (int64_t i = lead; i < Tm; ++i) {
+        const float* row = p + ((b * H + h) * Tm + i) * S;
+        double sum = 0.0;
+        for (int64_t c = 0; c < S; ++c) sum += row[c];
+        share += 1.0 - sum;
+      }
+      sink_logit_sums_[size_t(layer * H + h)] += share / double(Tm - lead);
+    }
+  if (layer == 0) sink_logit_sums_.back() += double(B);
+  has_sink_logit_ = true;
 }
 
 void ModelProbe::add_marked_attention(int layer, const Tensor& probs) {
@@ -207,6 +230,9 @@ ProbeResult ModelProbe::result() const {
       out.push_back(n > 0 ? group_sums_[part * LHG + at] / n : nan);
     }
   }
+  if (has_sink_logit_ && sink_logit_sums_.back() > 0)
+    for (size_t at = 0; at + 1 < sink_logit_sums_.size(); ++at)
+      r.sink_logit_share.push_back(sink_logit_sums_[at] / sink_logit_sums_.back());
   if (has_star_) {
     r.sink_star = sink_star_.sinks(0);
     for (double a : sink_star_.mean_alpha()) r.alpha_star.push_back(float(a));

@@ -64,6 +64,9 @@ struct ProbeResult {
   int n_query_groups = 1;
   std::vector<double> first_attention, first_weight_raw, rest_weight_raw;
   std::vector<double> marked_attention;  // [L,H]; empty when no key was marked
+  // Models with a sink logit (learned S_h, or softmax-plus-one's constant 0): the logit's share of a text row,
+  // e^{S_h} / Z_i = 1 - sum_j P_ij over every key, mean over the text rows and sequences: [L,H]; else empty.
+  std::vector<double> sink_logit_share;
 };
 
 // Probabilities are measured as the model computes them, except for variants whose rows are not a
@@ -105,6 +108,9 @@ class ModelProbe : public LayerObserver {
   std::vector<uint8_t> marked_keys_;
   std::vector<double> marked_sums_;  // [L*H] sums, then the count of queries that saw a marked key
   void add_marked_attention(int layer, const Tensor& probs);
+  std::vector<double> sink_logit_sums_;  // [L*H] sums of the sink logit's row shares, then the sequence count
+  bool has_sink_logit_ = false;
+  void add_sink_logit_share(int layer, const Tensor& probs, int64_t lead);
   int n_groups_;
   void add_first_token_attention(int layer, const Tensor& probs, bool raw);
   int64_t seq_len_;

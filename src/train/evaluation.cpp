@@ -86,6 +86,40 @@ std::vector<uint8_t> Evaluator::marked_keys(const Tensor& probe_inputs) const {
   return marked;
 }
 
+namespace {
+
+// Evaluation's sink_logit, k_bias_norm and v_bias_norm: each layer's S_h, ||k*_h||, ||v*_h|| from the model's
+// parameters (copied to the host from a device).
+void read_sink_parameters(const model::Transformer& model, int64_t n_layers, int64_t n_heads, Evaluation& e) {
+  for (const model::ParamSpec& spec : model.specs()) {
+    std::vector<double>* out = spec.role == model::ParamRole::sinks    ? &e.sink_logit
+                               : spec.role == model::ParamRole::k_bias ? &e.k_bias_norm
+                               : spec.role == model::ParamRole::v_bias ? &e.v_bias_norm
+                                                                       : nullptr;
+    if (out == nullptr || spec.layer < 0) continue;
+    if (out->empty()) out->assign(size_t(n_layers * n_heads), std::numeric_limits<double>::quiet_NaN());
+    std::vector<float> values(size_t(spec.numel));
+    Tensor host = Tensor::contiguous_view(values.data(), DType::f32, spec.shape.data(), int(spec.shape.size()),
+                                          Device::cpu());
+    ops::copy(host, model.param(spec.name));
+    // sinks [H]: one number a head; k_bias [H|1, d_a], v_bias [H|1, dh]: one row a head, or one for all
+    const int64_t rows = spec.role == model::ParamRole::sinks ? spec.numel : spec.shape[0];
+    const int64_t width = spec.numel / rows;
+    for (int64_t h = 0; h < n_heads; ++h) {
+      const float* row = values.data() + (rows == 1 ? 0 : h) * width;
+      double value = row[0];
+      if (spec.role != model::ParamRole::sinks) {
+        double squares = 0.0;
+        for (int64_t c = 0; c < width; ++c) squares += double(row[c]) * double(row[c]);
+        value = std::sqrt(squares);
+      }
+      (*out)[size_t(spec.layer * n_heads + h)] = value;
+    }
+  }
+}
+
+}  // namespace
+
 // Validation loss on the first --eval-rows rows of --valid-data and the sink probe on the first
 // --probe-sequences rows cut to --probe-length tokens (held out), both split across ranks; for runs
 // with a data intervention, the probe again with it applied to those rows (resampled draws keyed by
@@ -155,6 +189,7 @@ Evaluation Evaluator::run(model::Transformer& model) {
   };
   e.probe = run_probe(false);
   if (cfg_.fixed_token_position > 0 || !cfg_.resample_positions.empty()) e.probe_intervened = run_probe(true);
+  read_sink_parameters(model, cfg_.model.n_layers, cfg_.model.n_heads, e);
   return e;
 }
 
@@ -181,6 +216,9 @@ void Evaluator::log(int64_t n_done, const Evaluation& e) const {
     sinks += strfmt("%sSink_1^%.1f %.2f%%", i ? ", " : "", cfg_.sink_eps[i], e.probe.sink[i]);
   for (size_t i = 0; i < e.probe.sink_star.size(); ++i)
     sinks += strfmt(", Sink_*^%.1f %.2f%%", cfg_.sink_eps[i], e.probe.sink_star[i]);
+  auto largest = [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); };
+  if (!e.probe.sink_logit_share.empty()) sinks += strfmt(", sink logit's share (max) %.3f", largest(e.probe.sink_logit_share));
+  if (!e.sink_logit.empty()) sinks += strfmt(", S_h (max) %.3f", largest(e.sink_logit));
   if (e.probe_intervened) {  // where the intervention puts a token, its Sink_k at the middle threshold
     const size_t mid = cfg_.sink_eps.size() / 2;
     for (int64_t k = 1; k <= cfg_.probe_max_k; ++k)
@@ -245,6 +283,13 @@ void Evaluator::write(io::ResultsFile& results, const std::string& g, int64_t n_
     results.append_slab(g + "/sink_star", {E}, e.probe.sink_star.data());
     results.append_slab(g + "/alpha_star", {L, H}, e.probe.alpha_star.data());
   }
+  // Where a learned sink can sit besides the first token: the sink logit's share of the rows and S_h itself
+  // (sink logit, softmax-plus-one: share only), ||k*||, ||v*|| (KV / K / V biases).
+  const std::pair<const char*, const std::vector<double>*> sink_parts[] = {
+      {"sink_logit_share", &e.probe.sink_logit_share}, {"sink_logit", &e.sink_logit},
+      {"k_bias_norm", &e.k_bias_norm}, {"v_bias_norm", &e.v_bias_norm}};
+  for (const auto& [name, values] : sink_parts)
+    if (!values->empty()) results.append_slab(g + "/" + name, {L, H}, values->data());  // [step, L, H]
   if (!e.probe.massive_ratio_pre_norm.empty())  // post-norm: before each block's last norm (Fig. 7 left)
     results.append_slab(g + "/massive_ratio_pre_norm", {L}, e.probe.massive_ratio_pre_norm.data());
   // Sliding window: alpha_k / Sink_k relative to each query's window start (Fig. 6 middle); prefix LM:

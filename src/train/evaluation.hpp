@@ -50,6 +50,9 @@ struct Evaluation {
   std::optional<probe::ProbeResult> probe_intervened;
   // Bigram-Backcopy runs: the mean validation loss over copy and over bigram positions.
   double copy_loss = 0, bigram_loss = 0;
+  // The learned sink tensors at this step, [L,H] each (a bias shared by a layer's heads repeated for each);
+  // empty when the model has none: the sink logits S_h, ||k*|| and ||v*||.
+  std::vector<double> sink_logit, k_bias_norm, v_bias_norm;
 };
 
 class Evaluator {

@@ -97,6 +97,7 @@ AdamW::AdamW(std::vector<ParamRef> params, const AdamWConfig& cfg, FlatRange own
     Piece piece;
     piece.name = p.name;
     piece.decay = decay_[p.name];
+    piece.lr_scale = p.lr_scale;
     piece.first = lo - p.flat_offset;
     piece.length = hi - lo;
     piece.flat_begin = lo;
@@ -132,10 +133,13 @@ void AdamW::use_flat_buffers(Tensor flat_params, Tensor flat_grads, Tensor flat_
   }
   flat_ = FlatBuffers{flat_slice(flat_params, owned_.begin, n), flat_slice(flat_grads, owned_.begin, n),
                       flat_params_lp.defined() ? flat_slice(flat_params_lp, owned_.begin, n) : Tensor{}};
-  flat_ranges_ = {};
+  flat_groups_.clear();
   for (const Piece& piece : pieces_) {
-    flat_ranges_.ranges.push_back({piece.flat_begin - owned_.begin, piece.flat_begin - owned_.begin + piece.length});
-    flat_ranges_.tags.push_back(piece.decay ? 1 : 0);
+    auto group = std::find_if(flat_groups_.begin(), flat_groups_.end(),
+                              [&](const FlatGroup& g) { return g.lr_scale == piece.lr_scale; });
+    if (group == flat_groups_.end()) group = flat_groups_.insert(flat_groups_.end(), FlatGroup{piece.lr_scale, {}});
+    group->ranges.ranges.push_back({piece.flat_begin - owned_.begin, piece.flat_begin - owned_.begin + piece.length});
+    group->ranges.tags.push_back(piece.decay ? 1 : 0);
   }
 }
 
@@ -148,22 +152,25 @@ bool AdamW::decays(const std::string& name) const {
 void AdamW::step(double lr, double grad_scale) {
   ++step_;
   ops::AdamWStep s;
-  s.lr = lr;
   s.beta1 = cfg_.beta1;
   s.beta2 = cfg_.beta2;
   s.eps = cfg_.eps;
   s.step = step_;
   s.grad_scale = grad_scale;
-  if (flat_.param.defined()) {  // every piece in one call
+  if (flat_.param.defined()) {  // every piece of one lr_scale in one call
     if (state_elems_ == 0) return;
     s.weight_decay = cfg_.weight_decay;
     const int64_t n = owned_.end - owned_.begin;
     Tensor all = state_.view(flat_.param.dtype, {2 * n});
-    ops::adamw_update_ranges(flat_.param, flat_.grad, all.slice(0, 0, n), all.slice(0, n, n), flat_.param_lp,
-                             flat_ranges_, s);
+    for (const FlatGroup& group : flat_groups_) {
+      s.lr = lr * group.lr_scale;
+      ops::adamw_update_ranges(flat_.param, flat_.grad, all.slice(0, 0, n), all.slice(0, n, n), flat_.param_lp,
+                               group.ranges, s);
+    }
     return;
   }
   for (const Piece& piece : pieces_) {
+    s.lr = lr * piece.lr_scale;
     s.weight_decay = piece.decay ? cfg_.weight_decay : 0.0;
     ops::adamw_update(piece.param, piece.grad, piece.m, piece.v, s);
   }

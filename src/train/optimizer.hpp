@@ -51,6 +51,7 @@ struct ParamRef {
   int64_t flat_offset = -1;
   // -1: ask the decay predicate; 0/1: explicit.
   int decay = -1;
+  double lr_scale = 1.0;  // this tensor's learning rate is step()'s lr times this
 };
 
 using DecayPredicate = std::function<bool(const std::string& name, const Tensor& param)>;
@@ -71,13 +72,13 @@ class AdamW {
         const DecayPredicate& decay = default_decay);
 
   // One update at learning rate lr: increments the step counter t, then for every owned piece calls
-  // ops::adamw_update with weight_decay = cfg.weight_decay on decayed parameters, 0 otherwise, each
-  // gradient first scaled by grad_scale (the clipping factor); with flat buffers, one
-  // ops::adamw_update_ranges call for all pieces (the same arithmetic, element by element).
+  // ops::adamw_update at lr x its lr_scale, with weight_decay = cfg.weight_decay on decayed parameters, 0
+  // otherwise, each gradient first scaled by grad_scale (the clipping factor); with flat buffers, one
+  // ops::adamw_update_ranges call per distinct lr_scale for all pieces (the same arithmetic, element by element).
   void step(double lr, double grad_scale = 1.0);
   // The parameters are views of one flat buffer each (the model's, at their ParamRef::flat_offset): step()
-  // then updates every piece in one multi-tensor call, and writes the updated parameters rounded into
-  // flat_params_lp (bf16, optional: the weights the next forward multiplies with) as it goes.
+  // then updates every piece in one multi-tensor call (one per distinct lr_scale), and writes the updated
+  // parameters rounded into flat_params_lp (bf16, optional: the weights the next forward multiplies with).
   void use_flat_buffers(Tensor flat_params, Tensor flat_grads, Tensor flat_params_lp);
   int64_t step_count() const { return step_; }
 
@@ -91,6 +92,7 @@ class AdamW {
   struct Piece {  // the part [first, first+length) of one parameter owned here (flattened)
     std::string name;
     bool decay = true;
+    double lr_scale = 1.0;
     int64_t first = 0, length = 0;
     int64_t flat_begin = 0;  // its first element in the flat index space
     Tensor param, grad, m, v;  // 1-D views of length `length`
@@ -119,7 +121,11 @@ class AdamW {
     Tensor param, grad, param_lp;  // the owned range of each (use_flat_buffers)
   };
   FlatBuffers flat_;
-  ops::FlatRanges flat_ranges_;  // the pieces within the owned range, tagged 1 where they decay
+  struct FlatGroup {
+    double lr_scale = 1.0;
+    ops::FlatRanges ranges;  // its pieces within the owned range, tagged 1 where they decay
+  };
+  std::vector<FlatGroup> flat_groups_;  // the pieces by lr_scale, in order of first appearance
 };
 
 // torch.nn.utils.clip_grad_norm_'s factor: max_norm / (norm + 1e-6) when norm > max_norm, else 1

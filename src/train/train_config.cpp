@@ -12,6 +12,7 @@
 #include "train/data.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <sstream>
 
@@ -128,6 +129,8 @@ void add_optimizer_options(po::options_description& desc, TrainConfig& c) {
       ("adam-eps", po::value(&c.adam_eps)->default_value(1e-8), "AdamW epsilon")
       ("weight-decay", po::value(&c.weight_decay)->default_value(0.1), "decoupled weight decay (matrices only)")
       ("grad-clip", po::value(&c.grad_clip)->default_value(1.0), "global grad-norm clip (0 = off)")
+      ("sink-lr-scale", po::value(&c.sink_lr_scale)->default_value(1.0),
+       "learning-rate multiplier of the learned sink tensors: the sink token x*, k*, v*, the sink logits S_h")
       ("zero1", po::value(&c.zero1)->default_value(false), "shard the optimizer state across ranks (ZeRO-1)")
       ("grad-bucket-mb", po::value(&c.grad_bucket_mb)->default_value(25.0),
        "MiB of gradients per data-parallel bucket, reduced while backward runs (0 = one bucket per layer)")
@@ -223,6 +226,7 @@ void check_train_config(TrainConfig& c, const FlagText& text, int world_size, bo
   SL_CHECK(c.lr > 0 && c.min_lr >= 0 && c.min_lr <= c.lr, "--lr must be positive and --min-lr in [0, lr]");
   SL_CHECK(c.beta1 >= 0 && c.beta1 < 1 && c.beta2 >= 0 && c.beta2 < 1, "--beta1/--beta2 must lie in [0, 1)");
   SL_CHECK(c.weight_decay >= 0, "--weight-decay must be >= 0");
+  SL_CHECK(c.sink_lr_scale > 0 && std::isfinite(c.sink_lr_scale), "--sink-lr-scale must be positive and finite");
   SL_CHECK(c.grad_bucket_mb >= 0, "--grad-bucket-mb must be >= 0");
   SL_CHECK(c.peak_tflops >= 0, "--peak-tflops must be >= 0");
   SL_CHECK(c.probe_length >= 1 && c.probe_length <= m.context, "--probe-length must lie in [1, --context]");

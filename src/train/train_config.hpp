@@ -50,6 +50,7 @@ struct TrainConfig {
   int64_t warmup_steps = 0;
   std::string lr_schedule = "constant";  // constant | cosine
   double beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8, weight_decay = 0.1, grad_clip = 1.0;
+  double sink_lr_scale = 1.0;  // the learned sink tensors' lr is --lr times this (model::is_sink_parameter)
   bool zero1 = false;
   double grad_bucket_mb = 25.0;  // data-parallel gradient buckets (train/grad_sync.hpp); 0 = one per layer
   double peak_tflops = 0.0;      // MFU's denominator per rank; 0 = the GPU's known dense bf16 peak, none on CPU

@@ -174,7 +174,8 @@ Trainer::Trainer(const TrainConfig& cfg, parallel::World& world)
 
   std::vector<ParamRef> refs;
   for (const auto& spec : model_.specs())
-    refs.push_back({spec.name, model_.param(spec.name), model_.grad(spec.name), spec.offset, spec.decay ? 1 : 0});
+    refs.push_back({spec.name, model_.param(spec.name), model_.grad(spec.name), spec.offset, spec.decay ? 1 : 0,
+                    model::is_sink_parameter(spec.role) ? cfg.sink_lr_scale : 1.0});
   FlatRange owned = cfg.zero1 ? zero1_partition(model_.flat_params().numel(), world_size_, rank_) : FlatRange{0, -1};
   optimizer_ = std::make_unique<AdamW>(refs, AdamWConfig{cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay}, owned);
   schedule_ = ScheduleConfig{parse_lr_schedule(cfg.lr_schedule), cfg.lr, cfg.min_lr, cfg.warmup_steps, cfg_.steps};
@@ -281,7 +282,8 @@ Fingerprint Trainer::run_settings() const {
   settings.emplace_back("global-batch-tokens", std::to_string(cfg_.global_batch_tokens));
   const std::pair<const char*, double> numbers[] = {
       {"lr", cfg_.lr},       {"min-lr", cfg_.min_lr},     {"beta1", cfg_.beta1},         {"beta2", cfg_.beta2},
-      {"adam-eps", cfg_.adam_eps}, {"weight-decay", cfg_.weight_decay}, {"grad-clip", cfg_.grad_clip}};
+      {"adam-eps", cfg_.adam_eps}, {"weight-decay", cfg_.weight_decay}, {"grad-clip", cfg_.grad_clip},
+      {"sink-lr-scale", cfg_.sink_lr_scale}};
   for (const auto& [flag, value] : numbers) settings.emplace_back(flag, number_text(value));
   settings.emplace_back("warmup-steps", std::to_string(cfg_.warmup_steps));
   settings.emplace_back("lr-schedule", cfg_.lr_schedule);

@@ -91,6 +91,8 @@ TEST(ModelConfig, InvalidCombinationsAreRefusedNamingTheFlag) {
       {{{"fixed-value", "e1"}}, "--fixed-value applies to --attn-bias k only"},
       {{{"bias-per-head", "false"}}, "--bias-per-head false applies to --attn-bias kv, k or v only"},
       {{{"sink-logit", "true"}, {"softmax-plus-one", "true"}}, "pick one"},
+      {{{"sink-logit-init", "4"}}, "--sink-logit-init applies to --sink-logit only"},
+      {{{"sink-logit", "true"}, {"sink-logit-init", "inf"}}, "--sink-logit-init must be finite"},
       {{{"sink-logit", "true"}, {"attn-sim", "sigmoid"}, {"attn-norm", "one"}}, "not with --attn-norm one"},
       {{{"attn-window", "4"}, {"prefix-length", "3"}}, "cannot be combined"},
       {{{"attn-window", "4"}, {"attn-bias", "sink-token"}}, "--attn-window with --attn-bias sink-token"},
@@ -129,6 +131,32 @@ TEST(ModelConfig, EmbedInitStdSetsOnlyTheEmbeddingsStartingStd) {
     }
   }
   EXPECT_NE(error_of({{"embed-init-std", "-1"}}).find("--embed-init-std must be >= 0"), std::string::npos);
+}
+
+// --sink-logit-init: the sink logits start at its value (a constant: no draw), every other tensor as without it.
+TEST(ModelConfig, SinkLogitInitSetsOnlyTheSinkLogitsStart) {
+  auto layout = [](const std::string& value) {
+    ModelConfig c = tiny();
+    c.set_axis("sink-logit", "true");
+    c.set_axis("sink-logit-init", value);
+    return model::param_layout(c, nullptr);
+  };
+  const auto zero = layout("0"), log_t = layout("4.1588830833596715");
+  ASSERT_EQ(zero.size(), log_t.size());
+  int sinks = 0;
+  for (size_t i = 0; i < zero.size(); ++i) {
+    EXPECT_EQ(zero[i].init_std, log_t[i].init_std) << zero[i].name;
+    if (zero[i].role == model::ParamRole::sinks) {
+      ++sinks;
+      EXPECT_EQ(zero[i].init_value, 0.0);
+      EXPECT_EQ(log_t[i].init_value, 4.1588830833596715);
+      EXPECT_EQ(log_t[i].init_std, 0.0);  // a constant, not a draw
+      EXPECT_TRUE(model::is_sink_parameter(log_t[i].role));
+    } else {
+      EXPECT_EQ(log_t[i].init_value, 0.0) << log_t[i].name;
+    }
+  }
+  EXPECT_EQ(sinks, 2);  // one [H] tensor per layer
 }
 
 TEST(ModelConfig, ParamLayoutHasExactlyTheVariantsTensors) {

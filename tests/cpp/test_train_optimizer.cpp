@@ -1,5 +1,5 @@
-// AdamW (decay split, equality with the op and with torch's formula, ZeRO-1 sharding, state round
-// trip), learning-rate schedules and the stop-signal flag.
+// AdamW (decay split, a tensor's lr scale, equality with the op and with torch's formula, ZeRO-1 sharding,
+// state round trip), learning-rate schedules and the stop-signal flag.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -163,6 +163,72 @@ TEST(AdamW, StepsEqualTheOpCalledByHand) {
     EXPECT_TRUE(a.params_equal(b)) << "step " << t;
   }
   EXPECT_EQ(opt.step_count(), 4);
+}
+
+// lr_scale: a tensor's update is the one a run at lr x lr_scale makes (AdamW is not scale-free in the lr: the
+// step is lr m/(sqrt(v) + eps), linear in it); the others' updates are untouched, bit for bit. Per piece and
+// through the flat buffers' multi-tensor call (one call per distinct lr_scale) alike.
+TEST(AdamW, LrScaleMultipliesOnlyItsTensorsLearningRate) {
+  for (bool flat : {false, true}) {
+    SCOPED_TRACE(flat ? "flat buffers" : "per piece");
+    FlatModel a(DType::f32), b(DType::f32), c(DType::f32);
+    b.copy_from(a);
+    c.copy_from(a);
+    AdamWConfig cfg{0.9, 0.95, 1e-8, 0.1};
+    std::vector<ParamRef> scaled = a.refs();
+    scaled[3].lr_scale = 10.0;  // the bias: one tensor at 10x
+    AdamW opt_a(scaled, cfg), opt_b(b.refs(), cfg);
+    std::vector<ParamRef> all_fast = c.refs();
+    for (ParamRef& r : all_fast) r.lr_scale = 10.0;
+    AdamW opt_c(all_fast, cfg);
+    if (flat) {
+      opt_a.use_flat_buffers(a.flat(false), a.flat(true), Tensor{});
+      opt_b.use_flat_buffers(b.flat(false), b.flat(true), Tensor{});
+      opt_c.use_flat_buffers(c.flat(false), c.flat(true), Tensor{});
+    }
+    EXPECT_EQ(opt_a.pieces()[3].lr_scale, 10.0);
+    for (int t = 1; t <= 3; ++t) {
+      a.random_grads(uint64_t(t));
+      b.random_grads(uint64_t(t));
+      c.random_grads(uint64_t(t));
+      opt_a.step(1e-3);
+      opt_b.step(1e-3);
+      opt_c.step(1e-3);
+    }
+    for (size_t i = 0; i < a.specs.size(); ++i) {
+      const FlatModel& same = i == 3 ? c : b;  // the scaled tensor as in the all-10x run, the rest as at 1x
+      const Tensor mine = a.tensor(i, false), want = same.tensor(i, false);
+      EXPECT_EQ(std::memcmp(mine.data, want.data, mine.nbytes()), 0) << a.specs[i].name;
+    }
+    EXPECT_FALSE(a.params_equal(b));
+  }
+}
+
+// The flat buffers' multi-tensor step is the per-piece step, bit for bit (decayed and undecayed pieces, one at
+// another lr_scale), and it writes the bf16 weights rounded from the updated f32 ones.
+TEST(AdamW, FlatBuffersEqualThePerPieceSteps) {
+  FlatModel a(DType::f32), b(DType::f32);
+  b.copy_from(a);
+  AdamWConfig cfg{0.9, 0.95, 1e-8, 0.1};
+  std::vector<ParamRef> ra = a.refs(), rb = b.refs();
+  ra[1].lr_scale = rb[1].lr_scale = 3.0;
+  AdamW opt_a(ra, cfg), opt_b(rb, cfg);
+  Owned lp(DType::bf16, {b.n}), lp_want(DType::bf16, {b.n});
+  ops::fill(lp, 0.0);
+  opt_b.use_flat_buffers(b.flat(false), b.flat(true), lp);
+  for (int t = 1; t <= 3; ++t) {
+    a.random_grads(uint64_t(t));
+    b.random_grads(uint64_t(t));
+    opt_a.step(2e-3, 0.5);
+    opt_b.step(2e-3, 0.5);
+    EXPECT_TRUE(a.params_equal(b)) << "step " << t;
+  }
+  ops::fill(lp_want, 0.0);
+  for (size_t i = 0; i < b.specs.size(); ++i) {  // the padding between parameters stays as filled
+    const Tensor p = b.tensor(i, false);
+    ops::copy(lp_want.t.slice(0, b.offsets[i], p.numel()), p.reshape({p.numel()}));
+  }
+  EXPECT_EQ(std::memcmp(lp.t.data, lp_want.t.data, lp.t.nbytes()), 0);
 }
 
 TEST(AdamW, MatchesTorchFormulaInDouble) {

@@ -105,3 +105,15 @@ def assert_same_contents(a, b):
             np.testing.assert_array_equal(a[k], b[k], err_msg=k)
         else:
             assert a[k] == b[k], (k, a[k], b[k])
+
+
+@pytest.fixture(scope="module")
+def bbm_ci_data(tmp_path_factory):
+    """A tiny data_prep bbm build for the atlas's CI scales: sequences of 32 characters, 2000 to train on, 64 to
+    validate on."""
+    from data_prep.__main__ import main
+
+    d = tmp_path_factory.mktemp("atlas_data") / "bbm"
+    assert main(["bbm", "--out", str(d), "--seq-len", "32", "--train-sequences", "2000", "--valid-sequences", "64",
+                 "--survey-n", "0"]) == 0
+    return d

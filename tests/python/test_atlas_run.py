@@ -2,12 +2,13 @@
 data_prep bbm build):
 
 - the cells: the kinds and flags every cell names, the principal set, every cell's job file accepted by
-  sinklab-pretrain (--dry-run) at every scale;
+  sinklab-pretrain (--dry-run) at every scale (at the paper's scales its own cells, with the new axes);
 - the convergence rule on constructed series (a plateau before the sink does not stop a run; a sink still
   growing does not; NaN does not);
-- the runner end to end: 2 cells x 3 seeds, two at a time, a kill -9 of the runner mid-run (its trainers
-  die with it), a rerun that skips the finished runs and resumes the killed one from its checkpoint (bit for
-  bit what an uninterrupted run of the same item gives), every run with its atlas_status.json;
+- the runner end to end at both CI scales (BOS first to convergence; the paper's setting to a fixed budget): 2
+  cells x 3 seeds, two at a time, a kill -9 of the runner mid-run (its trainers die with it), a rerun that skips
+  the finished runs and resumes the killed one from its checkpoint (bit for bit what an uninterrupted run of the
+  same item gives, the learned sinks' logs too), every run with its atlas_status.json;
 - a failed run is reported with its log and the others go on (exit 1);
 - slurm/atlas.sh: the array it submits (SINKLAB_DRY_RUN=1), and one array task trained as the runner does.
 """
@@ -25,29 +26,29 @@ import pytest
 
 from conftest import assert_jobs_pass_dry_run
 from jobs.atlas import convergence
-from jobs.atlas.cells import CELLS, EXPECT, SCALES
-from jobs.atlas.run import CAPS, CHUNKS, items_of, job_text
+from jobs.atlas.cells import CELLS, EXPECT, SCALES, cells_of
+from jobs.atlas.run import BUDGET_SCALES, CAPS, CHUNKS, budget_rule, items_of, job_text
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(os.environ.get("SINKLAB_BIN_DIR", ROOT / "build" / "bin"))
 PRETRAIN = BIN / "sinklab-pretrain"
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 ATLAS = ["--scale", "ci", "--seeds", "3", "--cells", "softmax,sigmoid"]
+# The CI scales' end-to-end atlases: BOS first to convergence, and the paper's setting to a fixed budget (a learned
+# sink logit from log T at 10x lr, and K biases with BOS first: both new axes and the BOS-first twin).
+END_TO_END = {"ci": ATLAS, "paper_ci": ["--scale", "paper_ci", "--seeds", "3", "--cells",
+                                        "sink_logit_3l_init_logt_lr10,k_bias_3l_bos"]}
 needs_binary = pytest.mark.skipif(not PRETRAIN.exists(), reason=f"{PRETRAIN} not built")
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    from data_prep.__main__ import main
-    d = tmp_path_factory.mktemp("atlas_data") / "bbm"
-    assert main(["bbm", "--out", str(d), "--seq-len", "32", "--train-sequences", "2000", "--valid-sequences", "64",
-                 "--survey-n", "0"]) == 0
-    return d
+def data(bbm_ci_data):
+    return bbm_ci_data
 
 
-def _runner(out, data, *extra, wait=True):
-    cmd = [sys.executable, "-m", "jobs.atlas.run", *ATLAS, "--out", str(out), "--data", str(data), "--bin", str(BIN),
-           *extra]
+def _runner(out, data, *extra, wait=True, scale="ci"):
+    cmd = [sys.executable, "-m", "jobs.atlas.run", *END_TO_END[scale], "--out", str(out), "--data", str(data),
+           "--bin", str(BIN), *extra]
     if not wait:
         return subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
@@ -74,8 +75,9 @@ def test_cells_are_the_issues_table():
 @needs_binary
 @pytest.mark.parametrize("scale", sorted(SCALES))
 def test_every_cell_is_a_valid_job_at_every_scale(scale, data, tmp_path):
-    """Each cell's job file as the runner writes it passes the trainer's own checks (--dry-run)."""
-    assert_jobs_pass_dry_run(PRETRAIN, ENV, items_of(CELLS, 1),
+    """Each cell's job file as the runner writes it passes the trainer's own checks (--dry-run): at the paper's
+    scales the new axes too (--sink-logit-init, --sink-lr-scale, BOS first at 3 layers)."""
+    assert_jobs_pass_dry_run(PRETRAIN, ENV, items_of(cells_of(scale), 1),
                              lambda it, run_dir: job_text(scale, it, run_dir, 10, data), tmp_path)
 
 
@@ -113,26 +115,27 @@ def _newest_checkpoint(run_dir):
     return max(steps, default=0)
 
 
-def _checkpointed_unfinished(root):
+def _checkpointed_unfinished(root, scale):
     """A run in flight with a checkpoint after step 0 and its last chunk still to train (so that a rerun must
     resume it, not only judge it), or None."""
     for run_dir in root.glob("*/seed*"):
         newest = _newest_checkpoint(run_dir)
-        if not (run_dir / "atlas_status.json").exists() and 0 < newest <= CAPS["ci"] - CHUNKS["ci"]:
+        if not (run_dir / "atlas_status.json").exists() and 0 < newest <= CAPS[scale] - CHUNKS[scale]:
             return run_dir
     return None
 
 
 @needs_binary
-def test_runner_end_to_end_with_a_kill_and_a_resume(data, tmp_path):
+@pytest.mark.parametrize("scale", sorted(END_TO_END))
+def test_runner_end_to_end_with_a_kill_and_a_resume(scale, data, tmp_path):
     out = tmp_path / "atlas"
-    root = out / "ci"
-    proc = _runner(out, data, "--parallel", "2", wait=False)
+    root = out / scale
+    proc = _runner(out, data, "--parallel", "2", wait=False, scale=scale)
     killed = None
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         if list(root.glob("*/seed*/atlas_status.json")):
-            killed = _checkpointed_unfinished(root)
+            killed = _checkpointed_unfinished(root, scale)
             if killed:
                 break
         time.sleep(0.02)
@@ -146,7 +149,7 @@ def test_runner_end_to_end_with_a_kill_and_a_resume(data, tmp_path):
     trainers = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p).count(str(out))]
     assert not trainers, [_cmdline(p) for p in trainers]
 
-    again = _runner(out, data, "--parallel", "2")
+    again = _runner(out, data, "--parallel", "2", scale=scale)
     assert again.returncode == 0, again.stdout + again.stderr
     for run_dir in finished_before:
         cell, seed = run_dir.parent.name, run_dir.name[len("seed"):]
@@ -158,18 +161,31 @@ def test_runner_end_to_end_with_a_kill_and_a_resume(data, tmp_path):
     assert resumed and resumed[0].endswith(f"(step {newest})"), rerun_log
     for run_dir in root.glob("*/seed*"):
         status = json.loads((run_dir / "atlas_status.json").read_text())
-        assert status["stopped"] in ("converged", "cap") and status["rule"] == convergence.RULE, status
-        steps, _, _ = _series(run_dir, f"atlas.ci.{run_dir.parent.name}.s{run_dir.name[4:]}")
+        if scale in BUDGET_SCALES:  # every run to the budget, whatever the convergence rule says
+            assert status["stopped"] == "budget" and status["steps"] == CAPS[scale], status
+            assert status["rule"] == budget_rule(CAPS[scale]), status
+        else:
+            assert status["stopped"] in ("converged", "cap") and status["rule"] == convergence.RULE, status
+        steps, _, _ = _series(run_dir, f"atlas.{scale}.{run_dir.parent.name}.s{run_dir.name[4:]}")
         assert steps[-1] == status["steps"] and list(steps) == sorted(set(steps)), steps  # no eval twice
     assert len(list(root.glob("*/seed*/atlas_status.json"))) == 6
 
     # The killed run resumed to the same numbers an uninterrupted run of the same item gives.
     cell, seed = killed.parent.name, int(killed.name[4:])
-    twin = _runner(tmp_path / "twin", data, "--cells", cell, "--seeds", str(seed), "--item", str(seed - 1))
+    twin = _runner(tmp_path / "twin", data, "--cells", cell, "--seeds", str(seed), "--item", str(seed - 1),
+                   scale=scale)
     assert twin.returncode == 0, twin.stdout + twin.stderr
-    name = f"atlas.ci.{cell}.s{seed}"
-    for a, b in zip(_series(killed, name), _series(tmp_path / "twin" / "ci" / cell / f"seed{seed}", name)):
+    name = f"atlas.{scale}.{cell}.s{seed}"
+    twin_dir = tmp_path / "twin" / scale / cell / f"seed{seed}"
+    for a, b in zip(_series(killed, name), _series(twin_dir, name)):
         np.testing.assert_array_equal(a, b)
+    if scale in BUDGET_SCALES:  # where a learned sink sits, logged alike by the resumed run and the twin
+        with h5py.File(killed / "results.h5", "r") as f, h5py.File(twin_dir / "results.h5", "r") as g:
+            wanted = ("sink_logit", "sink_logit_share", "k_bias_norm", "alpha_star", "sink_star")
+            found = [k for k in wanted if k in f[f"runs/{name}/eval"]]
+            assert found, list(f[f"runs/{name}/eval"])
+            for k in found:
+                np.testing.assert_array_equal(f[f"runs/{name}/eval/{k}"][:], g[f"runs/{name}/eval/{k}"][:])
 
 
 def _cmdline(proc_dir):

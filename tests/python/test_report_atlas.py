@@ -3,7 +3,8 @@ in sinklab-pretrain's schema (--bbm-meta runs named atlas.<scale>.<cell>.s<seed>
 runner writes them (<atlas>/<scale>/<cell>/seed<k>/results.h5 beside atlas_status.json), against constructed
 cells (the fields of jobs/atlas/cells.py's Cell), given to the report as one directory.
 
-- the section comes first, its table holds the runs' numbers and every verdict kind;
+- the section comes first, its table holds the runs' numbers and every verdict kind, by each measure (Guo's BOS
+  attention, the paper's Sink_1);
 - the findings answer the KV-bias, no-BOS and sigmoid questions from the runs;
 - the atlas's runs stay out of the Bigram-Backcopy section;
 - a directory without results.h5 is one line and exit status 1;
@@ -87,13 +88,16 @@ def write_atlas_run(root, scale, cell, seed, config, onset, proxy, star, stopped
         ev.attrs["query_groups"] = "non_trigger,trigger"
         if proxy:
             ev.attrs["proxy_scores"] = np.int64(1)
+        alpha = fa[..., 0]  # alpha_1 of every query: the paper's measure follows Guo's here
         data = {"step": STEPS.astype(np.int64), "valid_loss": np.linspace(3, 1, n), "sink": np.zeros((n, 3)),
+                "alpha": alpha,
                 "first_attention": fa, "first_weight_raw": raw, "rest_weight_raw": np.full((n, 1, 2, 2), 0.001),
                 "copy_loss": np.linspace(3, 0.04 + 0.01 * seed, n), "bigram_loss": np.linspace(3, 2, n),
                 "vnorm_first": np.full((n, 1), 0.25), "vnorm_rest": np.ones((n, 1)),
                 "hnorm_first": np.full((n, 1), 20.0), "hnorm_rest": np.full((n, 1), 2.0)}
         if star is not None:
             data["sink_star"] = np.full((n, 3), star)
+            data["alpha_star"] = np.full((n, 1, 2), star / 100)
         for k, v in data.items():
             ev.create_dataset(k, data=v)
     (d / "atlas_status.json").write_text(json.dumps({"stopped": stopped, "steps": int(STEPS[-1]),
@@ -127,26 +131,31 @@ def test_table_holds_the_runs_numbers_and_every_verdict(atlas_report):
     rows = _csv(out / "tables" / "atlas.csv")
     assert list(rows) == [s.label for s in SPECS.values()] + ["unlisted"]  # the table's order, unknown last
     softmax = rows["the softmax cell"]
-    assert softmax["sink fraction [95 % Wilson]"] == "5/5 = 1.00 [0.57, 1.00]"
-    assert softmax["median emergence step [95 % bootstrap]"].startswith("80 [")  # 40, 60, 80, 100, 120
+    assert softmax["Guo: sink fraction [95 % Wilson]"] == softmax["paper: sink fraction [95 % Wilson]"] == \
+        "5/5 = 1.00 [0.57, 1.00]"
+    assert softmax["Guo: median emergence step [95 % bootstrap]"].startswith("80 [")  # 40, 60, 80, 100, 120
+    assert softmax["paper: converged Sink_1 (%) [95 % bootstrap]"].startswith("50.0 [")  # 1 of 2 heads
     assert softmax["expectation (source)"] == "a sink (Guo et al. 2024)"
     assert softmax["runs stopped"] == "5 converged"
-    assert {cell: r["verdict"] for cell, r in rows.items()} == {
-        "the softmax cell": "agrees", "the sigmoid cell": "disagrees", "the kv_bias cell": "agrees",
-        "the kv_bias_no_bos cell": "agrees", "the no_bos cell": "no expectation", "unlisted": "no expectation"}
+    verdicts = {"the softmax cell": "agrees", "the sigmoid cell": "disagrees", "the kv_bias cell": "agrees",
+                "the kv_bias_no_bos cell": "agrees", "the no_bos cell": "no expectation", "unlisted": "no expectation"}
+    for measure in ("Guo", "paper"):
+        assert {cell: r[f"{measure}: verdict"] for cell, r in rows.items()} == verdicts
+    assert rows["the kv_bias cell"]["where the sink went (paper: seeds)"] == "moved 5, kept 0, split 0, none 0"
     no_bos = rows["the no_bos cell"]
-    assert no_bos["median emergence step [95 % bootstrap]"].startswith("70 [")  # 50, 70, censored
+    assert no_bos["Guo: median emergence step [95 % bootstrap]"].startswith("70 [")  # 50, 70, censored
     assert no_bos["runs stopped"] == "3 at the cap"
     cells = _csv(out / "tables" / "atlas_cells.csv")
-    assert float(cells["kv_bias"]["Sink_*^0.3 (%)"]) == 100.0 and cells["kv_bias"]["moved to the bias position"] == "5"
-    assert cells["kv_bias"]["median emergence step"] == "inf"
-    assert float(cells["kv_bias"]["censored runs' earliest last step"]) == 200
+    assert float(cells["kv_bias"]["Sink_*^0.3 (%)"]) == 100.0 and cells["kv_bias"]["guo: moved"] == "5"
+    assert cells["kv_bias"]["paper: moved"] == "5" and cells["kv_bias"]["guo: median emergence step"] == "inf"
+    assert float(cells["kv_bias"]["guo: censored runs' earliest last step"]) == 200
     runs = _csv(out / "tables" / "atlas_runs.csv", "run")
     assert len(runs) == sum(len(c[2]) for c in CELLS)
     for cell, _, onsets, *_ in CELLS:
         for seed, onset in enumerate(onsets):
             r = runs[f"atlas.small.{cell}.s{seed}"]
-            assert r["emergence step"] == ("" if onset is None else str(onset)), r
+            assert r["Guo: emergence step"] == ("" if onset is None else str(onset)), r
+            assert r["paper: emergence step"] == r["Guo: emergence step"], r
             assert r["best head"] == "1" and float(r["||v_BOS|| / mean ||v_other||"]) == 0.25
 
 
@@ -159,18 +168,21 @@ def test_section_first_and_findings_answer_the_questions(atlas_report):
             "with 5 seeds, when at least 5 of them point the same way") in page
     assert 'id="bbm"' not in page  # the atlas's runs are not the Bigram-Backcopy study's
     findings = (out / "findings.md").read_text()
-    assert ("each cell 3 agrees (small / the softmax cell, small / the kv_bias cell, small / the kv_bias_no_bos cell); "
-            "1 disagrees (small / the sigmoid cell *); 2 no expectation") in findings
-    assert "KV biases (small / the kv_bias cell): does the sink move to k*/v*? yes: in 5/5 seeds" in findings
+    for measure in ("Guo's BOS attention", "the paper's Sink_1"):
+        assert (f"The emergence atlas by {measure}: 6 cell(s), 26 runs; against its expectation each cell 3 agrees "
+                "(small / the softmax cell, small / the kv_bias cell, small / the kv_bias_no_bos cell); 1 disagrees "
+                "(small / the sigmoid cell *); 2 no expectation") in findings
+    assert ("KV biases (small / the kv_bias cell): does the sink move to k*/v*? yes: by the paper's measure (both "
+            "positions, every query) moved 5, kept 0, split 0, none 0 of 5 seeds") in findings
     assert "KV biases without BOS (small / the kv_bias_no_bos cell): does the sink move to k*/v*? yes" in findings
     assert "5 at the cap" in findings
-    assert "No BOS (small / the no_bos cell): the first position (any character) may or may not hold a sink " \
-           "(undecided at 95 %)" in findings
+    assert "No BOS (small / the no_bos cell): by Guo's measure the first position (any character) may or may not " \
+           "hold a sink (undecided at 95 %)" in findings
     sigmoid = next(line for line in findings.splitlines() if line.startswith("- Sigmoid question"))
     assert "in absolute weights BOS gets 0.0" in sigmoid and "a large share of a small total" in sigmoid
     assert "disagrees" in sigmoid
-    assert "- small / the sigmoid cell *: expected no sink (paper Table 6); 5/5 = 1.00 [0.57, 1.00] seeds with a " \
-           "sink, median emergence step 130 [90, 170]" in findings  # a disagreeing cell's own line
+    assert "- small / the sigmoid cell *: expected no sink (paper Table 6); by Guo's BOS attention 5/5 = 1.00 [0.57, " \
+           "1.00] seeds with a sink, median emergence step 130 [90, 170]" in findings  # a disagreeing cell's line
 
 
 def test_a_directory_without_results_is_one_line(tmp_path, capsys):

@@ -244,10 +244,47 @@ def test_section_is_first_with_figures_rules_and_findings(bbm_report):
         assert f"{verdict} with the paper's \"no sink without normalisation\"" in findings
         assert f"in proxy scores* (the paper's measure) BOS gets {bos:.2f}" in findings
         assert f"In absolute weights BOS gets {raw:.3g}" in findings
+    # A verdict of a run stopped at a fixed step says so, and names the atlas's verdicts of its cell (run to
+    # convergence: their record in docs/atlas) beside it.
+    sigmoid = next(x for x in findings.splitlines() if x.startswith("- bbm.sigmoid"))
+    assert (f"This is a verdict of a run cut off at step {STEPS}, before the atlas's convergence rule held; the "
+            "emergence atlas's verdict of its cell, run to convergence (Guo's measure, cheap-2026-11-29): small scale "
+            "disagrees (8/8 seeds with a sink), cheap scale inconclusive (3/3 seeds with a sink).") in sigmoid
     with h5py.File(files[0], "r") as f:
         ev = f["runs/demo_softmax/eval"]
         bos = ev["first_attention"][:, :, :, 0].reshape(len(ev["step"]), -1).max(axis=1)
         line = next(x for x in findings.splitlines() if x.startswith("- demo_softmax (softmax (the CPU setting))"))
         assert f"{bos[-1]:.2f}" in line and "the paper expects a sink" in line
+        assert "the emergence atlas's verdict of its cell, run to convergence (Guo's measure, cheap-2026-11-29): " \
+               "small scale agrees (7/8 seeds with a sink), cheap scale inconclusive (3/3 seeds with a sink)" in line
     assert "Bigram-Backcopy run(s); " in findings and "not run: 7 cell(s)" in findings
     assert findings.startswith("**Sink emergence (Bigram-Backcopy)**\n\n- A sink (BOS attention >= 0.3) emerged in ")
+
+
+def test_a_run_keeps_its_colour_in_every_figure(bbm_report, tmp_path, monkeypatch):
+    """The section's figures draw its runs from one colour map (the raw-weights figure lists the proxy runs
+    first, yet softmax keeps the colour the emergence figure gave it)."""
+    from analysis import figures
+    files, _ = bbm_report
+    calls = []
+    real = figures.run_panels
+
+    def recording(path, title, panels, xlabel="step", colours=None):
+        calls.append((title, [lab for p in panels for lab, *_ in p["series"]], colours))
+        return real(path, title, panels, xlabel, colours)
+
+    monkeypatch.setattr(figures, "run_panels", recording)
+    from analysis import report
+    assert report.main([*map(str, files), "-o", str(tmp_path / "r")]) == 0
+    bbm_calls = [c for c in calls if c[0] in ("Sink emergence on Bigram-Backcopy",
+                                              "Raw attention weights: BOS against the other keys")]
+    assert len(bbm_calls) == 2 and bbm_calls[0][2] is bbm_calls[1][2]
+    emergence, raw = bbm_calls[0][1], bbm_calls[1][1]
+    assert raw[0] != emergence[0] and set(raw) <= set(emergence)   # another order, the same map
+    colours = figures.label_colours(["b", "a"])
+    fig_lines = []
+    monkeypatch.setattr(figures, "_save", lambda fig, path, title: fig_lines.append(fig.axes[0].lines))
+    real("unused.png", "t", [dict(ylabel="y", series=[("a", [0, 1], [0, 1]), ("b", [0, 1], [1, 0])])],
+         colours=colours)
+    drawn = {line.get_label(): line.get_color() for line in fig_lines[0]}
+    assert drawn["a"] == colours["a"] and drawn["b"] == colours["b"]
