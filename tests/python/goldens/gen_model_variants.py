@@ -91,8 +91,8 @@ DEFAULT_AXES = {
     "norm-placement": "pre", "ffn": "swiglu", "head-combine": "concat", "attn-bias": "none",
     "bias-per-head": "true", "k-bias-dims": "0", "fixed-value": "zero", "fixed-value-scale": "1",
     "attn-sim": "exp", "attn-norm": "sum", "qk-kernel": "identity", "attn-alpha": "1", "attn-p": "1",
-    "sigmoid-bias": "0", "sigmoid-bias-log-n": "false", "sink-logit": "false", "softmax-plus-one": "false",
-    "attn-gate": "none", "attn-window": "0", "prefix-length": "1", "norm-type": "rms", "embed-init-std": "0",
+    "sigmoid-bias": "0", "sigmoid-bias-log-n": "false", "sink-logit": "false", "sink-logit-init": "0",
+    "softmax-plus-one": "false", "attn-gate": "none", "attn-window": "0", "prefix-length": "1", "norm-type": "rms", "embed-init-std": "0",
     "matrix-init": "lit-gpt",
 }
 
@@ -184,6 +184,9 @@ FILES = {
         "sigmoid_log_n": case(attn("sigmoid", "one", **{"sigmoid-bias-log-n": "true"})),
         "sigmoid_bias": case(attn("sigmoid", "sum", **{"sigmoid-bias": "-1.5"})),
         "sink_logit": case({"sink-logit": "true"}),
+        # the sink logits' starting value only (init_weights): the weights here are the golden's, as for
+        # embed_init_std; the case checks that the flag parses and leaves the model's arithmetic alone
+        "sink_logit_init": case({"sink-logit": "true", "sink-logit-init": "2.4"}),
         "softmax_plus_one": case({"softmax-plus-one": "true"}),
         "gate_headwise": case({"attn-gate": "headwise"}),
         "gate_elementwise": case({"attn-gate": "elementwise"}),
