@@ -5,7 +5,6 @@
 #include <filesystem>
 #include <iostream>
 
-#include "backend/attention_dispatch.hpp"
 #include "backend/backend.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -17,6 +16,7 @@
 #include "probe/host_taps.hpp"
 #include "probe/inputs.hpp"
 #include "probe/model_probe.hpp"
+#include "probe/shared_options.hpp"
 #include "train/checkpoint.hpp"
 #include "train/data.hpp"
 
@@ -26,7 +26,8 @@ using namespace sinklab;
 namespace {
 
 struct ProbeOptions {
-  std::string checkpoint, data, out, name, domain, input, sink_eps, resample_positions, device, attn_kernel;
+  std::string checkpoint, data, out, name, domain, input, resample_positions;
+  probe::SharedOptions shared;  // --config, --device, --attn-kernel, --sink-eps
   int64_t fixed_token_position = 0, fixed_token_id = 0;
   uint64_t run_seed = 1234;
   int64_t sequences = 100, length = 64, stride = 0, batch = 16;
@@ -37,8 +38,6 @@ struct ProbeOptions {
 bool parse(int argc, char** argv, ProbeOptions& o) {
   po::options_description desc("sinklab-probe options (also valid as `name = value` lines in --config)");
   desc.add_options()
-      ("help", "print this help")
-      ("config", po::value<std::string>(), "ini file of `name = value` lines with these option names (flags win)")
       ("checkpoint", po::value(&o.checkpoint)->required(), "a step_<N> checkpoint directory, or a directory of them (newest is used)")
       ("data", po::value(&o.data), "held-out token shard (natural inputs)")
       ("input", po::value(&o.input)->default_value("natural"), "natural | random | repeat")
@@ -46,13 +45,7 @@ bool parse(int argc, char** argv, ProbeOptions& o) {
       ("length", po::value(&o.length)->default_value(64), "tokens per sequence (T)")
       ("stride", po::value(&o.stride)->default_value(0), "natural: distance between sequence starts (0 = the model's context)")
       ("max-k", po::value(&o.max_k)->default_value(8), "positions k = 1..K whose alpha_k and Sink_k^eps are stored")
-      ("sink-eps", po::value(&o.sink_eps)->default_value("0.2,0.3,0.4"), "thresholds, comma-separated")
       ("batch", po::value(&o.batch)->default_value(16), "sequences per forward pass")
-      ("device", po::value(&o.device)->default_value("cpu"), "cpu | cuda (the model's forward on GPU 0 or the only one "
-       "visible; the probe's measurements on the host)")
-      ("attn-kernel", po::value(&o.attn_kernel)->default_value("reference"),
-       "attention kernel of the forward: reference (f32 on every device) | auto (on a GPU cuDNN's or the flash "
-       "kernel where they fit: bf16 inside) | cudnn | flash")
       ("seed", po::value(&o.seed)->default_value(1234), "seed of random/repeat inputs")
       ("out", po::value(&o.out)->required(), "HDF5 results file of the probe: created, or extended when "
        "sinklab-probe made it (a training run's results.h5 or a survey's file is refused)")
@@ -65,10 +58,11 @@ bool parse(int argc, char** argv, ProbeOptions& o) {
       ("resample-positions", po::value(&o.resample_positions)->default_value(""),
        "the run's --resample-positions: these positions redrawn as the trainer's probe draws them")
       ("run-seed", po::value(&o.run_seed)->default_value(1234), "the run's --seed (keys the resampled draws)");
+  desc.add(probe::shared_options(o.shared));
   po::variables_map vm;
   if (!parse_options(argc, argv, desc, vm)) return false;
-  parse_device_kind(o.device, "--device");  // bad values fail before any file is read
-  ops::parse_attn_kernel(o.attn_kernel);
+  o.shared.device_kind();  // bad values fail before any file is read
+  o.shared.attention_kernel();
   return true;
 }
 
@@ -177,10 +171,10 @@ int run(const ProbeOptions& o) {
   SL_CHECK(o.length >= 1 && o.length <= cfg.context, "--length must lie in [1, %d] (the model's context)", cfg.context);
   SL_CHECK(o.max_k >= 1 && o.max_k <= o.length, "--max-k must lie in [1, --length]");
   SL_CHECK(o.sequences >= 1 && o.batch >= 1, "--sequences and --batch must be positive");
-  const Device device = device_from_flag(o.device, "--device", [](int) { return 0; });
+  const Device device = device_from_flag(o.shared.device, "--device", [](int) { return 0; });
   if (device.is_cuda()) log::info("device: %s (%s)", device.name().c_str(), backend_for(device).device_name().c_str());
   model::Transformer model(cfg, device);
-  model.set_attention_kernel(ops::parse_attn_kernel(o.attn_kernel));
+  model.set_attention_kernel(o.shared.attention_kernel());
   model.attention_kernel();  // a kernel that cannot run this model's attention fails here, naming --attn-kernel
   std::vector<io::NamedTensor> weights;
   for (const auto& spec : model.specs()) weights.push_back({spec.name, model.param(spec.name)});
@@ -192,7 +186,7 @@ int run(const ProbeOptions& o) {
   const train::DataConfig intervention = apply_run_intervention(o, cfg, inputs);
   const bool intervened = o.fixed_token_position > 0 || !intervention.resample_positions.empty();
 
-  const std::vector<double> eps = probe::parse_sink_eps(o.sink_eps);
+  const std::vector<double> eps = o.shared.thresholds();
   probe::ModelProbe probe(cfg.n_layers, cfg.n_heads, o.length, o.max_k, eps,
                           probe::ProbeMask{cfg.attn_window, cfg.prefix_length});
   if (cfg.attn_window > 0 && !probe.measures_window())

@@ -20,7 +20,6 @@
 #include <map>
 #include <optional>
 
-#include "backend/attention_dispatch.hpp"
 #include "backend/backend.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -31,6 +30,7 @@
 #include "parallel/work_queue.hpp"
 #include "io/h5.hpp"
 #include "io/result_set.hpp"
+#include "probe/shared_options.hpp"
 #include "probe/survey_plan.hpp"
 #include "probe/survey_run.hpp"
 #include "train/signals.hpp"
@@ -44,8 +44,9 @@ namespace {
 struct SurveyOptions {
   std::string config_text, command_line;
   std::string model_root, models, inputs, survey_inputs_dir, domains, long_domains, seq_lens_domains, interventions,
-      intervention_inputs, sink_eps, max_memory, qk_maps, attention_maps, seq_lens, ablations, ablation_inputs,
-      max_logits_memory, output, device, attn_kernel;
+      intervention_inputs, max_memory, qk_maps, attention_maps, seq_lens, ablations, ablation_inputs,
+      max_logits_memory, output;
+  probe::SharedOptions shared;  // --config, --device, --attn-kernel, --sink-eps
   std::vector<std::string> model_lines;
   probe::SurveyParams params;
   double commit_every = 60.0;
@@ -77,8 +78,6 @@ bool parse(int argc, char** argv, SurveyOptions& o) {
   probe::SurveyParams& p = o.params;
   po::options_description desc("sinklab-survey options (also valid as `name = value` lines in --config)");
   desc.add_options()
-      ("help", "print this help")
-      ("config", po::value<std::string>(), "ini file with any of these options; flags override it")
       ("model", po::value(&o.model_lines)->composing(),
        "a catalogue entry, repeatable: NAME DIR [inputs=FILE] [interventions=LIST|none] (DIR under --model-root)")
       ("model-root", po::value(&o.model_root)->default_value(""), "directory the catalogue's model directories are under")
@@ -96,13 +95,7 @@ bool parse(int argc, char** argv, SurveyOptions& o) {
       ("seq-lens-domains", po::value(&o.seq_lens_domains)->default_value(""),
        "the natural input's domains at the --seq-lens lengths (default: --domains; long texts exist in fewer)")
       ("max-k", po::value(&p.max_k)->default_value(8), "positions k = 1..K whose alpha_k and Sink_k are stored")
-      ("sink-eps", po::value(&o.sink_eps)->default_value("0.2,0.3,0.4"), "thresholds of Sink_k^eps, comma-separated")
       ("batch", po::value(&p.batch)->default_value(16), "sequences of --seq-len tokens per forward pass")
-      ("device", po::value(&o.device)->default_value("cpu"),
-       "cpu | cuda (one GPU per rank: rank r of a node uses its GPU r; token ids and the measurements stay on the host)")
-      ("attn-kernel", po::value(&o.attn_kernel)->default_value("reference"),
-       "attention kernel of the models' forward: reference (f32 on every device: a GPU survey measures what a CPU "
-       "one does) | auto (on a GPU cuDNN's fused SDPA where it fits: bf16 inside, faster at long T) | cudnn | flash")
       ("max-memory", po::value(&o.max_memory)->default_value("auto"),
        "memory per rank: auto (the node's cgroup limit or MemTotal over its ranks; with --device cuda 9/10 of the "
        "GPU's free memory; models that fit stay resident, larger ones are streamed), 0 (unbounded), or a size "
@@ -129,11 +122,12 @@ bool parse(int argc, char** argv, SurveyOptions& o) {
       ("commit-every", po::value(&o.commit_every)->default_value(60.0), "seconds between commits of the results file (0 = after every item)")
       ("resume", po::value(&o.resume)->default_value(false)->implicit_value(true), "continue --output, skipping the items recorded ok")
       ("dry-run", po::value(&o.dry_run)->default_value(false)->implicit_value(true), "print the configuration and the items, then exit");
+  desc.add(probe::shared_options(o.shared));
   po::variables_map vm;
   if (!parse_options(argc, argv, desc, vm)) return false;
-  parse_device_kind(o.device, "--device");  // a bad value fails here, before any work
-  p.attention_kernel = ops::parse_attn_kernel(o.attn_kernel);
-  p.eps = probe::parse_sink_eps(o.sink_eps);
+  o.shared.device_kind();  // a bad value fails here, before any work
+  p.attention_kernel = o.shared.attention_kernel();
+  p.eps = o.shared.thresholds();
   p.max_memory = o.max_memory == "auto" ? -1 : parse_bytes(o.max_memory);
   p.max_logits_bytes = parse_bytes(o.max_logits_memory, "--max-logits-memory");
   SL_CHECK(p.max_logits_bytes > 0, "--max-logits-memory must be positive");
@@ -352,7 +346,7 @@ int run(const SurveyOptions& o, const parallel::World& world) {
   }
   // After the dry run (a login node has no GPU to plan a GPU job with) and before anything is written: a
   // GPU this rank cannot have is one line, not a half-made results file.
-  const Device device = device_from_flag(o.device, "--device", [&](int visible) { return world.local_gpu(visible); });
+  const Device device = device_from_flag(o.shared.device, "--device", [&](int visible) { return world.local_gpu(visible); });
   if (device.is_cuda())
     log::info("device: %s (%s)", device.name().c_str(), backend_for(device).device_name().c_str());
   train::install_stop_handlers();

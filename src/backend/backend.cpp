@@ -10,10 +10,6 @@
 
 namespace sinklab {
 
-void Backend::no_kernel(const char* op) const {
-  SL_FAIL("no %s kernel on the %s backend in this build", op, name());
-}
-
 Backend& backend_for(Device device) {
   if (device.is_cpu()) {
     static CpuBf16Storage cpu;  // CpuBackend, with bf16 storage for every op

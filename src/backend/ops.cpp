@@ -15,6 +15,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/ledger.hpp"
+#include "core/error.hpp"
 
 namespace sinklab {
 namespace {
@@ -102,7 +103,11 @@ void unused(const Args&...) {}
 
 }  // namespace
 
-// The Backend defaults (backend.hpp), one per op of op_list.hpp: "no <op> kernel on the <device> backend".
+void Backend::no_kernel(const char* op) const {
+  SL_FAIL("no %s kernel on the %s backend in this build", op, name());
+}
+
+// The Backend defaults (backend_interface.hpp), one per op of op_list.hpp: "no <op> kernel on the <device> backend".
 #define SINKLAB_OP_NO_KERNEL(ret, name, params, args) \
   ret Backend::name params {                          \
     unused args;                                      \

@@ -7,7 +7,7 @@
 #include "core/error.hpp"
 #include "core/options.hpp"
 #include "core/text.hpp"
-#include "probe/sink_metrics.hpp"
+#include "probe/shared_options.hpp"
 #include "train/checkpoint.hpp"
 #include "train/data.hpp"
 
@@ -42,8 +42,8 @@ void take_model_from_checkpoint(TrainConfig& c, const po::variables_map& vm) {
 
 // The flags parse_train_config reads as text before it checks and converts them.
 struct FlagText {
-  std::string config_file, train_data, valid_data, sink_eps = "0.2,0.3,0.4", resample_positions, device,
-      eval_every_after;
+  std::string train_data, valid_data, resample_positions, eval_every_after;
+  probe::SharedOptions shared;  // --config, --device, --attn-kernel, --sink-eps
 };
 
 // The model's size flags and the validation data (sinklab-sft: the model's flags are optional, since the
@@ -55,8 +55,6 @@ void add_model_options(po::options_description& desc, TrainConfig& c, FlagText& 
     return sft ? value : value->required();
   };
   desc.add_options()
-      ("help", "print this help")
-      ("config", po::value(&text.config_file), "ini file with any of these options; flags override it")
       // model
       ("vocab-size", model_value(&m.vocab_size), "vocabulary size (>= the shards' vocab)")
       ("d-model", model_value(&m.d_model), "hidden dimension d")
@@ -150,12 +148,11 @@ void add_evaluation_options(po::options_description& desc, TrainConfig& c, FlagT
       ("probe-sequences", po::value(&c.probe_sequences)->default_value(100), "held-out sequences for the sink probe")
       ("probe-length", po::value(&c.probe_length)->default_value(64), "tokens per probe sequence (T)")
       ("probe-max-k", po::value(&c.probe_max_k)->default_value(4),
-       "positions k = 1..K whose alpha_k and Sink_k^eps are stored (a sink moved off the first token)")
-      ("sink-eps", po::value(&text.sink_eps)->default_value("0.2,0.3,0.4"), "thresholds of Sink_1^eps, comma-separated");
+       "positions k = 1..K whose alpha_k and Sink_k^eps are stored (a sink moved off the first token)");
 }
 
-// Where the results go, checkpoints, the device and its attention kernel.
-void add_output_options(po::options_description& desc, TrainConfig& c, FlagText& text) {
+// Where the results go, checkpoints, how the attention's backward and the step run.
+void add_output_options(po::options_description& desc, TrainConfig& c) {
   desc.add_options()
       // output
       ("out-dir", po::value(&c.out_dir)->default_value("results/run"), "checkpoints and results.h5 go here")
@@ -172,12 +169,6 @@ void add_output_options(po::options_description& desc, TrainConfig& c, FlagText&
       ("overwrite", po::value(&c.overwrite)->default_value(false)->implicit_value(true),
        "a run without --resume in an --out-dir that holds another run's results.h5 or checkpoints: delete them "
        "(results.h5, checkpoints/, DONE; nothing else) instead of refusing")
-      ("device", po::value(&text.device)->default_value("cpu"), "cpu | cuda")
-      ("attn-kernel", po::value(&c.attn_kernel)->default_value("auto"),
-       "attention kernel: auto (cuDNN when the attention fits, then the flash kernel, then the GEMM path with bf16 "
-       "tensors, then the reference) | cudnn | flash | gemm | reference; cudnn, flash and gemm compute in bf16, the "
-       "reference in f32 (a GPU run that must match the CPU to f32 rounding asks for reference); on the CPU only "
-       "auto and reference (the CPU reference kernel)")
       ("attn-deterministic", po::value(&c.attn_deterministic)->default_value(true),
        "attention backward with cuDNN's deterministic algorithm (same bits every run; false: its faster one)")
       ("fused-ops", po::value(&c.fused_ops)->default_value(true),
@@ -211,7 +202,7 @@ void check_train_config(TrainConfig& c, const FlagText& text, int world_size, bo
   SL_CHECK(c.fixed_token_id >= 0 && c.fixed_token_id < m.vocab_size, "--fixed-token-id must lie in [0, --vocab-size)");
   if (!sft) c.train_data = split_commas(text.train_data);
   c.valid_data = split_commas(text.valid_data);
-  c.sink_eps = probe::parse_sink_eps(text.sink_eps);
+  c.sink_eps = text.shared.thresholds();
   m.validate();
   SL_CHECK(sft || !c.train_data.empty(), "--train-data names no shard");
   SL_CHECK(!c.valid_data.empty(), "--valid-data names no shard");
@@ -232,7 +223,7 @@ void check_train_config(TrainConfig& c, const FlagText& text, int world_size, bo
   SL_CHECK(c.probe_length >= 1 && c.probe_length <= m.context, "--probe-length must lie in [1, --context]");
   SL_CHECK(c.probe_max_k >= 1 && c.probe_max_k <= c.probe_length, "--probe-max-k must lie in [1, --probe-length]");
   SL_CHECK(c.probe_sequences >= 0, "--probe-sequences must be >= 0");
-  c.device = parse_device_kind(text.device, "--device");
+  c.device = text.shared.device_kind();
   if (text.eval_every_after != "off") {
     const std::string& every_after = text.eval_every_after;
     const size_t colon = every_after.find(':');
@@ -242,7 +233,8 @@ void check_train_config(TrainConfig& c, const FlagText& text, int world_size, bo
     SL_CHECK(c.eval_coarse_from >= 0 && c.eval_coarse_every >= 1,
              "--eval-every-after must be STEP:N with STEP >= 0 and N >= 1, not '%s'", every_after.c_str());
   }
-  ops::parse_attn_kernel(c.attn_kernel);  // throws naming --attn-kernel
+  c.attn_kernel = text.shared.attn_kernel;
+  text.shared.attention_kernel();         // throws naming --attn-kernel
   model::parse_recompute(c.recompute);    // throws naming --recompute
   if (c.precision == "auto") c.precision = c.device == DeviceKind::cuda ? "bf16" : "fp32";
   model::parse_precision(c.precision);    // throws naming --precision
@@ -286,11 +278,12 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c, int world_size, b
   add_data_options(desc, c, text, sft);
   add_optimizer_options(desc, c);
   add_evaluation_options(desc, c, text);
-  add_output_options(desc, c, text);
+  add_output_options(desc, c);
   if (!sft)
     desc.add_options()("describe", po::value(&c.describe)->default_value(false)->implicit_value(true),
                        "print what the job builds and holds as one JSON object (parameters, FLOPs per token, "
                        "activation bytes under each --recompute mode, every setting; train/describe.hpp), then exit");
+  desc.add(probe::shared_options(text.shared));
   desc.add(variant_desc);
 
   po::variables_map vm;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/config.hpp"
+#include "probe/shared_options.hpp"
 #include "train/data.hpp"
 
 namespace sinklab::train {
@@ -76,7 +77,7 @@ struct TrainConfig {
   bool resume = false;
   bool overwrite = false;  // a fresh run may delete another run's results.h5 and checkpoints in --out-dir (run_dir.hpp)
   DeviceKind device = DeviceKind::cpu;  // --device cpu | cuda
-  std::string attn_kernel = "auto";  // auto | cudnn | flash | reference (backend/attention_dispatch.hpp)
+  std::string attn_kernel = probe::kDefaultAttnKernel;  // auto | cudnn | flash | gemm | reference (probe/shared_options.hpp)
   bool attn_deterministic = true;     // cuDNN's deterministic backward (the other kernels always are)
   bool fused_ops = true;              // model::StepFusions: off runs the op-by-op reference path
   std::string recompute = "none";     // none | attention | block (model/transformer.hpp, model::Recompute)

@@ -3,7 +3,7 @@
 // The op bodies live in one .cpp per op family (memory.cpp, linear.cpp, norms.cpp, ...).
 #pragma once
 
-#include "backend/backend.hpp"
+#include "backend/backend_interface.hpp"
 
 namespace sinklab {
 

@@ -32,7 +32,7 @@
 #include <cstdint>
 #include <string>
 
-#include "backend/backend.hpp"
+#include "backend/backend_interface.hpp"
 #include "backend/device_probe.hpp"
 
 struct CUstream_st;  // cudaStream_t is CUstream_st*
