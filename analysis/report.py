@@ -22,7 +22,8 @@ end, when the files do not hold what it needs):
   bbm             sink emergence on Bigram-Backcopy (sinklab-pretrain --bbm-meta runs): BOS attention against
                   steps for every run on one plot (Fig. 4 middle's form) beside the copy / bigram losses, BOS
                   residual and value norms, raw weights of the proxy-score runs, and one table of each run
-                  against the paper's expectation for its cell (cells/pretrain.py's study "bbm"; rules: analysis/stats/bbm.py).
+                  against the paper's expectation for its cell (cells/pretrain.py's study "bbm"; the rules:
+                  analysis/stats/bbm.py).
   training        the other pre-training runs (/runs/<run>): loss, valid loss and Sink_1^eps over steps; a
                   side-by-side table and figure when there are several runs; massive-activation ratio per layer
                   at the last evaluation (Fig. 7, with the pre-norm ratio of post-norm models); alpha_1 over

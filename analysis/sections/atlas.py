@@ -19,9 +19,9 @@ of the paper's own setting have a section of their own after this one (analysis/
 import math
 
 from analysis import figures
-from analysis.stats.atlas import (FRACTION_RULE, MEAN_RULE, MEASURE_NAMES, MEASURES, MEDIAN_RULE, MOVED_RULE, SCALE_RULE,
-                            SINK_RULES, UNLEARNED_RULE, VERDICT_RULES, VERDICTS, atlas_cells, compare_scales, counted,
-                            decisive_count, step_text)
+from analysis.stats.atlas import (FRACTION_RULE, MEAN_RULE, MEASURE_NAMES, MEASURES, MEDIAN_RULE, MOVED_RULE,
+                                  SCALE_RULE, SINK_RULES, UNLEARNED_RULE, VERDICT_RULES, VERDICTS, atlas_cells,
+                                  compare_scales, counted, decisive_count, step_text)
 from analysis.results import is_atlas_run
 from analysis.stats.bbm import KIND_TEXT
 from analysis.tables import Table

@@ -75,7 +75,8 @@ def write_section(rep, data):
     if missing:
         rep.para(f"Not run (no results file given holds them): {', '.join(f'{STUDY}.{k}' for k in missing)}.",
                  cls="note")
-    used = sorted({(n, r) for cell, *_ in cells for n, r in conditions(cell.expect_kind)}, key=lambda t: (t[0], t[1] or ""))
+    used = sorted({(n, r) for cell, *_ in cells for n, r in conditions(cell.expect_kind)},
+                  key=lambda t: (t[0], t[1] or ""))
     if used:
         rep.heading(3, "The agreement rules (a cell's rule: its conditions joined by +, each of them must hold)")
         rep.bullets([f"{n}" + (f":{r}" if r else "") + " — " + rule_text(n, r, eps) for n, r in used])

@@ -1,7 +1,7 @@
 """The Bigram-Backcopy study's statistics (sinklab's own study of the paper's axes on Guo et al.'s task, data_prep
 bbm): which cell of the study a run is, what is measured of it, and the agreement rule of each expectation kind.
 The report's section "Sink emergence (Bigram-Backcopy)" (analysis/sections/bbm.py) shows what this module
-computes; the emergence atlas (analysis/stats/atlas.py) states its expectations in KIND_TEXT's words.
+computes; the emergence atlas's section (analysis/sections/atlas.py) states its expectations in KIND_TEXT's words.
 
 Runs are matched to the study's cells (cells/pretrain.py, group "bbm", through analysis.job_index) by their job
 file's run-name, else by their settings (CELL_KEYS, then the closest OPTIMISER_KEYS) when they single out one
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analysis.describe import DEFAULTS  # sinklab-pretrain's defaults of what a job file may leave out
-from analysis.job_index import cell_status, steps_setting
+from analysis.job_index import cell_status
 from analysis.results import bos_attention, ini_settings, is_atlas_run, is_bbm, match_eps, tokens_at
 from analysis.stats.emergence import persistent_onset_step
 

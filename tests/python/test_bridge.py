@@ -24,8 +24,8 @@ import h5py
 import numpy as np
 import pytest
 
-from analysis.stats.bridge import (ONSET_SHARE, BridgeRun, cell_stats, compare_rows, difference_interval, fit_onsets, parse_run_name,
-                             t_interval)
+from analysis.stats.bridge import (ONSET_SHARE, BridgeRun, cell_stats, compare_rows, difference_interval, fit_onsets,
+                                   parse_run_name, t_interval)
 from analysis.stats.emergence import persistent_onset
 from conftest import assert_jobs_pass_dry_run
 from cells.bridge import CELLS, CI_CELL, LRS, ROWS, SCALES, SIZES
