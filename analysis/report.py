@@ -11,18 +11,19 @@ end, when the files do not hold what it needs):
   atlas           the emergence atlas (jobs/atlas; runs named atlas.<scale>.<cell>.s<seed>): per cell and scale
                   a forest plot of the median emergence step and the sink fraction with their 95 % intervals, the
                   table against each cell's expectation with a verdict from the intervals, by Guo's measure and the
-                  paper's Sink_1 (analysis/atlas.py).
-  atlas_paper     the atlas in the paper's setting (jobs/atlas/cells.py PAPER_CELLS: rows anywhere, 3 layers and 1,
+                  paper's Sink_1 (analysis/stats/atlas.py).
+  atlas_paper     the atlas in the paper's setting (cells/atlas.py PAPER_CELLS: rows anywhere, 3 layers and 1,
                   a fixed budget): the earlier disagreements side by side with it, where the sink sits per layer,
                   the verdicts that need a constant first token, the sink logit's learning-rate question.
   bridge          from the toy to text (jobs/bridge; runs named bridge.<scale>.<size>_<rows>_lr<lr>.s<seed>): small
                   models on real text, several seeds a cell, Sink_1^eps and mean alpha_1 against tokens seen with
                   intervals, onsets in tokens, BOS first against packed, onset against size beside the 60M plan
-                  (analysis/bridge.py).
+                  (analysis/stats/bridge.py).
   bbm             sink emergence on Bigram-Backcopy (sinklab-pretrain --bbm-meta runs): BOS attention against
                   steps for every run on one plot (Fig. 4 middle's form) beside the copy / bigram losses, BOS
                   residual and value norms, raw weights of the proxy-score runs, and one table of each run
-                  against the paper's expectation for its cell (jobs/pretrain/make_jobs.py's study "bbm").
+                  against the paper's expectation for its cell (cells/pretrain.py's study "bbm"; the rules:
+                  analysis/stats/bbm.py).
   training        the other pre-training runs (/runs/<run>): loss, valid loss and Sink_1^eps over steps; a
                   side-by-side table and figure when there are several runs; massive-activation ratio per layer
                   at the last evaluation (Fig. 7, with the pre-norm ratio of post-norm models); alpha_1 over
@@ -38,7 +39,7 @@ end, when the files do not hold what it needs):
                   loss and gradient norm over the fine-tuning steps, the stability monitor's events marked) and
                   the sink of the base model (eval step 0) beside the fine-tuned one (last eval) on the same
                   probe set, Table 1 (right) layout.
-  paper_tables    the paper's tables: every table of jobs/pretrain/make_jobs.py as the paper prints it, the
+  paper_tables    the paper's tables: every table of cells/pretrain.py as the paper prints it, the
                   measured value beside the paper's and each cell's status (done / in progress / incomplete /
                   failed / not run), when any run of the files is one of its cells (analysis/job_index.py).
   paper_figures   the paper's comparison figures: Fig. 4 left (Sink vs parameter count), Fig. 5 middle (Sink
@@ -46,8 +47,8 @@ end, when the files do not hold what it needs):
                   size, absolute and relative to the window start), Fig. 9 (per domain at each eps), each with
                   its numbers as a table; a figure without data is listed under Skipped, not drawn.
   items           survey bookkeeping (/items/<id>).
-  summary         what was read (files, runs, models), the glossary, notes and the skipped parts (one line per
-                  reason) close the page.
+  closing         (sections/closing.py, anchor "summary") what was read (files, runs, models), the glossary,
+                  notes and the skipped parts (one line per reason) close the page.
 No text of the page names a path of the machine: absolute paths are shown relative to the checkout or by
 their last component (analysis.tables.public_text).
 Tables are analysis.tables.Table, figures are drawn by analysis.figures.
@@ -67,7 +68,7 @@ from analysis.results import DEFAULT_EPS, ResultsError, nothing_to_report, open_
 from analysis.sections import (ReportData, ablations, atlas, atlas_paper, bbm, bridge, downstream, items, models,
                                paper_figures, paper_tables, sft, training)
 from analysis.sections.labels import run_labels
-from analysis.sections.summary import summary_html
+from analysis.sections.closing import closing_html
 from analysis.tables import INLINE_ROWS, PROXY_EXPLAINED, public_text
 
 PROG = "analysis.report"
@@ -208,7 +209,7 @@ class Report:
             lines += ([f"**{group}**", ""] if group else []) + [f"- {public_text(text)}" for text, _ in items] + [""]
         (self.out / "findings.md").write_text("\n".join(lines))
 
-    def write_html(self, summary_html):
+    def write_html(self, closing_html):
         page = [
             "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
@@ -224,7 +225,7 @@ class Report:
             ".note{color:#8a4b00;font-size:13px}code{font-size:12px}"
             "ul.compact li{font-size:13px;margin:.15em 0}"
             "p,li,figcaption,code{overflow-wrap:anywhere}td{overflow-wrap:break-word}</style></head><body>",
-            "<h1>sinklab report</h1>", self.findings_html(), *self.blocks, summary_html, "</body></html>"]
+            "<h1>sinklab report</h1>", self.findings_html(), *self.blocks, closing_html, "</body></html>"]
         (self.out / "index.html").write_text("\n".join(page) + "\n")
 
 
@@ -253,7 +254,7 @@ def build_report(paths, out_dir, eps=DEFAULT_EPS, jobs_dir=JOBS_DIR):
         rep.notes += [f"run {label}: {note}" for label, r in zip(run_labels(data.runs), data.runs) for note in r.notes]
         for section in SECTIONS:
             section.write_section(rep, data)
-        rep.write_html(summary_html(rep, data))
+        rep.write_html(closing_html(rep, data))
         rep.write_findings()
         return rep
     finally:

@@ -4,8 +4,10 @@
 
 which adds the section's heading, paragraphs, tables and figures to `rep` (analysis.report.Report:
 section, heading, para, table, figure, finding, skipped, notes) from `data` (a ReportData), and lists what it
-leaves out and why with rep.skipped. analysis.report.SECTIONS calls them in page order; summary.py closes the
+leaves out and why with rep.skipped. analysis.report.SECTIONS calls them in page order; closing.py closes the
 page. Helpers that several sections share are in labels.py; model_figures.py draws one probed model's figures.
+Sections only render: the statistics they show (emergence steps, intervals, verdicts, agreement rules) are
+computed in analysis/stats/, which never imports a section (tests/python/test_import_graph.py).
 
 Adding a section:
   1. analysis/sections/<name>.py: a docstring saying what the section shows, and write_section(rep, data):

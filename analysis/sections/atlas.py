@@ -1,12 +1,12 @@
 """Section "Emergence atlas", the page's first: every sink-related design on Bigram-Backcopy, many seeds each,
-run to convergence or to a fixed budget (jobs/atlas, issues 42 and 54), with the statistics of analysis/atlas.py.
+run to convergence or to a fixed budget (jobs/atlas, issues 42 and 54), with the statistics of analysis/stats/atlas.py.
 
 The atlas's runs are found by their run-name, atlas.<scale>.<cell>.s<seed>, among the files given (the report
 takes directories too: every results.h5 under them). Each (scale, cell) is judged by two measures of the first
-position's sink, Guo et al.'s BOS attention and the paper's Sink_1^eps (analysis.atlas.MEASURES), each with its
+position's sink, Guo et al.'s BOS attention and the paper's Sink_1^eps (analysis.stats.atlas.MEASURES), each with its
 own verdict: two rows of a forest plot (the median emergence step with its 95 % interval and every seed's step;
 censored ones as arrows past the last step; the sink fraction with its interval beside it) and one row of the
-table (the cell, its expectation with its source from jobs/atlas/cells.py, seeds, by each measure the sink
+table (the cell, its expectation with its source from cells/atlas.py, seeds, by each measure the sink
 fraction, emergence step, converged value and verdict, where the sink went, copy loss, how the runs stopped). The
 long forms (every cell's numbers with separate interval ends, every run's measures) are linked CSVs. The findings
 quote the verdicts, and answer in lines generated from the runs the questions the atlas was built for: does the
@@ -19,12 +19,13 @@ of the paper's own setting have a section of their own after this one (analysis/
 import math
 
 from analysis import figures
-from analysis.atlas import (FRACTION_RULE, MEAN_RULE, MEASURE_NAMES, MEASURES, MEDIAN_RULE, MOVED_RULE, SCALE_RULE,
-                            SINK_RULES, UNLEARNED_RULE, VERDICT_RULES, VERDICTS, atlas_cells, compare_scales, counted,
-                            decisive_count, step_text)
+from analysis.stats.atlas import (FRACTION_RULE, MEAN_RULE, MEASURE_NAMES, MEASURES, MEDIAN_RULE, MOVED_RULE,
+                                  SCALE_RULE, SINK_RULES, UNLEARNED_RULE, VERDICT_RULES, VERDICTS, atlas_cells,
+                                  compare_scales, counted, decisive_count, step_text)
 from analysis.results import is_atlas_run
-from analysis.sections.bbm import KIND_TEXT
+from analysis.stats.bbm import KIND_TEXT
 from analysis.tables import Table
+from cells.atlas import ALL_CELLS
 
 TITLE = "Emergence atlas"
 # How a measure's converged value reads (Guo's: an attention share; the paper's: a share of heads, in %).
@@ -34,17 +35,13 @@ MARKERS = {"guo": "D", "paper": "o"}  # the forest plot's median marker of each 
 
 
 def known_cells():
-    """({name: Cell} of jobs/atlas/cells.py (every table, in order), why it is empty)."""
-    try:
-        from jobs.atlas.cells import ALL_CELLS
-    except ImportError as e:
-        return {}, f"jobs/atlas/cells.py cannot be imported ({e})"
-    return {c.name: c for c in ALL_CELLS}, ""
+    """{name: Cell} of cells/atlas.py (every table, in order)."""
+    return {c.name: c for c in ALL_CELLS}
 
 
 def expectation_text(s):
     if s.spec is None:
-        return "— (not in jobs/atlas/cells.py)"
+        return "— (not in cells/atlas.py)"
     kind = KIND_TEXT.get(s.expect, s.expect.replace("_", " ")) if s.expect != "none" else "none stated"
     source = s.spec.source.strip()
     return f"{kind} ({source})" if source and source.lower() not in kind else kind
@@ -88,7 +85,7 @@ def write_section(rep, data):
     if not runs:
         rep.skipped(TITLE, "no atlas run (run-name atlas.<scale>.<cell>.s<seed>) in the files")
         return
-    specs, why = known_cells()
+    specs = known_cells()
     cells, notes = atlas_cells(runs, specs, data.eps)
     for what, reason in notes:
         rep.skipped(what, reason)
@@ -107,8 +104,6 @@ def write_section(rep, data):
              f"judged by two measures of the first position's sink, Guo et al.'s BOS attention and the paper's "
              f"Sink_1^{eps:g}, each with its own verdict; a verdict reads the intervals over the seeds, never one run. " +
              (f"A run stops by the rule: {'; '.join(rules)}." if rules else ""))
-    if why:
-        rep.para(f"No expectations: {why}; every cell reads 'no expectation'.", cls="note")
     fig = _forest(rep, cells, eps)
     table = _table(rep, cells, eps)
     pairs = compare_scales(cells)

@@ -1,6 +1,6 @@
-"""Section "The atlas in the paper's setting", after the emergence atlas: the cells of jobs/atlas/cells.py's
+"""Section "The atlas in the paper's setting", after the emergence atlas: the cells of cells/atlas.py's
 PAPER_CELLS (issue 54), Bigram-Backcopy rows that start anywhere in the packed stream (no BOS first), 3 layers and
-1, each run to a fixed budget, judged by both measures (analysis/atlas.py).
+1, each run to a fixed budget, judged by both measures (analysis/stats/atlas.py).
 
 It shows
   - the earlier disagreements (cells.EARLIER_DISAGREEMENTS: the small atlas's cells whose BOS-first verdict
@@ -22,30 +22,26 @@ import math
 import numpy as np
 
 from analysis import figures
-from analysis.atlas import (CONVERGED_SHARE, MEASURES, WHERE_RULE, atlas_cells, mean_interval, median_onset,
+from analysis.stats.atlas import (CONVERGED_SHARE, MEASURES, WHERE_RULE, atlas_cells, mean_interval, median_onset,
                             read_record, record_text, step_text)
 from analysis.results import is_atlas_run
 from analysis.sections.atlas import converged_text, expectation_text, fraction_text, known_cells, outcomes_text
 from analysis.tables import Table
+from cells import atlas as atlas_table
 
 TITLE = "The atlas in the paper's setting"
 
 
-def _cells_module():
-    from jobs.atlas import cells
-    return cells
-
-
 def write_section(rep, data):
     runs = [r for r in data.runs if is_atlas_run(r)]
-    specs, _ = known_cells()
+    specs = known_cells()
     cells, _ = atlas_cells(runs, specs, data.eps) if runs else ([], [])
     paper = {s.cell: s for s in cells if s.spec is not None and getattr(s.spec, "design", "")}
     if not paper:
-        rep.skipped(TITLE, "no run of the paper-setting cells (jobs/atlas/cells.py PAPER_CELLS) in the files")
+        rep.skipped(TITLE, "no run of the paper-setting cells (cells/atlas.py PAPER_CELLS) in the files")
         return
     eps = data.eps
-    c = _cells_module()
+    c = atlas_table  # the table of cells (cells/atlas.py) the helpers below read
     rep.section(TITLE, anchor="atlas-paper")
     scales = sorted({s.scale for s in paper.values()})
     stopped = sorted({s.stopped_text() for s in paper.values()})
@@ -100,7 +96,7 @@ def _bos_first(small_name, cells, record):
     entry = record.get(("small", small_name))
     if entry is None:
         return "— (neither runs nor the record)"
-    now = getattr(_cells_module().CELL_BY_NAME.get(small_name), "expect", entry["expect"])
+    now = getattr(atlas_table.CELL_BY_NAME.get(small_name), "expect", entry["expect"])
     earlier = f", against the then expectation '{entry['expect']}'" if entry["expect"] not in ("", now) else ""
     return f"Guo {record_text(entry)}, small scale, the record{earlier}"
 

@@ -1,7 +1,7 @@
 """Section "From the toy to text" (issue 46): when, in tokens seen, small LLaMA-style models on real text grow a
 sink (jobs/bridge: sizes from the demo's tiny shape down, rows that start with BOS against the paper's packed
 rows, two learning rates, several seeds a cell, each run to one token budget, evaluated at a log-spaced grid),
-with the statistics of analysis/bridge.py.
+with the statistics of analysis/stats/bridge.py.
 
 Shows, per learning rate, Sink_1^eps and mean alpha_1 against tokens seen (the mean over seeds with its 95 %
 interval, uniform attention's alpha_1 as the reference); the table of cells (onsets in tokens, the fraction of
@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from analysis import figures
-from analysis.bridge import (COMPARE_RULE, CURVE_RULE, ONSET_RULE, ONSET_SHARE, bridge_cells, compare_rows,
+from analysis.stats.bridge import (COMPARE_RULE, CURVE_RULE, ONSET_RULE, ONSET_SHARE, bridge_cells, compare_rows,
                              difference_interval, fit_onsets)
 from analysis.results import tokens_text
 from analysis.tables import Table

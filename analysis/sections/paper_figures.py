@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from analysis import figures
-from analysis.bridge import is_bridge_run
+from analysis.stats.bridge import is_bridge_run
 from analysis.results import ini_settings, is_bbm, is_finetuning, match_eps
 from analysis.tables import Table
 

@@ -1,7 +1,7 @@
 """Section "The paper's tables": the paper's pre-training tables as the paper prints them, filled from the
-runs: one table per group of jobs/pretrain/make_jobs.py (which knows every cell, its job file and the numbers
+runs: one table per group of cells/pretrain.py (which knows every cell, its job file and the numbers
 the paper reports; read through analysis.job_index), the measured value beside the paper's, and each cell's
-status:
+status (analysis.job_index.cell_status):
 
   done                        the run reached the steps it was started with (a note says when those differ
                               from the job file's, e.g. a short test run)
@@ -17,43 +17,9 @@ Sink_1..Sink_K on inputs carrying that intervention (eval/sink_k_intervened).
 """
 from __future__ import annotations
 
-import math
-import time
-from pathlib import Path
-
-from analysis.results import ini_settings, match_eps
+from analysis.job_index import cell_status, steps_setting
+from analysis.results import match_eps
 from analysis.tables import Table
-
-RECENT_MINUTES = 30
-
-
-def _int(text):
-    try:
-        return int(float(text))
-    except (TypeError, ValueError):
-        return None
-
-
-def cell_status(run, job_steps, now=None):
-    """(status text, note) of a cell whose run is `run` (None: not run)."""
-    if run is None:
-        return "not run", ""
-    settings = ini_settings(run.config)
-    steps = _int(settings.get("steps")) or job_steps
-    note = ""
-    if steps is not None and job_steps is not None and steps != job_steps:
-        note = f"run of {steps} steps (job file: {job_steps})"
-    train = run.train or {}
-    # /train/step is 0-based: the row of step s is logged when s + 1 steps are done
-    last_step = int(train["step"][-1]) + 1 if "step" in train and len(train["step"]) else 0
-    if "loss" in train and len(train["loss"]) and not math.isfinite(float(train["loss"][-1])):
-        return f"failed (loss {float(train['loss'][-1])} at step {last_step})", note
-    if steps is not None and last_step >= steps:
-        return "done", note
-    age_minutes = ((now or time.time()) - Path(run.file).stat().st_mtime) / 60
-    state = "in progress" if age_minutes < RECENT_MINUTES else "incomplete"
-    return f"{state} (step {last_step} of {steps if steps is not None else '?'})", note
-
 
 def _measured(run, eps, intervened_k):
     """(Sink_1, Sink_*, valid loss, Sink_1..K with the intervention) at the last evaluation."""
@@ -87,7 +53,7 @@ def paper_table_rows(group, job_settings, runs_by_name, eps, now=None):
     for cell in group.cells:
         job, settings = job_settings(group, cell)
         run = runs_by_name.get(settings.get("run-name", ""))
-        status, note = cell_status(run, _int(settings.get("steps")), now)
+        status, note = cell_status(run, steps_setting(settings), now)
         sink1, star, loss, moved = _measured(run, eps, has_moved)
         row = [cell.label, job, _paper_number(cell.sink1), sink1]
         if run is not None and run.eval is not None and run.eval.proxy and sink1 is not None:
@@ -102,7 +68,7 @@ def paper_table_rows(group, job_settings, runs_by_name, eps, now=None):
 
 
 def write_section(rep, data):
-    """Section "The paper's tables": every group of make_jobs as a table, when any cell has a run."""
+    """Section "The paper's tables": every group of cells/pretrain.py as a table, when any cell has a run."""
     runs, eps, index = data.runs, data.eps, data.job_index
     runs_by_name = {r.name: r for r in runs}
     known = index.run_names()

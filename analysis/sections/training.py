@@ -5,7 +5,7 @@ valid loss and Sink_1^eps side by side over steps, mean alpha_1 against uniform 
 massive-activation ratio per layer; per run its training log and evaluations, loss and Sink curves (Fig. 4),
 massive-activation ratio per layer (Fig. 7), alpha_1 and alpha_* per layer and head (Figs. 19-24) and mean
 alpha_1 over training. Each run adds a finding: whether and when a thresholded sink emerged, by the persistent
-rule of analysis/emergence.py (Sink_1^eps above 0 % from that evaluation to the last one), stated on the page.
+rule of analysis/stats/emergence.py (Sink_1^eps above 0 % from that evaluation to the last one), stated on the page.
 """
 import math
 from pathlib import Path
@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from analysis import figures
-from analysis.bridge import is_bridge_run
-from analysis.emergence import persistent_onset, rule_text
+from analysis.stats.bridge import is_bridge_run
+from analysis.stats.emergence import persistent_onset, rule_text
 from analysis.results import (eps_index, is_bbm, is_finetuning, match_eps, mean_alpha1,
                               probe_length, sink_series, tokens_at, tokens_text)
 from analysis.sections.labels import eps_col, run_labels

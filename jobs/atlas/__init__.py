@@ -1,1 +1,1 @@
-"""The emergence atlas (issue #42): its cells (cells.py), base job files and runner (run.py)."""
+"""The emergence atlas (issue #42): its base job files and runner (run.py); its cells are cells/atlas.py."""

@@ -1,4 +1,4 @@
-"""The emergence atlas on one machine: every cell x seed of jobs/atlas/cells.py, each trained to convergence.
+"""The emergence atlas on one machine: every cell x seed of cells/atlas.py, each trained to convergence.
 
     python -m jobs.atlas.run --scale small --seeds 8 --out results/atlas
     python -m jobs.atlas.run --scale cheap --seeds 3 --principal --out results/atlas
@@ -13,7 +13,7 @@ trainer's log train.log and, once it stopped, atlas_status.json {"stopped": "con
 "rule", ...} (written atomically). The seed seeds both the initial weights and the data order.
 
 Training goes in chunks (--chunk steps; the trainer evaluates and checkpoints at each chunk's end): after
-each, jobs/atlas/convergence.py reads results.h5 and the run stops when it converged (its RULE), else at
+each, analysis/stats/convergence.py reads results.h5 and the run stops when it converged (its RULE), else at
 --cap-steps. At the scales of BUDGET_SCALES (the paper's setting) every run trains to --cap-steps, its fixed
 budget ("stopped": "budget"): a sink on k*, the sink token or the sink logit, or one still drifting, is not what
 the convergence rule watches. Resumable: a run with atlas_status.json is skipped; any other resumes from its newest
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from analysis.results import ResultsError, ini_settings
-from jobs.atlas import convergence
-from jobs.atlas.cells import SCALES, cells_of
+from analysis.stats import convergence
+from cells.atlas import SCALES, cells_of
 
 ROOT = Path(__file__).resolve().parents[2]
 # The hard cap of steps by scale (--cap-steps overrides) and the chunk between convergence checks.
@@ -103,7 +103,7 @@ def job_text(scale, item, run_dir, cap, data=None):
         own.update({"train-data": str(Path(data) / "train.bin"), "valid-data": str(Path(data) / "valid.bin"),
                     "bbm-meta": str(Path(data) / "bbm.json")})
     return ini_text(f"The emergence atlas, scale {scale}: {item.cell.label}, seed {item.seed}.", Path(SCALES[scale]),
-                    ("python -m jobs.atlas.run", "jobs/atlas/cells.py"), own)
+                    ("python -m jobs.atlas.run", "cells/atlas.py"), own)
 
 
 _LIBC = ctypes.CDLL(None, use_errno=True)  # loaded here: a forked child of a threaded process must not dlopen
@@ -309,7 +309,7 @@ def parse(argv):
     ap.add_argument("--seeds", type=int, default=8, help="seeds 1..N of every cell (default 8)")
     ap.add_argument("--out", default="results/atlas", help="runs go to OUT/SCALE/CELL/seedK (default results/atlas)")
     ap.add_argument("--cells", default="", help="comma-separated cell names (default: every cell)")
-    ap.add_argument("--principal", action="store_true", help="only the principal cells (cells.py)")
+    ap.add_argument("--principal", action="store_true", help="only the principal cells (cells/atlas.py)")
     ap.add_argument("--cap-steps", type=int, default=None, help="hard cap of steps a run (default by scale: CAPS)")
     ap.add_argument("--chunk", type=int, default=None, help="steps between convergence checks (default: CHUNKS)")
     ap.add_argument("--data", default=None, help="a data_prep bbm folder in place of the base file's data/bbm")

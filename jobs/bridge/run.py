@@ -1,4 +1,4 @@
-"""From the toy to text on one machine: every cell x seed of jobs/bridge/cells.py, each trained to its scale's
+"""From the toy to text on one machine: every cell x seed of cells/bridge.py, each trained to its scale's
 token budget, evaluated and probed at a log-spaced grid of tokens seen.
 
     python -m jobs.bridge.run --scale mini --seeds 3 --out results/bridge
@@ -22,9 +22,9 @@ import sys
 from pathlib import Path
 
 from analysis.results import ini_settings
+from cells.bridge import CELL_BY_NAME, CELLS, CI_CELL, SCALES
 from jobs.atlas.run import (Item, Runner, _hms, add_runner_options, ini_text, run_main, runner_items,
                             write_atomically)
-from jobs.bridge.cells import CELL_BY_NAME, CELLS, CI_CELL, SCALES
 
 GRID_FIRST_STEP = 4
 STATUS_FILE = "bridge_status.json"
@@ -69,7 +69,7 @@ def job_text(scale, item, run_dir, steps, data=None):
     if data:
         own.update({"train-data": str(Path(data) / "train.bin"), "valid-data": str(Path(data) / "valid.bin")})
     return ini_text(f"From the toy to text, scale {scale}: {item.cell.label}, seed {item.seed}.",
-                    Path(SCALES[scale][0]), ("python -m jobs.bridge.run", "jobs/bridge/cells.py"), own)
+                    Path(SCALES[scale][0]), ("python -m jobs.bridge.run", "cells/bridge.py"), own)
 
 
 class BridgeRunner(Runner):

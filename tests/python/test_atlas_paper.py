@@ -28,7 +28,7 @@ from analysis.results import ini_settings  # noqa: E402
 from analysis.sections.atlas_paper import survival  # noqa: E402
 from data_prep.safetensors_io import read_safetensors  # noqa: E402
 from data_prep.shards import read_shard  # noqa: E402
-from jobs.atlas import cells  # noqa: E402
+from cells import atlas as cells  # noqa: E402
 from jobs.atlas.run import BUDGET_SCALES, CAPS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 
 from conftest import assert_jobs_pass_dry_run
-from jobs.atlas import convergence
-from jobs.atlas.cells import CELLS, EXPECT, SCALES, cells_of
+from analysis.stats import convergence
+from cells.atlas import CELLS, EXPECT, SCALES, cells_of
 from jobs.atlas.run import BUDGET_SCALES, CAPS, CHUNKS, budget_rule, items_of, job_text
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""The emergence atlas's statistics (analysis/atlas.py) on constructed runs and cells:
+"""The emergence atlas's statistics (analysis/stats/atlas.py) on constructed runs and cells:
 
 - the median emergence step and its interval against the bootstrap computed by brute force (every one of the
   n^n resamples of a small sample) and against a hand-derived case; censored runs (+inf) in the median and
@@ -23,9 +23,8 @@ import math
 import numpy as np
 import pytest
 
-from analysis import atlas
+from analysis.stats import atlas, convergence
 from analysis.results import EvalSeries, Run
-from jobs.atlas import convergence
 
 EPS = [0.2, 0.3, 0.4]
 INF = math.inf
@@ -353,7 +352,7 @@ def test_where_the_sink_sits_per_layer():
 
 
 def test_the_atlas_record_is_read_in_both_table_forms(tmp_path):
-    from jobs.atlas.cells import ATLAS_RECORD
+    from cells.atlas import ATLAS_RECORD
     record = atlas.read_record(ATLAS_RECORD)   # the BOS-first scales' report (Guo's columns only)
     assert record[("small", "sigmoid")]["verdict"] == "disagrees" and record[("small", "sigmoid")]["sinks"] == 8
     assert record[("small", "kv_bias")]["moved"] == 0 and record[("cheap", "softmax")]["seeds"] == 3

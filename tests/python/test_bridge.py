@@ -1,4 +1,4 @@
-"""From the toy to text (jobs/bridge, analysis/bridge.py, the report's section; issue #46):
+"""From the toy to text (jobs/bridge, cells/bridge.py, analysis/stats/bridge.py, the report's section; issue #46):
 
 - the cells (3 sizes x BOS first / packed x 2 learning rates), the grid of evaluations, every cell's job file
   accepted by sinklab-pretrain (--dry-run) at every scale;
@@ -24,11 +24,11 @@ import h5py
 import numpy as np
 import pytest
 
-from analysis.bridge import (ONSET_SHARE, BridgeRun, cell_stats, compare_rows, difference_interval, fit_onsets, parse_run_name,
-                             t_interval)
-from analysis.emergence import persistent_onset
+from analysis.stats.bridge import (ONSET_SHARE, BridgeRun, cell_stats, compare_rows, difference_interval, fit_onsets,
+                                   parse_run_name, t_interval)
+from analysis.stats.emergence import persistent_onset
 from conftest import assert_jobs_pass_dry_run
-from jobs.bridge.cells import CELLS, CI_CELL, LRS, ROWS, SCALES, SIZES
+from cells.bridge import CELLS, CI_CELL, LRS, ROWS, SCALES, SIZES
 from jobs.bridge.run import budget_steps, grid, items_of, job_text
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""analysis/emergence.py, the one rule for every emergence finding: a sink has emerged at the first evaluation
+"""analysis/stats/emergence.py, the one rule for every emergence finding: a sink has emerged at the first evaluation
 from which the measure stays at or above (strict: above) its threshold to the last evaluation. The first crossing
 (the rule the report used before, issue 44 item 7) fails these where a crossing falls back.
 """
@@ -8,7 +8,7 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
-from analysis.emergence import RULE_TEXT, persistent_onset, persistent_onset_step, rule_text  # noqa: E402
+from analysis.stats.emergence import RULE_TEXT, persistent_onset, persistent_onset_step, rule_text  # noqa: E402
 
 
 @pytest.mark.parametrize("values,threshold,strict,onset", [

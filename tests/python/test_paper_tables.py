@@ -13,8 +13,7 @@ import h5py
 import numpy as np
 import pytest
 
-from analysis.job_index import JOBS_DIR, JobIndex
-from analysis.sections.paper_tables import cell_status
+from analysis.job_index import JOBS_DIR, JobIndex, cell_status
 from analysis.results import Run, ini_settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -1,7 +1,7 @@
 """The report's "Emergence atlas" section (analysis/sections/atlas.py) on constructed atlas runs: results files
 in sinklab-pretrain's schema (--bbm-meta runs named atlas.<scale>.<cell>.s<seed>) laid out as the atlas's
 runner writes them (<atlas>/<scale>/<cell>/seed<k>/results.h5 beside atlas_status.json), against constructed
-cells (the fields of jobs/atlas/cells.py's Cell), given to the report as one directory.
+cells (the fields of cells/atlas.py's Cell), given to the report as one directory.
 
 - the section comes first, its table holds the runs' numbers and every verdict kind, by each measure (Guo's BOS
   attention, the paper's Sink_1);
@@ -31,7 +31,7 @@ STEPS = np.arange(0, 210, 10)  # 21 evaluations, 0..200
 
 
 class Spec:
-    """A cell of the atlas's table (jobs/atlas/cells.py's Cell fields)."""
+    """A cell of the atlas's table (cells/atlas.py's Cell fields)."""
 
     def __init__(self, name, expect, source, settings):
         self.name, self.label, self.expect, self.source, self.settings, self.principal = \
@@ -113,7 +113,7 @@ def atlas_report(tmp_path_factory):
             write_atlas_run(root / "atlas", "small", cell, seed, config, onset, proxy, star, stopped)
     out = root / "report"
     mp = pytest.MonkeyPatch()
-    mp.setattr(section, "known_cells", lambda: (SPECS, ""))
+    mp.setattr(section, "known_cells", lambda: SPECS)
     try:
         assert report.main([str(root / "atlas"), "-o", str(out)]) == 0
     finally:
@@ -253,7 +253,7 @@ def test_cells_at_two_scales_get_their_comparison(tmp_path, monkeypatch):
             ("cheap", "sigmoid", BOS_ROWS + "attn-sim = sigmoid\nattn-norm = one\n", [60, 70, 80], True)):
         for seed, onset in enumerate(onsets):
             write_atlas_run(root, scale, cell, seed, config, onset, proxy, None, "converged")
-    monkeypatch.setattr(section, "known_cells", lambda: (SPECS, ""))
+    monkeypatch.setattr(section, "known_cells", lambda: SPECS)
     out = tmp_path / "report"
     assert report.main([str(root), "-o", str(out)]) == 0
     rows = _csv(out / "tables" / "atlas_scales.csv")

@@ -1,6 +1,6 @@
 """The report's first section, "Sink emergence (Bigram-Backcopy)" (analysis/sections/bbm.py):
 
-- every agreement rule (make_jobs' Cell.expect_kind) on constructed evaluations, agreeing, disagreeing and
+- every agreement rule (cells/pretrain.py's Cell.expect_kind) on constructed evaluations, agreeing, disagreeing and
   undecided, and a run short of its steps that cannot disagree yet;
 - the section on real results files: Bigram-Backcopy runs of the study's job files trained at a tiny size
   by sinklab-pretrain on a small data_prep bbm build (one of them under another run-name, matched to its
@@ -23,20 +23,21 @@ import pytest
 h5py = pytest.importorskip("h5py")
 pytest.importorskip("matplotlib")
 
-from analysis.emergence import persistent_onset_step  # noqa: E402
+from analysis.stats.emergence import persistent_onset_step  # noqa: E402
 from analysis.results import EvalSeries, Run  # noqa: E402
 from analysis.sections import bbm  # noqa: E402
-from jobs.pretrain import make_jobs  # noqa: E402
+from analysis.stats import bbm as bbm_stats  # noqa: E402
+from cells import pretrain  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(os.environ.get("SINKLAB_BIN_DIR", REPO_ROOT / "build" / "bin"))
 PRETRAIN = BIN / "sinklab-pretrain"
 EPS = [0.2, 0.3, 0.4]
-CELLS = next(g for g in make_jobs.GROUPS if g.folder == "bbm").cells
+CELLS = next(g for g in pretrain.GROUPS if g.folder == "bbm").cells
 
 
 def _cell(kind):
-    return make_jobs.Cell("x", "a cell", expect="what the paper says", expect_kind=kind, base="bbm")
+    return pretrain.Cell("x", "a cell", expect="what the paper says", expect_kind=kind, base="bbm")
 
 
 def _run(name, bos, steps=(0, 10, 20), raw=None, star=None, window=None, boundary=None, proxy=False,
@@ -58,8 +59,8 @@ def _run(name, bos, steps=(0, 10, 20), raw=None, star=None, window=None, boundar
     last, planned = steps[-1], config_steps if config_steps is not None else steps[-1]
     r = Run(name=f"bbm.{name}", file=__file__, eval=ev, config=f"steps = {planned}\nglobal-batch-tokens = 100\n",
             train={"step": np.arange(last), "loss": np.ones(last), "tokens": 100 * np.arange(1, last + 1)})
-    b = bbm.BbmRun(label=r.name, run=r, key=name, matched="run-name", extra={"eps": 0.3})
-    bbm._measure(b, 0.3)
+    b = bbm_stats.BbmRun(label=r.name, run=r, key=name, matched="run-name", extra={"eps": 0.3})
+    bbm_stats.measure(b, 0.3)
     return b
 
 
@@ -67,17 +68,17 @@ def _verdict(kind, b, others=()):
     b.cell = _cell(kind)
     by_key = {o.key: o for o in others}
     by_key[b.key] = b
-    return bbm.judge(b, by_key, 0.3, job_steps=None)[0]
+    return bbm_stats.judge(b, by_key, 0.3, job_steps=None)[0]
 
 
 def test_every_expect_kind_of_the_study_has_a_rule():
     for cell in CELLS:
         assert cell.expect_kind, cell.label
-        for name, ref in bbm._kinds(cell.expect_kind):
-            assert name in bbm.RULES, cell.expect_kind
+        for name, ref in bbm_stats.conditions(cell.expect_kind):
+            assert name in bbm_stats.RULES, cell.expect_kind
             if ref is not None:
                 assert any(c.stem == ref or (not c.stem and ref == "softmax") for c in CELLS), ref
-            assert "{" not in bbm.rule_text(name, ref, 0.3)
+            assert "{" not in bbm_stats.rule_text(name, ref, 0.3)
 
 
 def test_rules_agree_disagree_and_undecided():
@@ -127,11 +128,11 @@ def test_a_sink_emerged_where_the_bos_attention_stays_above_eps():
 def test_a_run_short_of_its_steps_cannot_disagree_yet():
     b = _run("a", [0.0, 0.01, 0.02], config_steps=400)  # stopped at step 20 of 400 (in progress or cut)
     b.cell = _cell("sink")
-    verdict, measured = bbm.judge(b, {"a": b}, 0.3, job_steps=400)
+    verdict, measured = bbm_stats.judge(b, {"a": b}, 0.3, job_steps=400)
     assert verdict == "undecided" and "step 20 of 400" in measured
     done = _run("a", [0.0, 0.01, 0.02])
     done.cell = _cell("sink")
-    verdict, measured = bbm.judge(done, {"a": done}, 0.3, job_steps=400)
+    verdict, measured = bbm_stats.judge(done, {"a": done}, 0.3, job_steps=400)
     assert verdict == "disagrees" and "a shortened run, the job file has 400 steps" in measured
 
 
@@ -189,7 +190,7 @@ def _csv(path):
 def test_section_table_holds_the_files_numbers(bbm_report):
     files, report = bbm_report
     rows = _csv(report / "tables" / "bbm.csv")
-    cells = next(g for g in make_jobs.GROUPS if g.folder == "bbm").cells
+    cells = next(g for g in pretrain.GROUPS if g.folder == "bbm").cells
     assert [r["variant"] for r in rows] == [c.label for c in cells]  # every cell, in the study's order
     by_variant = {r["variant"]: r for r in rows}
     ran = {"softmax (the CPU setting)": ("demo_softmax", files[0]),

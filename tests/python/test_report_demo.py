@@ -34,7 +34,7 @@ import pytest
 h5py = pytest.importorskip("h5py")
 pytest.importorskip("matplotlib")
 
-from analysis.emergence import persistent_onset_step  # noqa: E402
+from analysis.stats.emergence import persistent_onset_step  # noqa: E402
 import report_inputs  # noqa: E402
 from chromium import Browser, find_chromium  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""The training section's emergence findings follow analysis/emergence.py's persistent rule (issue 44, item 7):
+"""The training section's emergence findings follow analysis/stats/emergence.py's persistent rule (issue 44, item 7):
 constructed runs whose Sink_1^0.3 is a transient blip, a late emergence after a crossing that fell back, never
 above 0, and above 0 from step 0; the rule is stated in the section's text.
 """

@@ -3,12 +3,12 @@ several seeds a cell, evaluated at a log-spaced grid of tokens seen. The report'
 (analysis/sections/bridge.py) shows what this module computes.
 
 A run is a sinklab-pretrain run named bridge.<scale>.<cell>.s<seed> (cell = <size>_<rows>_lr<lr>,
-jobs/bridge/cells.py), its results file beside bridge_status.json (written by the runner at the budget).
+cells/bridge.py), its results file beside bridge_status.json (written by the runner at the budget).
 
 Per run (measure_run), at every evaluation: tokens seen (results.tokens_at), Sink_1^eps in % and mean alpha_1
 over layers and heads, both measured as the run was trained (a BOS-first run on probe inputs that start with
 BOS: eval/sink_k_intervened, eval/alpha_k_intervened), beside uniform attention's alpha_1 (H_T / T). Its onset:
-the first evaluation from which Sink_1^eps stays above ONSET_SHARE = 1 % to the last one (analysis.emergence's
+the first evaluation from which Sink_1^eps stays above ONSET_SHARE = 1 % to the last one (analysis.stats.emergence's
 persistent rule), in tokens; a run without one is censored at its last tokens. Why 1 % and not the training
 runs' 0 %: Sink_1^eps is a share of (probe sequence, layer, head) triples, so one head of one of 100 sequences
 above eps already reads 0.06 % in a 16-head model, which real text at these sizes shows within a few hundred
@@ -32,9 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.atlas import censored_end, lower_median, median_interval, wilson_interval
-from analysis.emergence import SINK_FREE_SHARE, persistent_onset, rule_text
 from analysis.results import DEFAULT_EPS, mean_alpha1, probe_length, sink_series, tokens_at, uniform_alpha1
+from analysis.stats.atlas import censored_end, lower_median, median_interval, wilson_interval
+from analysis.stats.emergence import SINK_FREE_SHARE, persistent_onset, rule_text
 
 STATUS_FILE = "bridge_status.json"
 ONSET_SHARE = SINK_FREE_SHARE  # % of (sequence, layer, head) triples: the onset's threshold (the docstring says why)

@@ -2,11 +2,11 @@
 cell of settings on top of one Bigram-Backcopy (BBM) base job file, with the expectation the literature
 states for it.
 
-    from jobs.atlas.cells import CELLS, SCALES, Cell
+    from cells.atlas import CELLS, SCALES, Cell
 
 A cell's settings are trainer flags (without "--") over the scale's base file (SCALES); the runner
 (python -m jobs.atlas.run) adds the seed, the steps, the out-dir and the run-name. Where the BBM study of
-jobs/pretrain/make_jobs.py (group "bbm") or one of its paper tables already has the cell, the settings and
+cells/pretrain.py (group "bbm") or one of its paper tables already has the cell, the settings and
 the citation come from there, so the two cannot drift apart.
 
 expect is one of EXPECT: "sink" (a sink on the first position), "no_sink", "moved_to_bias" (onto the sink
@@ -29,12 +29,10 @@ positional, norm-placement and depth axes (SAME_AS): it is run once.
 """
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
-from jobs.pretrain.make_jobs import GROUPS
+from cells.pretrain import GROUPS, JOBS_DIR as PRETRAIN
 
-HERE = Path(__file__).resolve().parent
-PRETRAIN = HERE.parent / "pretrain"
+HERE = PRETRAIN.parent / "atlas"  # the atlas's base job files
 
 # name -> base job file. cheap: the demo's setting (d = 256, T = 256, 150 steps of 32768 tokens);
 # small: d = 64, T = 64, 8192 tokens a step (the CI test's setting, bbm_small.ini says what was measured);
@@ -70,7 +68,7 @@ class Cell:
 
 
 def _paper_cell(folder, stem):
-    """The make_jobs.Cell of group `folder` named `stem` ("" for the group's cell that is its base file)."""
+    """The cells.pretrain.Cell of group `folder` named `stem` ("" for the group's cell that is its base file)."""
     group = next(g for g in GROUPS if g.folder == folder)
     return next(c for c in group.cells if c.stem == stem)
 
@@ -83,7 +81,7 @@ def _from_bbm(name, stem=None, label=None, principal=False, extra=None):
 
 
 def _from_table(folder, stem, name, expect, source, principal=False, label=None):
-    """A cell of a paper table (or of make_jobs' beyond-paper group) run on the BBM base instead."""
+    """A cell of a paper table (or of the beyond-paper group of cells/pretrain.py) run on the BBM base instead."""
     c = _paper_cell(folder, stem)
     return Cell(name, label or c.label, dict(c.settings), expect, source, principal)
 

@@ -10,7 +10,7 @@ Two measures of the first position's sink (MEASURES), each with its emergence st
   - "guo", Guo et al.'s: the BOS attention, the mean attention of the non-trigger queries to position 0 at the
     layer and head where it is largest (analysis.results.bos_attention; proxy scores* where the rows are not
     distributions); a sink from the first evaluation from which it stays at or above eps (0.3, the report's --eps)
-    to the run's last (analysis.emergence.persistent_onset_step);
+    to the run's last (analysis.stats.emergence.persistent_onset_step);
   - "paper", the paper's: Sink_1^eps, the share of heads (layer, head) whose mean attention of every query to
     the first token, alpha_1 averaged over the probe sequences (eval/alpha), exceeds eps (Sec. 3.2; T = the probe
     length, the paper's 64 at the small and paper scales); a sink from the first evaluation from which it stays
@@ -48,9 +48,9 @@ from statistics import NormalDist
 
 import numpy as np
 
-from analysis.emergence import RULE_TEXT, SINK_FREE_SHARE, persistent_onset_step, rule_text
+from analysis.describe import DEFAULTS  # sinklab-pretrain's defaults of what a job file may leave out
 from analysis.results import DEFAULT_EPS, bos_attention, ini_settings, match_eps
-from analysis.sections.bbm import DEFAULTS
+from analysis.stats.emergence import RULE_TEXT, SINK_FREE_SHARE, persistent_onset_step, rule_text
 
 CONFIDENCE = 0.95
 CONVERGED_SHARE = 0.10     # the converged BOS attention: mean over this share of the last evaluations
@@ -118,7 +118,7 @@ SCALE_RULE = ("a cell run at two scales: the seeds its verdict counts (with a si
               "rules above; that reading treats the two scales as one population, which a consistent test does not "
               "prove, so the per-scale verdicts stay the atlas's")
 # A run learned the copy rule when its last copy loss is at most this many nats: the runner's convergence margin
-# (jobs/atlas/convergence.py COPY_MARGIN; tests/python/test_atlas_stats.py checks they agree).
+# (analysis/stats/convergence.py COPY_MARGIN; tests/python/test_atlas_stats.py checks they agree).
 LEARNED_COPY_LOSS = 0.1
 UNLEARNED_RULE = ("every expectation: inconclusive when more than half of the seeds stopped at the step cap or "
                   f"budget without learning the copy rule (copy loss > {LEARNED_COPY_LOSS:g} nats at the last "
@@ -476,7 +476,7 @@ class CellStats:
     scale: str
     cell: str
     runs: list                # AtlasRun, by seed
-    spec: object = None       # jobs.atlas.cells.Cell, None when the table lacks the cell
+    spec: object = None       # cells.atlas.Cell, None when the table lacks the cell
     by: dict = field(default_factory=dict)  # MEASURES -> MeasureStats
 
     @property
@@ -563,7 +563,7 @@ def verdict(s, m):
     kind = s.expect
     frac = f"{m.sinks}/{s.n} seeds with a sink, interval {m.sink_ci[0]:.2f}-{m.sink_ci[1]:.2f}"
     if s.spec is None:
-        return "no expectation", "the cell is not in the atlas's table (jobs/atlas/cells.py)"
+        return "no expectation", "the cell is not in the atlas's table (cells/atlas.py)"
     if kind == "none":
         return "no expectation", "none stated"
     if s.task_not_learned:

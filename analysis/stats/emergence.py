@@ -11,7 +11,8 @@ import numpy as np
 # The paper's line between a sink and none in Sink_k^eps (percent): LMs whose Sink_1^eps "maintains a very small
 # value (less than 1%)" are sink-free (App. C, Fig. 28). Sink_k^eps is a share of (probe sequence, layer, head)
 # triples (the reference code's per-sample averaging, probe/sink_metrics.hpp), so a sink by it holds in more than
-# 1 % of them; the toy-to-text onsets (analysis/bridge.py) and the atlas's paper measure (analysis/atlas.py) read it.
+# 1 % of them; the toy-to-text onsets (analysis/stats/bridge.py) and the atlas's paper measure
+# (analysis/stats/atlas.py) read it.
 SINK_FREE_SHARE = 1.0
 
 

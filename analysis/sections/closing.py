@@ -47,7 +47,7 @@ GLOSSARY = [
 ]
 
 
-def summary_html(rep, data):
+def closing_html(rep, data):
     """The end of the page: what was read (files, runs, models), what the numbers mean, notes, skips."""
     files, runs, entries, items, eps = data.files, data.runs, data.entries, data.items, data.eps
     out = ['<h2 id="summary">What was read, and notes</h2>', "<h3>Files</h3>", "<ul>"]

@@ -2,7 +2,7 @@
 sink emerges. Each cell is a model size x the rows it trains on x a learning rate, over one scale's base job
 file (SCALES); python -m jobs.bridge.run trains every cell x seed to the scale's token budget.
 
-    from jobs.bridge.cells import CELLS, SCALES, SIZES, ROWS, LRS
+    from cells.bridge import CELLS, SCALES, SIZES, ROWS, LRS
 
 Sizes go down from the demo's tiny shape (jobs/pretrain/tiny_cpu.ini: d 128, 4 layers, 4 heads); heads keep
 32 dimensions where the width allows. Rows:
@@ -20,7 +20,7 @@ Learning rates: the paper's 4e-4 (Sec. 4, its 60M default) and 5x it, 2e-3 (the 
 from dataclasses import dataclass
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1] / "jobs" / "bridge"  # the bridge's base job files
 
 # scale -> (base job file, token budget of every run). mini: 2^22 = 4.19 M tokens (1024 steps of 4096 tokens,
 # 0.89 x the corpus's 4.69 M training tokens, so the budget does not run the model over its data again and
