@@ -129,8 +129,6 @@ def _join(base, name):
 def _install():
     if getattr(h5py.Group, "_sinklab_schema_hooks", False):
         return
-    group_getitem, group_contains = h5py.Group.__getitem__, h5py.Group.__contains__
-    attrs_getitem, attrs_contains = h5py.AttributeManager.__getitem__, h5py.AttributeManager.__contains__
 
     def check_object(group, name):
         if isinstance(name, (str, bytes)) and _watched:
@@ -147,24 +145,15 @@ def _install():
                 name = name.decode() if isinstance(name, bytes) else name
                 schema.check_read(filename, h5py.h5i.get_name(attrs._id).decode(), name)
 
-    def getitem(self, name):
-        check_object(self, name)
-        return group_getitem(self, name)
+    def hooked(original, check):
+        def lookup(self, name):
+            check(self, name)
+            return original(self, name)
+        return lookup
 
-    def contains(self, name):
-        check_object(self, name)
-        return group_contains(self, name)
-
-    def attr_getitem(self, name):
-        check_attr(self, name)
-        return attrs_getitem(self, name)
-
-    def attr_contains(self, name):
-        check_attr(self, name)
-        return attrs_contains(self, name)
-
-    h5py.Group.__getitem__, h5py.Group.__contains__ = getitem, contains
-    h5py.AttributeManager.__getitem__, h5py.AttributeManager.__contains__ = attr_getitem, attr_contains
+    for cls, check in ((h5py.Group, check_object), (h5py.AttributeManager, check_attr)):
+        cls.__getitem__ = hooked(cls.__getitem__, check)
+        cls.__contains__ = hooked(cls.__contains__, check)
     h5py.Group._sinklab_schema_hooks = True
 
 
