@@ -207,7 +207,7 @@ ResultsFile ResultsFile::create(const std::string& path, const RootInfo& info) {
   silence_hdf5();
   ResultsFile r;
   r.path_ = path;
-  r.temp_ = path + ".tmp." + std::to_string(::getpid());
+  r.temp_ = working_copy_path(path);
   Handle fapl = checked(H5Pcreate(H5P_FILE_ACCESS), path, "", "cannot create property list");
   check(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG), path, "", "cannot set property");
   hid_t f = H5Fcreate(r.temp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
@@ -239,7 +239,7 @@ ResultsFile ResultsFile::open(const std::string& path) {
   }
   ResultsFile r;
   r.path_ = path;
-  r.temp_ = path + ".tmp." + std::to_string(::getpid());
+  r.temp_ = working_copy_path(path);
   copy_file_or_fail(path, r.temp_);
   r.writable_ = true;  // from here on, destruction removes the temporary
   r.schema_ = ResultsSchema::from_env();

@@ -157,7 +157,7 @@ std::string finish_checkpoint(const std::string& dir, int64_t step, int world, i
   std::vector<std::string> files;
   for (const auto& entry : fs::directory_iterator(tmp)) {
     const std::string f = entry.path().filename().string();
-    if (!entry.is_regular_file() || f == kCheckpointManifest || f.find(".tmp.") != std::string::npos) continue;
+    if (!entry.is_regular_file() || f == kCheckpointManifest || f.find(io::kWorkingCopyInfix) != std::string::npos) continue;
     files.push_back(f);
   }
   std::sort(files.begin(), files.end());

@@ -87,7 +87,7 @@ RunDirLock::~RunDirLock() {
 
 void remove_leftovers(const std::string& out_dir) {
   std::error_code ec;
-  const std::string temp_prefix = std::string(kResultsFile) + ".tmp.";
+  const std::string temp_prefix = std::string(kResultsFile) + io::kWorkingCopyInfix;
   for (const auto& entry : fs::directory_iterator(out_dir, ec))
     if (entry.path().filename().string().starts_with(temp_prefix))
       remove_logged(entry.path(), "the working copy of results.h5 of an interrupted job");
