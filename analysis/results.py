@@ -12,6 +12,7 @@ to the owner's `notes`, so the callers can skip what is not there and say why. E
 to show (an empty HDF5 file, data_prep's survey inputs) is for the callers to refuse, with nothing_to_report's
 reason.
 """
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -502,6 +503,9 @@ def open_results(path):
         f = h5py.File(str(p), "r")
     except OSError as e:
         raise ResultsError(f"{path}: cannot open as HDF5: {e}") from None
+    if os.environ.get("SINKLAB_SCHEMA_CHECK"):  # the tests: every read below checked (analysis/results_schema.py)
+        from analysis.results_schema import watch_reads
+        watch_reads(f, os.environ["SINKLAB_SCHEMA_CHECK"])
     notes, runs, entries, items, scores, ablation_losses = [], [], [], [], [], []
     try:
         runs_g = f.get("runs")

@@ -33,6 +33,7 @@
 #include "probe/shared_options.hpp"
 #include "probe/survey_plan.hpp"
 #include "probe/survey_run.hpp"
+#include "probe/survey_writer.hpp"
 #include "train/signals.hpp"
 
 namespace po = boost::program_options;
@@ -150,18 +151,6 @@ bool parse(int argc, char** argv, SurveyOptions& o) {
   return true;
 }
 
-// The parameters an item's numbers depend on: a resumed file must have been made with the same.
-std::string params_fingerprint(const probe::SurveyParams& p) {
-  std::string eps;
-  for (double e : p.eps) eps += strfmt("%s%g", eps.empty() ? "" : ",", e);
-  std::string fp = strfmt("n-seq=%lld seq-len=%lld max-k=%d sink-eps=%s batch=%lld seed=%llu long-input-len=%lld long-n-seq=%lld",
-                          (long long)p.n_seq, (long long)p.seq_len, p.max_k, eps.c_str(), (long long)p.batch,
-                          (unsigned long long)p.seed, (long long)p.long_len, (long long)p.long_n_seq);
-  if (p.hellaswag_n > 0) fp += strfmt(" hellaswag-n=%lld", (long long)p.hellaswag_n);  // older files stay resumable
-  if (p.max_logits_bytes != int64_t(256) << 20) fp += strfmt(" max-logits-memory=%lld", (long long)p.max_logits_bytes);
-  return fp;
-}
-
 // Relative cost of an item for the scheduler and the ETA: weights on disk x tokens.
 double item_cost(const probe::SurveyItem& item, const std::vector<probe::SurveyModel>& models,
                  const probe::SurveyParams& p, std::map<int, double>& weights) {
@@ -187,127 +176,6 @@ struct Stopped {};
 // Errors of rank 0's bookkeeping inside the progress hook: fatal, never an item's failure.
 struct Fatal : std::runtime_error {
   using std::runtime_error::runtime_error;
-};
-
-// An item's outcome as it travels to rank 0: bookkeeping, then the measurements.
-std::string encode(bool ok, const std::string& error, double seconds, const io::ResultSet& data) {
-  io::ResultSet meta;
-  meta.set_attr("", "status", std::string(ok ? "ok" : "failed"));
-  meta.set_attr("", "error", error);
-  meta.set_attr("", "seconds", seconds);
-  return meta.serialize() + data.serialize();
-}
-
-// Rank 0's side: the results file, the record of what is done, progress lines.
-class SurveyWriter {
- public:
-  SurveyWriter(const SurveyOptions& o, const std::vector<probe::SurveyItem>& items,
-               const std::vector<probe::SurveyModel>& models, std::vector<double> costs)
-      : o_(o), items_(items), models_(models), costs_(std::move(costs)), done_(items.size(), 0) {
-    const fs::path dir = fs::path(o.output).parent_path();
-    std::error_code ec;
-    if (!dir.empty()) fs::create_directories(dir, ec);
-    SL_CHECK(!ec, "--output: cannot create %s: %s", dir.c_str(), ec.message().c_str());
-    const std::string fingerprint = params_fingerprint(o.params);
-    if (fs::exists(o.output)) {
-      SL_CHECK(o.resume, "--output %s exists: pass --resume to continue it, or remove it", o.output.c_str());
-      file_.emplace(io::ResultsFile::open(o.output));
-      SL_CHECK(file_->has_attr("/", "survey_params"), "--resume: %s is not a survey results file", o.output.c_str());
-      const std::string was = file_->attr_string("/", "survey_params");
-      SL_CHECK(was == fingerprint, "--resume: %s was made with %s; this run has %s", o.output.c_str(), was.c_str(),
-               fingerprint.c_str());
-      for (size_t i = 0; i < items_.size(); ++i) {
-        const std::string obj = "/items/" + items_[i].id(models_);
-        done_[i] = file_->exists(obj) && file_->attr_string(obj, "status") == "ok";
-      }
-    } else {
-      io::RootInfo info{SINKLAB_VERSION, "", io::now_utc_iso(), o.command_line, o.config_text, cpu_blas_summary()};
-      file_.emplace(io::ResultsFile::create(o.output, info));
-      file_->set_attr("/", "survey_params", fingerprint);
-      file_->create_group("/items");
-      file_->create_group("/models");
-    }
-    std::error_code rm;
-    fs::remove(o.output + ".done", rm);
-    for (size_t i = 0; i < items_.size(); ++i)
-      if (done_[i]) ++already_;
-      else pending_cost_ += costs_[i];
-  }
-
-  const std::vector<char>& done() const { return done_; }
-  int64_t already() const { return already_; }
-
-  // The outcome of items_[index], measured by `rank`.
-  void collect(int64_t index, int rank, const std::string& blob) {
-    const probe::SurveyItem& item = items_[size_t(index)];
-    const std::string id = item.id(models_);
-    size_t used = 0;
-    const io::ResultSet meta = io::ResultSet::deserialize(blob, &used);
-    const io::ResultSet data = io::ResultSet::deserialize(std::string_view(blob).substr(used));
-    const bool ok = std::get<std::string>(*meta.find_attr("", "status")) == "ok";
-    const std::string error = std::get<std::string>(*meta.find_attr("", "error"));
-    if (ok) data.write(*file_, item.group(models_));
-    const std::string obj = "/items/" + id;
-    meta.write(*file_, obj);
-    file_->set_attr(obj, "rank", int64_t(rank));
-    file_->set_attr(obj, "model", models_[size_t(item.model)].name);
-    file_->set_attr(obj, "input", item.label());
-    file_->set_attr(obj, "domain", item.domain);
-    if (!ok) {
-      failed_.push_back(index);
-      std::fprintf(stderr, "sinklab-survey: item %s failed: %s\n", id.c_str(), error.c_str());
-      std::fflush(stderr);
-    }
-    ++finished_;
-    done_cost_ += costs_[size_t(index)];
-    const double elapsed = clock_.seconds();
-    const double eta = done_cost_ > 0 ? elapsed * (pending_cost_ - done_cost_) / done_cost_ : 0;
-    log::info("items %lld/%zu, model %s (%s/%s %s), elapsed %s, ETA %s", (long long)(already_ + finished_),
-              items_.size(), models_[size_t(item.model)].name.c_str(), item.label().c_str(), item.domain.c_str(),
-              ok ? "ok" : "FAILED", hms(elapsed).c_str(), hms(eta).c_str());
-    if (o_.commit_every <= 0 || since_commit_.seconds() >= o_.commit_every) commit();
-  }
-
-  void commit() {
-    file_->commit();
-    since_commit_.reset();
-  }
-
-  // Final commit and summary; the exit status.
-  int finish(bool stopped) {
-    commit();
-    const int64_t total = int64_t(items_.size()), done = already_ + finished_;
-    if (stopped) {
-      log::info("survey stopped: %lld of %lld items attempted (%zu failed); run again with --resume to continue %s",
-                (long long)done, (long long)total, failed_.size(), o_.output.c_str());
-      return 0;
-    }
-    std::string summary = strfmt("%lld items, %zu failed -> %s", (long long)total, failed_.size(), o_.output.c_str());
-    std::ofstream(o_.output + ".done") << summary << "\n";
-    if (failed_.empty()) {
-      log::info("survey done: %s", summary.c_str());
-      return 0;
-    }
-    // In the plan's order, not the order in which ranks happened to report them: the line is the same every run.
-    std::sort(failed_.begin(), failed_.end());
-    std::string list;
-    for (int64_t index : failed_) list += (list.empty() ? "" : ", ") + items_[size_t(index)].id(models_);
-    std::fprintf(stderr, "sinklab-survey: error: %zu of %lld items failed: %s (errors under /items in %s)\n",
-                 failed_.size(), (long long)total, list.c_str(), o_.output.c_str());
-    return 1;
-  }
-
- private:
-  const SurveyOptions& o_;
-  const std::vector<probe::SurveyItem>& items_;
-  const std::vector<probe::SurveyModel>& models_;
-  std::vector<double> costs_;
-  std::vector<char> done_;
-  std::optional<io::ResultsFile> file_;
-  std::vector<int64_t> failed_;  // indices into items_
-  int64_t already_ = 0, finished_ = 0;
-  double pending_cost_ = 0, done_cost_ = 0;
-  Timer clock_, since_commit_;
 };
 
 // What the flags ask to measure, for probe::plan_items.
@@ -355,10 +223,13 @@ int run(const SurveyOptions& o, const parallel::World& world) {
   std::map<int, double> weights;
   std::vector<double> costs;
   for (const probe::SurveyItem& it : items) costs.push_back(item_cost(it, models, o.params, weights));
-  std::optional<SurveyWriter> writer;
+  std::optional<probe::SurveyWriter> writer;
   std::string done(items.size(), '0');
   if (world.is_root()) {
-    writer.emplace(o, items, models, costs);
+    probe::SurveyFileOptions file{o.output, o.resume, o.commit_every,
+                                  {SINKLAB_VERSION, "", io::now_utc_iso(), o.command_line, o.config_text, cpu_blas_summary()},
+                                  probe::params_fingerprint(o.params)};
+    writer.emplace(std::move(file), items, models, costs);
     for (size_t i = 0; i < items.size(); ++i) done[i] = writer->done()[i] ? '1' : '0';
   }
   world.broadcast(done);
@@ -402,14 +273,14 @@ int run(const SurveyOptions& o, const parallel::World& world) {
     std::string blob;
     try {
       const io::ResultSet data = probe::measure_item(item, model, o.params, cache, finder, hellaswag_finder, progress);
-      blob = encode(true, "", timer.seconds(), data);
+      blob = probe::encode_item_outcome(true, "", timer.seconds(), data);
     } catch (const Stopped&) {
       abandoned = true;
       continue;  // not recorded: --resume measures it again
     } catch (const Fatal& e) {
       throw Error(e.what());
     } catch (const std::exception& e) {
-      blob = encode(false, e.what(), timer.seconds(), io::ResultSet{});
+      blob = probe::encode_item_outcome(false, e.what(), timer.seconds(), io::ResultSet{});
     }
     queue.finish(*next, std::move(blob));
   }

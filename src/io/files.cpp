@@ -14,8 +14,10 @@
 
 namespace sinklab::io {
 
+std::string working_copy_path(const std::string& path) { return path + kWorkingCopyInfix + std::to_string(::getpid()); }
+
 AtomicFile::AtomicFile(const std::string& path) : path_(path) {
-  temp_ = path + ".tmp." + std::to_string(::getpid());
+  temp_ = working_copy_path(path);
   file_ = std::fopen(temp_.c_str(), "wb");
   SL_CHECK(file_ != nullptr, "cannot write %s: %s", temp_.c_str(), std::strerror(errno));
 }

@@ -8,7 +8,12 @@
 
 namespace sinklab::io {
 
-// Writes to "<path>.tmp.<pid>" and, on commit(), flushes, fsyncs, renames over path and fsyncs the
+// The working copy this process writes before renaming it over path: "<path>.tmp.<pid>" (AtomicFile,
+// ResultsFile). Every such copy, whichever process made it, has kWorkingCopyInfix in its name.
+inline constexpr const char* kWorkingCopyInfix = ".tmp.";
+std::string working_copy_path(const std::string& path);
+
+// Writes to working_copy_path(path) and, on commit(), flushes, fsyncs, renames over path and fsyncs the
 // directory. Destroyed without commit(): the temporary is removed and path is untouched.
 class AtomicFile {
  public:

@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "io/files.hpp"
 #include "io/h5_detail.hpp"
+#include "io/results_schema.hpp"
 
 namespace sinklab::io {
 
@@ -31,6 +32,18 @@ template <class T> hid_t file_type();
 template <> hid_t file_type<float>() { return H5T_IEEE_F32LE; }
 template <> hid_t file_type<double>() { return H5T_IEEE_F64LE; }
 template <> hid_t file_type<int32_t>() { return H5T_STD_I32LE; }
+// The dtype names of the results schema (io/results_schema.hpp).
+template <class T> const char* schema_dtype();
+template <> const char* schema_dtype<float>() { return "f32"; }
+template <> const char* schema_dtype<double>() { return "f64"; }
+template <> const char* schema_dtype<int32_t>() { return "i32"; }
+
+// append_slab's dims as the schema sees them: [count, item...].
+std::vector<int64_t> series_dims(const std::vector<int64_t>& item, int64_t count) {
+  std::vector<int64_t> d{count};
+  d.insert(d.end(), item.begin(), item.end());
+  return d;
+}
 
 // Writes `count` rows at the end of an extendable dataset whose item shape is item.
 template <class T>
@@ -139,7 +152,7 @@ std::string now_utc_iso() {
 
 ResultsFile::ResultsFile(ResultsFile&& o) noexcept
     : path_(std::move(o.path_)), temp_(std::move(o.temp_)), file_(std::exchange(o.file_, -1)),
-      writable_(std::exchange(o.writable_, false)) {}
+      writable_(std::exchange(o.writable_, false)), schema_(std::exchange(o.schema_, nullptr)) {}
 
 ResultsFile& ResultsFile::operator=(ResultsFile&& o) noexcept {
   if (this != &o) {
@@ -151,6 +164,7 @@ ResultsFile& ResultsFile::operator=(ResultsFile&& o) noexcept {
     temp_ = std::move(o.temp_);
     file_ = std::exchange(o.file_, -1);
     writable_ = std::exchange(o.writable_, false);
+    schema_ = std::exchange(o.schema_, nullptr);
   }
   return *this;
 }
@@ -193,7 +207,7 @@ ResultsFile ResultsFile::create(const std::string& path, const RootInfo& info) {
   silence_hdf5();
   ResultsFile r;
   r.path_ = path;
-  r.temp_ = path + ".tmp." + std::to_string(::getpid());
+  r.temp_ = working_copy_path(path);
   Handle fapl = checked(H5Pcreate(H5P_FILE_ACCESS), path, "", "cannot create property list");
   check(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG), path, "", "cannot set property");
   hid_t f = H5Fcreate(r.temp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
@@ -204,6 +218,7 @@ ResultsFile ResultsFile::create(const std::string& path, const RootInfo& info) {
   }
   r.file_ = f;
   r.writable_ = true;
+  r.schema_ = ResultsSchema::from_env();
   r.set_attr("/", "sinklab_version", info.sinklab_version);
   r.set_attr("/", "git_sha", info.git_sha);
   r.set_attr("/", "created_utc", info.created_utc.empty() ? now_utc_iso() : info.created_utc);
@@ -224,9 +239,10 @@ ResultsFile ResultsFile::open(const std::string& path) {
   }
   ResultsFile r;
   r.path_ = path;
-  r.temp_ = path + ".tmp." + std::to_string(::getpid());
+  r.temp_ = working_copy_path(path);
   copy_file_or_fail(path, r.temp_);
   r.writable_ = true;  // from here on, destruction removes the temporary
+  r.schema_ = ResultsSchema::from_env();
   r.open_temp();
   return r;
 }
@@ -272,6 +288,7 @@ bool ResultsFile::exists(const std::string& obj) const {
 void ResultsFile::create_group(const std::string& group_in) {
   require_writable("create_group");
   std::string group = normalize(group_in);
+  if (schema_) schema_->check_group(path_, group);
   if (link_exists(hid_t(file_), group)) {
     Handle o = open_object(hid_t(file_), path_, group);
     if (H5Iget_type(o) != H5I_GROUP) SL_FAIL("%s: %s exists and is not a group", path_.c_str(), group.c_str());
@@ -295,6 +312,9 @@ void ResultsFile::append_row(const std::string& group_in, const std::vector<Cell
     for (size_t b = a + 1; b < row.size(); ++b)
       SL_CHECK(row[a].name != row[b].name, "%s: %s: column '%s' given twice in one row", path_.c_str(),
                group.c_str(), row[a].name.c_str());
+    if (schema_)
+      schema_->check_dataset(path_, ResultsSchema::Kind::column, join(group, row[a].name), row[a].is_int ? "i64" : "f64",
+                             {1});
   }
   create_group(group);
   const hid_t f = hid_t(file_);
@@ -383,45 +403,57 @@ void ResultsFile::truncate_rows(const std::string& group_in, int64_t n) {
 
 void ResultsFile::write_array(const std::string& obj, const std::vector<int64_t>& dims, const float* data) {
   require_writable("write_array");
+  if (schema_) schema_->check_dataset(path_, ResultsSchema::Kind::array, normalize(obj), schema_dtype<float>(), dims);
   write_array_impl(hid_t(file_), path_, obj, dims, data);
 }
 void ResultsFile::write_array(const std::string& obj, const std::vector<int64_t>& dims, const double* data) {
   require_writable("write_array");
+  if (schema_) schema_->check_dataset(path_, ResultsSchema::Kind::array, normalize(obj), schema_dtype<double>(), dims);
   write_array_impl(hid_t(file_), path_, obj, dims, data);
 }
 void ResultsFile::write_array(const std::string& obj, const std::vector<int64_t>& dims, const int32_t* data) {
   require_writable("write_array");
+  if (schema_) schema_->check_dataset(path_, ResultsSchema::Kind::array, normalize(obj), schema_dtype<int32_t>(), dims);
   write_array_impl(hid_t(file_), path_, obj, dims, data);
 }
 
 void ResultsFile::append_slab(const std::string& obj, const std::vector<int64_t>& item, const float* data,
                               int64_t count) {
   require_writable("append_slab");
+  if (schema_)
+    schema_->check_dataset(path_, ResultsSchema::Kind::series, normalize(obj), schema_dtype<float>(), series_dims(item, count));
   append_slab_impl(hid_t(file_), path_, obj, item, data, count);
 }
 void ResultsFile::append_slab(const std::string& obj, const std::vector<int64_t>& item, const double* data,
                               int64_t count) {
   require_writable("append_slab");
+  if (schema_)
+    schema_->check_dataset(path_, ResultsSchema::Kind::series, normalize(obj), schema_dtype<double>(), series_dims(item, count));
   append_slab_impl(hid_t(file_), path_, obj, item, data, count);
 }
 void ResultsFile::append_slab(const std::string& obj, const std::vector<int64_t>& item, const int32_t* data,
                               int64_t count) {
   require_writable("append_slab");
+  if (schema_)
+    schema_->check_dataset(path_, ResultsSchema::Kind::series, normalize(obj), schema_dtype<int32_t>(), series_dims(item, count));
   append_slab_impl(hid_t(file_), path_, obj, item, data, count);
 }
 
 void ResultsFile::set_attr(const std::string& obj, const std::string& name, const std::string& value) {
   require_writable("set_attr");
+  if (schema_) schema_->check_attr(path_, normalize(obj), name, "str");
   Handle t = utf8_vlen_string(path_, obj);
   const char* p = value.c_str();
   write_attr(hid_t(file_), path_, obj, name, t, t, &p);
 }
 void ResultsFile::set_attr(const std::string& obj, const std::string& name, double value) {
   require_writable("set_attr");
+  if (schema_) schema_->check_attr(path_, normalize(obj), name, "f64");
   write_attr(hid_t(file_), path_, obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
 }
 void ResultsFile::set_attr(const std::string& obj, const std::string& name, int64_t value) {
   require_writable("set_attr");
+  if (schema_) schema_->check_attr(path_, normalize(obj), name, "i64");
   write_attr(hid_t(file_), path_, obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
 }
 

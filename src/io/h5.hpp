@@ -23,6 +23,8 @@
 // torn `path`). Callers commit at checkpoint and eval boundaries and before exit; a resumed run reopens
 // with open() and calls truncate_rows(group, n) to drop rows logged after its checkpoint.
 // open_read() opens a committed file read-only in place (readers, tests, resume checks).
+// Under SINKLAB_SCHEMA_CHECK=<src/io/results_schema.tsv> every write is checked against the declared schema
+// (io/results_schema.hpp) and an undeclared one throws, naming the object.
 // One writer per path at a time (the temporary is named by pid; in MPI jobs rank 0 writes, or each
 // rank its own file). Committing copies the file once, which is cheap at results-file sizes.
 //
@@ -38,6 +40,8 @@
 #include "core/error.hpp"
 
 namespace sinklab::io {
+
+class ResultsSchema;  // io/results_schema.hpp
 
 struct RootInfo {
   std::string sinklab_version;
@@ -158,6 +162,7 @@ class ResultsFile {
   std::string path_, temp_;
   int64_t file_ = -1;  // hid_t
   bool writable_ = false;
+  const ResultsSchema* schema_ = nullptr;  // SINKLAB_SCHEMA_CHECK's, for writable files (io/results_schema.hpp)
 };
 
 }  // namespace sinklab::io

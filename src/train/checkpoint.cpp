@@ -16,6 +16,7 @@
 #include "backend/ops.hpp"
 #include "core/error.hpp"
 #include "io/files.hpp"
+#include "train/run_dir.hpp"
 
 namespace sinklab::train {
 
@@ -156,7 +157,7 @@ std::string finish_checkpoint(const std::string& dir, int64_t step, int world, i
   std::vector<std::string> files;
   for (const auto& entry : fs::directory_iterator(tmp)) {
     const std::string f = entry.path().filename().string();
-    if (!entry.is_regular_file() || f == kCheckpointManifest || f.find(".tmp.") != std::string::npos) continue;
+    if (!entry.is_regular_file() || f == kCheckpointManifest || f.find(io::kWorkingCopyInfix) != std::string::npos) continue;
     files.push_back(f);
   }
   std::sort(files.begin(), files.end());
@@ -352,7 +353,7 @@ std::string resolve_checkpoint(const std::string& path, const char* flag) {
            "directory or a run's --out-dir (its newest checkpoint)", flag, path.c_str());
   if (std::filesystem::exists(path + "/" + kCheckpointManifest, ec)) return path;
   std::optional<std::string> latest = latest_checkpoint(path);
-  if (!latest) latest = latest_checkpoint(path + "/checkpoints");
+  if (!latest) latest = latest_checkpoint(checkpoints_dir(path));
   SL_CHECK(latest.has_value(), "%s: no complete checkpoint in %s", flag, path.c_str());
   return *latest;
 }

@@ -21,9 +21,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kResults = "results.h5";
-constexpr const char* kCheckpoints = "checkpoints";
-
 // What the holder wrote into LOCK ("<pid> on <host>"), for the refusal ("" when unreadable).
 std::string lock_holder(int fd) {
   char text[300] = {};
@@ -50,6 +47,9 @@ bool is_checkpoint_dir_name(const std::string& name) {
 }
 
 }  // namespace
+
+std::string results_path(const std::string& out_dir) { return out_dir + "/" + kResultsFile; }
+std::string checkpoints_dir(const std::string& out_dir) { return out_dir + "/" + kCheckpointsDir; }
 
 RunDirLock::RunDirLock(const std::string& out_dir) {
   std::error_code ec;
@@ -87,12 +87,12 @@ RunDirLock::~RunDirLock() {
 
 void remove_leftovers(const std::string& out_dir) {
   std::error_code ec;
-  const std::string temp_prefix = std::string(kResults) + ".tmp.";
+  const std::string temp_prefix = std::string(kResultsFile) + io::kWorkingCopyInfix;
   for (const auto& entry : fs::directory_iterator(out_dir, ec))
     if (entry.path().filename().string().starts_with(temp_prefix))
       remove_logged(entry.path(), "the working copy of results.h5 of an interrupted job");
   SL_CHECK(!ec, "--out-dir: cannot list %s: %s", out_dir.c_str(), ec.message().c_str());
-  const fs::path checkpoints = fs::path(out_dir) / kCheckpoints;
+  const fs::path checkpoints = fs::path(out_dir) / kCheckpointsDir;
   if (!fs::is_directory(checkpoints, ec)) return;
   std::vector<fs::path> stale;
   for (const auto& entry : fs::directory_iterator(checkpoints, ec)) {
@@ -122,13 +122,13 @@ void remove_leftovers(const std::string& out_dir) {
 }
 
 void claim_for_fresh_run(const std::string& out_dir, bool overwrite) {
-  const fs::path results = fs::path(out_dir) / kResults, checkpoints = fs::path(out_dir) / kCheckpoints;
+  const fs::path results = fs::path(out_dir) / kResultsFile, checkpoints = fs::path(out_dir) / kCheckpointsDir;
   std::error_code ec;
   const bool has_results = fs::exists(results, ec);
   const size_t n_checkpoints = list_checkpoints(checkpoints.string()).size();
   if (!has_results && n_checkpoints == 0) return;
   if (!overwrite) {
-    std::string held = has_results ? "results.h5" : "";
+    std::string held = has_results ? kResultsFile : "";
     if (n_checkpoints > 0) held += strfmt("%s%zu checkpoint(s)", held.empty() ? "" : " and ", n_checkpoints);
     SL_FAIL("--out-dir %s holds another run (%s): continue it with --resume, give this run its own --out-dir, or "
             "pass --overwrite to delete them", out_dir.c_str(), held.c_str());

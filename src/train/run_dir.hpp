@@ -22,8 +22,16 @@
 
 namespace sinklab::train {
 
+// The out-dir layout, spelled here only: <out_dir>/results.h5, <out_dir>/checkpoints/step_<N>/
+// (train/checkpoint.hpp), LOCK, DONE.
+inline constexpr const char* kResultsFile = "results.h5";
+inline constexpr const char* kCheckpointsDir = "checkpoints";
 inline constexpr const char* kRunLock = "LOCK";
 inline constexpr const char* kDoneMarker = "DONE";
+
+// "<out_dir>/results.h5" and "<out_dir>/checkpoints" (joined with one '/', as given).
+std::string results_path(const std::string& out_dir);
+std::string checkpoints_dir(const std::string& out_dir);
 
 // The exclusive lock on <out_dir>/LOCK (the directory is created when missing). Throws, naming
 // --out-dir and the holder's pid, when another job holds it.

@@ -204,8 +204,8 @@ Trainer::Trainer(const TrainConfig& cfg, parallel::World& world)
   step_stats_ = stats_buffer_.view(DType::f64, {step_slots + 2 * L}).slice(0, 0, step_slots);
   ratio_stats_ = stats_buffer_.view(DType::f64, {step_slots + 2 * L}).slice(0, step_slots, 2 * L);
 
-  ckpt_dir_ = cfg.out_dir + "/checkpoints";
-  results_path_ = cfg.out_dir + "/results.h5";
+  ckpt_dir_ = checkpoints_dir(cfg.out_dir);
+  results_path_ = results_path(cfg.out_dir);
   const int64_t rows = cfg.micro_batch_rows, C = cfg.model.context;
   inputs_buf_ = Buffer::for_tensor(DType::i32, {rows, C});
   targets_buf_ = Buffer::for_tensor(DType::i32, {rows, C});

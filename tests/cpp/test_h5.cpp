@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "io/h5.hpp"
+#include "io/results_schema.hpp"
 
 namespace sinklab::io {
 namespace {
@@ -251,6 +252,68 @@ TEST_F(H5Test, ErrorsNameTheFileAndObject) {
 }
 
 // The schema example inspected by tests/python/test_h5_layout.py (skipped unless the env var is set).
+// The declared results schema (io/results_schema.hpp): the grammar, and what a write must match.
+TEST(ResultsSchema, ChecksKindPathDtypeAndRank) {
+  const ResultsSchema s = ResultsSchema::parse(
+      "# comment\n"
+      "group   /runs/{run}             -    -        src/a.cpp  open_results\n"
+      "attr    /runs/{run}@config      str  -        src/a.cpp  open_results (Run.config)\n"
+      "column  /runs/{run}/train/step  i64  [n]      src/a.cpp  _read_train\n"
+      "series  /runs/{run}/eval/alpha  f32  [n,L,H]  src/a.cpp  _read_eval\n"
+      "array   /m/natural@T64/pairs          i32  [P,2]    src/b.cpp  unread: a test\n"
+      "attr    /m/natural@T64/pairs@heads    -    -        none       map_pairs: a read-only fallback\n",
+      "test.tsv");
+  ASSERT_EQ(s.items().size(), 6u);
+  EXPECT_EQ(s.items()[4].path, (std::vector<std::string>{"m", "natural@T64", "pairs"}));
+  EXPECT_EQ(s.items()[5].attr, "heads");  // split at the last '@'
+  EXPECT_EQ(s.items()[3].dims, (std::vector<int64_t>{-1, -1, -1}));
+  EXPECT_EQ(s.items()[4].reader, "unread: a test");
+  s.check_group("f.h5", "/runs/demo");
+  s.check_attr("f.h5", "/runs/demo", "config", "str");
+  s.check_dataset("f.h5", ResultsSchema::Kind::column, "/runs/demo/train/step", "i64", {1});
+  s.check_dataset("f.h5", ResultsSchema::Kind::series, "/runs/demo/eval/alpha", "f32", {1, 2, 3});
+  s.check_dataset("f.h5", ResultsSchema::Kind::array, "/m/natural@T64/pairs", "i32", {5, 2});
+  auto message = [](auto&& write) {
+    try {
+      write();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // Undeclared: another name, another kind, dtype, rank or fixed dimension, a read-only fallback.
+  EXPECT_NE(message([&] { s.check_dataset("f.h5", ResultsSchema::Kind::column, "/runs/demo/train/loss", "f64", {1}); })
+                .find("f.h5: undeclared write: column /runs/demo/train/loss f64 [1] (not in the results schema test.tsv)"),
+            std::string::npos);
+  EXPECT_NE(message([&] { s.check_dataset("f.h5", ResultsSchema::Kind::series, "/runs/demo/eval/alpha", "f64", {1, 2, 3}); })
+                .find("undeclared write: series /runs/demo/eval/alpha f64 [1,2,3] (test.tsv:5 declares it as f32 rank 3)"),
+            std::string::npos);
+  EXPECT_NE(message([&] { s.check_dataset("f.h5", ResultsSchema::Kind::series, "/runs/demo/eval/alpha", "f32", {1, 2}); }),
+            "no error");
+  EXPECT_NE(message([&] { s.check_dataset("f.h5", ResultsSchema::Kind::array, "/runs/demo/eval/alpha", "f32", {1, 2, 3}); }),
+            "no error");
+  EXPECT_NE(message([&] { s.check_dataset("f.h5", ResultsSchema::Kind::array, "/m/natural@T64/pairs", "i32", {5, 3}); }),
+            "no error");
+  EXPECT_NE(message([&] { s.check_attr("f.h5", "/runs/demo", "config", "i64"); }).find("undeclared write: attr /runs/demo@config i64"),
+            std::string::npos);
+  EXPECT_NE(message([&] { s.check_attr("f.h5", "/m/natural@T64/pairs", "heads", "str"); }), "no error");
+  EXPECT_NE(message([&] { s.check_group("f.h5", "/runs/demo/extra"); }).find("undeclared write: group /runs/demo/extra"),
+            std::string::npos);
+  // Malformed lines name the file and line.
+  EXPECT_NE(message([&] { ResultsSchema::parse("group /a - -\n", "x.tsv"); }).find("x.tsv:1: needs kind"), std::string::npos);
+  EXPECT_NE(message([&] { ResultsSchema::parse("table /a - - w r\n", "x.tsv"); }).find("x.tsv:1: unknown kind"),
+            std::string::npos);
+  EXPECT_NE(message([&] { ResultsSchema::parse("array /a f32 [L,] w r\n", "x.tsv"); }).find("x.tsv:1: empty dimension"),
+            std::string::npos);
+}
+
+TEST(ResultsSchema, TheDeclaredSchemaParses) {
+  const ResultsSchema s = ResultsSchema::load(SINKLAB_SOURCE_DIR "/src/io/results_schema.tsv");
+  EXPECT_GT(s.items().size(), 100u);
+  s.check_attr("results.h5", "/", "sinklab_version", "str");
+  s.check_dataset("results.h5", ResultsSchema::Kind::series, "/runs/t/eval/alpha", "f32", {1, 2, 2});
+}
+
 TEST(H5Layout, WriteExample) {
   const char* out = std::getenv("SINKLAB_H5_LAYOUT_OUT");
   if (!out || !*out) GTEST_SKIP() << "SINKLAB_H5_LAYOUT_OUT not set";

@@ -3,6 +3,7 @@
 `python -m pytest` from the root already has it on sys.path; this makes plain `pytest` work too.
 """
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +46,11 @@ def assert_jobs_pass_dry_run(pretrain, env, items, job_text_of, tmp_path):
 
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
+
+# The declared results schema (src/io/results_schema.tsv) is checked in every test: each write of a binary the
+# tests run (they pass os.environ on) and each read of analysis.results. SINKLAB_SCHEMA_CHECK= (empty) turns it off.
+SCHEMA = REPO_ROOT / "src" / "io" / "results_schema.tsv"
+os.environ.setdefault("SINKLAB_SCHEMA_CHECK", str(SCHEMA))
 
 
 # A small learnable corpus for the end-to-end training tests (sinklab-pretrain under mpirun and Slurm):
