@@ -644,12 +644,12 @@ def is_bbm(run):
     return ev is not None and (bool(ev.bbm_meta) or ev.copy_loss is not None)
 
 
-# The emergence atlas's runs are named atlas.<scale>.<cell>.s<seed> (jobs/atlas; analysis/atlas.py reads them).
+# The emergence atlas's runs are named atlas.<scale>.<cell>.s<seed> (jobs/atlas; analysis/stats/atlas.py reads them).
 ATLAS_PREFIX = "atlas."
 
 
 def is_atlas_run(run):
-    """A run of the emergence atlas (run-name atlas.<scale>.<cell>.s<seed>): its own section, analysis/atlas.py."""
+    """A run of the emergence atlas (run-name atlas.<scale>.<cell>.s<seed>): its own section, analysis/stats/atlas.py."""
     return run.name.startswith(ATLAS_PREFIX)
 
 
