@@ -70,8 +70,9 @@ void append_rows(hid_t ds, const std::string& fname, const std::string& obj, con
 
 template <class T>
 void write_array_impl(hid_t file, const std::string& fname, const std::string& obj_in,
-                      const std::vector<int64_t>& dims, const T* data) {
+                      const std::vector<int64_t>& dims, const T* data, const ResultsSchema* schema) {
   std::string obj = normalize(obj_in);
+  if (schema) schema->check_dataset(fname, ResultsSchema::Kind::array, obj, schema_dtype<T>(), dims);
   for (int64_t d : dims)
     if (d < 0) SL_FAIL("%s: %s: negative dimension in %s", fname.c_str(), obj.c_str(), fmt_dims(dims).c_str());
   if (dims.empty()) SL_FAIL("%s: %s: write_array needs at least one dimension", fname.c_str(), obj.c_str());
@@ -90,8 +91,9 @@ void write_array_impl(hid_t file, const std::string& fname, const std::string& o
 
 template <class T>
 void append_slab_impl(hid_t file, const std::string& fname, const std::string& obj_in,
-                      const std::vector<int64_t>& item, const T* data, int64_t count) {
+                      const std::vector<int64_t>& item, const T* data, int64_t count, const ResultsSchema* schema) {
   std::string obj = normalize(obj_in);
+  if (schema) schema->check_dataset(fname, ResultsSchema::Kind::series, obj, schema_dtype<T>(), series_dims(item, count));
   for (int64_t d : item)
     if (d <= 0) SL_FAIL("%s: %s: item dims %s must be positive", fname.c_str(), obj.c_str(), fmt_dims(item).c_str());
   Handle ds;
@@ -403,40 +405,31 @@ void ResultsFile::truncate_rows(const std::string& group_in, int64_t n) {
 
 void ResultsFile::write_array(const std::string& obj, const std::vector<int64_t>& dims, const float* data) {
   require_writable("write_array");
-  if (schema_) schema_->check_dataset(path_, ResultsSchema::Kind::array, normalize(obj), schema_dtype<float>(), dims);
-  write_array_impl(hid_t(file_), path_, obj, dims, data);
+  write_array_impl(hid_t(file_), path_, obj, dims, data, schema_);
 }
 void ResultsFile::write_array(const std::string& obj, const std::vector<int64_t>& dims, const double* data) {
   require_writable("write_array");
-  if (schema_) schema_->check_dataset(path_, ResultsSchema::Kind::array, normalize(obj), schema_dtype<double>(), dims);
-  write_array_impl(hid_t(file_), path_, obj, dims, data);
+  write_array_impl(hid_t(file_), path_, obj, dims, data, schema_);
 }
 void ResultsFile::write_array(const std::string& obj, const std::vector<int64_t>& dims, const int32_t* data) {
   require_writable("write_array");
-  if (schema_) schema_->check_dataset(path_, ResultsSchema::Kind::array, normalize(obj), schema_dtype<int32_t>(), dims);
-  write_array_impl(hid_t(file_), path_, obj, dims, data);
+  write_array_impl(hid_t(file_), path_, obj, dims, data, schema_);
 }
 
 void ResultsFile::append_slab(const std::string& obj, const std::vector<int64_t>& item, const float* data,
                               int64_t count) {
   require_writable("append_slab");
-  if (schema_)
-    schema_->check_dataset(path_, ResultsSchema::Kind::series, normalize(obj), schema_dtype<float>(), series_dims(item, count));
-  append_slab_impl(hid_t(file_), path_, obj, item, data, count);
+  append_slab_impl(hid_t(file_), path_, obj, item, data, count, schema_);
 }
 void ResultsFile::append_slab(const std::string& obj, const std::vector<int64_t>& item, const double* data,
                               int64_t count) {
   require_writable("append_slab");
-  if (schema_)
-    schema_->check_dataset(path_, ResultsSchema::Kind::series, normalize(obj), schema_dtype<double>(), series_dims(item, count));
-  append_slab_impl(hid_t(file_), path_, obj, item, data, count);
+  append_slab_impl(hid_t(file_), path_, obj, item, data, count, schema_);
 }
 void ResultsFile::append_slab(const std::string& obj, const std::vector<int64_t>& item, const int32_t* data,
                               int64_t count) {
   require_writable("append_slab");
-  if (schema_)
-    schema_->check_dataset(path_, ResultsSchema::Kind::series, normalize(obj), schema_dtype<int32_t>(), series_dims(item, count));
-  append_slab_impl(hid_t(file_), path_, obj, item, data, count);
+  append_slab_impl(hid_t(file_), path_, obj, item, data, count, schema_);
 }
 
 void ResultsFile::set_attr(const std::string& obj, const std::string& name, const std::string& value) {
