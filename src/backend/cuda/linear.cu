@@ -258,9 +258,9 @@ void gemm(CudaBackend& be, const RowMajorGemm& g) {
   key.lda = g.a.ld, key.ldb = g.b.ld, key.ldc = g.c.ld;
   key.stride_a = g.a.batch_stride, key.stride_b = g.b.batch_stride, key.stride_c = g.c.batch_stride;
   key.align_a = alignment_of(g.b), key.align_b = alignment_of(g.a), key.align_c = alignment_of(g.c);
-  auto [it, fresh] = ctx.plans.try_emplace(key);
-  GemmPlan& plan = it->second;
-  if (fresh) plan = make_plan(ctx, g, key);
+  auto it = ctx.plans.find(key);
+  if (it == ctx.plans.end()) it = ctx.plans.emplace(key, make_plan(ctx, g, key)).first;  // kept only once made
+  const GemmPlan& plan = it->second;
   // No algorithm for this layout (odd alignments, bias type, ...): cuBLAS takes any layout, and a real
   // argument error shows there with its own status.
   if (!plan.found) {
