@@ -11,6 +11,9 @@ It shows
   - where the sink sits, per layer (the first position, k* or the sink token, the sink logit's share of the rows,
     BOS / <d> inside the rows) or that none forms, with alpha_*, the sink logit's share, S_h, ||k*||, ||v*|| and
     the raw weight on the first position at step 0 and at the end (table atlas_where);
+  - the sink inside the rows (BOS / <d>, the document tokens a packed row holds at any position): softmax's seeds
+    that hold one against each design's at 3 layers, by Fisher's exact test with Holm's adjustment (INSIDE_RULE;
+    table atlas_inside_rows): a design that moves the sink off the first position is not thereby sink-free;
   - which verdicts hold only with a constant first token (each learned sink at 3 layers, BOS first against rows
     anywhere);
   - whether the sink logit and k*/v* are limited by their learning rate (cells.SINK_AXES: S_h's initial value 0
@@ -22,8 +25,9 @@ import math
 import numpy as np
 
 from analysis import figures
-from analysis.stats.atlas import (CONVERGED_SHARE, MEASURES, WHERE_RULE, atlas_cells, mean_interval, median_onset,
-                            read_record, record_text, step_text)
+from analysis.stats.atlas import (CONFIDENCE, CONVERGED_SHARE, INSIDE_ROWS, MEASURES, WHERE_RULE, atlas_cells,
+                                  fisher_exact, holm_adjusted, mean_interval, median_onset, read_record, record_text,
+                                  step_text, wilson_interval)
 from analysis.results import is_atlas_run
 from analysis.sections.atlas import converged_text, expectation_text, fraction_text, known_cells, outcomes_text
 from analysis.tables import Table
@@ -55,13 +59,16 @@ def write_section(rep, data):
              f"sink token or the sink logit can grow where it does not look).")
     table = _disagreements_table(rep, c, paper, cells)
     where = _where_table(rep, paper, eps)
+    inside, inside_line = _inside_rows(rep, c, paper)
     lr_table, lr_fig = _sink_lr(rep, c, paper)
-    rep.bullets([WHERE_RULE.format(share=f"{CONVERGED_SHARE:.0%}", eps=f"{eps:g}"), SURVIVAL_RULE])
+    rep.bullets([WHERE_RULE.format(share=f"{CONVERGED_SHARE:.0%}", eps=f"{eps:g}"), SURVIVAL_RULE, INSIDE_RULE])
     softmax = paper.get(c.paper_cell_name("softmax"))
     if softmax is not None:
         rep.finding(_softmax_line(softmax, paper.get(c.paper_cell_name("softmax", layers=1)), eps), where, lead=True)
         for line in _baseline_lines(c, paper):
             rep.finding(line, table)
+    if inside_line:
+        rep.finding(inside_line, inside)
     for line in _survival_lines(c, paper, cells):
         rep.finding(line, table)
     for line in _constant_first_token_lines(c, paper):
@@ -238,6 +245,49 @@ def _where_table(rep, paper, eps):
                            fmt, note="Means over seeds. 'where the sink sits' counts, per layer, the seeds whose "
                                      f"converged attention (largest head) exceeds {eps:g} at each place (the rule "
                                      "below); 'none': no place does."))
+
+
+INSIDE_RULE = ("the sink inside the rows: a seed holds one when some layer's largest head gives BOS / <d> inside the "
+               "rows more than eps (WHERE_RULE); each design at 3 layers, rows anywhere, against softmax's seeds by "
+               "Fisher's exact test (two-sided), the p values adjusted by Holm's method for the designs compared; "
+               f"fewer or more than softmax when the adjusted p < {1 - CONFIDENCE:.2g}, else not told apart")
+
+
+def _inside_rows(rep, c, paper):
+    """Softmax's sink inside the rows against each design's at 3 layers, rows anywhere (INSIDE_RULE): the table
+    atlas_inside_rows and its finding line (None, "" without the softmax cell)."""
+    base = _design_cell(c, paper, "softmax")
+    if base is None:
+        return None, ""
+    others = [s for s in (_design_cell(c, paper, d) for d in c.DESIGNS if d != "softmax") if s is not None]
+    k0 = base.seeds_holding(INSIDE_ROWS)
+    ps = [fisher_exact(k0, base.n, s.seeds_holding(INSIDE_ROWS), s.n) for s in others]
+    adjusted = holm_adjusted(ps)
+
+    def reading(s, q):
+        if q >= 1 - CONFIDENCE:
+            return "not told from softmax"
+        return "fewer than softmax" if s.seeds_holding(INSIDE_ROWS) / s.n < k0 / base.n else "more than softmax"
+
+    def count(s):
+        k = s.seeds_holding(INSIDE_ROWS)
+        lo, hi = wilson_interval(k, s.n)
+        return f"{k}/{s.n} = {k / s.n:.2f} [{lo:.2f}, {hi:.2f}]"
+
+    rows = [[base.label, base.n, count(base), base.mean_of("boundary"), None, None, "the reference"]]
+    rows += [[s.label, s.n, count(s), s.mean_of("boundary"), p, q, reading(s, q)]
+             for s, p, q in zip(others, ps, adjusted)]
+    cols = ["cell", "seeds", "seeds with a sink inside the rows [95 % Wilson]",
+            "attention to BOS / <d> inside the rows (largest, mean)", "Fisher p against softmax",
+            "Holm-adjusted p", "against softmax"]
+    table = rep.table(Table("atlas_inside_rows", "The paper's setting: the sink inside the rows, each design against "
+                                                 "softmax (3 layers)", cols, rows,
+                            {cols[3]: ".3f", cols[4]: ".2g", cols[5]: ".2g"}, note=INSIDE_RULE))
+    parts = [f"{c.DESIGNS[s.spec.design].label} {s.seeds_holding(INSIDE_ROWS)}/{s.n} ({reading(s, q)}, p {p:.2g}, Holm "
+             f"{q:.2g})" for s, p, q in zip(others, ps, adjusted)]
+    line = (f"Softmax's sink inside the rows (BOS / <d>, rows anywhere, 3 layers): {count(base)} seeds; against it "
+            + "; ".join(parts) + ".")
+    return table, line
 
 
 def _where_lines(c, paper):

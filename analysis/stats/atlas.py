@@ -84,6 +84,8 @@ WHERE_RULE = ("where the sink sits in a layer: each place whose attention, the m
               "{share} of the evaluations of the layer's largest head, exceeds {eps}: the first position (alpha_1, "
               "every query), the bias position (alpha_*: k* or the sink token), the sink logit (its share of the "
               "rows, e^S_h / Z), BOS / <d> inside the rows (rows that start anywhere); the count of seeds per place")
+# The place of WHERE_RULE for the document tokens inside rows that start anywhere.
+INSIDE_ROWS = "BOS / <d> inside"
 MEDIAN_RULE = ("median emergence step: the lower median of the seeds' emergence steps (the smallest step by which at "
                "least half of the seeds had their sink), a run without a sink counted as +inf (censored: its sink, if "
                "any, comes after its last step); its 95 % interval is the 2.5 and 97.5 percentiles of the median's "
@@ -263,7 +265,7 @@ def _where(a, ev, eps):
     """Per layer, the places whose converged attention (the layer's largest head) exceeds eps (WHERE_RULE)."""
     bias = "sink token" if a.setting("attn-bias") == "sink-token" else "k*"
     places = [("first position", ev.alpha), (bias, ev.alpha_star), ("sink logit", ev.sink_logit_share),
-              ("BOS / <d> inside", ev.boundary_attention)]
+              (INSIDE_ROWS, ev.boundary_attention)]
     layers = ev.alpha.shape[1] if ev.alpha is not None else 0
     out = []
     for l in range(layers):
@@ -433,6 +435,18 @@ def fisher_exact(k1, n1, k2, n2):
     return float(sum(c for c in map(chance, range(max(0, hits - n2), min(n1, hits) + 1)) if c <= seen))
 
 
+def holm_adjusted(ps):
+    """Holm's step-down adjustment of p values for their number of comparisons, in their order: the i-th smallest
+    times (m - i), made non-decreasing in that order, capped at 1. A family rejected by adjusted p < alpha keeps the
+    chance of any false rejection below alpha."""
+    order = sorted(range(len(ps)), key=lambda i: ps[i])
+    out, running = [0.0] * len(ps), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(ps) - rank) * ps[i]))
+        out[i] = running
+    return out
+
+
 def least_fisher_p(n1, n2):
     """The smallest two-sided p fisher_exact can give n1 and n2 seeds: what the test can show at all."""
     return min(fisher_exact(a, n1, b, n2) for a in range(n1 + 1) for b in range(n2 + 1))
@@ -498,6 +512,10 @@ class CellStats:
     @property
     def label(self):
         return self.spec.label if self.spec is not None else self.cell
+
+    def seeds_holding(self, place):
+        """The seeds whose sink sits at `place` (WHERE_RULE) in some layer."""
+        return sum(any(place in layer for layer in r.where) for r in self.runs)
 
     def stopped_text(self):
         """How the runs stopped: "8 converged", "6 converged, 2 at the cap", "8 at the budget", "3 unknown"."""

@@ -297,6 +297,25 @@ def test_where_the_sink_sits_and_the_lr_question(paper_report):
         "the learned sink from step (median [95 % bootstrap])"] == "1300 [1300, 1300]"
 
 
+def test_the_sink_inside_the_rows_against_softmax(paper_report):
+    rows = _csv(paper_report / "tables" / "atlas_inside_rows.csv", "cell")
+    softmax = rows["softmax, 3 layers, rows start anywhere"]   # boundary 0.6 in its last layer, every seed
+    assert softmax["seeds with a sink inside the rows [95 % Wilson]"] == "8/8 = 1.00 [0.68, 1.00]"
+    assert float(softmax["attention to BOS / <d> inside the rows (largest, mean)"]) == pytest.approx(0.6)
+    # the world's other 3-layer designs (KV biases, sigmoid, sink logit, softmax+1) hold none: 8/8 against 0/8 is
+    # the least likely table of its margins, p = 2 / C(16, 8); Holm over the 4 designs compared multiplies it by 4
+    others = [r for name, r in rows.items() if name != softmax["cell"]]
+    assert len(others) == 4
+    for r in others:
+        assert r["seeds with a sink inside the rows [95 % Wilson]"] == "0/8 = 0.00 [0.00, 0.32]"
+        assert float(r["Fisher p against softmax"]) == pytest.approx(2 / math.comb(16, 8), rel=1e-12)
+        assert float(r["Holm-adjusted p"]) == pytest.approx(8 / math.comb(16, 8), rel=1e-12)
+        assert r["against softmax"] == "fewer than softmax"
+    findings = (paper_report / "findings.md").read_text()
+    assert ("Softmax's sink inside the rows (BOS / <d>, rows anywhere, 3 layers): 8/8 = 1.00 [0.68, 1.00] seeds; "
+            "against it learnable key and value biases 0/8 (fewer than softmax, p 0.00016, Holm 0.00062)") in findings
+
+
 @pytest.mark.parametrize("expect, verdicts, want", [
     ("no_sink", ["disagrees", "disagrees"], "survives"), ("no_sink", ["agrees", "agrees"], "does not survive"),
     ("no_sink", ["agrees", "inconclusive"], "does not survive"), ("sink", ["disagrees", "agrees"], "depends on depth"),

@@ -200,6 +200,13 @@ def test_fisher_exact_against_published_values():
     assert atlas.least_fisher_p(8, 1) == pytest.approx(1 / 9, rel=1e-12)   # one seed: never below 0.05
 
 
+def test_holm_adjustment_of_a_hand_derived_case():
+    # sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04; made non-decreasing: 0.04 -> 0.06
+    assert atlas.holm_adjusted([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02], rel=1e-12)
+    assert atlas.holm_adjusted([0.5, 0.6]) == [1.0, 1.0]            # capped at 1
+    assert atlas.holm_adjusted([0.02]) == [0.02] and atlas.holm_adjusted([]) == []
+
+
 def test_cells_at_two_scales_are_compared_and_pooled():
     big, same, other = _cell("sink", 8), _cell("sink", 3, n=3, scale="cheap"), _cell("sink", 0, n=3, scale="cheap")
     (c,) = atlas.compare_scales([same, big])      # the scale with more seeds is the reference, given second
