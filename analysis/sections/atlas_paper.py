@@ -285,8 +285,8 @@ def _inside_rows(rep, c, paper):
                             {cols[3]: ".3f", cols[4]: ".2g", cols[5]: ".2g"}, note=INSIDE_RULE))
     parts = [f"{c.DESIGNS[s.spec.design].label} {s.seeds_holding(INSIDE_ROWS)}/{s.n} ({reading(s, q)}, p {p:.2g}, Holm "
              f"{q:.2g})" for s, p, q in zip(others, ps, adjusted)]
-    line = (f"Softmax's sink inside the rows (BOS / <d>, rows anywhere, 3 layers): {count(base)} seeds; against it "
-            + "; ".join(parts) + ".")
+    line = (f"Softmax's sink inside the rows (BOS / <d>, rows anywhere, 3 layers): {count(base)} seeds"
+            + (f"; against it {'; '.join(parts)}." if parts else " (no other design at 3 layers in the files)."))
     return table, line
 
 

@@ -316,6 +316,16 @@ def test_the_sink_inside_the_rows_against_softmax(paper_report):
             "against it learnable key and value biases 0/8 (fewer than softmax, p 0.00016, Holm 0.00062)") in findings
 
 
+def test_the_sink_inside_the_rows_of_softmax_alone(tmp_path):
+    for seed in range(1, 4):
+        write_paper_run(tmp_path / "atlas", "softmax_3l", seed, boundary=0.6)
+    assert report.main([str(tmp_path / "atlas"), "-o", str(tmp_path / "report")]) == 0
+    rows = _csv(tmp_path / "report" / "tables" / "atlas_inside_rows.csv", "cell")
+    assert list(rows) == ["softmax, 3 layers, rows start anywhere"]
+    assert ("Softmax's sink inside the rows (BOS / <d>, rows anywhere, 3 layers): 3/3 = 1.00 [0.44, 1.00] seeds (no "
+            "other design at 3 layers in the files).") in (tmp_path / "report" / "findings.md").read_text()
+
+
 @pytest.mark.parametrize("expect, verdicts, want", [
     ("no_sink", ["disagrees", "disagrees"], "survives"), ("no_sink", ["agrees", "agrees"], "does not survive"),
     ("no_sink", ["agrees", "inconclusive"], "does not survive"), ("sink", ["disagrees", "agrees"], "depends on depth"),
