@@ -62,8 +62,13 @@ def steps_text(m):
            f"{step_text(m.median_ci[1], m.censor_step)}]"
 
 
+def proportion_text(k, n, interval):
+    """"k/n = k/n as a decimal [lo, hi]" of k seeds of n and the proportion's interval."""
+    return f"{k}/{n} = {k / n:.2f} [{interval[0]:.2f}, {interval[1]:.2f}]"
+
+
 def fraction_text(s, m):
-    return f"{m.sinks}/{s.n} = {m.sinks / s.n:.2f} [{m.sink_ci[0]:.2f}, {m.sink_ci[1]:.2f}]"
+    return proportion_text(m.sinks, s.n, m.sink_ci)
 
 
 def converged_text(m, fmt=None):
@@ -206,8 +211,8 @@ def _scales_table(rep, pairs):
 
 
 def _counted(s):
-    k, (lo, hi), _ = counted(s)
-    return f"{k}/{s.n} = {k / s.n:.2f} [{lo:.2f}, {hi:.2f}]"
+    k, interval, _ = counted(s)
+    return proportion_text(k, s.n, interval)
 
 
 def _scale_lines(pairs):

@@ -29,7 +29,8 @@ from analysis.stats.atlas import (CONFIDENCE, CONVERGED_SHARE, INSIDE_ROWS, MEAS
                                   fisher_exact, holm_adjusted, mean_interval, median_onset, read_record, record_text,
                                   step_text, wilson_interval)
 from analysis.results import is_atlas_run
-from analysis.sections.atlas import converged_text, expectation_text, fraction_text, known_cells, outcomes_text
+from analysis.sections.atlas import (converged_text, expectation_text, fraction_text, known_cells, outcomes_text,
+                                     proportion_text)
 from analysis.tables import Table
 from cells import atlas as atlas_table
 
@@ -261,31 +262,28 @@ def _inside_rows(rep, c, paper):
         return None, ""
     others = [s for s in (_design_cell(c, paper, d) for d in c.DESIGNS if d != "softmax") if s is not None]
     k0 = base.seeds_holding(INSIDE_ROWS)
-    ps = [fisher_exact(k0, base.n, s.seeds_holding(INSIDE_ROWS), s.n) for s in others]
+    ks = [s.seeds_holding(INSIDE_ROWS) for s in others]
+    ps = [fisher_exact(k0, base.n, k, s.n) for s, k in zip(others, ks)]
     adjusted = holm_adjusted(ps)
+    readings = ["not told from softmax" if q >= 1 - CONFIDENCE else
+                "fewer than softmax" if k / s.n < k0 / base.n else "more than softmax"
+                for s, k, q in zip(others, ks, adjusted)]
 
-    def reading(s, q):
-        if q >= 1 - CONFIDENCE:
-            return "not told from softmax"
-        return "fewer than softmax" if s.seeds_holding(INSIDE_ROWS) / s.n < k0 / base.n else "more than softmax"
+    def count(s, k):
+        return proportion_text(k, s.n, wilson_interval(k, s.n))
 
-    def count(s):
-        k = s.seeds_holding(INSIDE_ROWS)
-        lo, hi = wilson_interval(k, s.n)
-        return f"{k}/{s.n} = {k / s.n:.2f} [{lo:.2f}, {hi:.2f}]"
-
-    rows = [[base.label, base.n, count(base), base.mean_of("boundary"), None, None, "the reference"]]
-    rows += [[s.label, s.n, count(s), s.mean_of("boundary"), p, q, reading(s, q)]
-             for s, p, q in zip(others, ps, adjusted)]
+    rows = [[base.label, base.n, count(base, k0), base.mean_of("boundary"), None, None, "the reference"]]
+    rows += [[s.label, s.n, count(s, k), s.mean_of("boundary"), p, q, reading]
+             for s, k, p, q, reading in zip(others, ks, ps, adjusted, readings)]
     cols = ["cell", "seeds", "seeds with a sink inside the rows [95 % Wilson]",
             "attention to BOS / <d> inside the rows (largest, mean)", "Fisher p against softmax",
             "Holm-adjusted p", "against softmax"]
     table = rep.table(Table("atlas_inside_rows", "The paper's setting: the sink inside the rows, each design against "
                                                  "softmax (3 layers)", cols, rows,
                             {cols[3]: ".3f", cols[4]: ".2g", cols[5]: ".2g"}, note=INSIDE_RULE))
-    parts = [f"{c.DESIGNS[s.spec.design].label} {s.seeds_holding(INSIDE_ROWS)}/{s.n} ({reading(s, q)}, p {p:.2g}, Holm "
-             f"{q:.2g})" for s, p, q in zip(others, ps, adjusted)]
-    line = (f"Softmax's sink inside the rows (BOS / <d>, rows anywhere, 3 layers): {count(base)} seeds"
+    parts = [f"{c.DESIGNS[s.spec.design].label} {k}/{s.n} ({reading}, p {p:.2g}, Holm {q:.2g})"
+             for s, k, p, q, reading in zip(others, ks, ps, adjusted, readings)]
+    line = (f"Softmax's sink inside the rows (BOS / <d>, rows anywhere, 3 layers): {count(base, k0)} seeds"
             + (f"; against it {'; '.join(parts)}." if parts else " (no other design at 3 layers in the files)."))
     return table, line
 
